@@ -1,0 +1,44 @@
+# induce — developer entry points. `make reproduce` and `make test` are the README's two commands.
+PYTHON ?= python3
+# Extra options for pip (e.g. an index serving CPU builds of torch).
+PIP_OPTS ?=
+# Where the treebank data is (see README "Data"); empty = INDUCE_DATA / corpora/ / NLTK data path / synthetic.
+DATA ?=
+DATA_OPT := $(if $(DATA),--data $(DATA),)
+INDUCE := $(PYTHON) -m cli.main
+
+.PHONY: install test test-triton reproduce baselines bench clean
+
+install: .install-stamp
+
+# Exact versions from constraints.txt; setup.cfg states only lower bounds.
+.install-stamp: setup.cfg pyproject.toml constraints.txt
+	$(PYTHON) -m pip install $(PIP_OPTS) -q -c constraints.txt -e ".[test,triton,plots]"
+	@touch $@
+
+test: install
+	$(PYTHON) -m pytest -q
+
+# Only the Triton kernels, through Triton's CPU interpreter.
+test-triton: install
+	$(PYTHON) -m pytest -q -m triton
+
+# The main job on the default data: prepare the default corpus, then evaluate the baselines on it.
+reproduce: install
+	$(INDUCE) preprocess --default $(DATA_OPT)
+	$(MAKE) --no-print-directory baselines
+
+baselines: install
+	@for b in right left balanced random; do \
+	  for f in "" --wsj10 --wsj40; do \
+	    echo "== baseline $$b $$f"; \
+	    $(INDUCE) eval --baseline $$b $$f $(DATA_OPT) || exit 1; \
+	  done; \
+	done
+
+bench: install
+	$(PYTHON) bench/kernels.py
+	$(PYTHON) bench/models.py
+
+clean:
+	rm -rf .install-stamp build *.egg-info .pytest_cache

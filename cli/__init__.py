@@ -1,0 +1,1 @@
+"""The `induce` command-line application (thin: parsing options and printing only)."""

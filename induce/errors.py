@@ -1,0 +1,22 @@
+"""Exceptions that the CLI turns into a one-line message and exit code 2 (no traceback)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Union
+
+
+class InduceError(Exception):
+    """Any error the user can fix: bad input, missing data, incompatible files."""
+
+
+class InputError(InduceError):
+    """Bad input data. The message starts with ``path:line:`` when those are known."""
+
+    def __init__(self, message: str, path: Optional[Union[str, Path]] = None, line: Optional[int] = None):
+        self.path = None if path is None else str(path)
+        self.line = line
+        self.reason = message
+        where = ""
+        if self.path is not None:
+            where = f"{self.path}:{line}: " if line is not None else f"{self.path}: "
+        super().__init__(where + message)

@@ -1,0 +1,1 @@
+"""Language models that induce syntax (chosen by name from :mod:`induce.models.registry`)."""

@@ -1,0 +1,75 @@
+"""The contract between models, the trainer and the parsers.
+
+A model is an ``nn.Module`` that maps token ids to hidden states (and, for the parsers,
+to syntactic distances or span scores). It owns no loop, optimiser or checkpoint: the
+trainer (``induce.training``) does. Tensors are batch-first: ``[B, T]`` token ids,
+``[B, T, E]`` hidden states.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Optional
+
+import pydantic
+import torch
+from torch import nn
+
+
+class ModelConfig(pydantic.BaseModel):
+    """Base of every model's hyper-parameter block (the ``model:`` section of a config).
+
+    Subclasses add their own fields with defaults; unknown keys are errors that name the key.
+    """
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+
+@dataclass
+class LMOutput:
+    """What ``LanguageModel.forward`` returns.
+
+    hidden:          ``[B, T, E]`` states fed to the (tied) output layer.
+    state:           recurrent state to carry to the next BPTT segment (the trainer detaches it).
+    raw_outputs:     per-layer outputs before dropout, each ``[B, T, H_l]`` (for TAR).
+    dropped_outputs: per-layer outputs after dropout, each ``[B, T, H_l]`` (for AR).
+    extra_loss:      an already-weighted auxiliary loss (PaLM-S supervision) or ``None``.
+    structure:       what the parser reads: ``{"distances": [B, T]}`` or ``{"span_scores": [B, T, m]}``.
+    """
+
+    hidden: torch.Tensor
+    state: Any
+    raw_outputs: list = field(default_factory=list)
+    dropped_outputs: list = field(default_factory=list)
+    extra_loss: Optional[torch.Tensor] = None
+    structure: dict = field(default_factory=dict)
+
+
+class LanguageModel(nn.Module):
+    """Base class. Subclasses set ``name``, ``description``, ``parser_kind`` and ``Config``."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    #: "distance" (ON-LSTM, PRPN: greedy split at the largest distance) or "span" (PaLM).
+    parser_kind: ClassVar[str]
+    Config: ClassVar[type[ModelConfig]] = ModelConfig
+
+    def init_state(self, batch_size: int, device: torch.device | str = "cpu") -> Any:
+        """A fresh recurrent state for ``batch_size`` sequences."""
+        raise NotImplementedError
+
+    def forward(self, tokens: torch.Tensor, state: Any, gold_spans: Any = None) -> LMOutput:
+        """``tokens [B, T]`` -> :class:`LMOutput`. ``gold_spans`` is used by supervised variants only."""
+        raise NotImplementedError
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``[B, T, E]`` -> ``[B, T, V]`` through the output layer (tied to the embedding)."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def parse_structure(self, tokens: torch.Tensor, lengths: torch.Tensor) -> dict:
+        """Structure scores for whole sentences, each from a fresh state (eval mode).
+
+        tokens ``[B, T]`` (right-padded), lengths ``[B]`` -> ``{"distances": [B, T]}`` or
+        ``{"span_scores": [B, T, m]}`` (entry ``[b, t, k]`` scores the span of length k+1 ending at t).
+        """
+        raise NotImplementedError

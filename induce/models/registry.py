@@ -1,0 +1,38 @@
+"""Name -> model class registry (``--model NAME``; ``induce models`` lists it)."""
+from __future__ import annotations
+
+import importlib
+
+from .base import LanguageModel
+
+_REGISTRY: dict[str, type[LanguageModel]] = {}
+# Modules whose import registers the built-in models.
+_BUILTIN_MODULES = ("induce.models.onlstm", "induce.models.prpn", "induce.models.palm")
+
+
+def register(cls: type[LanguageModel]) -> type[LanguageModel]:
+    """Class decorator: make ``cls`` available under ``cls.name``."""
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"model name {cls.name!r} is registered twice")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def _load_builtins() -> None:
+    for module in _BUILTIN_MODULES:
+        importlib.import_module(module)
+
+
+def get_model_class(name: str) -> type[LanguageModel]:
+    _load_builtins()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY)) or "(none)"
+        raise KeyError(f"unknown model {name!r}; known models: {known}") from None
+
+
+def list_models() -> dict[str, str]:
+    """``{name: one-line description}`` of every registered model, sorted by name."""
+    _load_builtins()
+    return {name: _REGISTRY[name].description for name in sorted(_REGISTRY)}
