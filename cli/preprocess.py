@@ -1,0 +1,111 @@
+"""`induce preprocess`: prepare a corpus folder (trees, gold trees, LM text, vocabulary).
+
+All logic is in :mod:`induce.data` (:func:`induce.data.locate.prepare_corpus`).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from induce.data.corpus import PreparedCorpus
+from induce.data.locate import prepare_corpus
+from induce.data.preprocess import DEFAULT_MAX_VOCAB, DEFAULT_SECTIONS, parse_sections
+from induce.errors import InduceError
+
+
+def _sections_text(sections: tuple[int, ...]) -> str:
+    return f"{sections[0]:02d}-{sections[-1]:02d}" if len(sections) > 1 else f"{sections[0]:02d}"
+
+
+def preprocess_command(
+    data: Optional[Path] = typer.Option(
+        None, "--data", help="Data root (LDC Treebank-3, wsj/02-21.mrg + wsj/22.mrg, or the NLTK sample). "
+        "Default: $INDUCE_DATA, then corpora/, then NLTK's data path, else the synthetic treebank."
+    ),
+    name: Optional[str] = typer.Option(
+        None, "--name", help="Output corpus name (default: ptb-wsj, ptb-sample, synthetic, ptb-lm or custom)."
+    ),
+    out_dir: Path = typer.Option(Path("corpora"), "--out-dir", help="Where prepared corpora go."),
+    max_vocab: int = typer.Option(
+        DEFAULT_MAX_VOCAB, "--max-vocab", help="Vocabulary size INCLUDING <unk> and <eos> (10000 = Mikolov's)."
+    ),
+    sections_train: str = typer.Option(_sections_text(DEFAULT_SECTIONS["train"]), "--sections-train",
+                                       help="WSJ sections for train (LDC layout only)."),
+    sections_valid: str = typer.Option(_sections_text(DEFAULT_SECTIONS["valid"]), "--sections-valid",
+                                       help="WSJ sections for valid (LDC layout only)."),
+    sections_test: str = typer.Option(_sections_text(DEFAULT_SECTIONS["test"]), "--sections-test",
+                                      help="WSJ sections for test (LDC layout only)."),
+    train: Optional[list[Path]] = typer.Option(None, "--train", help="Training tree file(s) (one tree per line or .mrg)."),
+    valid: Optional[list[Path]] = typer.Option(None, "--valid", help="Validation tree file(s)."),
+    test: Optional[list[Path]] = typer.Option(None, "--test", help="Test tree file(s)."),
+    lm_text: Optional[Path] = typer.Option(
+        None, "--lm-text", help="Folder with Mikolov text ptb.train.txt, ptb.valid.txt [, ptb.test.txt] (no trees)."
+    ),
+    synthetic: bool = typer.Option(False, "--synthetic", help="Sample a treebank from the built-in PCFG."),
+    seed: int = typer.Option(0, "--seed", help="Seed of --synthetic."),
+    synthetic_train: int = typer.Option(2000, "--synthetic-train", help="Sentences in the synthetic train split."),
+    synthetic_valid: int = typer.Option(200, "--synthetic-valid", help="Sentences in the synthetic valid split."),
+    synthetic_test: int = typer.Option(200, "--synthetic-test", help="Sentences in the synthetic test split."),
+    default: bool = typer.Option(
+        False, "--default", help="Prepare the default corpus (what commands use without --corpus); same as no source option."
+    ),
+    allow_predicted_tags: bool = typer.Option(
+        False, "--allow-predicted-tags", help="Accept *.auto.* files (predicted POS tags decide punctuation: not recommended)."
+    ),
+    force: bool = typer.Option(False, "--force", help="Rebuild even if the output exists."),
+) -> None:
+    """Prepare a corpus: original/gold/no-punctuation trees and Mikolov-style LM text per split."""
+    console = Console(stderr=True)
+    started = time.perf_counter()
+    try:
+        split_files = {split: files for split, files in (("train", train), ("valid", valid), ("test", test)) if files}
+        if split_files and "train" not in split_files:
+            raise InduceError("--valid/--test need --train (the vocabulary is built from the training split)")
+        if default and (split_files or lm_text or synthetic):
+            raise InduceError("--default takes no source option (--train, --lm-text, --synthetic)")
+        sections = {
+            "train": parse_sections(sections_train),
+            "valid": parse_sections(sections_valid),
+            "test": parse_sections(sections_test),
+        }
+        folder = prepare_corpus(
+            data=data,
+            corpora_dir=out_dir,
+            name=name,
+            split_files=split_files or None,
+            lm_text=lm_text,
+            synthetic=synthetic,
+            synthetic_sizes={"train": synthetic_train, "valid": synthetic_valid, "test": synthetic_test},
+            seed=seed,
+            sections=sections,
+            max_vocab=max_vocab,
+            force=force,
+            allow_predicted_tags=allow_predicted_tags,
+            console=console,
+        )
+        corpus = PreparedCorpus(folder)
+    except InduceError as err:
+        console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+        raise typer.Exit(code=2)
+    table = Table(title=f"{corpus.name} ({corpus.meta.get('kind')}, vocab {corpus.meta.get('vocab_size')})")
+    for column in ("split", "trees", "dropped", "LM tokens", "<unk> %"):
+        table.add_column(column, justify="right")
+    for split in corpus.splits:
+        counts = corpus.meta.get("splits", {}).get(split, {})
+        tokens = counts.get("lm_tokens", 0)
+        unk = 100.0 * counts.get("lm_unk_tokens", 0) / tokens if tokens else 0.0
+        table.add_row(split, str(counts.get("trees", "-")), str(counts.get("dropped_no_words", "-")), str(tokens),
+                      f"{unk:.2f}")
+    console.print(table)
+    console.print(f"{folder} ready ({time.perf_counter() - started:.1f} s)", highlight=False)
+    typer.echo(str(folder))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``induce preprocess`` to the app."""
+    app.command("preprocess")(preprocess_command)

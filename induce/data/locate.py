@@ -1,0 +1,209 @@
+"""Where the treebank is, and the default prepared corpus.
+
+Data root precedence (:func:`resolve_data_root`): explicit ``--data`` > the ``INDUCE_DATA``
+environment variable > ``corpora/`` (when it holds raw treebank files) > NLTK's data path
+(``nltk.data.path``, where ``python -m nltk.downloader treebank`` puts
+``corpora/treebank/combined``).
+
+Inside a data root, :func:`find_treebank` recognises, best first:
+
+1. ``ldc``: the LDC Treebank-3 layout ``.../parsed/mrg/wsj/SS/wsj_SSNN.mrg`` (standard
+   sections: train 02-21, valid 22, test 23);
+2. ``wsj-files``: ``wsj/02-21.mrg`` + ``wsj/22.mrg`` [+ ``wsj/23.mrg``] (as in ``shared/data``);
+3. ``nltk-sample``: the NLTK sample ``wsj_0001.mrg`` .. ``wsj_0199.mrg`` (in
+   ``nltk_treebank/``, ``treebank/combined/``, ``corpora/treebank/combined/`` or the root),
+   split by file number (:data:`induce.data.preprocess.NLTK_SAMPLE_SPLIT`).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import nltk
+from rich.console import Console
+
+from induce.data import preprocess
+from induce.errors import InduceError
+
+ENV_VAR = "INDUCE_DATA"
+#: Prepared-corpus names used by :func:`default_corpus`, per source kind.
+DEFAULT_NAMES = {"ldc": "ptb-wsj", "wsj-files": "ptb-wsj", "nltk-sample": "ptb-sample", "synthetic": "synthetic"}
+HOW_TO_GET_PTB = (
+    "To use the Penn Treebank instead: run `python -m nltk.downloader treebank` (free 5% sample), "
+    "or pass --data PATH / set INDUCE_DATA=PATH to a folder with the LDC Treebank-3 copy "
+    "(parsed/mrg/wsj/SS/*.mrg) or with wsj/02-21.mrg and wsj/22.mrg."
+)
+
+
+@dataclass(frozen=True)
+class TreebankSource:
+    """A recognised treebank: its kind, the folder it was found in and its files per split."""
+
+    kind: str
+    folder: Path
+    split_files: dict
+
+
+def _ldc_wsj_dir(root: Path) -> Optional[Path]:
+    candidates = [root, root / "wsj", root / "mrg" / "wsj", root / "parsed" / "mrg" / "wsj"]
+    candidates += [root / top / "parsed" / "mrg" / "wsj" for top in ("treebank_3", "TREEBANK_3", "treebank-3")]
+    for candidate in candidates:
+        if any((candidate / "02").glob("wsj_02*.mrg")):
+            return candidate
+    return None
+
+
+def _nltk_sample_dir(root: Path) -> Optional[Path]:
+    candidates = [root / "nltk_treebank", root / "treebank" / "combined", root / "corpora" / "treebank" / "combined", root]
+    for candidate in candidates:
+        if (candidate / "wsj_0001.mrg").is_file():
+            return candidate
+    return None
+
+
+def find_treebank(
+    root: Path, sections: Optional[dict] = None
+) -> Optional[TreebankSource]:
+    """The best treebank under ``root`` (LDC > wsj files > NLTK sample), or None."""
+    root = Path(root)
+    ldc = _ldc_wsj_dir(root)
+    if ldc is not None:
+        files = preprocess.ldc_split_files(ldc, sections or preprocess.DEFAULT_SECTIONS)
+        if "train" in files:
+            return TreebankSource("ldc", ldc, files)
+    wsj = root / "wsj"
+    if (wsj / "02-21.mrg").is_file():
+        files = {"train": [wsj / "02-21.mrg"]}
+        for split, file_name in (("valid", "22.mrg"), ("test", "23.mrg")):
+            if (wsj / file_name).is_file():
+                files[split] = [wsj / file_name]
+        return TreebankSource("wsj-files", wsj, files)
+    sample = _nltk_sample_dir(root)
+    if sample is not None:
+        return TreebankSource("nltk-sample", sample, preprocess.nltk_sample_split_files(sample))
+    return None
+
+
+def resolve_data_root(data: Optional[Path], corpora_dir: Path = Path("corpora")) -> Optional[Path]:
+    """The data root by precedence: ``data`` > ``$INDUCE_DATA`` > ``corpora_dir`` > NLTK data path.
+
+    An explicit ``data`` or ``INDUCE_DATA`` that does not exist is an error (a typo should
+    not silently fall back). ``corpora_dir`` and NLTK's data path count only when a
+    treebank is found in them. Returns None when nothing is found.
+    """
+    if data is not None:
+        data = Path(data)
+        if not data.is_dir():
+            raise InduceError(f"--data {data}: no such folder")
+        return data
+    env = os.environ.get(ENV_VAR, "").strip()
+    if env:
+        path = Path(env)
+        if not path.is_dir():
+            raise InduceError(f"{ENV_VAR}={env}: no such folder")
+        return path
+    if Path(corpora_dir).is_dir() and find_treebank(Path(corpora_dir)) is not None:
+        return Path(corpora_dir)
+    for entry in nltk.data.path:
+        root = Path(entry)
+        if (root / "corpora" / "treebank" / "combined" / "wsj_0001.mrg").is_file():
+            return root
+    return None
+
+
+def default_corpus(
+    data: Optional[Path] = None,
+    corpora_dir: Path = Path("corpora"),
+    console: Optional[Console] = None,
+    max_vocab: int = preprocess.DEFAULT_MAX_VOCAB,
+) -> Path:
+    """The prepared default corpus folder, preparing it on first use (cached by source sha256).
+
+    Full WSJ if found, else the NLTK sample, else the synthetic treebank — in which case
+    a warning saying so, and how to get the PTB, goes to stderr. A cached corpus whose
+    sources changed is rebuilt.
+    """
+    return _prepare_found_treebank(data, corpora_dir, None, None, max_vocab, False, console or Console(stderr=True))
+
+
+def _prepare_found_treebank(
+    data: Optional[Path],
+    corpora_dir: Path,
+    name: Optional[str],
+    sections: Optional[dict],
+    max_vocab: int,
+    force: bool,
+    console: Console,
+) -> Path:
+    custom_sections = sections is not None and sections != preprocess.DEFAULT_SECTIONS
+    root = resolve_data_root(data, corpora_dir)
+    source = find_treebank(root, sections) if root is not None else None
+    if source is None and data is not None:
+        raise InduceError(
+            f"--data {data}: no treebank found (expected parsed/mrg/wsj/SS/*.mrg, wsj/02-21.mrg, "
+            "or the NLTK sample wsj_0001.mrg..wsj_0199.mrg)"
+        )
+    if custom_sections and (source is None or source.kind != "ldc"):
+        found = f"found {source.kind} in {source.folder}" if source else "found no treebank"
+        raise InduceError(f"--sections-* need the LDC layout (parsed/mrg/wsj/SS/wsj_SSNN.mrg); {found}")
+    # The default names are caches: rebuild them silently when their sources changed.
+    rebuild_stale = name is None and not custom_sections
+    if source is None:
+        where = f"in {root}" if root is not None else "anywhere (--data, INDUCE_DATA, corpora/, NLTK data path)"
+        console.print(
+            f"[bold yellow]WARNING:[/] no Penn Treebank found {where}; "
+            "using the SYNTHETIC treebank (a small built-in PCFG), not real English. " + HOW_TO_GET_PTB,
+            highlight=False,
+        )
+        return preprocess.preprocess_synthetic(
+            corpora_dir, name or DEFAULT_NAMES["synthetic"], max_vocab=max_vocab, force=force, console=console,
+            rebuild_stale=rebuild_stale,
+        )
+    console.print(f"Penn Treebank ({source.kind}) found in {source.folder}", highlight=False)
+    return preprocess.preprocess_tree_files(
+        source.split_files, corpora_dir, name or DEFAULT_NAMES[source.kind], source_kind=source.kind,
+        max_vocab=max_vocab, force=force, console=console, rebuild_stale=rebuild_stale,
+    )
+
+
+def prepare_corpus(
+    data: Optional[Path] = None,
+    corpora_dir: Path = Path("corpora"),
+    name: Optional[str] = None,
+    split_files: Optional[dict] = None,
+    lm_text: Optional[Path] = None,
+    synthetic: bool = False,
+    synthetic_sizes: Optional[dict] = None,
+    seed: int = 0,
+    sections: Optional[dict] = None,
+    max_vocab: int = preprocess.DEFAULT_MAX_VOCAB,
+    force: bool = False,
+    allow_predicted_tags: bool = False,
+    console: Optional[Console] = None,
+) -> Path:
+    """What ``induce preprocess`` does: pick the source from the options, prepare, return the folder.
+
+    At most one of ``split_files`` (explicit ``{split: [files]}``), ``lm_text`` (a folder of
+    Mikolov text), ``synthetic``; with none, the treebank found under the data root, as
+    :func:`default_corpus` (synthetic fallback with a warning). ``sections``
+    (``{split: (section, ...)}``) applies to the LDC layout only.
+    """
+    console = console or Console(stderr=True)
+    chosen = [flag for flag, on in (("--train/--valid/--test", bool(split_files)), ("--lm-text", lm_text is not None),
+                                    ("--synthetic", synthetic)) if on]
+    if len(chosen) > 1:
+        raise InduceError(f"choose one source, not {' and '.join(chosen)}")
+    if split_files:
+        return preprocess.preprocess_tree_files(
+            split_files, corpora_dir, name or "custom", source_kind="files", max_vocab=max_vocab, force=force,
+            allow_predicted_tags=allow_predicted_tags, console=console,
+        )
+    if lm_text is not None:
+        return preprocess.preprocess_lm_text(lm_text, corpora_dir, name or "ptb-lm", max_vocab, force, console)
+    if synthetic:
+        return preprocess.preprocess_synthetic(
+            corpora_dir, name or DEFAULT_NAMES["synthetic"], synthetic_sizes, seed, max_vocab, force, console
+        )
+    return _prepare_found_treebank(data, corpora_dir, name, sections, max_vocab, force, console)
