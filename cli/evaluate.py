@@ -1,0 +1,194 @@
+"""`induce eval`: score predicted trees (a file, a baseline, or a trained model) against gold trees."""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from induce.errors import InduceError
+
+CONVENTION_HELP = (
+    "Default convention (Kim et al. 2019): punctuation and traces removed by the word-tag filter "
+    "(only leaves whose gold POS is a word tag are kept; $ and # go too), length filters applied after "
+    "removal, sentences of length 1 skipped, length-1 spans and the whole-sentence span not counted, spans "
+    "counted as sets; per-sentence F1 when the gold has no span: recall 1 (precision 1 if the prediction "
+    "has none either). Branching statistics (PaLM Table 4): among splits of spans longer than 2, % left "
+    "splits [i,j] -> [i,j-1]+(j), % right splits [i,j] -> (i)+[i+1,j]; gold nodes with more than two "
+    "children count as neither (reported as n-ary)."
+)
+
+
+def eval_command(
+    predicted: Optional[Path] = typer.Argument(
+        None, help="Predicted trees, one bracketed tree per line (as `induce parse` writes). Leaves may cover "
+        "all gold tokens (punctuation is then projected away) or only the words kept by the convention."
+    ),
+    gold: Optional[Path] = typer.Option(
+        None, "--gold", help="Gold treebank file (one tree per line or multi-line .mrg). "
+        "Default: the --split of the default prepared corpus (see --data)."
+    ),
+    baseline: Optional[str] = typer.Option(
+        None, "--baseline", help="Evaluate a baseline instead: right, left, balanced, or random "
+        "(uniformly random split point at each span, seeded by --seed)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of --baseline random."),
+    checkpoint: Optional[Path] = typer.Option(
+        None, "--checkpoint", help="Parse the gold sentences with this trained run and evaluate its trees. "
+        "Without a predicted file, --baseline or --checkpoint, the most recent finished run under runs/ is used."
+    ),
+    lm: bool = typer.Option(False, "--lm", help="With a checkpoint: report the language-model perplexity of --split."),
+    decoder: Optional[str] = typer.Option(None, "--decoder", help="Tree decoder for distance models: peel or unbiased."),
+    batch_size: int = typer.Option(64, "--batch-size", help="Sentences per forward pass when parsing with a checkpoint."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Data root for the default corpus (else $INDUCE_DATA, corpora/, NLTK)."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="A prepared corpus folder (induce preprocess output)."),
+    split: str = typer.Option("valid", "--split", help="Split of the prepared corpus: valid (dev) or test."),
+    wsj10: bool = typer.Option(False, "--wsj10", help="Only sentences of <= 10 words after punctuation removal."),
+    wsj40: bool = typer.Option(False, "--wsj40", help="Only sentences of <= 40 words after punctuation removal."),
+    max_length: Optional[int] = typer.Option(None, "--max-length", help="Only sentences of <= N words after removal."),
+    keep_punct: bool = typer.Option(False, "--keep-punct", help="Do not remove punctuation (traces are still removed)."),
+    count_root: bool = typer.Option(False, "--count-root", help="Count the whole-sentence span."),
+    multiset: bool = typer.Option(False, "--multiset", help="Count spans as a multiset (unary chains count repeatedly)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+    per_sentence: Optional[Path] = typer.Option(None, "--per-sentence", help="Write a CSV with one row per sentence."),
+) -> None:
+    """Unlabeled bracketing F1 (sentence and corpus level), per-label recall and branching statistics.
+
+    Examples: `induce eval pred.txt --gold 22.mrg`, `induce eval --baseline right --wsj40`,
+    `induce eval --checkpoint runs/RUN --wsj10`.
+    """
+    from induce.evaluation import EvalConvention, baseline_predictions, evaluate, prepare_gold
+
+    console = Console(stderr=True)
+    try:
+        limits = [n for n in (10 if wsj10 else None, 40 if wsj40 else None, max_length) if n is not None]
+        convention = EvalConvention(
+            keep_punct=keep_punct, count_root=count_root, multiset=multiset, max_length=min(limits) if limits else None
+        )
+        if sum(x is not None for x in (predicted, baseline, checkpoint)) > 1:
+            raise InduceError("give only one of: a predicted file, --baseline, --checkpoint")
+        gold_trees, gold_label, corpus_dir = _load_gold(gold, corpus, data, split, console)
+        run_dir = None
+        if predicted is None and baseline is None:
+            from induce.inference import latest_run
+
+            run_dir = checkpoint if checkpoint is not None else latest_run()
+            if checkpoint is None:
+                console.print(f"[bold]using the most recent finished run:[/] {run_dir}")
+        if lm:
+            if run_dir is None:
+                raise InduceError("--lm needs a trained run (--checkpoint)")
+            if corpus_dir is None:
+                raise InduceError("--lm reads the LM text of a prepared corpus: use --corpus or the default corpus, not --gold")
+            from induce.inference import lm_perplexity
+
+            ppl = lm_perplexity(run_dir, corpus_dir, split)
+            if as_json:
+                typer.echo(json.dumps({"perplexity": ppl, "split": split, "run": str(run_dir)}))
+            else:
+                typer.echo(f"perplexity on {split}: {ppl:.2f}")
+            return
+
+        locations = None
+        if predicted is not None:
+            from induce.treeio import read_trees
+
+            located = read_trees(predicted)
+            pred_trees = [item.tree for item in located]
+            locations = [(item.path, item.line) for item in located]
+            source = str(predicted)
+        elif baseline is not None:
+            pred_trees = baseline_predictions(gold_trees, baseline, convention, seed=seed)
+            source = f"baseline {baseline}" + (f" (seed {seed})" if baseline == "random" else "")
+        else:
+            from induce.inference import predict_trees
+
+            kept = [prepare_gold(tree, convention).words for tree in gold_trees]
+            wanted = [i for i, words in enumerate(kept)
+                      if len(words) >= convention.min_length and not (convention.max_length and len(words) > convention.max_length)]
+            parsed = predict_trees(run_dir, [kept[i] for i in wanted], batch_size=batch_size, decoder=decoder)
+            pred_trees = [None] * len(gold_trees)  # sentences outside the length filter are skipped unparsed
+            for i, tree in zip(wanted, parsed):
+                pred_trees[i] = tree
+            source = f"run {run_dir}"
+        result = evaluate(pred_trees, gold_trees, convention, pred_locations=locations)
+    except InduceError as err:
+        console.print(f"[red]error:[/] {err}")
+        raise typer.Exit(2)
+    except ValueError as err:  # e.g. an unknown baseline name
+        console.print(f"[red]error:[/] {err}")
+        raise typer.Exit(2)
+
+    summary = result.to_dict()
+    summary.update({"predicted": source, "gold": gold_label})
+    if per_sentence is not None:
+        _write_per_sentence(per_sentence, result)
+    if as_json:
+        typer.echo(json.dumps(summary, sort_keys=True))
+    else:
+        _print_table(summary, Console())
+
+
+def _load_gold(gold, corpus, data, split, console):
+    """(gold trees, description, prepared corpus dir or None)."""
+    if gold is not None:
+        from induce.treeio import read_trees
+
+        return [item.tree for item in read_trees(gold)], str(gold), None
+    from induce.data.corpus import PreparedCorpus
+
+    if corpus is None:
+        from induce.data.locate import default_corpus
+
+        corpus = default_corpus(data, console=console)
+    prepared = PreparedCorpus(corpus)
+    if not prepared.has_trees:
+        raise InduceError(f"{corpus}: this corpus has no trees (LM text only); give --gold FILE")
+    return prepared.gold_trees(split), f"{corpus}/{split}.gold.txt", Path(corpus)
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _print_table(summary: dict, console: Console) -> None:
+    table = Table(title=f"{summary['predicted']}  vs  {summary['gold']}", show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("sentences evaluated", str(summary["n_sentences"]))
+    table.add_row("sentences skipped (length filter)", str(summary["n_skipped"]))
+    table.add_row("sentence F1", _fmt(summary["sentence_f1"]))
+    table.add_row("corpus F1", _fmt(summary["corpus_f1"]))
+    table.add_row("corpus precision", _fmt(summary["precision"]))
+    table.add_row("corpus recall", _fmt(summary["recall"]))
+    for label, value in summary["label_recall"].items():
+        table.add_row(f"recall {label} ({summary['label_counts'][label]})", _fmt(value))
+    for who, prefix in (("predicted", ""), ("gold", "gold_")):
+        table.add_row(
+            f"{who} splits % left / right / other / n-ary",
+            " / ".join(_fmt(summary[f"{prefix}{kind}_split_pct"]) for kind in ("left", "right", "other_binary", "nary")),
+        )
+    console.print(table)
+    console.print(f"convention: {summary['convention']['description']}")
+
+
+def _write_per_sentence(path: Path, result) -> None:
+    from induce.treeio import atomic_write_text
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["index", "length", "f1", "precision", "recall", "n_pred_spans", "n_gold_spans", "n_matched"])
+    for s in result.sentences:
+        writer.writerow([s.index, s.length, f"{100 * s.f1:.4f}", f"{100 * s.precision:.4f}", f"{100 * s.recall:.4f}",
+                         s.n_pred, s.n_gold, s.n_match])
+    atomic_write_text(path, buffer.getvalue())
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval", help=None, epilog=CONVENTION_HELP)(eval_command)

@@ -1,0 +1,47 @@
+"""Baseline trees: right-, left-branching, balanced and random binary trees.
+
+``random``: at every span of two or more words the split point is drawn uniformly among the
+``length - 1`` possible ones (top-down), with a seeded ``random.Random``; ``balanced``: the left
+part gets ``ceil(length / 2)`` words.
+"""
+from __future__ import annotations
+
+import random
+from typing import Sequence
+
+import nltk
+
+from .metrics import EvalConvention, prepare_gold
+from .trees import Node, left_branching, right_branching, split_tree
+
+BASELINES = ("right", "left", "balanced", "random")
+
+
+def baseline_tree(n_words: int, kind: str, rng: random.Random | None = None) -> Node:
+    """A baseline binary tree over ``n_words >= 1`` words."""
+    if kind not in BASELINES:
+        raise ValueError(f"unknown baseline {kind!r}; choose one of {', '.join(BASELINES)}")
+    if n_words < 1:
+        raise ValueError("a tree needs at least one word")
+    if kind == "right":
+        return right_branching(n_words)
+    if kind == "left":
+        return left_branching(n_words)
+    if n_words == 1:
+        return Node("S", 0, 1, [Node(None, 0, 1)])
+    if kind == "balanced":
+        return split_tree(0, n_words, lambda i, j: i + (j - i + 1) // 2)
+    rng = rng or random.Random(0)
+    return split_tree(0, n_words, lambda i, j: rng.randint(i + 1, j - 1))
+
+
+def baseline_predictions(
+    gold_trees: Sequence[nltk.Tree], kind: str, convention: EvalConvention = EvalConvention(), seed: int = 0
+) -> list[Node]:
+    """One baseline tree per gold tree, over the words the convention keeps (for :func:`evaluate`)."""
+    rng = random.Random(seed)
+    out = []
+    for tree in gold_trees:
+        n_words = len(prepare_gold(tree, convention).words)
+        out.append(baseline_tree(max(n_words, 1), kind, rng))
+    return out

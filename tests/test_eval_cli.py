@@ -1,0 +1,81 @@
+"""`induce eval` end to end through the Typer app."""
+import csv
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+
+runner = CliRunner()
+GOLD = [
+    "(S (NP (DT the) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .))",
+    "( (S (NP-SBJ (NNS dogs)) (VP (VBP bark) (ADVP (RB loudly) (RB today)))) )",
+]
+JSON_KEYS = {"n_sentences", "sentence_f1", "corpus_f1", "precision", "recall", "label_recall", "left_split_pct",
+             "right_split_pct", "gold_left_split_pct", "gold_right_split_pct"}
+
+
+@pytest.fixture
+def gold_file(tmp_path):
+    path = tmp_path / "gold.mrg"
+    path.write_text("\n".join(GOLD) + "\n")
+    return path
+
+
+def test_json_output_and_per_sentence_csv(tmp_path, gold_file):
+    pred = tmp_path / "pred.txt"
+    pred.write_text("(S the (S cat (S sat (S on (S the mat)))))\n(S dogs (S bark (S loudly today)))\n")
+    rows = tmp_path / "rows.csv"
+    result = runner.invoke(app, ["eval", str(pred), "--gold", str(gold_file), "--json", "--per-sentence", str(rows)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert JSON_KEYS <= set(summary)
+    assert summary["n_sentences"] == 2
+    # Sentence 1: 3 of 4 spans (F1 75); sentence 2: gold (1,4) (2,4), prediction (1,4) (2,4): 100.
+    assert summary["sentence_f1"] == pytest.approx((75 + 100) / 2)
+    assert summary["corpus_f1"] == pytest.approx(100 * 5 / 6)
+    with rows.open() as handle:
+        table = list(csv.DictReader(handle))
+    assert [row["index"] for row in table] == ["0", "1"] and float(table[1]["f1"]) == 100.0
+
+
+def test_baseline_table_states_the_convention(gold_file):
+    result = runner.invoke(app, ["eval", "--baseline", "left", "--gold", str(gold_file)])
+    assert result.exit_code == 0, result.output
+    assert "sentence F1" in result.stdout and "word-tag filter" in result.stdout
+
+
+def test_mismatch_is_an_error_naming_the_line(tmp_path, gold_file):
+    pred = tmp_path / "pred.txt"
+    pred.write_text("(S the (S cat (S sat (S on (S the mat)))))\n(S cats (S bark (S loudly today)))\n")
+    result = runner.invoke(app, ["eval", str(pred), "--gold", str(gold_file)])
+    assert result.exit_code == 2
+    assert f"{pred}:2:" in result.output.replace("\n", "")
+    short = tmp_path / "short.txt"
+    short.write_text("(S the (S cat (S sat (S on (S the mat)))))\n")
+    result = runner.invoke(app, ["eval", str(short), "--gold", str(gold_file)])
+    assert result.exit_code == 2 and "1 predicted trees but 2 gold trees" in result.output.replace("\n", " ")
+
+
+def test_unknown_baseline_and_conflicting_sources(gold_file, tmp_path):
+    assert runner.invoke(app, ["eval", "--baseline", "diagonal", "--gold", str(gold_file)]).exit_code == 2
+    pred = tmp_path / "p.txt"
+    pred.write_text("(S a b)\n")
+    assert runner.invoke(app, ["eval", str(pred), "--baseline", "right", "--gold", str(gold_file)]).exit_code == 2
+
+
+def test_gold_against_itself_is_100_on_the_nltk_sample():
+    data = os.environ.get("INDUCE_DATA")
+    if not data or not (Path(data) / "nltk_treebank").is_dir():
+        pytest.skip("INDUCE_DATA with nltk_treebank/ not set")
+    gold = Path(data) / "nltk_treebank" / "wsj_0003.mrg"  # traces, function tags, punctuation
+    for extra in ([], ["--keep-punct"], ["--multiset", "--count-root"]):
+        result = runner.invoke(app, ["eval", str(gold), "--gold", str(gold), "--json", *extra])
+        assert result.exit_code == 0, result.output
+        summary = json.loads(result.stdout)
+        assert summary["n_sentences"] > 10
+        assert summary["sentence_f1"] == pytest.approx(100.0) and summary["corpus_f1"] == pytest.approx(100.0)
+        assert all(v in (None, 100.0) for v in summary["label_recall"].values())
