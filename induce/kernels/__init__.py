@@ -1,0 +1,154 @@
+"""Kernels shared by the models: cumax, PRPN stick-breaking gates, linear-recurrence scans and
+PaLM span attention, each in three tiers (``reference``, ``torch``, ``triton``).
+
+Every function takes ``backend: str = "auto"``; see :mod:`induce.kernels._dispatch` for how
+``"auto"`` is resolved and :func:`set_backend` / :func:`get_backend` / :func:`use_backend` for the
+process-wide switch behind the CLI's ``--kernels``. Asking for ``"triton"`` where it cannot run
+raises :class:`KernelBackendError` (an :class:`induce.errors.InduceError`).
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+
+from ._dispatch import (
+    BACKENDS,
+    KernelBackendError,
+    get_backend,
+    implementation,
+    resolve,
+    set_backend,
+    triton_unavailable_reason,
+    use_backend,
+)
+
+__all__ = [
+    "BACKENDS",
+    "KernelBackendError",
+    "cumax",
+    "get_backend",
+    "linear_scan",
+    "resolve",
+    "set_backend",
+    "span_attention",
+    "span_representations",
+    "stick_breaking_gates",
+    "triton_unavailable_reason",
+    "use_backend",
+]
+
+
+def cumax(x: torch.Tensor, dim: int = -1, reverse: bool = False, backend: str = "auto") -> torch.Tensor:
+    """Cumulative softmax (ON-LSTM): ``out_j = sum_{i <= j} softmax(x)_i`` along ``dim``.
+
+    ``reverse=True`` sums from the end: ``out_j = sum_{i >= j} softmax(x)_i``. The ON-LSTM master
+    input gate ``1 - cumax(x)`` is the *exclusive* reverse sum ``sum_{i > j}`` (its last entry is 0,
+    the quirk noted by Stratos), so models should keep writing ``1 - cumax(x)`` for it.
+    Any shape; the output has the shape and dtype of ``x``.
+    """
+    return implementation(backend, x).cumax(x, dim=dim, reverse=reverse)
+
+
+def stick_breaking_gates(
+    d: torch.Tensor,
+    window: int,
+    tau: float = 20.0,
+    d_next: Optional[torch.Tensor] = None,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """PRPN memory gates from syntactic distances (Stratos' note, Eq. 6). ``d: [B, T] -> [B, T, window]``.
+
+    Index convention (0-based positions; ``d[:, j]`` is the distance between tokens ``j-1`` and ``j``):
+    at position ``t`` the memory holds the states of the ``window`` previous positions, and
+
+        ``g[b, t, w]`` gates the memory slot holding position ``i = t - window + w``
+        (``w = window - 1`` is position ``t - 1``), and equals
+        ``prod_{j=i+1..t} alpha_j``,  ``alpha_j = (hardtanh((q_t - d_j) * tau + 1) + 1) / 2``,
+
+    with query ``q_t = d_t`` (``d_next=None``) or ``q_t = d_next[:, t]`` (``d_next`` holds the
+    separately predicted ``\\hat d_{t+1}`` at index ``t``). This is Stratos' ``g_{i+1}^t =
+    prod_{j=i+1..t} alpha_j^t``: his gate index ``i`` gates the state of position ``i - 1`` (the one
+    left of the boundary ``d_i``), as in PRPN's code, where slot ``k`` (``h_{t-1-k}``) gets
+    ``cumprod_k alpha_{t-k}``. So ``g[:, t, -1] = alpha_t``: exactly 1 when ``q_t = d_t``, and
+    ``\\hat alpha_t^{t+1}`` for ``d_next``, whose slots are Stratos' ``\\hat g_i^{t+1}``,
+    ``i = t-window+1..t``, shifted by one likewise. The state ``h_t`` itself is not a slot.
+
+    Slots before the sequence start (``i < 0``, including Stratos' initial state ``h_0``) get
+    exactly 0 (Stratos sets ``d_i = inf`` there). Products are cumulative products over the
+    reversed window: exact zeros (saturated hardtanh) stay exact and gradients stay finite.
+    """
+    return implementation(backend, d, d_next).stick_breaking_gates(d, window, tau=tau, d_next=d_next)
+
+
+def linear_scan(
+    log_f: torch.Tensor,
+    u: torch.Tensor,
+    c0: Optional[torch.Tensor] = None,
+    reverse: bool = False,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """First-order linear recurrence ``c_t = f_t * c_{t-1} + u_t`` over ``[B, T, D]``.
+
+    Forget gates come in log space, ``log_f <= 0`` (``f = exp(log_f)``; ``-inf`` means ``f = 0``).
+    ``reverse=True`` runs right to left: ``c_t = f_t * c_{t+1} + u_t``. ``c0: [B, D]`` is the state
+    before the first step (``c_{-1}``, or ``c_T`` when reversed), zero by default. Returns ``c
+    [B, T, D]``. Computed as a parallel scan over ``(f, u)`` pairs, never through ``exp(-cumsum)``,
+    so long sequences neither overflow nor lose precision; the backward pass is the reverse scan.
+    """
+    return implementation(backend, log_f, u, c0).linear_scan(log_f, u, c0=c0, reverse=reverse)
+
+
+def span_representations(
+    c: torch.Tensor, log_f: torch.Tensor, max_len: int, reverse: bool = False, backend: str = "auto"
+) -> torch.Tensor:
+    """PaLM Alg. 1 / Eq. 2 for a rational RNN: all spans of length ``<= max_len`` ending at each position.
+
+    ``c, log_f: [B, T, D]``, ``c`` from :func:`linear_scan` over the same ``log_f``. Returns
+    ``out [B, T, m, D]`` where ``out[:, t, k]`` represents the span ``[t-k, t]`` (``k = 0..m-1``):
+
+    * forward (``reverse=False``): ``c_t - c_{t-k-1} * prod_{j=t-k..t} f_j`` (``c_{-1} = 0``),
+      i.e. the forward RNN run over the span alone;
+    * backward (``reverse=True``, ``c`` from the right-to-left scan): the mirror formula
+      ``c_{t-k} - c_{t+1} * prod_{j=t-k..t} f_j`` (``c_T = 0``), the backward RNN run over the span alone.
+
+    Entries with ``t - k < 0`` are 0. The products are summed in log space over the window only.
+
+    **Future information (backward direction).** ``c_{t-k}`` and ``c_{t+1}`` of a right-to-left
+    scan both contain the tokens after ``t``; their contributions cancel exactly in real arithmetic
+    and up to float rounding here: a change of the tokens after ``t`` moves ``out[:, t]`` by about
+    ``eps * |c_{t+1}|`` (``eps`` = 6e-8 in fp32; for PaLM's ``u = (1 - f) tanh(.)`` we have
+    ``|c| <= 1``), and autograd likewise sends gradients to the future tokens that cancel only up to
+    rounding. We keep the formula (it is the paper's Alg. 1 and needs only ``c``, in O(1) work per
+    span); the test suite bounds the leak. The exact alternative, a window recurrence over ``k``
+    from ``u``, needs ``u`` itself and is not part of this API.
+    """
+    return implementation(backend, c, log_f).span_representations(c, log_f, max_len, reverse=reverse)
+
+
+def span_attention(
+    query: torch.Tensor,
+    c_fwd: torch.Tensor,
+    logf_fwd: torch.Tensor,
+    c_bwd: torch.Tensor,
+    logf_bwd: torch.Tensor,
+    w_span: Optional[torch.Tensor],
+    v: Optional[torch.Tensor],
+    max_len: int,
+    fixed_scores: Optional[torch.Tensor] = None,
+    backend: str = "auto",
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """PaLM span attention (Eq. 3) over the spans ``[t-k, t]``, ``k = 0..m-1``, ending at each ``t``.
+
+    ``query [B, T, A]`` (``W_h h_{t+1} + b``, computed by the model), ``c_fwd, logf_fwd`` from the
+    left-to-right scan and ``c_bwd, logf_bwd`` from the right-to-left scan (``[B, T, D]``),
+    ``w_span [2D, A]``, ``v [A]``. With ``g = [fwd; bwd]`` the span representation ``[2D]``
+    (:func:`span_representations`), the score is ``s[b, t, k] = v . tanh(query[b, t] + g @ w_span)``,
+    the weights a softmax over the spans with ``t - k >= 0`` and the context ``sum_k w_k g_k``.
+    ``fixed_scores [m]`` replaces the MLP scores (PaLM-RB); ``w_span`` and ``v`` may then be None.
+
+    Returns ``(context [B, T, 2D], scores [B, T, m])``; scores of spans starting before the
+    sequence are ``-inf``. The triton tier never stores the ``[B, T, m, 2D]`` span tensor.
+    """
+    impl = implementation(backend, query, c_fwd, logf_fwd, c_bwd, logf_bwd, w_span, v, fixed_scores)
+    return impl.span_attention(query, c_fwd, logf_fwd, c_bwd, logf_bwd, w_span, v, max_len, fixed_scores=fixed_scores)

@@ -1,0 +1,118 @@
+"""Triton tier against the reference tier, through Triton's CPU interpreter (small shapes).
+
+``TRITON_INTERPRET=1`` must be in the environment before Triton decorates the kernels, i.e. before
+``induce.kernels.triton_impl`` is imported. ``induce.kernels`` imports Triton lazily (only when the
+Triton tier is first used), and pytest imports every test module before running any test, so setting
+the variable here at module import is early enough as long as no other test module imports Triton
+at import time. Run these alone with ``pytest -m triton``. On a machine with a GPU the compiled
+kernels run on CUDA tensors instead (the reference still runs on the CPU).
+"""
+from __future__ import annotations
+
+import os
+
+import torch  # does not import triton
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
+
+import math  # noqa: E402
+
+import pytest  # noqa: E402
+
+import induce.kernels as K  # noqa: E402
+from induce.kernels.testing import compare_with_reference, random_scan_inputs, span_attention_inputs  # noqa: E402
+
+TIER = "triton"
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+_reason = K.triton_unavailable_reason()
+pytestmark = [
+    pytest.mark.triton,
+    pytest.mark.skipif(_reason is not None, reason=f"triton cannot be imported: {_reason}"),
+    pytest.mark.skipif(
+        not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1",
+        reason="no GPU and TRITON_INTERPRET was set to something other than 1 before this module",
+    ),
+]
+
+
+def check(*args, **kwargs) -> None:
+    compare_with_reference(*args, device=DEVICE, **kwargs)
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def test_auto_uses_torch_on_cpu_even_with_triton():
+    assert K.resolve("auto", torch.zeros(1)) == "torch"
+    if torch.cuda.is_available():
+        assert K.resolve("auto", torch.zeros(1, device="cuda")) == "triton"
+
+
+@pytest.mark.parametrize("shape,dim,reverse", [((1, 1), -1, False), ((3, 7), -1, True), ((2, 5, 9), 1, False)])
+def test_cumax(shape, dim, reverse):
+    check("cumax", TIER, {"x": 3 * torch.randn(shape, generator=_gen(0))}, dim=dim, reverse=reverse)
+
+
+@pytest.mark.parametrize("B,T,W,with_next", [(1, 1, 3, False), (2, 7, 5, True), (1, 19, 4, False), (2, 4, 9, True)])
+def test_stick_breaking(B, T, W, with_next):
+    gen = _gen(T)
+    inputs = {"d": torch.rand(B, T, generator=gen)}
+    if with_next:
+        inputs["d_next"] = torch.rand(B, T, generator=gen)
+    check("stick_breaking_gates", TIER, inputs, window=W, tau=3.0)
+
+
+def test_stick_breaking_exact_zeros():
+    d = torch.tensor([[0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.5, 0.5]])
+    check("stick_breaking_gates", TIER, {"d": d}, window=5, tau=100.0)
+    check("stick_breaking_gates", TIER, {"d": d, "d_next": d.flip(1)}, window=5, tau=100.0)
+
+
+@pytest.mark.parametrize("B,T,D", [(1, 1, 1), (2, 7, 3), (1, 45, 5)])  # 45: over one chunk of 32
+@pytest.mark.parametrize("reverse", [False, True])
+def test_linear_scan(B, T, D, reverse):
+    gen = _gen(T)
+    inputs = random_scan_inputs(B, T, D, generator=gen)
+    inputs["c0"] = torch.randn(B, D, generator=gen)
+    check("linear_scan", TIER, inputs, reverse=reverse)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_linear_scan_hard_gates_and_long_decay(reverse):
+    gen = _gen(3)
+    u = torch.randn(1, 300, 2, generator=gen)
+    log_f = -3 * torch.rand(u.shape, generator=gen)
+    log_f[0, 10] = -math.inf
+    log_f[0, 20:40] = 0.0
+    log_f[0, 50] = -1e4
+    check("linear_scan", TIER, {"log_f": log_f, "u": u}, reverse=reverse)
+
+
+@pytest.mark.parametrize("B,T,D,m", [(1, 1, 1, 3), (2, 7, 3, 4), (1, 19, 33, 5)])  # T, D over one block
+@pytest.mark.parametrize("reverse", [False, True])
+def test_span_representations(B, T, D, m, reverse):
+    inputs = random_scan_inputs(B, T, D, generator=_gen(T))
+    inputs["log_f"][0, 0] = -math.inf
+    c = K.linear_scan(inputs["log_f"], inputs["u"], reverse=reverse, backend="torch")
+    check("span_representations", TIER, {"c": c, "log_f": inputs["log_f"]}, max_len=m,
+                           reverse=reverse)
+
+
+@pytest.mark.parametrize("B,T,D,A,m", [(1, 1, 1, 2, 3), (2, 7, 3, 5, 4), (1, 18, 33, 6, 5)])
+def test_span_attention(B, T, D, A, m):
+    check("span_attention", TIER, span_attention_inputs(B, T, D, A, seed=T), max_len=m,
+                           rtol=2e-5, atol=2e-5)
+
+
+def test_span_attention_hard_gates_and_fixed_scores():
+    log_f = torch.zeros(2, 9, 3)
+    log_f[0, 2] = -math.inf
+    log_f[1, 5:] = -50.0
+    inputs = span_attention_inputs(2, 9, 3, 4, seed=9, log_f=log_f)
+    check("span_attention", TIER, inputs, max_len=4, rtol=2e-5, atol=2e-5)
+    for name in ("query", "w_span", "v"):
+        inputs.pop(name)
+    check("span_attention", TIER, inputs, query=None, w_span=None, v=None, max_len=4,
+                           fixed_scores=torch.tensor([1.0, 2.0, 3.0, 4.0]))
