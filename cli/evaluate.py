@@ -30,7 +30,8 @@ def eval_command(
         "all gold tokens (punctuation is then projected away) or only the words kept by the convention."
     ),
     gold: Optional[Path] = typer.Option(
-        None, "--gold", help="Gold treebank file (one tree per line or multi-line .mrg). "
+        None, "--gold", help="Gold treebank file (one tree per line or multi-line .mrg), or a folder whose *.mrg "
+        "files are read in name order (e.g. the NLTK sample). "
         "Default: the --split of the default prepared corpus (see --data)."
     ),
     baseline: Optional[str] = typer.Option(
@@ -139,7 +140,10 @@ def _load_gold(gold, corpus, data, split, console):
     if gold is not None:
         from induce.treeio import read_trees
 
-        return [item.tree for item in read_trees(gold)], str(gold), None
+        files = sorted(gold.glob("*.mrg")) if gold.is_dir() else [gold]
+        if not files:
+            raise InduceError(f"{gold}: no .mrg files in this folder")
+        return [item.tree for path in files for item in read_trees(path)], str(gold), None
     from induce.data.corpus import PreparedCorpus
 
     if corpus is None:

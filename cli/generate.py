@@ -1,0 +1,55 @@
+"""`induce generate`: sample text or beam-search a sentence from a trained model."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from induce.errors import InduceError
+
+
+def generate_command(
+    checkpoint: Optional[Path] = typer.Option(
+        None, "--checkpoint", "-c", help="Run folder or checkpoint (default: the most recent finished run under runs/)."
+    ),
+    words: int = typer.Option(50, "--words", "-n", min=1, help="Tokens to generate (beam search: at most)."),
+    temperature: float = typer.Option(1.0, "--temperature", "-t", help="Sampling temperature (> 0; lower = safer)."),
+    beam: Optional[int] = typer.Option(None, "--beam", min=1, help="Beam search with this many hypotheses instead of sampling."),
+    prompt: Optional[str] = typer.Option(None, "--prompt", help="Text to continue (normalised as in training)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed."),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where to look for the latest run."),
+) -> None:
+    """Generate text: sampling with a temperature, or the most probable sentence with --beam K.
+
+    <eos> tokens are printed as line breaks.
+    """
+    from induce.inference import generate, latest_run, tokenize
+
+    console = Console(stderr=True)
+    try:
+        if checkpoint is None:
+            checkpoint = latest_run(runs_dir)
+            console.print(f"using the latest finished run: {checkpoint}", highlight=False)
+        tokens = generate(checkpoint, n_words=words, temperature=temperature, beam=beam,
+                          prompt=tokenize(prompt) if prompt else None, seed=seed, device=device)
+    except InduceError as err:
+        console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+        raise typer.Exit(code=2)
+    lines, current = [], []
+    for token in tokens:
+        if token == "<eos>":
+            lines.append(" ".join(current))
+            current = []
+        else:
+            current.append(token)
+    if current:
+        lines.append(" ".join(current))
+    typer.echo("\n".join(lines))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``induce generate`` to the app."""
+    app.command("generate")(generate_command)

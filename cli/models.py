@@ -1,0 +1,20 @@
+"""`induce models`: list the registered models, one line each."""
+from __future__ import annotations
+
+import typer
+
+
+def models_command() -> None:
+    """List the models `induce train --model NAME` accepts: name, parser kind, description."""
+    from induce.models.registry import get_model_class, list_models
+
+    models = list_models()
+    width = max((len(name) for name in models), default=0)
+    for name, description in models.items():
+        kind = getattr(get_model_class(name), "parser_kind", "?")
+        typer.echo(f"{name:<{width}}  {kind:<8}  {description}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``induce models`` to the app."""
+    app.command("models")(models_command)

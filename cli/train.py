@@ -1,0 +1,85 @@
+"""`induce train`: train a language model into a run folder (logic: :mod:`induce.training`)."""
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from induce.errors import InduceError
+
+
+def train_command(
+    overrides: Optional[list[str]] = typer.Argument(
+        None, metavar="[KEY=VALUE]...",
+        help="Config overrides with dotted keys, e.g. model.hidden_size=200 optim.lr=0.003 data.batch_size=32.",
+    ),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model name (see `induce models`)."),
+    config: Optional[Path] = typer.Option(
+        None, "--config", help="YAML config (default: configs/<model>.yaml when present, over configs/default.yaml)."
+    ),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run folder (default: runs/<model>-<timestamp>)."),
+    corpus: Optional[str] = typer.Option(
+        None, "--corpus", help="Prepared corpus folder or name under corpora/ (= data.corpus; default: the default corpus)."
+    ),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (= train.seed)."),
+    device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda or cuda:N (= train.device)."),
+    kernels: Optional[str] = typer.Option(None, "--kernels", help="Kernel backend: auto, reference, torch, triton."),
+    max_epochs: Optional[int] = typer.Option(None, "--max-epochs", help="Number of epochs (= train.epochs)."),
+    time_budget: Optional[str] = typer.Option(
+        None, "--time-budget", help="Stop after this much training time: seconds or 90s, 10m, 2h (= train.time_budget)."
+    ),
+    resume: Optional[Path] = typer.Option(
+        None, "--resume", help="Continue the run in this folder exactly where it stopped (its config is kept)."
+    ),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
+) -> None:
+    """Train a language model; writes config.yaml, metrics.jsonl, best/last checkpoints into the run folder.
+
+    Under `torchrun --nproc_per_node N` the same command trains with DistributedDataParallel.
+    """
+    from induce.config import load_config, parse_duration
+    from induce.training import resume as resume_run
+    from induce.training import train
+
+    console = Console(stderr=True)
+    try:
+        cli_train = {}
+        if seed is not None:
+            cli_train["seed"] = seed
+        if device is not None:
+            cli_train["device"] = device
+        if kernels is not None:
+            cli_train["kernels"] = kernels
+        if max_epochs is not None:
+            cli_train["epochs"] = max_epochs
+        if time_budget is not None:
+            cli_train["time_budget"] = parse_duration(time_budget)
+        if resume is not None:
+            if model or config or overrides or corpus or seed is not None:
+                raise InduceError("--resume keeps the run's config: only --max-epochs, --time-budget, --device, "
+                                  "--kernels may change")
+            result = resume_run(resume, cli_train, console=console, progress=progress)
+        else:
+            extra = [f"train.{key}={value}" for key, value in cli_train.items()]
+            if corpus is not None:
+                extra.append(f"data.corpus={corpus}")
+            run_config = load_config(model, config, list(overrides or []) + extra)
+            stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+            run_dir = out or Path("runs") / f"{run_config.model_name}-{stamp}"
+            result = train(run_config, run_dir, console=console, progress=progress)
+    except InduceError as err:
+        console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+        raise typer.Exit(code=2)
+    console.print(
+        f"{result.run_dir}: {result.epochs_done} epochs ({result.stop_reason}), best valid ppl {result.best_valid_ppl:.2f}",
+        highlight=False,
+    )
+    typer.echo(str(result.run_dir))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``induce train`` to the app."""
+    app.command("train")(train_command)

@@ -1,0 +1,303 @@
+"""One typed run configuration: YAML files + ``key=value`` overrides -> :class:`RunConfig`.
+
+Layers, later ones win (:func:`load_config`):
+
+1. the defaults of the pydantic classes below;
+2. ``configs/default.yaml`` (data / optim / train defaults shared by every model);
+3. ``configs/<model>.yaml`` (the paper's hyper-parameters of that model), or ``--config FILE``;
+4. ``key=value`` overrides with dotted keys (``model.hidden_size=200 optim.lr=0.003``); values
+   are read as YAML scalars (``0.003`` is a float, ``true`` a bool, ``null`` None, ``[0, 0.999]`` a list).
+
+The ``model`` section is validated by the chosen model's own ``Config`` class
+(:func:`induce.models.registry.get_model_class`), and stored resolved (every field, defaults
+filled in) so that ``config.yaml`` in a run folder says exactly what ran. Every validation error
+names the dotted key it is about.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+import pydantic
+import yaml
+
+from induce.errors import InduceError, InputError
+
+#: Where the shipped configs live (the repository's ``configs/`` folder).
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+DEFAULT_CONFIG = "default.yaml"
+SECTIONS = ("model_name", "model", "data", "optim", "train")
+
+
+class ConfigError(InduceError):
+    """A config file or override is invalid; the message names the key."""
+
+
+class _Section(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class DataConfig(_Section):
+    """Corpus and batching (AWD-LSTM conventions)."""
+
+    corpus: Optional[str] = pydantic.Field(
+        None, description="prepared corpus folder (or a name under corpora/); None = the default corpus"
+    )
+    batch_size: int = pydantic.Field(20, gt=0, description="parallel streams of the training text (global)")
+    eval_batch_size: int = pydantic.Field(10, gt=0, description="streams of the validation text")
+    bptt: int = pydantic.Field(70, gt=1, description="mean BPTT segment length")
+    variable_bptt: bool = pydantic.Field(True, description="AWD-LSTM random segment lengths (and lr rescaling)")
+    bptt_std: float = pydantic.Field(5.0, ge=0, description="std of the random segment length")
+    min_bptt: int = pydantic.Field(5, ge=1, description="shortest random segment")
+    max_bptt_extra: int = pydantic.Field(20, ge=0, description="segments are at most bptt + this long")
+
+
+class OptimConfig(_Section):
+    """Optimiser and schedule.
+
+    * AWD-LSTM / ON-LSTM: ``optimizer: sgd, asgd: nonmono`` — SGD, switched to averaged SGD when the
+      validation loss has not improved on the best of all but the last ``nonmono`` evaluations.
+    * PaLM: ``optimizer: adam, asgd: epoch, asgd_after_epochs: N`` — Adam for N epochs, then ASGD.
+    * PRPN: ``optimizer: adam, asgd: never, plateau_factor: 0.5`` — Adam, lr halved on plateaus.
+    """
+
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    lr: float = pydantic.Field(30.0, gt=0)
+    asgd: Literal["nonmono", "epoch", "never"] = "nonmono"
+    asgd_lr: Optional[float] = pydantic.Field(None, gt=0, description="lr of ASGD (default: lr)")
+    asgd_after_epochs: int = pydantic.Field(0, ge=0, description="asgd=epoch: switch after this many epochs")
+    nonmono: int = pydantic.Field(5, ge=1, description="non-monotone trigger window (evaluations)")
+    wdecay: float = pydantic.Field(1.2e-6, ge=0, description="L2 weight decay")
+    clip: Optional[float] = pydantic.Field(0.25, gt=0, description="gradient norm clipping (None: off)")
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = pydantic.Field(1e-8, gt=0)
+    plateau_factor: Optional[float] = pydantic.Field(
+        None, gt=0, lt=1, description="multiply lr by this when valid loss plateaus (None: off)"
+    )
+    plateau_patience: int = pydantic.Field(2, ge=0)
+
+
+class TrainConfig(_Section):
+    """Loop, regularisation, selection and stopping."""
+
+    epochs: int = pydantic.Field(1000, ge=1)
+    seed: int = 1111
+    alpha: float = pydantic.Field(2.0, ge=0, description="AR: alpha * mean(dropped last-layer output^2)")
+    beta: float = pydantic.Field(1.0, ge=0, description="TAR: beta * mean((h_t - h_{t-1})^2) of raw output")
+    log_interval: int = pydantic.Field(200, ge=1, description="batches between progress logs (and syncs)")
+    patience: Optional[int] = pydantic.Field(None, ge=1, description="early stopping: epochs without improvement")
+    select_by: Literal["valid_ppl", "dev_f1"] = "valid_ppl"
+    time_budget: Optional[float] = pydantic.Field(None, gt=0, description="seconds of training, then stop")
+    checkpoint_every: Optional[int] = pydantic.Field(
+        None, ge=1, description="also write the resumable checkpoint every N batches (mid-epoch)"
+    )
+    dev_f1: bool = pydantic.Field(True, description="parse the dev trees each epoch when the corpus has them")
+    dev_f1_max_sentences: int = pydantic.Field(500, ge=1, description="dev sentences parsed per epoch (<= 40 words)")
+    device: str = pydantic.Field("auto", description="auto, cpu, cuda, cuda:N")
+    kernels: str = pydantic.Field("auto", description="kernel backend: auto, reference, torch, triton")
+    amp: bool = pydantic.Field(False, description="bfloat16 autocast on CUDA")
+
+
+class RunConfig(_Section):
+    """Everything a training run needs. ``model`` holds the fields of ``model_name``'s ``Config``."""
+
+    model_name: str
+    model: dict[str, Any] = pydantic.Field(default_factory=dict)
+    data: DataConfig = pydantic.Field(default_factory=DataConfig)
+    optim: OptimConfig = pydantic.Field(default_factory=OptimConfig)
+    train: TrainConfig = pydantic.Field(default_factory=TrainConfig)
+
+    @pydantic.model_validator(mode="after")
+    def _resolve_model(self):
+        """Validate ``model`` with the model's own Config and store it with defaults filled in."""
+        from induce.models.registry import get_model_class
+
+        try:
+            cls = get_model_class(self.model_name)
+        except KeyError as err:
+            raise ValueError(err.args[0]) from None
+        resolved = cls.Config(**self.model).model_dump(mode="json")
+        if resolved != self.model:
+            # object.__setattr__: skip validate_assignment, which would recurse into this validator.
+            object.__setattr__(self, "model", resolved)
+        return self
+
+    def model_config_object(self):
+        """The model's validated ``Config`` instance."""
+        from induce.models.registry import get_model_class
+
+        return get_model_class(self.model_name).Config(**self.model)
+
+    def to_dict(self) -> dict:
+        return self.model_dump(mode="json")
+
+
+# ----------------------------------------------------------------------------------------------- loading
+
+
+def _format_validation_error(err: pydantic.ValidationError, prefix: str = "") -> str:
+    lines = []
+    for item in err.errors():
+        key = ".".join(str(part) for part in item["loc"])
+        key = f"{prefix}.{key}" if prefix and key else (prefix or key or "(config)")
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+        lines.append(f"{key}: {message}")
+    return "; ".join(lines)
+
+
+def read_yaml(path: Union[str, Path]) -> dict:
+    """A YAML mapping from ``path`` (empty file -> ``{}``); syntax errors name file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("no such config file", path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.MarkedYAMLError as err:
+        line = err.problem_mark.line + 1 if err.problem_mark is not None else None
+        raise InputError(f"invalid YAML: {err.problem}", path, line) from None
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise InputError(f"invalid YAML: {err}", path) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InputError(f"a config must be a mapping of sections, not {type(data).__name__}", path)
+    return data
+
+
+def deep_merge(base: dict, update: dict) -> dict:
+    """``base`` updated by ``update``, recursively for nested mappings (inputs are not modified)."""
+    out = copy.deepcopy(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    """Apply ``key=value`` strings (dotted keys) to a raw config mapping; returns a new mapping."""
+    out = copy.deepcopy(raw)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} is not key=value (e.g. optim.lr=0.003)")
+        parts = key.split(".")
+        if parts[0] not in SECTIONS:
+            raise ConfigError(f"{key}: unknown section {parts[0]!r}; sections are {', '.join(SECTIONS)}")
+        try:
+            value = yaml.safe_load(text) if text.strip() else None
+        except yaml.YAMLError:
+            value = text  # not YAML: keep the string, validation will say whether it fits
+        node = out
+        for depth, part in enumerate(parts[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"{key}: {'.'.join(parts[: depth + 1])} is not a section")
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+def validate_config(raw: dict, source: str = "config") -> RunConfig:
+    """A :class:`RunConfig` from a raw mapping; errors name the dotted key (and ``source``)."""
+    unknown = [key for key in raw if key not in SECTIONS]
+    if unknown:
+        raise ConfigError(f"{source}: {unknown[0]}: unknown section; sections are {', '.join(SECTIONS)}")
+    model = raw.get("model")
+    if model is not None and not isinstance(model, dict):
+        raise ConfigError(f"{source}: model: must be a mapping of the model's fields")
+    name = raw.get("model_name")
+    if name is not None:
+        from induce.models.registry import get_model_class
+
+        try:
+            cls = get_model_class(str(name))
+        except KeyError as err:
+            raise ConfigError(f"{source}: model_name: {err.args[0]}") from None
+        # Validate the model section on its own so that its errors carry the "model." prefix.
+        try:
+            cls.Config(**(model or {}))
+        except pydantic.ValidationError as err:
+            raise ConfigError(f"{source}: {_format_validation_error(err, 'model')}") from None
+        except TypeError as err:
+            raise ConfigError(f"{source}: model: {err}") from None
+    try:
+        return RunConfig(**raw)
+    except pydantic.ValidationError as err:
+        raise ConfigError(f"{source}: {_format_validation_error(err)}") from None
+
+
+def model_config_path(model_name: str) -> Path:
+    return CONFIG_DIR / f"{model_name}.yaml"
+
+
+def load_config(
+    model_name: Optional[str] = None,
+    config_file: Optional[Union[str, Path]] = None,
+    overrides: Optional[list[str]] = None,
+    use_defaults: bool = True,
+) -> RunConfig:
+    """Build the run config: ``default.yaml`` < ``configs/<model>.yaml`` or ``config_file`` < overrides.
+
+    ``model_name`` (``--model``) wins over a ``model_name`` in the file only when they agree;
+    a conflict is an error. ``use_defaults=False`` skips ``configs/default.yaml``.
+    """
+    raw: dict = {}
+    sources = []
+    default = CONFIG_DIR / DEFAULT_CONFIG
+    if use_defaults and default.is_file():
+        raw = deep_merge(raw, read_yaml(default))
+        sources.append(str(default))
+    file_path = Path(config_file) if config_file is not None else None
+    if file_path is None and model_name is not None and model_config_path(model_name).is_file():
+        file_path = model_config_path(model_name)
+    if file_path is not None:
+        loaded = read_yaml(file_path)
+        file_model = loaded.get("model_name")
+        if model_name is not None and file_model is not None and file_model != model_name:
+            raise ConfigError(f"{file_path}: model_name is {file_model!r} but --model is {model_name!r}")
+        raw = deep_merge(raw, loaded)
+        sources.append(str(file_path))
+    if model_name is not None:
+        raw["model_name"] = model_name
+    raw = apply_overrides(raw, list(overrides or []))
+    if not raw.get("model_name"):
+        raise ConfigError("no model chosen: pass --model NAME or set model_name in the config")
+    return validate_config(raw, source=" + ".join(sources + ["overrides"] if overrides else sources) or "config")
+
+
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``"90"``, ``"90s"``, ``"10m"``, ``"1.5h"`` or ``"2d"``."""
+    value = str(text).strip().lower()
+    unit = _DURATION_UNITS.get(value[-1:]) if value else None
+    number = value[:-1] if unit is not None else value
+    try:
+        seconds = float(number) * (unit or 1.0)
+    except ValueError:
+        raise ConfigError(f"time budget {text!r}: expected seconds or a number with s, m, h or d") from None
+    if not seconds > 0:
+        raise ConfigError(f"time budget {text!r}: must be positive")
+    return seconds
+
+
+def save_config(config: RunConfig, path: Union[str, Path]) -> Path:
+    """Write the resolved config as YAML (what :func:`load_config_file` reads back identically)."""
+    path = Path(path)
+    text = yaml.safe_dump(config.to_dict(), sort_keys=False, default_flow_style=False)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def load_config_file(path: Union[str, Path]) -> RunConfig:
+    """Read a saved (resolved) config file as is: no default layers."""
+    return validate_config(read_yaml(path), source=str(path))

@@ -1,0 +1,418 @@
+"""Using a trained run: load it, parse raw sentences, score a corpus, generate text.
+
+* :func:`latest_run` — the most recent *finished* run under ``runs/`` (what ``induce parse`` and
+  ``induce evaluate`` use without ``--checkpoint``);
+* :func:`load_run` — model + vocabulary from a run folder or checkpoint (hash-checked, no pickle);
+* :func:`predict_trees` — raw tokens -> binary trees whose leaves are the original tokens (the
+  tokens are normalised as in training: lower case, numbers -> ``N``, unknown -> ``<unk>``);
+* :func:`lm_perplexity` — perplexity of a prepared corpus split;
+* :func:`generate` — sampling with a temperature, or beam search.
+"""
+from __future__ import annotations
+
+import math
+import re
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional, Sequence, Union
+
+import nltk
+import torch
+
+from induce.errors import InduceError
+from induce.training.checkpoint import checkpoint_paths, load_checkpoint, prefixed
+from induce.training.trainer import STATUS_FILE, map_state, read_status
+
+#: Sentences longer than this are parsed in pieces (see :func:`predict_trees`).
+DEFAULT_MAX_LENGTH = 300
+#: Batches are grouped so that ``batch * length`` (distance models) or ``batch * length^2`` (span
+#: models, whose parse builds a ``[B, T, T]`` score table) stays under these budgets.
+TOKEN_BUDGET = 8192
+SPAN_BUDGET = 400_000
+
+
+@dataclass
+class LoadedRun:
+    """A model ready for inference (eval mode) with its vocabulary and checkpoint sidecar."""
+
+    model: torch.nn.Module
+    vocab: object
+    meta: dict
+    path: Path
+
+    @property
+    def config(self) -> dict:
+        return self.meta["config"]
+
+
+def latest_run(runs_dir: Union[str, Path] = "runs") -> Path:
+    """The most recently finished run folder under ``runs_dir`` (``status.json`` says finished and
+    ``best.json`` exists); an :class:`InduceError` when there is none."""
+    runs_dir = Path(runs_dir)
+    candidates = []
+    if runs_dir.is_dir():
+        for child in runs_dir.iterdir():
+            status = read_status(child)
+            if status.get("state") == "finished" and (child / "best.json").is_file():
+                candidates.append(((child / STATUS_FILE).stat().st_mtime_ns, child))
+    if not candidates:
+        raise InduceError(f"no finished run under {runs_dir}/; train one (`induce train --model NAME`) or pass --checkpoint")
+    return max(candidates)[1]
+
+
+def load_run(path: Union[str, Path], device: Union[str, torch.device] = "cpu") -> LoadedRun:
+    """Model and vocabulary of a run folder (its ``best`` checkpoint) or of a checkpoint file/stem."""
+    from induce.config import validate_config
+    from induce.data.corpus import Vocab
+    from induce.models.registry import get_model_class
+
+    path = Path(path)
+    if not path.exists() and not any(p.exists() for p in checkpoint_paths(path)):
+        raise InduceError(f"{path}: no such run folder or checkpoint")
+    tensors, meta = load_checkpoint(path, device="cpu")
+    config = validate_config(meta["config"], source=str(checkpoint_paths(path)[1]))
+    vocab = Vocab.from_json(meta["vocab"])
+    model = get_model_class(config.model_name)(len(vocab), config.model_config_object())
+    missing, unexpected = model.load_state_dict(prefixed(tensors, "model"), strict=False)
+    if missing or unexpected:
+        raise InduceError(f"{path}: checkpoint does not fit model {config.model_name} "
+                          f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+    model.to(device).eval()
+    return LoadedRun(model, vocab, meta, path)
+
+
+def _as_loaded(run: Union[str, Path, LoadedRun], device="cpu") -> LoadedRun:
+    return run if isinstance(run, LoadedRun) else load_run(run, device)
+
+
+def normalize(words: Sequence[str]) -> list[str]:
+    """The training normalisation of raw tokens (lower case, numbers -> ``N``)."""
+    from induce.data.mikolov import normalize_word
+
+    return [normalize_word(word) for word in words]
+
+
+def tokenize(line: str, pretokenized: bool = False) -> list[str]:
+    """Tokens of one raw line: whitespace split when ``pretokenized``, else NLTK's Treebank tokenizer."""
+    if pretokenized:
+        return line.split()
+    return nltk.tokenize.TreebankWordTokenizer().tokenize(line)
+
+
+@contextmanager
+def _recursion_limit(limit: int) -> Iterator[None]:
+    # Tree decoding and nltk's printing recurse once per tree level: a right-branching tree of a
+    # long sentence is as deep as the sentence is long.
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, limit))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def _join_right(pieces: list[nltk.Tree], label: str = "S") -> nltk.Tree:
+    tree = pieces[-1]
+    for piece in reversed(pieces[:-1]):
+        tree = nltk.Tree(label, [piece, tree])
+    return tree
+
+
+#: Escaped bracket tokens of the treebank (punctuation although they contain letters).
+BRACKET_TOKENS = frozenset(["-LRB-", "-RRB-", "-LCB-", "-RCB-", "-LSB-", "-RSB-"])
+#: A token without letters, digits, ``%`` or ``&``: what the word-tag filter removes in training
+#: (punctuation tags and ``$``, ``#``); ``%`` (NN, -> ``N``) and ``&`` (CC) are words.
+_PUNCT = re.compile(r"^[^\w%&]+$")
+
+
+def is_punctuation(token: str) -> bool:
+    """Whether the training normalisation would have dropped ``token`` (its shape stands in for the
+    POS tag that raw text lacks)."""
+    return token in BRACKET_TOKENS or bool(_PUNCT.match(token))
+
+
+def _attach_punctuation(words: Sequence[str], content_tree: Optional[nltk.Tree], content: list[int]) -> nltk.Tree:
+    """The tree over all ``words`` from ``content_tree`` over ``words[i] for i in content``.
+
+    Each punctuation token joins, as a right sister, the highest constituent that ends just before
+    it (so a final period attaches at the root); punctuation before the first word joins the
+    whole tree as a left sister. Every node stays binary.
+    """
+    if content_tree is None:  # nothing but punctuation: right-branching over the tokens
+        return _join_right(list(words)) if len(words) > 1 else nltk.Tree("S", list(words))
+    # Nodes as [start, end, children] over original positions; leaves are ints.
+    def build(node):
+        if not isinstance(node, nltk.Tree):
+            return content[next(counter)]
+        children = [build(child) for child in node]
+        first = children[0] if isinstance(children[0], int) else children[0][0]
+        last = children[-1] if isinstance(children[-1], int) else children[-1][1]
+        return [first, last, children]
+
+    counter = iter(range(len(content)))
+    # A one-word tree (S w) is the bare leaf here, so that attaching gives (S w .), not (S (S w) .).
+    root = content[0] if len(content) == 1 else build(content_tree)
+    end = lambda node: node if isinstance(node, int) else node[1]  # noqa: E731
+    start = lambda node: node if isinstance(node, int) else node[0]  # noqa: E731
+    is_content = set(content)
+    leading = list(range(content[0]))
+    for position in range(content[0] + 1, len(words)):
+        if position in is_content:
+            continue
+        previous = position - 1
+        if end(root) == previous:
+            root = [start(root), position, [root, position]]
+            continue
+        node = root
+        while True:  # descend to the child holding `previous`; wrap the highest node ending there
+            index = max(k for k, child in enumerate(node[2]) if start(child) <= previous)
+            child = node[2][index]
+            if end(child) == previous:
+                node[2][index] = [start(child), position, [child, position]]
+                break
+            node = child
+    for position in reversed(leading):
+        root = [position, end(root), [position, root]]
+
+    def to_tree(node):
+        if isinstance(node, int):
+            return words[node]
+        return nltk.Tree("S", [to_tree(child) for child in node[2]])
+
+    return to_tree(root)
+
+
+def predict_trees(
+    run: Union[str, Path, LoadedRun],
+    sentences: list[list[str]],
+    batch_size: int = 64,
+    decoder: Optional[str] = None,
+    max_length: int = DEFAULT_MAX_LENGTH,
+    device: Union[str, torch.device] = "cpu",
+    keep_punct: bool = False,
+) -> list[nltk.Tree]:
+    """Binary trees (internal label ``S``) over the ORIGINAL tokens of each sentence.
+
+    ``sentences`` are raw tokens. As in training, punctuation is not shown to the model (unless
+    ``keep_punct``; see :func:`is_punctuation`) and the other tokens are normalised and mapped to
+    the model's vocabulary; each sentence is read as ``<eos> words <eos>`` from a fresh state.
+    Punctuation is then attached (:func:`_attach_punctuation`). An empty sentence gives the empty
+    tree ``(S )``; a one-word sentence ``(S word)``. Sentences longer than ``max_length`` words
+    are cut into pieces of at most ``max_length`` words, parsed separately and joined
+    right-branching (the parsers' cost grows with the length, quadratically for PaLM).
+    ``decoder``: ``peel`` (default) or ``unbiased`` for distance models, ``span`` for PaLM.
+    Batches hold at most ``batch_size`` sentences of similar length.
+    """
+    from induce.parsing import parse_batch
+
+    loaded = _as_loaded(run, device)
+    model, vocab = loaded.model, loaded.vocab
+    contents = [[i for i, w in enumerate(words) if keep_punct or not is_punctuation(w)] for words in sentences]
+    pieces: list[tuple[int, list[str]]] = []  # (sentence index, words of one piece)
+    for index, (words, content) in enumerate(zip(sentences, contents)):
+        content_words = [words[i] for i in content]
+        for start in range(0, len(content_words), max_length):
+            pieces.append((index, content_words[start : start + max_length]))
+    order = sorted(range(len(pieces)), key=lambda p: len(pieces[p][1]))
+    span_model = getattr(model, "parser_kind", "distance") == "span"
+    piece_trees: list[Optional[nltk.Tree]] = [None] * len(pieces)
+    longest = max((len(words) for words in sentences), default=0)
+    with _recursion_limit(4 * longest + 1000):
+        start = 0
+        while start < len(order):
+            # Grow the group while it fits the budget (lengths only increase along `order`).
+            end = start + 1
+            while end < len(order) and end - start < batch_size:
+                length = len(pieces[order[end]][1]) + 2
+                cost = (end + 1 - start) * (length * length if span_model else length)
+                if cost > (SPAN_BUDGET if span_model else TOKEN_BUDGET):
+                    break
+                end += 1
+            group = order[start:end]
+            words = [pieces[p][1] for p in group]
+            ids = [vocab.encode(normalize(w)) for w in words]
+            trees = parse_batch(model, ids, words=words, decoder=decoder, eos_id=vocab.eos_id, batch_size=len(group))
+            for p, tree in zip(group, trees):
+                piece_trees[p] = tree
+            start = end
+        by_sentence: dict[int, list[nltk.Tree]] = {}
+        for (index, _), tree in zip(pieces, piece_trees):
+            by_sentence.setdefault(index, []).append(tree)
+        out: list[nltk.Tree] = []
+        for index, words in enumerate(sentences):
+            parts = by_sentence.get(index)
+            content_tree = _join_right(parts) if parts else None
+            if not words:
+                out.append(nltk.Tree("S", []))
+            elif len(contents[index]) == len(words):
+                out.append(content_tree)
+            else:
+                out.append(_attach_punctuation(words, content_tree, contents[index]))
+    return out
+
+
+def read_text_lines(path: Union[str, Path]) -> list[str]:
+    """Lines of a UTF-8 text file (``-`` = stdin); bad bytes are an error naming the line."""
+    from induce.errors import InputError
+
+    try:
+        data = sys.stdin.buffer.read() if str(path) == "-" else Path(path).read_bytes()
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as err:
+        raise InputError(f"cannot read: {err.strerror}", path) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError("not valid UTF-8", path, data.count(b"\n", 0, err.start) + 1) from None
+    return text.splitlines()
+
+
+def parse_lines(
+    run: Union[str, Path, LoadedRun],
+    lines: Sequence[str],
+    pretokenized: bool = False,
+    decoder: Optional[str] = None,
+    style: str = "ptb",
+    batch_size: int = 64,
+    max_length: int = DEFAULT_MAX_LENGTH,
+    device: Union[str, torch.device] = "cpu",
+    keep_punct: bool = False,
+) -> list[str]:
+    """One formatted tree per input line (see :func:`predict_trees` and :func:`format_tree`)."""
+    sentences = [tokenize(line, pretokenized) for line in lines]
+    try:
+        trees = predict_trees(run, sentences, batch_size=batch_size, decoder=decoder, max_length=max_length,
+                              device=device, keep_punct=keep_punct)
+    except ValueError as err:  # e.g. a decoder that does not fit the model
+        raise InduceError(str(err)) from None
+    return [format_tree(tree, style) for tree in trees]
+
+
+PTB_ESCAPES = {"(": "-LRB-", ")": "-RRB-", "{": "-LCB-", "}": "-RCB-", "[": "-LSB-", "]": "-RSB-"}
+
+
+def format_tree(tree: nltk.Tree, style: str = "ptb") -> str:
+    """One tree as text: ``ptb`` = one bracketed line (bracket tokens escaped as ``-LRB-`` etc., and
+    round brackets inside tokens too),
+    ``pretty`` = nltk's ASCII drawing."""
+    if style == "pretty":
+        if not tree.leaves():
+            return "(S )"
+        from nltk.tree import TreePrettyPrinter
+
+        # Integer leaves + the sentence: with word leaves nltk may draw the words out of order.
+        indexed = tree.copy(deep=True)
+        for index, position in enumerate(indexed.treepositions("leaves")):
+            indexed[position] = index
+        return TreePrettyPrinter(indexed, sentence=tree.leaves()).text().rstrip("\n")
+    if style != "ptb":
+        raise InduceError(f"unknown format {style!r}; use ptb or pretty")
+    escaped = tree.copy(deep=True)
+    for position in escaped.treepositions("leaves"):
+        word = escaped[position]
+        # Whole-token PTB escapes; brackets inside a token would break the bracketing, so those too.
+        escaped[position] = PTB_ESCAPES.get(word) or word.replace("(", "-LRB-").replace(")", "-RRB-")
+    with _recursion_limit(4 * len(escaped.leaves()) + 1000):
+        return escaped.pformat(margin=sys.maxsize)
+
+
+def lm_perplexity(run: Union[str, Path, LoadedRun], corpus_dir: Union[str, Path], split: str = "valid",
+                  device: Union[str, torch.device] = "cpu") -> float:
+    """Perplexity of the run's model on ``split`` of a prepared corpus (the run's eval batching:
+    ``data.eval_batch_size`` streams, ``data.bptt`` segments, state carried)."""
+    from induce.data.corpus import PreparedCorpus
+    from induce.training.batching import batchify, stream_ids
+    from induce.training.trainer import evaluate_lm
+
+    loaded = _as_loaded(run, device)
+    corpus = PreparedCorpus(corpus_dir)
+    data_cfg = loaded.config["data"]
+    stream = stream_ids(corpus.lm_sentences(split), loaded.vocab)
+    batch = max(1, min(data_cfg["eval_batch_size"], stream.numel() // 2))
+    loss = evaluate_lm(loaded.model, batchify(stream, batch), data_cfg["bptt"], torch.device(device))
+    return math.exp(loss)
+
+
+@torch.no_grad()
+def generate(
+    run: Union[str, Path, LoadedRun],
+    n_words: int = 50,
+    temperature: float = 1.0,
+    beam: Optional[int] = None,
+    prompt: Optional[Sequence[str]] = None,
+    seed: Optional[int] = None,
+    device: Union[str, torch.device] = "cpu",
+) -> list[str]:
+    """Generated tokens (``<eos>`` marks sentence ends).
+
+    Sampling (``beam=None``): ``n_words`` tokens drawn from ``softmax(logits / temperature)``.
+    Beam search (``beam=K``): the most probable continuation up to the first ``<eos>`` or
+    ``n_words`` tokens, finished hypotheses ranked by mean log-probability per token (raw sums
+    would favour the shortest sentence). The context is ``<eos>`` followed by the normalised prompt.
+    """
+    if temperature <= 0:
+        raise InduceError("--temperature must be positive")
+    if beam is not None and beam < 1:
+        raise InduceError("--beam must be at least 1")
+    loaded = _as_loaded(run, device)
+    model, vocab = loaded.model, loaded.vocab
+    dev = torch.device(device)
+    context = [vocab.eos_id] + vocab.encode(normalize(prompt or []))
+    state = model.init_state(1, dev)
+    out = model(torch.tensor([context], device=dev), state)
+    log_probs = torch.log_softmax(model.logits(out.hidden[:, -1]).float(), -1)  # [1, V]
+    generator = torch.Generator(device="cpu")
+    generator.manual_seed(seed if seed is not None else torch.seed() % 2**63)
+    if beam is None:
+        tokens = []
+        state = out.state
+        for _ in range(n_words):
+            probs = torch.softmax(log_probs.cpu() / temperature, -1)
+            token = int(torch.multinomial(probs[0], 1, generator=generator))
+            tokens.append(token)
+            out = model(torch.tensor([[token]], device=dev), state)
+            state = out.state
+            log_probs = torch.log_softmax(model.logits(out.hidden[:, -1]).float(), -1)
+        return vocab.decode(tokens)
+    return vocab.decode(_beam_search(model, out.state, log_probs, beam, n_words, vocab.eos_id, dev))
+
+
+def _beam_search(model, state, log_probs, beam: int, max_words: int, eos_id: int, device) -> list[int]:
+    """Beam search from one context; ``log_probs [1, V]`` of the first token; ``state`` batch 1."""
+    state = map_state(state, lambda t: t.expand(beam, *t.shape[1:]).contiguous())
+    scores = torch.full((beam,), float("-inf"), device=device)
+    scores[0] = 0.0  # all beams start identical: expand only the first
+    log_probs = log_probs.expand(beam, -1)
+    sequences: list[list[int]] = [[] for _ in range(beam)]
+    finished: list[tuple[float, list[int]]] = []
+    for step in range(max_words):
+        vocab_size = log_probs.size(-1)
+        candidates = (scores[:, None] + log_probs).reshape(-1)
+        top_scores, top_index = candidates.topk(min(2 * beam, candidates.numel()))
+        next_beams, next_scores, next_tokens = [], [], []
+        for score, index in zip(top_scores.tolist(), top_index.tolist()):
+            origin, token = divmod(index, vocab_size)
+            if math.isinf(score):
+                continue
+            sequence = sequences[origin] + [token]
+            if token == eos_id or step == max_words - 1:
+                finished.append((score / len(sequence), sequence))
+            else:
+                next_beams.append(origin)
+                next_scores.append(score)
+                next_tokens.append(token)
+            if len(next_beams) == beam:
+                break
+        if not next_beams or len(finished) >= beam:
+            break
+        index = torch.tensor(next_beams, device=device)
+        sequences = [sequences[o] + [t] for o, t in zip(next_beams, next_tokens)]
+        state = map_state(state, lambda t: t.index_select(0, index))
+        scores = torch.tensor(next_scores, device=device)
+        out = model(torch.tensor(next_tokens, device=device)[:, None], state)
+        state = out.state
+        log_probs = torch.log_softmax(model.logits(out.hidden[:, -1]).float(), -1)
+    if not finished:
+        return sequences[0]
+    return max(finished, key=lambda f: f[0])[1]

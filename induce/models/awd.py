@@ -1,0 +1,216 @@
+"""Shared AWD-LSTM pieces (Merity et al., 2018) used by every language model here.
+
+* :func:`embedded_dropout` drops whole word types from the embedding matrix;
+* :func:`locked_dropout` (variational dropout) uses one mask per sequence, shared over time;
+* :func:`dropconnect` / :class:`WeightDropLSTM`: DropConnect on hidden-to-hidden matrices, the
+  dropped matrix computed afresh on every training forward (one mask per BPTT segment) and passed
+  explicitly to the computation (no ``_flat_weights`` patching);
+* :class:`RecurrentProjection`: ``h_{t-1} @ W`` for Python time loops, with the weight gradient
+  computed once per segment instead of once per step (and bf16 under ``torch.autocast``);
+* :class:`AWDConfig` holds the hyper-parameters the three models share;
+* :class:`TiedLanguageModel` owns the embedding, embedding dropout and the tied output layer.
+
+Every model returns its per-layer outputs before / after dropout in ``LMOutput.raw_outputs`` /
+``dropped_outputs``, so the trainer applies AR / TAR.
+
+All tensors are batch-first: tokens ``[B, T]``, states ``[B, T, H]``.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import pydantic
+import torch
+import torch.nn.functional as F
+from torch import _VF, nn
+
+from .base import LanguageModel, ModelConfig
+
+
+class AWDConfig(ModelConfig):
+    """Regularisation and size fields shared by ON-LSTM, PRPN and PaLM (AWD-LSTM names)."""
+
+    emb_size: int = pydantic.Field(400, gt=0, description="word embedding size (= tied output size)")
+    hidden_size: int = pydantic.Field(1150, gt=0, description="recurrent state size of the inner layers")
+    n_layers: int = pydantic.Field(3, ge=1, description="number of recurrent layers")
+    dropout: float = pydantic.Field(0.4, ge=0, lt=1, description="locked dropout on the last layer's output")
+    dropouth: float = pydantic.Field(0.25, ge=0, lt=1, description="locked dropout between layers")
+    dropouti: float = pydantic.Field(0.5, ge=0, lt=1, description="locked dropout on the embeddings")
+    dropoute: float = pydantic.Field(0.1, ge=0, lt=1, description="embedding dropout (whole word types)")
+    wdrop: float = pydantic.Field(0.5, ge=0, lt=1, description="DropConnect on hidden-to-hidden weights")
+    tie_weights: bool = pydantic.Field(True, description="share the embedding with the output layer")
+    init_range: float = pydantic.Field(0.1, gt=0, description="uniform init range of the embedding")
+
+
+def embedded_dropout(embedding: nn.Embedding, tokens: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Look up ``tokens [B, T]`` -> ``[B, T, E]``, dropping each word type with probability ``p``.
+
+    The same types are dropped everywhere in the batch (rows of the matrix are zeroed and the
+    rest rescaled by ``1 / (1 - p)``), as in AWD-LSTM.
+    """
+    weight = embedding.weight
+    if training and p > 0:
+        keep = weight.new_empty(weight.size(0), 1).bernoulli_(1 - p) / (1 - p)
+        weight = weight * keep
+    return F.embedding(tokens, weight, embedding.padding_idx)
+
+
+def locked_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Variational dropout on ``x [B, T, D]``: one ``[B, 1, D]`` mask shared over the time axis."""
+    if not training or p == 0:
+        return x
+    mask = x.new_empty(x.size(0), 1, x.size(2)).bernoulli_(1 - p) / (1 - p)
+    return x * mask
+
+
+def dropconnect(weight: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """DropConnect: ``weight`` with each entry zeroed with probability ``p`` (rescaled), only in training."""
+    if not training or p == 0:
+        return weight
+    return F.dropout(weight, p, training=True)
+
+
+def autocast_dtype(device_type: str) -> Optional[torch.dtype]:
+    """The lower-precision dtype of an active ``torch.autocast`` on ``device_type``, else ``None``."""
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return None
+
+
+class _RecurrentAddmm(torch.autograd.Function):
+    """``bias + h @ weight`` for one step of a time loop, with the weight gradient deferred.
+
+    Autograd would compute ``h_{t-1}^T g_t`` (a full ``[H, G]`` matrix) and add it to the weight
+    gradient at every step: memory-bound work that costs as much as the step itself. Here each step
+    only records ``(h_{t-1}, g_t)``; the backward of the *first* step — which autograd runs last,
+    since every later step depends on it — turns them into one ``[H, T*B] @ [T*B, G]`` GEMM.
+    """
+
+    @staticmethod
+    def forward(ctx, bias, h, weight, store, is_first):
+        ctx.save_for_backward(h, weight)
+        ctx.store, ctx.is_first = store, is_first
+        with torch.autocast(h.device.type, enabled=False):
+            out = torch.mm(h.to(weight.dtype), weight)
+            return bias + out.to(bias.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        h, weight = ctx.saved_tensors
+        grad_h = grad_weight = None
+        if ctx.needs_input_grad[1]:
+            grad_h = torch.mm(grad.to(weight.dtype), weight.t()).to(h.dtype)
+        if ctx.needs_input_grad[2]:
+            ctx.store.append((h, grad))
+            if ctx.is_first:
+                hs = torch.cat([x for x, _ in ctx.store]).to(weight.dtype)
+                gs = torch.cat([g for _, g in ctx.store]).to(weight.dtype)
+                grad_weight = torch.mm(hs.t(), gs)
+                ctx.store.clear()
+        return grad, grad_h, grad_weight, None, None
+
+
+class RecurrentProjection:
+    """``h_{t-1} @ W`` inside a Python time loop (``W: [H, G]``, already DropConnect-ed).
+
+    Call it once per step, first step first: ``gates_t = projection(pre_t [B, G], h [B, H])``.
+    Under ``torch.autocast`` the product runs in the autocast dtype (``W`` is cast once per
+    forward, not per step) and the result comes back in ``pre_t``'s dtype, so the recurrent state
+    stays in full precision. The weight gradient is one GEMM over all steps (see ``_RecurrentAddmm``).
+    """
+
+    def __init__(self, weight: torch.Tensor):
+        dtype = autocast_dtype(weight.device.type)
+        self.weight = weight if dtype is None else weight.to(dtype)
+        self._store: list = []
+        self._first = True
+
+    def __call__(self, bias: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        first, self._first = self._first, False
+        return _RecurrentAddmm.apply(bias, h, self.weight, self._store, first)
+
+
+class WeightDropLSTM(nn.Module):
+    """One batch-first LSTM layer with DropConnect (``wdrop``) on the hidden-to-hidden matrix.
+
+    The dropped matrix is computed on each forward in training mode (one mask per BPTT segment) and
+    passed explicitly to the computation, so gradients reach ``weight_hh`` through the mask and eval
+    mode uses the plain weights. Parameters and gate order (i, f, g, o) are PyTorch's.
+
+    Two paths, same result: on CUDA the fused cuDNN kernel (``torch._VF.lstm`` with explicit
+    weights); elsewhere a time loop with all input projections in one GEMM and
+    :class:`RecurrentProjection` for ``h_{t-1} @ W_hh^T`` — several times faster on CPU than the
+    oneDNN RNN kernel, whose backward dominated PaLM's step. ``fused=True/False`` forces a path.
+
+    forward: ``x [B, T, I]``, ``(h0 [B, H], c0 [B, H])`` -> ``(out [B, T, H], (h [B, H], c [B, H]))``.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, wdrop: float = 0.0, fused: Optional[bool] = None):
+        super().__init__()
+        self.input_size, self.hidden_size, self.wdrop, self.fused = input_size, hidden_size, wdrop, fused
+        self.weight_ih = nn.Parameter(torch.empty(4 * hidden_size, input_size))
+        self.weight_hh = nn.Parameter(torch.empty(4 * hidden_size, hidden_size))
+        self.bias_ih = nn.Parameter(torch.empty(4 * hidden_size))
+        self.bias_hh = nn.Parameter(torch.empty(4 * hidden_size))
+        bound = hidden_size**-0.5
+        for weight in self.parameters():
+            nn.init.uniform_(weight, -bound, bound)
+
+    def effective_weight_hh(self) -> torch.Tensor:
+        """``[4H, H]`` hidden-to-hidden matrix this forward uses (dropped in training mode)."""
+        return dropconnect(self.weight_hh, self.wdrop, self.training)
+
+    def forward(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]):
+        h0, c0 = state
+        weight_hh = self.effective_weight_hh()
+        fused = x.is_cuda if self.fused is None else self.fused
+        if fused:
+            weights = [self.weight_ih, weight_hh, self.bias_ih, self.bias_hh]
+            out, h, c = _VF.lstm(
+                x, (h0.unsqueeze(0).contiguous(), c0.unsqueeze(0).contiguous()), weights,
+                True, 1, 0.0, self.training, False, True,
+            )
+            return out, (h.squeeze(0), c.squeeze(0))
+        batch, steps, _ = x.shape
+        hidden = self.hidden_size
+        pre = torch.addmm(self.bias_ih + self.bias_hh, x.transpose(0, 1).reshape(steps * batch, -1), self.weight_ih.t())
+        pre = pre.float().view(steps, batch, 4 * hidden).unbind(0)
+        recurrent = RecurrentProjection(weight_hh.t().contiguous())
+        h, c = h0, c0
+        outputs = []
+        for t in range(steps):
+            # chunk, not slicing: the backward of a slice fills a full-size zero tensor per slice.
+            in_gate, forget_gate, candidate, out_gate = recurrent(pre[t], h).chunk(4, 1)
+            c = torch.addcmul(torch.sigmoid(forget_gate) * c, torch.sigmoid(in_gate), torch.tanh(candidate))
+            h = torch.sigmoid(out_gate) * torch.tanh(c)
+            outputs.append(h)
+        return torch.stack(outputs, 1), (h, c)
+
+
+class TiedLanguageModel(LanguageModel):
+    """Embedding, embedding dropout and the (tied) output layer shared by the models.
+
+    Subclasses build their recurrent layers in ``__init__`` after calling this one and implement
+    ``init_state`` / ``forward`` / ``parse_structure``. Constructor contract for every model:
+    ``Model(vocab_size, config=None)`` (``config`` defaults to ``Model.Config()``).
+    """
+
+    def __init__(self, vocab_size: int, config: Optional[AWDConfig] = None):
+        super().__init__()
+        self.config = config if config is not None else self.Config()
+        self.vocab_size = vocab_size
+        cfg = self.config
+        self.embedding = nn.Embedding(vocab_size, cfg.emb_size)
+        nn.init.uniform_(self.embedding.weight, -cfg.init_range, cfg.init_range)
+        self.output_bias = nn.Parameter(torch.zeros(vocab_size))
+        # Untied output layer only when asked for; tied is the default of all three papers.
+        self.output_weight = None if cfg.tie_weights else nn.Parameter(self.embedding.weight.detach().clone())
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``tokens [B, T]`` -> embeddings ``[B, T, E]`` after embedding dropout (no locked dropout)."""
+        return embedded_dropout(self.embedding, tokens, self.config.dropoute, self.training)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``hidden [B, T, E]`` -> ``[B, T, V]`` (tied weights: ``hidden @ E^T + b``)."""
+        weight = self.embedding.weight if self.output_weight is None else self.output_weight
+        return F.linear(hidden, weight, self.output_bias)

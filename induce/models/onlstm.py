@@ -1,0 +1,170 @@
+"""ON-LSTM (Shen, Tan, Sordoni and Courville, 2019): ordered neurons with cumax master gates.
+
+Equations (Stratos' note, section 2): the state of a layer of size ``H`` is split into ``p = H / C``
+chunks of ``C`` units. From ``A x_t + B h_{t-1} + b`` come ``p`` master-forget and ``p`` master-input
+logits and the usual forget / input / output gates and cell candidate (``H`` each)::
+
+    cf = cumax(v1)            ci = 1 - cumax(v2)         # [B, p]
+    w  = cf * ci                                         # overlap, stretched over each chunk
+    f^ = f * w + (cf - w)     i^ = i * w + (ci - w)
+    c_t = f^ * c_{t-1} + i^ * tanh(u4)      h_t = o * tanh(c_t)
+
+The syntactic distance of word ``t`` at layer ``l`` is the expected breaking point of the master
+forget gate, normalised: ``1 - mean_j cf_t[j]`` (Shen et al.'s ``distance_cforget``); a large
+value means many levels are erased, i.e. a high-level constituent starts at ``w_t``.
+"""
+from __future__ import annotations
+
+import math
+
+import pydantic
+import torch
+from torch import nn
+
+from induce.kernels import cumax
+
+from .awd import AWDConfig, RecurrentProjection, TiedLanguageModel, dropconnect, locked_dropout
+from .base import LMOutput
+from .registry import register
+
+
+class ONLSTMConfig(AWDConfig):
+    """ON-LSTM hyper-parameters (defaults: Shen et al. 2019, PTB)."""
+
+    emb_size: int = 400
+    hidden_size: int = 1150
+    n_layers: int = pydantic.Field(3, ge=2)
+    chunk_size: int = pydantic.Field(10, ge=1, description="units per chunk (C); sizes must be multiples")
+    dropout: float = 0.45
+    dropouth: float = 0.3
+    dropouti: float = 0.5
+    dropoute: float = 0.1
+    wdrop: float = 0.45
+    distance_layer: int = pydantic.Field(1, ge=0, description="layer (0-based) whose distances parse")
+
+    @pydantic.model_validator(mode="after")
+    def _check_sizes(self):
+        for size in (self.hidden_size, self.emb_size):
+            if size % self.chunk_size:
+                raise ValueError(f"size {size} is not a multiple of chunk_size {self.chunk_size}")
+        if self.distance_layer >= self.n_layers:
+            raise ValueError(f"distance_layer {self.distance_layer} >= n_layers {self.n_layers}")
+        return self
+
+
+class ONLSTMLayer(nn.Module):
+    """One ON-LSTM layer with DropConnect on the hidden-to-hidden matrix.
+
+    forward: ``x [B, T, I]``, ``(h [B, H], c [B, H])`` ->
+    ``(out [B, T, H], (h [B, H], c [B, H]), distances [B, T])``.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, chunk_size: int, wdrop: float):
+        super().__init__()
+        self.hidden_size, self.chunk_size, self.wdrop = hidden_size, chunk_size, wdrop
+        self.n_chunks = hidden_size // chunk_size
+        gate_size = 2 * self.n_chunks + 4 * hidden_size
+        # Layout of the gate vector: [master forget (p) | master input (p) | f | i | o (H each) | cell (H)]
+        # so that one sigmoid covers f, i, o.
+        self.weight_ih = nn.Parameter(torch.empty(gate_size, input_size))
+        self.weight_hh = nn.Parameter(torch.empty(gate_size, hidden_size))
+        self.bias = nn.Parameter(torch.zeros(gate_size))
+        nn.init.uniform_(self.weight_ih, -1 / math.sqrt(input_size), 1 / math.sqrt(input_size))
+        nn.init.uniform_(self.weight_hh, -1 / math.sqrt(hidden_size), 1 / math.sqrt(hidden_size))
+
+    def forward(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]):
+        batch, steps, _ = x.shape
+        p, chunk, hidden = self.n_chunks, self.chunk_size, self.hidden_size
+        # Input projections of all time steps in one matmul; time-major for cheap per-step slices.
+        pre = torch.addmm(self.bias, x.transpose(0, 1).reshape(steps * batch, -1), self.weight_ih.t()).float()
+        # unbind (not pre[t]): its backward stacks the step gradients once instead of filling a
+        # full-size zero tensor per step.
+        pre = pre.view(steps, batch, -1).unbind(0)
+        # One DropConnect mask per forward (per BPTT segment), as in AWD-LSTM; stored [H, G] so the
+        # per-step product is a plain row-major GEMM.
+        recurrent = RecurrentProjection(dropconnect(self.weight_hh, self.wdrop, self.training).t().contiguous())
+        h, c = state
+        c = c.view(batch, p, chunk)
+        outputs, distances = [], []
+        split_sizes = [p, p, 3 * hidden, hidden]
+        for t in range(steps):
+            gates = recurrent(pre[t], h)
+            forget_logits, input_logits, sig_logits, cell_logits = gates.split(split_sizes, 1)
+            master_forget = cumax(forget_logits)  # [B, p]
+            master_input = 1.0 - cumax(input_logits)
+            # unbind, not indexing: the backward of each index would fill a full-size zero tensor.
+            forget_gate, input_gate, output_gate = torch.sigmoid(sig_logits).view(batch, 3, p, chunk).unbind(1)
+            cell = torch.tanh(cell_logits).view(batch, p, chunk)
+            cf, ci = master_forget.unsqueeze(-1), master_input.unsqueeze(-1)
+            overlap = cf * ci
+            forget = forget_gate * overlap + (cf - overlap)
+            inp = input_gate * overlap + (ci - overlap)
+            c = forget * c + inp * cell
+            h = (output_gate * torch.tanh(c)).view(batch, hidden)
+            outputs.append(h)
+            distances.append(master_forget)
+        out = torch.stack(outputs, 1)
+        # 1 - mean over chunks of cf: expected breaking point / p (computed once for all steps).
+        dist = 1.0 - torch.stack(distances, 1).mean(-1)
+        return out, (h, c.reshape(batch, hidden)), dist
+
+
+@register
+class ONLSTM(TiedLanguageModel):
+    """ON-LSTM language model; parses with the distances of ``config.distance_layer``."""
+
+    name = "onlstm"
+    description = "ON-LSTM (Shen et al., 2019): cumax master gates; distances from the master forget gate"
+    parser_kind = "distance"
+    Config = ONLSTMConfig
+
+    def __init__(self, vocab_size: int, config: ONLSTMConfig | None = None):
+        super().__init__(vocab_size, config)
+        cfg = self.config
+        sizes = [cfg.emb_size] + [cfg.hidden_size] * (cfg.n_layers - 1) + [cfg.emb_size]
+        self.layers = nn.ModuleList(
+            ONLSTMLayer(sizes[l], sizes[l + 1], cfg.chunk_size, cfg.wdrop) for l in range(cfg.n_layers)
+        )
+
+    def init_state(self, batch_size: int, device="cpu"):
+        """List of ``(h [B, H_l], c [B, H_l])`` per layer, zeros."""
+        weight = self.embedding.weight
+        return [
+            (weight.new_zeros(batch_size, layer.hidden_size, device=device),
+             weight.new_zeros(batch_size, layer.hidden_size, device=device))
+            for layer in self.layers
+        ]
+
+    def _run(self, tokens: torch.Tensor, state, n_layers: int | None = None):
+        """Run the first ``n_layers`` layers (all by default)."""
+        cfg = self.config
+        x = locked_dropout(self.embed(tokens), cfg.dropouti, self.training)
+        raw_outputs, dropped_outputs, new_state, layer_distances = [], [], [], []
+        for l, layer in enumerate(self.layers[:n_layers]):
+            out, layer_state, dist = layer(x, state[l])
+            new_state.append(layer_state)
+            raw_outputs.append(out)
+            layer_distances.append(dist)
+            last = l == len(self.layers) - 1
+            x = locked_dropout(out, cfg.dropout if last else cfg.dropouth, self.training)
+            dropped_outputs.append(x)
+        return x, new_state, raw_outputs, dropped_outputs, torch.stack(layer_distances, 0)
+
+    def forward(self, tokens: torch.Tensor, state, gold_spans=None) -> LMOutput:
+        """``tokens [B, T]`` -> hidden ``[B, T, E]``; structure ``distances [B, T]`` and
+        ``layer_distances [L, B, T]``."""
+        hidden, new_state, raw, dropped, layer_distances = self._run(tokens, state)
+        return LMOutput(
+            hidden=hidden, state=new_state, raw_outputs=raw, dropped_outputs=dropped,
+            structure={"distances": layer_distances[self.config.distance_layer], "layer_distances": layer_distances},
+        )
+
+    @torch.no_grad()
+    def parse_structure(self, tokens: torch.Tensor, lengths: torch.Tensor) -> dict:
+        """Distances ``[B, T]`` of right-padded sentences (padding only follows, so it cannot leak).
+
+        Only the layers up to ``distance_layer`` run; ``layer_distances [L', B, T]`` holds theirs.
+        """
+        state = self.init_state(tokens.size(0), tokens.device)
+        *_, layer_distances = self._run(tokens, state, n_layers=self.config.distance_layer + 1)
+        return {"distances": layer_distances[self.config.distance_layer], "layer_distances": layer_distances}

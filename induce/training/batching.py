@@ -1,0 +1,65 @@
+"""Token streams, batch rows, BPTT segment lengths and per-process shards (AWD-LSTM conventions).
+
+The corpus becomes one id stream (each sentence followed by ``<eos>``), cut into ``B`` equal
+contiguous rows: ``data [B, L]`` (batch-first, the transpose of AWD-LSTM's ``[L, B]``). A training
+step reads the segment ``data[:, i : i + T]`` and predicts ``data[:, i + 1 : i + 1 + T]``; the
+recurrent state carries over from one segment to the next.
+
+Under DistributedDataParallel every process takes the same segment positions (one shared
+segment-length generator) and a contiguous block of ``B / world_size`` rows, so the processes
+together compute exactly the global batch of a single-process run.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+
+def stream_ids(sentences: Sequence[Sequence[str]], vocab) -> torch.Tensor:
+    """``[N]`` ids of ``w_0 .. w_{n-1} <eos>`` for every sentence, concatenated."""
+    ids: list[int] = []
+    for sentence in sentences:
+        ids.extend(vocab.encode(sentence, add_eos=True))
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def batchify(stream: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """``stream [N, ...]`` -> ``[B, N // B, ...]`` (the tail that does not fill a row is dropped)."""
+    length = stream.size(0) // batch_size
+    if length < 2:
+        raise ValueError(f"{stream.size(0)} tokens cannot fill {batch_size} rows of at least 2 tokens")
+    return stream[: length * batch_size].reshape(batch_size, length, *stream.shape[1:]).contiguous()
+
+
+def shard_rows(data: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
+    """Rows ``[rank * B/W, (rank + 1) * B/W)`` of ``data [B, ...]`` (``B`` divisible by ``W``)."""
+    if data.size(0) % world_size:
+        raise ValueError(f"batch size {data.size(0)} is not divisible by {world_size} processes")
+    per_rank = data.size(0) // world_size
+    return data[rank * per_rank : (rank + 1) * per_rank]
+
+
+def next_segment_length(
+    rng: Optional[np.random.Generator],
+    bptt: int,
+    std: float = 5.0,
+    min_length: int = 5,
+    max_extra: int = 20,
+) -> int:
+    """AWD-LSTM's random BPTT length: ``bptt`` (p = 0.95) or ``bptt / 2``, plus ``N(0, std)`` noise.
+
+    ``rng=None`` gives the fixed length ``bptt``. The result lies in ``[min_length, bptt + max_extra]``.
+    """
+    if rng is None:
+        return bptt
+    mean = bptt if rng.random() < 0.95 else bptt / 2.0
+    length = max(min_length, int(rng.normal(mean, std)))
+    return min(length, bptt + max_extra)
+
+
+def segment(data: torch.Tensor, start: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs ``data[:, start : start + T]`` and targets shifted by one, ``T`` clipped to the row end."""
+    length = min(length, data.size(1) - 1 - start)
+    return data[:, start : start + length], data[:, start + 1 : start + 1 + length]

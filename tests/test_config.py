@@ -1,0 +1,121 @@
+"""Run config: YAML layers + key=value overrides, errors that name the key, saved config round trip."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from induce.config import (
+    ConfigError,
+    CONFIG_DIR,
+    apply_overrides,
+    load_config,
+    load_config_file,
+    parse_duration,
+    save_config,
+)
+from induce.errors import InduceError, InputError
+from induce.models.registry import list_models
+
+
+def write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_yaml_plus_overrides(tmp_path):
+    config_file = write(tmp_path / "c.yaml", """
+model_name: onlstm
+model: {emb_size: 40, hidden_size: 60, chunk_size: 10}
+optim: {optimizer: adam, lr: 0.01}
+train: {epochs: 7}
+""")
+    cfg = load_config(config_file=config_file, overrides=["model.hidden_size=80", "optim.lr=0.003",
+                                                           "train.patience=3", "optim.betas=[0, 0.999]"])
+    assert cfg.model_name == "onlstm"
+    assert cfg.model["hidden_size"] == 80 and cfg.model["emb_size"] == 40  # override > file
+    assert cfg.optim.lr == pytest.approx(0.003) and cfg.optim.optimizer == "adam"
+    assert cfg.train.epochs == 7 and cfg.train.patience == 3
+    assert cfg.optim.betas == (0.0, 0.999)
+    # the model section is resolved: fields not given take the model's defaults
+    assert cfg.model["n_layers"] == 3 and "dropouti" in cfg.model
+
+
+def test_model_option_uses_model_yaml_and_default_yaml():
+    cfg = load_config("prpn")
+    shipped = yaml.safe_load((CONFIG_DIR / "prpn.yaml").read_text())
+    assert cfg.optim.lr == pytest.approx(shipped["optim"]["lr"])
+    assert cfg.model["hidden_size"] == shipped["model"]["hidden_size"]
+    default = yaml.safe_load((CONFIG_DIR / "default.yaml").read_text())
+    # a key prpn.yaml does not set comes from default.yaml
+    assert cfg.data.eval_batch_size == default["data"]["eval_batch_size"]
+
+
+@pytest.mark.parametrize("name", sorted(list_models()))
+def test_every_shipped_model_config_validates(name):
+    cfg = load_config(name)
+    assert cfg.model_name == name
+
+
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("model.nhid=200", "model.nhid"),
+        ("optim.lrr=1", "optim.lrr"),
+        ("train.epochs=abc", "train.epochs"),
+        ("data.batch_size=-4", "data.batch_size"),
+        ("model.chunk_size=7", "model"),  # the model's own cross-field check
+        ("bogus.x=1", "bogus"),
+        ("optim.optimizer=rmsprop", "optim.optimizer"),
+    ],
+)
+def test_bad_key_message_names_the_key(override, key):
+    with pytest.raises(ConfigError) as info:
+        load_config("onlstm", overrides=[override])
+    assert key in str(info.value)
+    assert isinstance(info.value, InduceError)
+
+
+def test_override_syntax_and_section_errors():
+    with pytest.raises(ConfigError, match="key=value"):
+        apply_overrides({}, ["optim.lr"])
+    with pytest.raises(ConfigError, match="optim.lr"):
+        apply_overrides({"optim": {"lr": 1.0}}, ["optim.lr.x=2"])
+
+
+def test_unknown_model_and_conflicting_model_name(tmp_path):
+    with pytest.raises(ConfigError, match="unknown model 'nope'"):
+        load_config("nope")
+    config_file = write(tmp_path / "c.yaml", "model_name: prpn\n")
+    with pytest.raises(ConfigError, match="--model"):
+        load_config("onlstm", config_file=config_file)
+    with pytest.raises(ConfigError, match="no model chosen"):
+        load_config(None, config_file=write(tmp_path / "empty.yaml", ""))
+
+
+def test_yaml_syntax_error_names_file_and_line(tmp_path):
+    bad = write(tmp_path / "bad.yaml", "model_name: onlstm\noptim:\n  lr: [1, 2\n")
+    with pytest.raises(InputError) as info:
+        load_config(config_file=bad)
+    assert str(bad) in str(info.value) and info.value.line is not None
+
+
+def test_saved_config_round_trips(tmp_path):
+    cfg = load_config("palm", overrides=["model.hidden_size=64", "optim.betas=[0.5, 0.9]", "train.time_budget=12.5",
+                                         "data.corpus=corpora/x"])
+    path = save_config(cfg, tmp_path / "config.yaml")
+    again = load_config_file(path)
+    assert again == cfg
+    assert again.to_dict() == cfg.to_dict()
+    assert yaml.safe_load(path.read_text())["model"]["hidden_size"] == 64
+
+
+@pytest.mark.parametrize("text,seconds", [("90", 90.0), ("90s", 90.0), ("10m", 600.0), ("1.5h", 5400.0)])
+def test_parse_duration(text, seconds):
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+def test_parse_duration_rejects_garbage():
+    with pytest.raises(ConfigError):
+        parse_duration("soon")
+    with pytest.raises(ConfigError):
+        parse_duration("-5m")

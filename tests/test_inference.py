@@ -1,0 +1,193 @@
+"""Inference on a trained run: latest run, loading, parsing raw tokens, formats, perplexity, generation."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+
+import nltk
+import pytest
+import torch
+from rich.console import Console
+
+from induce.config import load_config
+from induce.errors import InduceError
+from induce.inference import (
+    format_tree,
+    generate,
+    latest_run,
+    lm_perplexity,
+    load_run,
+    parse_lines,
+    predict_trees,
+    tokenize,
+)
+from induce.parsing import peel_tree, to_nltk
+from induce.training import train
+from induce.training.checkpoint import CheckpointError
+
+from test_training_standin import STANDIN, make_corpus
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("inference")
+    corpus = make_corpus(root / "corpora")
+    torch.set_num_threads(1)
+    cfg = load_config(STANDIN, overrides=[
+        f"data.corpus={corpus}", "data.batch_size=4", "data.bptt=8", "optim.lr=3", "optim.asgd=never",
+        "train.epochs=2", "train.device=cpu", "train.dev_f1=false",
+    ])
+    train(cfg, root / "runs" / "tiny", console=Console(quiet=True), progress=False)
+    return root / "runs" / "tiny", corpus
+
+
+def test_latest_run_takes_the_newest_finished_one(tmp_path, trained):
+    run, _ = trained
+    with pytest.raises(InduceError, match="no finished run"):
+        latest_run(tmp_path / "runs")
+    runs = tmp_path / "runs"
+    for name, state in (("a", "finished"), ("b", "finished"), ("c", "running")):
+        (runs / name).mkdir(parents=True)
+        (runs / name / "best.json").write_text("{}")
+        (runs / name / "status.json").write_text(json.dumps({"state": state}))
+        time.sleep(0.01)
+    os.utime(runs / "a" / "status.json", ns=(time.time_ns(), time.time_ns() + 10**9))  # finished last
+    assert latest_run(runs) == runs / "a"
+    assert latest_run(run.parent) == run
+
+
+def test_load_run_refuses_missing_and_damaged(tmp_path, trained):
+    run, _ = trained
+    with pytest.raises(InduceError, match="no such run"):
+        load_run(tmp_path / "nothing")
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    for name in ("best.json", "best.safetensors"):
+        (damaged / name).write_bytes((run / name).read_bytes())
+    data = (damaged / "best.safetensors").read_bytes()
+    (damaged / "best.safetensors").write_bytes(data[:-10])
+    with pytest.raises(CheckpointError, match="damaged"):
+        load_run(damaged)
+
+
+def test_predict_trees_matches_the_decoder_on_normalised_tokens(trained):
+    run, _ = trained
+    loaded = load_run(run)
+    words = ["The", "dog", "SAW", "3.5", "cats", "."]
+    tree = predict_trees(loaded, [words])[0]
+    assert tree.leaves() == words  # the original tokens
+    # brute force: what the model's distances give for <eos> + normalised ids + <eos>, punctuation
+    # left out (as in training) and attached at the top afterwards
+    vocab = loaded.vocab
+    ids = [vocab.eos_id] + vocab.encode(["the", "dog", "saw", "N", "cats"]) + [vocab.eos_id]
+    distances = loaded.model.parse_structure(torch.tensor([ids]), torch.tensor([len(ids)]))["distances"][0]
+    expected = to_nltk(peel_tree(distances[1:-1].tolist()), words[:5])
+    assert tree == nltk.Tree("S", [expected, "."])
+    # keep_punct shows the period to the model
+    ids = [vocab.eos_id] + vocab.encode(["the", "dog", "saw", "N", "cats", "."]) + [vocab.eos_id]
+    distances = loaded.model.parse_structure(torch.tensor([ids]), torch.tensor([len(ids)]))["distances"][0]
+    assert predict_trees(loaded, [words], keep_punct=True)[0] == to_nltk(peel_tree(distances[1:-1].tolist()), words)
+
+
+def test_punctuation_is_recognised_and_attached():
+    from induce.inference import _attach_punctuation, is_punctuation
+
+    assert [w for w in ["$", "5", "%", "&", "--", "...", "-LRB-", "'s", "n't", "U.S.", ",", "``"]
+            if is_punctuation(w)] == ["$", "--", "...", "-LRB-", ",", "``"]
+    words = ["``", "The", "dog", ",", "barked", "''", "."]
+    tree = _attach_punctuation(words, nltk.Tree.fromstring("(S (S The dog) barked)"), [1, 2, 4])
+    # each mark joins the highest constituent ending just before it; leading marks join at the top
+    assert tree == nltk.Tree.fromstring("(S `` (S (S (S (S (S The dog) ,) barked) '') .))")
+    assert _attach_punctuation(["a", "."], nltk.Tree("S", ["a"]), [0]) == nltk.Tree("S", ["a", "."])
+    assert _attach_punctuation([",", ".", "!"], None, []) == nltk.Tree.fromstring("(S , (S . !))")
+
+
+def test_predict_trees_edge_cases(trained):
+    run, _ = trained
+    loaded = load_run(run)
+    long = [f"w{i}" for i in range(23)]
+    trees = predict_trees(loaded, [[], ["hello"], long, ["a", "b"]], max_length=10, batch_size=2)
+    assert str(trees[0]) == "(S )"
+    assert trees[1] == nltk.Tree("S", ["hello"])
+    assert trees[2].leaves() == long
+    # 23 words in pieces of 10, 10, 3 joined right-branching
+    assert trees[2][0].leaves() == long[:10] and trees[2][1][0].leaves() == long[10:20]
+    assert trees[2][1][1].leaves() == long[20:]
+    assert trees[3].leaves() == ["a", "b"]
+    # order of the input is kept although batches are sorted by length
+    single = [predict_trees(loaded, [s])[0] for s in (["hello"], ["a", "b"])]
+    assert single == [trees[1], trees[3]]
+
+
+def test_format_tree_ptb_escapes_and_round_trips():
+    tree = nltk.Tree("S", [nltk.Tree("S", ["(", "x"]), nltk.Tree("S", [")", "y"])])
+    text = format_tree(tree, "ptb")
+    assert text == "(S (S -LRB- x) (S -RRB- y))"
+    assert nltk.Tree.fromstring(text).leaves() == ["-LRB-", "x", "-RRB-", "y"]
+    pretty = format_tree(nltk.Tree("S", [nltk.Tree("S", ["a", nltk.Tree("S", ["b", "c"])]), "d"]), "pretty")
+    last = pretty.splitlines()[-1].split()
+    assert last == ["a", "b", "c", "d"]
+
+
+def test_parse_lines_tokenizes_like_treebank(trained):
+    run, _ = trained
+    lines = ['He said "hi" (twice).', "", "   ", "one"]
+    out = parse_lines(run, lines)
+    assert len(out) == 4
+    leaves = nltk.Tree.fromstring(out[0]).leaves()
+    expected = nltk.tokenize.TreebankWordTokenizer().tokenize(lines[0])
+    assert leaves == [{"(": "-LRB-", ")": "-RRB-"}.get(w, w) for w in expected]
+    assert out[1] == out[2] == "(S )" and out[3] == "(S one)"
+    assert tokenize("a  b\tc", pretokenized=True) == ["a", "b", "c"]
+    with pytest.raises(InduceError, match="decoder"):
+        parse_lines(run, ["a b"], decoder="span")
+
+
+def test_lm_perplexity_matches_training_metrics(trained):
+    run, corpus = trained
+    history = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    best = min(history, key=lambda line: line["valid_ppl"])
+    assert math.isclose(lm_perplexity(run, corpus, "valid"), best["valid_ppl"], rel_tol=1e-9)
+    assert lm_perplexity(run, corpus, "test") > 1.0
+
+
+def test_sampling_is_seeded_and_temperature_sharpens(trained):
+    run, _ = trained
+    loaded = load_run(run)
+    a = generate(loaded, n_words=30, seed=5)
+    assert a == generate(loaded, n_words=30, seed=5) and len(a) == 30
+    assert set(a) <= set(loaded.vocab.itos)
+    cold = generate(loaded, n_words=30, temperature=1e-4, seed=1)
+    assert cold == generate(loaded, n_words=30, temperature=1e-4, seed=2)  # ~argmax: seed no longer matters
+    with pytest.raises(InduceError):
+        generate(loaded, temperature=0)
+
+
+def test_beam_one_is_greedy_decoding(trained):
+    run, _ = trained
+    loaded = load_run(run)
+    model, vocab = loaded.model, loaded.vocab
+    out = generate(loaded, n_words=12, beam=1)
+    # brute force greedy: feed the argmax back until <eos> or 12 tokens
+    tokens, context = [], [vocab.eos_id]
+    with torch.no_grad():
+        for _ in range(12):
+            o = model(torch.tensor([context]), model.init_state(1))
+            nxt = int(model.logits(o.hidden[:, -1]).argmax(-1))
+            tokens.append(nxt)
+            context.append(nxt)
+            if nxt == vocab.eos_id:
+                break
+    assert out == vocab.decode(tokens)
+    beam = generate(loaded, n_words=12, beam=4)
+    assert 1 <= len(beam) <= 12 and (beam[-1] == "<eos>" or len(beam) == 12)

@@ -1,0 +1,72 @@
+"""`induce train` under torchrun with 2 CPU processes (gloo) vs the same run in one process.
+
+Each process takes half of the batch rows and DDP averages the gradients, so the two runs compute
+the same global-batch loss; with dropout off they must end with the same weights up to float
+rounding (different summation order). SGD, not Adam: Adam divides by the gradient's running RMS,
+which turns rounding noise in near-zero gradient entries into full-size steps.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from rich.console import Console
+
+from induce.config import load_config
+from induce.training import load_checkpoint, train
+
+from test_training_standin import make_corpus
+
+REPO = Path(__file__).resolve().parents[1]
+NO_DROPOUT = ["model.dropout=0", "model.dropouth=0", "model.dropouti=0", "model.dropoute=0", "model.wdrop=0"]
+# PaLM-RB: its span scorer gets no gradient (fixed scores), which DDP must be told about.
+MODEL = "palm-rb"
+TINY = ["model.emb_size=8", "model.hidden_size=12", "model.rrnn_size=4", "model.attention_size=4",
+        "model.max_span_length=4", "data.batch_size=4", "data.bptt=8",
+        "data.eval_batch_size=2", "optim.optimizer=sgd", "optim.asgd=never", "optim.lr=1", "train.log_interval=5", "train.dev_f1=false", "train.seed=3"]
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
+def test_two_cpu_processes_match_one_process(tmp_path):
+    corpus = make_corpus(tmp_path / "corpora", train=80, valid=10, test=5)
+    overrides = TINY + NO_DROPOUT
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+        "-m", "cli.main", "train", "--model", MODEL, "--corpus", str(corpus), "--out", str(tmp_path / "ddp"),
+        "--max-epochs", "2", "--device", "cpu", "--no-progress", *overrides,
+    ]
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "2 processes" in done.stderr
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cfg = load_config(MODEL, overrides=overrides + [f"data.corpus={corpus}", "train.epochs=2", "train.device=cpu"])
+        train(cfg, tmp_path / "single", console=Console(quiet=True), progress=False)
+    finally:
+        torch.set_num_threads(threads)
+
+    ddp_tensors, ddp_meta = load_checkpoint(tmp_path / "ddp" / "last")
+    one_tensors, _ = load_checkpoint(tmp_path / "single" / "last")
+    assert ddp_meta["trainer"]["world_size"] == 2
+    keys = [k for k in one_tensors if k.startswith("model.")]
+    assert keys and set(keys) <= set(ddp_tensors)
+    for key in keys:
+        torch.testing.assert_close(ddp_tensors[key], one_tensors[key], rtol=1e-4, atol=2e-5)
+    # the runs really trained
+    ddp_lines = [json.loads(l) for l in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
+    one_lines = [json.loads(l) for l in (tmp_path / "single" / "metrics.jsonl").read_text().splitlines()]
+    assert [l["steps"] for l in ddp_lines] == [l["steps"] for l in one_lines]
+    # the processes shared the global batch (each read half of the rows), they did not each read it all
+    assert [l["train_tokens"] for l in ddp_lines] == [l["train_tokens"] for l in one_lines]
+    for a, b in zip(ddp_lines, one_lines):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5)
+        assert a["valid_loss"] == pytest.approx(b["valid_loss"], rel=1e-5)
+    assert one_lines[-1]["train_loss"] < one_lines[0]["train_loss"]

@@ -1,0 +1,88 @@
+"""A tiny test-only language model (``tiny-lstm``) and a tiny prepared corpus, shared by the training,
+inference and CLI tests so that the runner is tested independently of the real models."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pydantic
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from induce.models.base import LanguageModel, LMOutput, ModelConfig
+from induce.models.registry import _REGISTRY, register
+
+STANDIN = "tiny-lstm"
+
+
+class TinyConfig(ModelConfig):
+    emb_size: int = pydantic.Field(8, gt=0)
+    hidden_size: int = pydantic.Field(12, gt=0)
+    dropout: float = pydantic.Field(0.0, ge=0, lt=1)
+
+
+class TinyLSTM(LanguageModel):
+    """Embedding -> 1-layer LSTM -> dropout -> projection to the embedding size (tied output).
+
+    Distances for parsing come from a linear head on the LSTM states: ``[B, T]``.
+    """
+
+    name = STANDIN
+    description = "test-only 1-layer LSTM"
+    parser_kind = "distance"
+    Config = TinyConfig
+
+    def __init__(self, vocab_size: int, config: TinyConfig | None = None):
+        super().__init__()
+        self.config = config or TinyConfig()
+        cfg = self.config
+        self.embedding = nn.Embedding(vocab_size, cfg.emb_size)
+        self.lstm = nn.LSTM(cfg.emb_size, cfg.hidden_size, batch_first=True)
+        self.project = nn.Linear(cfg.hidden_size, cfg.emb_size)
+        self.distance = nn.Linear(cfg.hidden_size, 1)
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+
+    def init_state(self, batch_size, device="cpu"):
+        """``(h [B, H], c [B, H])``: batch first, as the trainer expects of every state tensor."""
+        zeros = torch.zeros(batch_size, self.config.hidden_size, device=device)
+        return (zeros, zeros.clone())
+
+    def _lstm(self, tokens, state):
+        h, c = state
+        out, (h, c) = self.lstm(self.embedding(tokens), (h.unsqueeze(0).contiguous(), c.unsqueeze(0).contiguous()))
+        return out, (h.squeeze(0), c.squeeze(0))
+
+    def forward(self, tokens, state, gold_spans=None):
+        out, state = self._lstm(tokens, state)
+        dropped = F.dropout(out, self.config.dropout, self.training)
+        hidden = self.project(dropped)
+        return LMOutput(hidden=hidden, state=state, raw_outputs=[out], dropped_outputs=[dropped],
+                        structure={"distances": self.distance(out).squeeze(-1)})
+
+    def logits(self, hidden):
+        return F.linear(hidden, self.embedding.weight, self.bias)
+
+    @torch.no_grad()
+    def parse_structure(self, tokens, lengths):
+        out, _ = self._lstm(tokens, self.init_state(tokens.size(0), tokens.device))
+        return {"distances": self.distance(out).squeeze(-1)}
+
+
+if STANDIN not in _REGISTRY:
+    register(TinyLSTM)
+
+
+def make_corpus(folder: Path, train: int = 120, valid: int = 20, test: int = 10, seed: int = 0) -> Path:
+    """A tiny prepared synthetic treebank corpus (trees + LM text) under ``folder``."""
+    from induce.data.preprocess import preprocess_synthetic
+
+    return preprocess_synthetic(Path(folder), "tiny", {"train": train, "valid": valid, "test": test}, seed=seed)
+
+
+def test_standin_forward_shapes():
+    model = TinyLSTM(11)
+    tokens = torch.randint(0, 11, (3, 5))
+    out = model(tokens, model.init_state(3))
+    assert out.hidden.shape == (3, 5, 8)
+    assert model.logits(out.hidden).shape == (3, 5, 11)
+    assert out.structure["distances"].shape == (3, 5)
