@@ -116,3 +116,46 @@ def test_span_attention_hard_gates_and_fixed_scores():
         inputs.pop(name)
     check("span_attention", TIER, inputs, query=None, w_span=None, v=None, max_len=4,
                            fixed_scores=torch.tensor([1.0, 2.0, 3.0, 4.0]))
+
+
+@pytest.mark.parametrize("shape,reverse", [((37, 9), False), ((5, 3, 40), True)])  # rows not a multiple of a tile
+def test_cumax_many_rows(shape, reverse):
+    check("cumax", TIER, {"x": 3 * torch.randn(shape, generator=_gen(1))}, reverse=reverse)
+
+
+def test_linear_scan_prefetch_many_chunks():
+    gen = _gen(5)
+    inputs = random_scan_inputs(2, 100, 40, generator=gen)  # 4 chunks of 32, two feature blocks
+    inputs["c0"] = torch.randn(2, 40, generator=gen)
+    check("linear_scan", TIER, inputs, reverse=True)
+    check("linear_scan", TIER, inputs, reverse=False)
+
+
+@pytest.mark.parametrize("fixed,split_dw", [(False, True), (False, False), (True, True)])
+def test_span_attention_small_tiles_and_chunks(monkeypatch, fixed, split_dw):
+    """Many row tiles (positions of several sequences in one tile), a backward in several chunks,
+    dW by the split-K kernel (several row tiles per program) or fused into the gradient kernel."""
+    from induce.kernels import triton_impl
+
+    monkeypatch.setattr(triton_impl, "_MLP_R", 16)
+    monkeypatch.setattr(triton_impl, "_GRAD_R", 16)
+    monkeypatch.setattr(triton_impl, "_DW_R", 16)
+    monkeypatch.setattr(triton_impl, "_DW_PROGRAMS", 2)
+    monkeypatch.setattr(triton_impl, "_DW_SPLIT", split_dw)
+    monkeypatch.setattr(triton_impl, "_DH_CHUNK_BYTES", 7 * 5 * 6 * 4)  # 7 positions of m=5, A=6
+    inputs = span_attention_inputs(3, 11, 35, 6, seed=4)
+    kwargs = {}
+    if fixed:
+        for name in ("query", "w_span", "v"):
+            inputs.pop(name)
+        kwargs = dict(query=None, w_span=None, v=None, fixed_scores=torch.tensor([0.5, -1.0, 2.0, 0.0, 1.0]))
+    check("span_attention", TIER, inputs, max_len=5, rtol=2e-5, atol=2e-5, **kwargs)
+
+
+def test_span_attention_max_len_over_tile(monkeypatch):
+    """max_len above the row tile: the tile grows to a power of two >= m (one position per tile)."""
+    from induce.kernels import triton_impl
+
+    monkeypatch.setattr(triton_impl, "_MLP_R", 8)
+    monkeypatch.setattr(triton_impl, "_GRAD_R", 8)
+    check("span_attention", TIER, span_attention_inputs(1, 12, 5, 3, seed=2), max_len=12, rtol=2e-5, atol=2e-5)

@@ -21,34 +21,50 @@ def _pow2(n: int, minimum: int = 16) -> int:
 
 
 # ========================================================================================= cumax
+# Several rows per program (``ROWS`` x ``BLOCK`` tile, one warp per row where the row fits): the
+# max/sum reductions and the running sum then stay inside a warp, and each program moves enough
+# bytes to keep the memory system busy (one 400-wide row per program reached ~47% of copy bandwidth).
 @triton.jit
-def _cumax_fwd_kernel(x_ptr, y_ptr, N, BLOCK: tl.constexpr, REVERSE: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    offs = tl.arange(0, BLOCK)
-    mask = offs < N
-    x = tl.load(x_ptr + row * N + offs, mask=mask, other=-float("inf")).to(tl.float32)
-    e = tl.where(mask, tl.exp(x - tl.max(x, axis=0)), 0.0)
-    p = e / tl.sum(e, axis=0)
-    y = tl.cumsum(p, axis=0, reverse=REVERSE)
-    tl.store(y_ptr + row * N + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+def _cumax_fwd_kernel(x_ptr, y_ptr, R, N, BLOCK: tl.constexpr, ROWS: tl.constexpr, REVERSE: tl.constexpr):
+    rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)[:, None]
+    offs = tl.arange(0, BLOCK)[None, :]
+    mask = (rows < R) & (offs < N)
+    x = tl.load(x_ptr + rows * N + offs, mask=mask, other=-float("inf")).to(tl.float32)
+    top = tl.max(x, axis=1)[:, None]
+    e = tl.where(mask, tl.exp(x - tl.where(rows < R, top, 0.0)), 0.0)
+    total = tl.sum(e, axis=1)[:, None]
+    p = e / tl.where(total > 0, total, 1.0)
+    y = tl.cumsum(p, axis=1, reverse=REVERSE)
+    tl.store(y_ptr + rows * N + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _cumax_bwd_kernel(x_ptr, gy_ptr, gx_ptr, N, BLOCK: tl.constexpr, REVERSE: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    offs = tl.arange(0, BLOCK)
-    mask = offs < N
-    x = tl.load(x_ptr + row * N + offs, mask=mask, other=-float("inf")).to(tl.float32)
-    gy = tl.load(gy_ptr + row * N + offs, mask=mask, other=0.0).to(tl.float32)
-    e = tl.where(mask, tl.exp(x - tl.max(x, axis=0)), 0.0)
-    p = e / tl.sum(e, axis=0)
+def _cumax_bwd_kernel(x_ptr, gy_ptr, gx_ptr, R, N, BLOCK: tl.constexpr, ROWS: tl.constexpr, REVERSE: tl.constexpr):
+    rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)[:, None]
+    offs = tl.arange(0, BLOCK)[None, :]
+    mask = (rows < R) & (offs < N)
+    x = tl.load(x_ptr + rows * N + offs, mask=mask, other=-float("inf")).to(tl.float32)
+    gy = tl.load(gy_ptr + rows * N + offs, mask=mask, other=0.0).to(tl.float32)
+    top = tl.max(x, axis=1)[:, None]
+    e = tl.where(mask, tl.exp(x - tl.where(rows < R, top, 0.0)), 0.0)
+    total = tl.sum(e, axis=1)[:, None]
+    p = e / tl.where(total > 0, total, 1.0)
     # y_i = sum_{j<=i} p_j  =>  dL/dp_j = sum_{i>=j} gy_i (the opposite running sum)
-    gp = tl.cumsum(gy, axis=0, reverse=not REVERSE)
-    gx = p * (gp - tl.sum(p * gp, axis=0))
-    tl.store(gx_ptr + row * N + offs, gx.to(gx_ptr.dtype.element_ty), mask=mask)
+    gp = tl.cumsum(gy, axis=1, reverse=not REVERSE)
+    gx = p * (gp - tl.sum(p * gp, axis=1)[:, None])
+    tl.store(gx_ptr + rows * N + offs, gx.to(gx_ptr.dtype.element_ty), mask=mask)
 
 
 _CUMAX_MAX_ROW = 65536
+_CUMAX_TILE = 4096  # elements per program (ROWS x BLOCK) for short rows
+
+
+def _cumax_launch(N: int):
+    """``(BLOCK, ROWS, num_warps)`` for rows of length ``N``: a warp per row while rows are short."""
+    block = _pow2(N)
+    rows = max(1, _CUMAX_TILE // block)
+    warps = min(16, max(4, rows if rows > 1 else block // 512))
+    return block, rows, warps
 
 
 class _Cumax(torch.autograd.Function):
@@ -56,8 +72,11 @@ class _Cumax(torch.autograd.Function):
     def forward(ctx, x2d: torch.Tensor, reverse: bool):  # type: ignore[override]
         R, N = x2d.shape
         y = torch.empty_like(x2d)
+        block, rows, warps = _cumax_launch(N)
         if R:
-            _cumax_fwd_kernel[(R,)](x2d, y, N, BLOCK=_pow2(N), REVERSE=reverse)
+            _cumax_fwd_kernel[(triton.cdiv(R, rows),)](
+                x2d, y, R, N, BLOCK=block, ROWS=rows, REVERSE=reverse, num_warps=warps
+            )
         ctx.save_for_backward(x2d)
         ctx.reverse = reverse
         return y
@@ -68,13 +87,16 @@ class _Cumax(torch.autograd.Function):
         (x2d,) = ctx.saved_tensors
         R, N = x2d.shape
         gx = torch.empty_like(x2d)
+        block, rows, warps = _cumax_launch(N)
         if R:
-            _cumax_bwd_kernel[(R,)](x2d, gy.contiguous(), gx, N, BLOCK=_pow2(N), REVERSE=ctx.reverse)
+            _cumax_bwd_kernel[(triton.cdiv(R, rows),)](
+                x2d, gy.contiguous(), gx, R, N, BLOCK=block, ROWS=rows, REVERSE=ctx.reverse, num_warps=warps
+            )
         return gx, None
 
 
 def cumax(x: torch.Tensor, dim: int = -1, reverse: bool = False) -> torch.Tensor:
-    """Fused softmax + running sum, one program per row of ``x`` moved to ``[..., N]``."""
+    """Fused softmax + running sum over rows of ``x`` moved to ``[..., N]``, several rows per program."""
     if x.shape[dim] > _CUMAX_MAX_ROW:
         from induce.kernels import torch_impl  # one block per row; longer rows are not worth a kernel
 
@@ -194,63 +216,101 @@ def stick_breaking_gates(
 # ================================================================================= linear scan
 @triton.jit
 def _scan_kernel(
-    a_ptr, b_ptr, c0_ptr, out_ptr, T, D,
-    A_OFFSET: tl.constexpr, HAS_C0: tl.constexpr, REVERSE: tl.constexpr,
+    a_ptr, b_ptr, c0_ptr, out_ptr, c_ptr, glf_ptr, T, D,
+    A_OFFSET: tl.constexpr, HAS_C0: tl.constexpr, REVERSE: tl.constexpr, GRAD_LOGF: tl.constexpr,
     BT: tl.constexpr, BD: tl.constexpr,
 ):
     """``out_t = exp(a_{t + A_OFFSET}) out_prev + b_t`` along T (right to left if ``REVERSE``).
 
     One program per (batch, block of D); T is walked in chunks of ``BT`` steps, each chunk scanned
-    in parallel with the associative operator and then combined with the carried state. ``a``
-    outside ``[0, T)`` (the shifted gates of the backward pass) means a gate of 0.
+    in parallel with the associative operator and then combined with the carried state; the next
+    chunk is loaded before the current one is scanned, so its memory latency overlaps the scan.
+    ``a`` outside ``[0, T)`` (the shifted gates of the backward pass) means a gate of 0.
+
+    ``GRAD_LOGF`` (the backward pass of a scan in the opposite direction, ``A_OFFSET = -+1``): also
+    writes ``glf_t = out_t * exp(a_t) * c_prev`` with ``c_prev = c_{t - A_OFFSET}`` (``c0`` from
+    ``c0_ptr`` or 0 outside ``[0, T)``), the gradient of the forward scan's ``log_f``.
     """
     b = tl.program_id(0).to(tl.int64)
     d = tl.program_id(1) * BD + tl.arange(0, BD)
     d_ok = d < D
-    if HAS_C0:
+    if HAS_C0 and not GRAD_LOGF:
         carry = tl.load(c0_ptr + b * D + d, mask=d_ok, other=0.0).to(tl.float32)
     else:
         carry = tl.zeros([BD], dtype=tl.float32)
     rows = tl.arange(0, BT)
-    for chunk in range(0, tl.cdiv(T, BT)):
-        step = chunk * BT + rows
+    n_chunks = tl.cdiv(T, BT)
+
+    # chunk 0, loaded ahead
+    if REVERSE:
+        t = T - 1 - rows
+    else:
+        t = rows
+    ok = ((t >= 0) & (t < T))[:, None] & d_ok[None, :]
+    ta = t + A_OFFSET
+    a_ok = ((ta >= 0) & (ta < T))[:, None] & ok
+    log_a = tl.load(a_ptr + (b * T + ta[:, None]) * D + d[None, :], mask=a_ok, other=0.0)
+    x = tl.load(b_ptr + (b * T + t[:, None]) * D + d[None, :], mask=ok, other=0.0)
+    for chunk in range(0, n_chunks):
+        cur_t, cur_ok, cur_a_ok, cur_log_a, cur_x = t, ok, a_ok, log_a, x
+        # issue the loads of the next chunk (masked off past the end)
+        step = (chunk + 1) * BT + rows
         if REVERSE:
             t = T - 1 - step
         else:
             t = step
-        t_ok = (t >= 0) & (t < T)
-        ok = t_ok[:, None] & d_ok[None, :]
+        ok = ((t >= 0) & (t < T))[:, None] & d_ok[None, :]
         ta = t + A_OFFSET
         a_ok = ((ta >= 0) & (ta < T))[:, None] & ok
-        log_a = tl.load(a_ptr + (b * T + ta[:, None]) * D + d[None, :], mask=a_ok, other=0.0).to(tl.float32)
-        a = tl.where(a_ok, tl.exp(log_a), tl.where(ok, 0.0, 1.0))  # padding rows are the identity
-        x = tl.load(b_ptr + (b * T + t[:, None]) * D + d[None, :], mask=ok, other=0.0).to(tl.float32)
-        a_cum, b_cum = tl.associative_scan((a, x), 0, _linear_combine)
+        log_a = tl.load(a_ptr + (b * T + ta[:, None]) * D + d[None, :], mask=a_ok, other=0.0)
+        x = tl.load(b_ptr + (b * T + t[:, None]) * D + d[None, :], mask=ok, other=0.0)
+
+        a = tl.where(cur_a_ok, tl.exp(cur_log_a.to(tl.float32)), tl.where(cur_ok, 0.0, 1.0))  # padding: identity
+        a_cum, b_cum = tl.associative_scan((a, cur_x.to(tl.float32)), 0, _linear_combine)
         c = a_cum * carry[None, :] + b_cum
-        tl.store(out_ptr + (b * T + t[:, None]) * D + d[None, :], c.to(out_ptr.dtype.element_ty), mask=ok)
+        offs = (b * T + cur_t[:, None]) * D + d[None, :]
+        tl.store(out_ptr + offs, c.to(out_ptr.dtype.element_ty), mask=cur_ok)
+        if GRAD_LOGF:
+            tp = cur_t - A_OFFSET
+            prev_ok = ((tp >= 0) & (tp < T))[:, None] & cur_ok
+            c_prev = tl.load(c_ptr + (b * T + tp[:, None]) * D + d[None, :], mask=prev_ok, other=0.0).to(tl.float32)
+            if HAS_C0:
+                c_init = tl.load(c0_ptr + b * D + d, mask=d_ok, other=0.0).to(tl.float32)
+                c_prev = tl.where(prev_ok, c_prev, c_init[None, :])
+            log_f = tl.load(a_ptr + offs, mask=cur_ok, other=0.0).to(tl.float32)
+            glf = tl.where(cur_ok, c * tl.exp(log_f) * c_prev, 0.0)
+            tl.store(glf_ptr + offs, glf.to(glf_ptr.dtype.element_ty), mask=cur_ok)
         carry = tl.sum(tl.where(rows[:, None] == BT - 1, c, 0.0), axis=0)
 
 
+_SCAN_BT, _SCAN_BD, _SCAN_WARPS = 32, 64, 4
+
+
 def _run_scan(
-    log_a: torch.Tensor, b: torch.Tensor, c0: Optional[torch.Tensor], a_offset: int, reverse: bool
-) -> torch.Tensor:
+    log_a: torch.Tensor, b: torch.Tensor, c0: Optional[torch.Tensor], a_offset: int, reverse: bool,
+    c_fwd: Optional[torch.Tensor] = None,
+):
+    """The scan; with ``c_fwd`` (backward pass) also the gradient of ``log_a``: returns ``(out, glf)``."""
     B, T, D = b.shape
     out = torch.empty_like(b)
+    glf = torch.empty_like(b) if c_fwd is not None else None
     if B * T * D:
-        BD = min(64, _pow2(D))
+        BD = min(_SCAN_BD, _pow2(D))
         grid = (B, triton.cdiv(D, BD))
         _scan_kernel[grid](
-            log_a, b, c0 if c0 is not None else b, out, T, D,
-            A_OFFSET=a_offset, HAS_C0=c0 is not None, REVERSE=reverse, BT=32, BD=BD,
+            log_a, b, c0 if c0 is not None else b, out,
+            c_fwd if c_fwd is not None else b, glf if glf is not None else out, T, D,
+            A_OFFSET=a_offset, HAS_C0=c0 is not None, REVERSE=reverse, GRAD_LOGF=c_fwd is not None,
+            BT=_SCAN_BT, BD=BD, num_warps=_SCAN_WARPS,
         )
-    return out
+    return out, glf
 
 
 class _LinearScan(torch.autograd.Function):
     @staticmethod
     def forward(ctx, log_f, u, c0, reverse):  # type: ignore[override]
         c0c = c0.contiguous() if c0 is not None else None
-        c = _run_scan(log_f, u, c0c, 0, reverse)
+        c, _ = _run_scan(log_f, u, c0c, 0, reverse)
         ctx.save_for_backward(log_f, c, c0c)
         ctx.reverse, ctx.has_c0 = reverse, c0 is not None
         return c
@@ -260,19 +320,15 @@ class _LinearScan(torch.autograd.Function):
     def backward(ctx, grad_c: torch.Tensor):  # type: ignore[override]
         log_f, c, c0 = ctx.saved_tensors
         reverse = ctx.reverse
-        # g_t = grad_t + f_next g_next, next = t+1 (t-1 when reversed): the opposite scan, gates shifted.
-        g = _run_scan(log_f, grad_c.contiguous(), None, -1 if reverse else 1, not reverse)
-        f = torch.exp(log_f)
-        initial = c0[:, None] if ctx.has_c0 else torch.zeros_like(c[:, :1])
-        if reverse:
-            c_prev = torch.cat([c[:, 1:], initial], dim=1)
-        else:
-            c_prev = torch.cat([initial, c[:, :-1]], dim=1)
-        grad_log_f = g * f * c_prev
+        # g_t = grad_t + f_next g_next, next = t+1 (t-1 when reversed): the opposite scan, gates
+        # shifted; the same kernel writes grad_log_f_t = g_t f_t c_prev.
+        g, grad_log_f = _run_scan(
+            log_f, grad_c.contiguous(), c0 if ctx.has_c0 else None, -1 if reverse else 1, not reverse, c_fwd=c
+        )
         grad_c0 = None
         if ctx.has_c0:
             first = -1 if reverse else 0
-            grad_c0 = f[:, first] * g[:, first]
+            grad_c0 = torch.exp(log_f[:, first]) * g[:, first]
         return grad_log_f, g, grad_c0, None
 
 
@@ -420,6 +476,20 @@ def span_representations(c: torch.Tensor, log_f: torch.Tensor, max_len: int, rev
 
 
 # ============================================================================= span attention
+# Rows are spans: a row tile of ``R`` rows holds ``P = R // M`` whole positions (``P * M`` rows, the
+# rest padding), row ``i`` being span ``k`` of position ``pos0 + tile * P + i // M`` (positions
+# flattened over ``B * T``). Whole positions per tile keep every "over the spans of one position"
+# operation (the forget-gate window products, the gradient sums of the backward) inside a program,
+# as segmented scans along the rows. The span representations ``g [R, 2D]`` are formed on chip,
+# block of features by block of features, and never written to memory.
+#
+# forward:  scores (MLP kernel, grid rows x blocks of A: partial sums of ``v . tanh(q + g W)`` per
+#           block of A, summed by torch), masked softmax (torch, [B, T, m]),
+#           context (kernel over positions x features, spans walked in k);
+# backward: dL/dp = gctx . g (same context kernel), softmax backward (torch),
+#           dh = ds v (1 - h^2) (MLP kernel again, in chunks of positions so that dh [rows, A]
+#           stays small), then per direction and block of features: dg = p gctx + dh W^T,
+#           dW += g^T dh, and dg pushed onto c and log_f (Alg. 1 backwards).
 @triton.jit
 def _tanh(x):
     # 1 - 2 / (exp(2x) + 1): saturates cleanly to +-1 (exp overflow gives inf -> 1)
@@ -427,183 +497,250 @@ def _tanh(x):
 
 
 @triton.jit
-def _span_scores_row(
-    q_tile, cf_ptr, lff_ptr, cb_ptr, lfb_ptr, w_ptr, v_tile, b, t, k, T, D, A,
-    BD: tl.constexpr, BA: tl.constexpr,
+def _seg_add(f1, v1, f2, v2):
+    """Segmented sum: ``f`` marks the first row of a segment (in scan order)."""
+    return f1 | f2, tl.where(f2 != 0, v2, v1 + v2)
+
+
+@triton.jit
+def _seg_add2(f1, v1, w1, f2, v2, w2):
+    """Two segmented sums sharing one segmentation."""
+    return f1 | f2, tl.where(f2 != 0, v2, v1 + v2), tl.where(f2 != 0, w2, w1 + w2)
+
+
+@triton.jit
+def _span_rows(pos0, pos_end, tile, T, M, P: tl.constexpr, R: tl.constexpr, K_DESCENDING: tl.constexpr):
+    """Rows ``[R, 1]`` of a span tile: ``(pos, k, t, row_ok, valid, first)`` (``first``: segment start)."""
+    i = tl.arange(0, R)[:, None]
+    within = i % M
+    pos = (pos0 + tile * P + i // M).to(tl.int64)
+    if K_DESCENDING:
+        k = M - 1 - within
+    else:
+        k = within
+    t = pos % T
+    row_ok = (i < P * M) & (pos < pos_end)
+    valid = row_ok & (t >= k)
+    return pos, k, t, row_ok, valid, within == 0
+
+
+@triton.jit
+def _span_block(c_ptr, lf_ptr, pos, k, t, valid, first, d, T, D, REVERSE: tl.constexpr):
+    """``g [R, BD]`` of one direction for span rows in ascending k (window products by a segmented scan)."""
+    ok = valid & (d < D)
+    lf = tl.load(lf_ptr + (pos - k) * D + d, mask=ok, other=0.0).to(tl.float32)
+    flags = (first & (d >= 0)).to(tl.int32)
+    _, window = tl.associative_scan((flags, lf), 0, _seg_add)
+    decay = tl.exp(window)
+    if REVERSE:
+        head = tl.load(c_ptr + (pos - k) * D + d, mask=ok, other=0.0).to(tl.float32)
+        other = tl.load(c_ptr + (pos + 1) * D + d, mask=ok & (t + 1 < T), other=0.0).to(tl.float32)
+    else:
+        head = tl.load(c_ptr + pos * D + d, mask=ok, other=0.0).to(tl.float32)
+        other = tl.load(c_ptr + (pos - k - 1) * D + d, mask=ok & (t - k - 1 >= 0), other=0.0).to(tl.float32)
+    return tl.where(ok, head - other * decay, 0.0)
+
+
+@triton.jit
+def _span_mlp_kernel(
+    q_ptr, cf_ptr, lff_ptr, cb_ptr, lfb_ptr, w_ptr, v_ptr, ds_ptr, out_ptr, gv_ptr,
+    pos0, pos_end, T, D, A, M, NA,
+    BACKWARD: tl.constexpr, P: tl.constexpr, R: tl.constexpr, BD: tl.constexpr, BA: tl.constexpr,
 ):
-    """``tanh(q + g_k @ w_span)`` ``[BT, BA]`` for span length ``k``, the ``g_k`` formed tile by tile on chip."""
-    a = tl.arange(0, BA)[None, :]
-    proj = tl.zeros([t.shape[0], BA], dtype=tl.float32)
+    """``h = tanh(q + g W)`` for a tile of span rows and a block of A.
+
+    forward: ``out [rows, NA]`` gets the partial score ``sum_{a in block} v_a h_a`` (row ``pos * M + k``);
+    backward: ``out [chunk rows, A]`` gets ``dh = ds v (1 - h^2)`` (row ``(pos - pos0) * M + k``),
+    ``gv`` the block's ``sum_rows ds h`` (atomically).
+    """
+    tile = tl.program_id(0)
+    a_block = tl.program_id(1)
+    pos, k, t, row_ok, valid, first = _span_rows(pos0, pos_end, tile, T, M, P, R, False)
+    a = a_block * BA + tl.arange(0, BA)[None, :]
+    a_ok = a < A
+    proj = tl.zeros([R, BA], dtype=tl.float32)
     for d0 in range(0, D, BD):
         d = d0 + tl.arange(0, BD)[None, :]
         w_rows = (d0 + tl.arange(0, BD))[:, None]
-        w_ok = (w_rows < D) & (a < A)
-        gf, _, _, _ = _span_tile(cf_ptr, lff_ptr, b, t, k, d, T, D, False)
-        gb, _, _, _ = _span_tile(cb_ptr, lfb_ptr, b, t, k, d, T, D, True)
+        w_ok = (w_rows < D) & a_ok
+        gf = _span_block(cf_ptr, lff_ptr, pos, k, t, valid, first, d, T, D, False)
         wf = tl.load(w_ptr + w_rows * A + a, mask=w_ok, other=0.0).to(tl.float32)
-        wb = tl.load(w_ptr + (D + w_rows) * A + a, mask=w_ok, other=0.0).to(tl.float32)
         proj += tl.dot(gf, wf, input_precision=_DOT_PRECISION)
+        gb = _span_block(cb_ptr, lfb_ptr, pos, k, t, valid, first, d, T, D, True)
+        wb = tl.load(w_ptr + (D + w_rows) * A + a, mask=w_ok, other=0.0).to(tl.float32)
         proj += tl.dot(gb, wb, input_precision=_DOT_PRECISION)
-    return _tanh(q_tile + proj)
+    q = tl.load(q_ptr + pos * A + a, mask=row_ok & a_ok, other=0.0).to(tl.float32)
+    v = tl.load(v_ptr + a, mask=a_ok, other=0.0).to(tl.float32)
+    hidden = _tanh(q + proj)
+    if BACKWARD:
+        ds = tl.load(ds_ptr + pos * M + k, mask=valid, other=0.0).to(tl.float32)
+        dh = ds * v * (1.0 - hidden * hidden)
+        tl.store(out_ptr + ((pos - pos0) * M + k) * A + a, dh, mask=row_ok & a_ok)
+        grad_v = tl.sum(ds * hidden, axis=0)
+        a_vec = a_block * BA + tl.arange(0, BA)
+        tl.atomic_add(gv_ptr + a_vec, grad_v, mask=a_vec < A, sem="relaxed")
+    else:
+        partial = tl.sum(hidden * v, axis=1)[:, None]
+        tl.store(out_ptr + (pos * M + k) * NA + a_block, partial, mask=row_ok)
 
 
 @triton.jit
-def _column(x, cols, k):
-    """Column ``k`` of ``x [BT, BM]`` as ``[BT, 1]``."""
-    return tl.sum(tl.where(cols == k, x, 0.0), axis=1)[:, None]
-
-
-@triton.jit
-def _masked_softmax(s, row_ok):
-    top = tl.where(row_ok, tl.max(s, axis=1)[:, None], 0.0)
-    p = tl.where(s == -float("inf"), 0.0, tl.exp(s - top))
-    total = tl.sum(p, axis=1)[:, None]
-    return p / tl.where(total > 0, total, 1.0)
-
-
-@triton.jit
-def _span_attn_fwd_kernel(
-    q_ptr, cf_ptr, lff_ptr, cb_ptr, lfb_ptr, w_ptr, v_ptr, fixed_ptr, ctx_ptr, scores_ptr,
-    T, D, A, M,
-    HAS_MLP: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr, BA: tl.constexpr, BM: tl.constexpr,
+def _span_context_kernel(
+    cf_ptr, lff_ptr, cb_ptr, lfb_ptr, p_ptr, gctx_ptr, out_ptr, NPOS, T, D, M,
+    BACKWARD: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr,
 ):
-    b = tl.program_id(0).to(tl.int64)
-    t = (tl.program_id(1) * BT + tl.arange(0, BT))[:, None]
-    row_ok = t < T
-    cols = tl.arange(0, BM)[None, :]
-    a = tl.arange(0, BA)[None, :]
-    if HAS_MLP:
-        q_tile = tl.load(q_ptr + (b * T + t) * A + a, mask=row_ok & (a < A), other=0.0).to(tl.float32)
-        v_tile = tl.load(v_ptr + a, mask=a < A, other=0.0).to(tl.float32)
-    scores = tl.full([BT, BM], -float("inf"), dtype=tl.float32)
-    for k in range(0, M):
-        if HAS_MLP:
-            hidden = _span_scores_row(q_tile, cf_ptr, lff_ptr, cb_ptr, lfb_ptr, w_ptr, v_tile, b, t, k, T, D, A, BD, BA)
-            s = tl.sum(hidden * v_tile, axis=1)[:, None]
-        else:
-            s = tl.load(fixed_ptr + k + 0 * t).to(tl.float32)
-        scores = tl.where((cols == k) & row_ok & (t - k >= 0), s, scores)
-    tl.store(scores_ptr + (b * T + t) * M + cols, scores.to(scores_ptr.dtype.element_ty), mask=row_ok & (cols < M))
-    weights = _masked_softmax(scores, row_ok)
-    # context = sum_k w_k g_k, feature block by feature block, the g_k recomputed on chip
-    for d0 in range(0, D, BD):
-        d = d0 + tl.arange(0, BD)[None, :]
+    """Spans walked in k for a block of positions x features (window products updated one gate a step).
+
+    forward: ``out [NPOS, 2D]`` = ``sum_k p_k g_k``; backward: ``out [NPOS, M, ND]`` gets this feature
+    block's part of ``gctx . g_k`` (summed over the blocks by the caller).
+    """
+    pos = (tl.program_id(0) * BT + tl.arange(0, BT)).to(tl.int64)[:, None]
+    d_block = tl.program_id(1)
+    d = d_block * BD + tl.arange(0, BD)[None, :]
+    t = pos % T
+    ok = (pos < NPOS) & (d < D)
+    head_f = tl.load(cf_ptr + pos * D + d, mask=ok, other=0.0).to(tl.float32)
+    other_b = tl.load(cb_ptr + (pos + 1) * D + d, mask=ok & (t + 1 < T), other=0.0).to(tl.float32)
+    window_f = tl.zeros([BT, BD], dtype=tl.float32)
+    window_b = tl.zeros([BT, BD], dtype=tl.float32)
+    if BACKWARD:
+        gctx_f = tl.load(gctx_ptr + pos * (2 * D) + d, mask=ok, other=0.0).to(tl.float32)
+        gctx_b = tl.load(gctx_ptr + pos * (2 * D) + D + d, mask=ok, other=0.0).to(tl.float32)
+    else:
         acc_f = tl.zeros([BT, BD], dtype=tl.float32)
         acc_b = tl.zeros([BT, BD], dtype=tl.float32)
-        for k in range(0, M):
-            w_k = _column(weights, cols, k)
-            gf, _, _, _ = _span_tile(cf_ptr, lff_ptr, b, t, k, d, T, D, False)
-            gb, _, _, _ = _span_tile(cb_ptr, lfb_ptr, b, t, k, d, T, D, True)
-            acc_f += w_k * gf
-            acc_b += w_k * gb
-        out_ok = row_ok & (d < D)
-        tl.store(ctx_ptr + (b * T + t) * (2 * D) + d, acc_f.to(ctx_ptr.dtype.element_ty), mask=out_ok)
-        tl.store(ctx_ptr + (b * T + t) * (2 * D) + D + d, acc_b.to(ctx_ptr.dtype.element_ty), mask=out_ok)
-
-
-@triton.jit
-def _span_attn_bwd_kernel(
-    q_ptr, cf_ptr, lff_ptr, cb_ptr, lfb_ptr, w_ptr, v_ptr, scores_ptr, gctx_ptr, gscores_ptr,
-    gq_ptr, gcf_ptr, glff_ptr, gcb_ptr, glfb_ptr, gw_ptr, gv_ptr, dh_ptr,
-    T, D, A, M,
-    HAS_MLP: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr, BA: tl.constexpr, BM: tl.constexpr,
-):
-    """Backward of :func:`_span_attn_fwd_kernel` for one block of positions.
-
-    1. weights from the saved scores; ``dL/dw_k = gctx . g_k`` (g_k recomputed);
-    2. ``ds = w (dw - sum w dw) + gscores``; per k the MLP is recomputed and
-       ``dh_k = ds_k v (1 - tanh^2)`` is kept in the ``dh`` scratch ``[B, T, M, A]`` (the MLP width,
-       not the ``2D`` span width); ``dq += dh_k``, ``dv += ds_k tanh``;
-    3. per direction and feature block, spans in decreasing k: ``dg_k = w_k gctx + dh_k @ W^T``,
-       ``dW += g_k^T dh_k``, and ``dg_k`` is pushed to ``c`` and ``log_f`` (see
-       :func:`_span_repr_scatter_grad`).
-    """
-    b = tl.program_id(0).to(tl.int64)
-    t = (tl.program_id(1) * BT + tl.arange(0, BT))[:, None]
-    row_ok = t < T
-    cols = tl.arange(0, BM)[None, :]
-    a = tl.arange(0, BA)[None, :]
-    score_ok = row_ok & (cols < M) & (t - cols >= 0)
-    scores = tl.load(scores_ptr + (b * T + t) * M + cols, mask=score_ok, other=-float("inf")).to(tl.float32)
-    weights = _masked_softmax(scores, row_ok)
-    d_weights = tl.zeros([BT, BM], dtype=tl.float32)
     for k in range(0, M):
-        dot_k = tl.zeros([BT, 1], dtype=tl.float32)
-        for d0 in range(0, D, BD):
-            d = d0 + tl.arange(0, BD)[None, :]
-            ok = row_ok & (d < D)
-            gf, _, _, _ = _span_tile(cf_ptr, lff_ptr, b, t, k, d, T, D, False)
-            gb, _, _, _ = _span_tile(cb_ptr, lfb_ptr, b, t, k, d, T, D, True)
-            ctx_f = tl.load(gctx_ptr + (b * T + t) * (2 * D) + d, mask=ok, other=0.0).to(tl.float32)
-            ctx_b = tl.load(gctx_ptr + (b * T + t) * (2 * D) + D + d, mask=ok, other=0.0).to(tl.float32)
-            dot_k += tl.sum(ctx_f * gf + ctx_b * gb, axis=1)[:, None]
-        d_weights = tl.where(cols == k, dot_k, d_weights)
-    d_scores = weights * (d_weights - tl.sum(weights * d_weights, axis=1)[:, None])
-    d_scores += tl.load(gscores_ptr + (b * T + t) * M + cols, mask=score_ok, other=0.0).to(tl.float32)
-    d_scores = tl.where(score_ok, d_scores, 0.0)
-
-    if HAS_MLP:
-        q_tile = tl.load(q_ptr + (b * T + t) * A + a, mask=row_ok & (a < A), other=0.0).to(tl.float32)
-        v_tile = tl.load(v_ptr + a, mask=a < A, other=0.0).to(tl.float32)
-        grad_q = tl.zeros([BT, BA], dtype=tl.float32)
-        grad_v = tl.zeros([BA], dtype=tl.float32)
-        for k in range(0, M):
-            hidden = _span_scores_row(q_tile, cf_ptr, lff_ptr, cb_ptr, lfb_ptr, w_ptr, v_tile, b, t, k, T, D, A, BD, BA)
-            ds_k = _column(d_scores, cols, k)
-            dh = ds_k * v_tile * (1.0 - hidden * hidden)
-            grad_q += dh
-            grad_v += tl.sum(ds_k * hidden, axis=0)
-            tl.store(dh_ptr + ((b * T + t) * M + k) * A + a, dh, mask=row_ok & (a < A))
-        tl.store(gq_ptr + (b * T + t) * A + a, grad_q, mask=row_ok & (a < A))
-        tl.atomic_add(gv_ptr + tl.arange(0, BA), grad_v, mask=tl.arange(0, BA) < A)
-        tl.debug_barrier()  # dh is read back below by other threads of this program
-
-    _span_attn_bwd_direction(
-        cf_ptr, lff_ptr, gcf_ptr, glff_ptr, w_ptr, gw_ptr, dh_ptr, gctx_ptr, weights, b, t, cols, T, D, A, M,
-        0, False, HAS_MLP, BT, BD, BA,
-    )
-    _span_attn_bwd_direction(
-        cb_ptr, lfb_ptr, gcb_ptr, glfb_ptr, w_ptr, gw_ptr, dh_ptr, gctx_ptr, weights, b, t, cols, T, D, A, M,
-        D, True, HAS_MLP, BT, BD, BA,
-    )
+        span_ok = ok & (t - k >= 0)
+        window_f += tl.load(lff_ptr + (pos - k) * D + d, mask=span_ok, other=0.0).to(tl.float32)
+        window_b += tl.load(lfb_ptr + (pos - k) * D + d, mask=span_ok, other=0.0).to(tl.float32)
+        other_f = tl.load(cf_ptr + (pos - k - 1) * D + d, mask=span_ok & (t - k - 1 >= 0), other=0.0).to(tl.float32)
+        head_b = tl.load(cb_ptr + (pos - k) * D + d, mask=span_ok, other=0.0).to(tl.float32)
+        gf = tl.where(span_ok, head_f - other_f * tl.exp(window_f), 0.0)
+        gb = tl.where(span_ok, head_b - other_b * tl.exp(window_b), 0.0)
+        if BACKWARD:
+            part = tl.sum(gctx_f * gf + gctx_b * gb, axis=1)[:, None]
+            ND = tl.num_programs(1)
+            tl.store(out_ptr + (pos * M + k) * ND + d_block, part, mask=pos < NPOS)
+        else:
+            p_k = tl.load(p_ptr + pos * M + k, mask=(pos < NPOS) & (t - k >= 0), other=0.0).to(tl.float32)
+            acc_f += p_k * gf
+            acc_b += p_k * gb
+    if not BACKWARD:
+        tl.store(out_ptr + pos * (2 * D) + d, acc_f.to(out_ptr.dtype.element_ty), mask=ok)
+        tl.store(out_ptr + pos * (2 * D) + D + d, acc_b.to(out_ptr.dtype.element_ty), mask=ok)
 
 
 @triton.jit
-def _span_attn_bwd_direction(
-    c_ptr, lf_ptr, gc_ptr, glf_ptr, w_ptr, gw_ptr, dh_ptr, gctx_ptr, weights, b, t, cols, T, D, A, M,
-    offset, REVERSE: tl.constexpr, HAS_MLP: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr, BA: tl.constexpr,
+def _span_grad_kernel(
+    c_ptr, lf_ptr, w_ptr, dh_ptr, p_ptr, gctx_ptr, gc_ptr, glf_ptr, gw_ptr,
+    pos0, pos_end, T, D, A, M, offset,
+    REVERSE: tl.constexpr, HAS_MLP: tl.constexpr, FUSED_DW: tl.constexpr, P: tl.constexpr, R: tl.constexpr,
+    BD: tl.constexpr, BA: tl.constexpr,
 ):
-    """Step 3 of :func:`_span_attn_bwd_kernel` for one direction (features ``offset .. offset + D``)."""
-    row_ok = t < T
-    a = tl.arange(0, BA)[None, :]
-    for d0 in range(0, D, BD):
-        d = d0 + tl.arange(0, BD)[None, :]
-        w_cols = (d0 + tl.arange(0, BD))[None, :]
-        a_rows = tl.arange(0, BA)[:, None]
-        ctx_grad = tl.load(gctx_ptr + (b * T + t) * (2 * D) + offset + d, mask=row_ok & (d < D), other=0.0)
-        ctx_grad = ctx_grad.to(tl.float32)
-        if HAS_MLP:
-            # W^T block [BA, BD] of this direction's rows of w_span
-            w_t = tl.load(w_ptr + (offset + w_cols) * A + a_rows, mask=(w_cols < D) & (a_rows < A), other=0.0)
-            w_t = w_t.to(tl.float32)
-            grad_w = tl.zeros([BD, BA], dtype=tl.float32)
-        acc_local = tl.zeros([BT, BD], dtype=tl.float32)
-        acc_suffix = tl.zeros([BT, BD], dtype=tl.float32)
-        for step in range(0, M):
-            k = M - 1 - step
-            rep, decay, other, valid = _span_tile(c_ptr, lf_ptr, b, t, k, d, T, D, REVERSE)
-            grad_span = _column(weights, cols, k) * ctx_grad
-            if HAS_MLP:
-                dh = tl.load(dh_ptr + ((b * T + t) * M + k) * A + a, mask=row_ok & (a < A), other=0.0)
-                grad_span += tl.dot(dh, w_t, input_precision=_DOT_PRECISION)
-                grad_w += tl.dot(tl.trans(rep), dh, input_precision=_DOT_PRECISION)
-            acc_local, acc_suffix = _span_repr_scatter_grad(
-                grad_span, decay, other, valid, gc_ptr, glf_ptr, b, t, k, d, T, D, acc_local, acc_suffix, REVERSE
-            )
-        _flush_local(gc_ptr, acc_local, b, t, d, T, D, REVERSE)
-        if HAS_MLP:
-            w_rows = (d0 + tl.arange(0, BD))[:, None]
-            tl.atomic_add(gw_ptr + (offset + w_rows) * A + a, grad_w, mask=(w_rows < D) & (a < A))
+    """One direction's backward for a tile of span rows (k descending) x a block of features.
+
+    ``dg = p gctx + dh W^T`` (this direction's rows ``offset + d`` of ``w_span``), ``dW += g^T dh``
+    (atomically), then Alg. 1 backwards: forward ``g = c_t - c_{t-k-1} e``, backward
+    ``g = c_{t-k} - c_{t+1} e`` with ``e = exp(sum_{j=t-k..t} log_f_j)``; ``log_f_j`` gets
+    ``-dg c_other e`` of every span covering ``j``, i.e. ``log_f_{t-k}`` the sum over ``k' >= k``
+    (a segmented scan along the rows, which come in descending k).
+    """
+    tile = tl.program_id(0)
+    d_block = tl.program_id(1)
+    pos, k, t, row_ok, valid, first = _span_rows(pos0, pos_end, tile, T, M, P, R, True)
+    d = d_block * BD + tl.arange(0, BD)[None, :]
+    ok = valid & (d < D)
+    p_k = tl.load(p_ptr + pos * M + k, mask=valid, other=0.0).to(tl.float32)
+    grad = p_k * tl.load(gctx_ptr + pos * (2 * D) + offset + d, mask=ok, other=0.0).to(tl.float32)
+    dh_rows = (pos - pos0) * M + k
+    if HAS_MLP:
+        d_cols = d
+        for a0 in range(0, A, BA):
+            a = a0 + tl.arange(0, BA)[None, :]
+            a_rows = (a0 + tl.arange(0, BA))[:, None]
+            dh = tl.load(dh_ptr + dh_rows * A + a, mask=row_ok & (a < A), other=0.0)
+            w_t = tl.load(w_ptr + (offset + d_cols) * A + a_rows, mask=(a_rows < A) & (d_cols < D), other=0.0)
+            grad += tl.dot(dh, w_t.to(tl.float32), input_precision=_DOT_PRECISION)
+    grad = tl.where(ok, grad, 0.0)
+    # window sums sum_{j=t-k..t} log_f_j, gate by gate (rows are in descending k here)
+    window = tl.zeros([R, BD], dtype=tl.float32)
+    for back in range(0, M):
+        window += tl.load(lf_ptr + (pos - back) * D + d, mask=ok & (back <= k), other=0.0).to(tl.float32)
+    decay = tl.exp(window)
+    if REVERSE:
+        head = tl.load(c_ptr + (pos - k) * D + d, mask=ok, other=0.0).to(tl.float32)
+        other = tl.load(c_ptr + (pos + 1) * D + d, mask=ok & (t + 1 < T), other=0.0).to(tl.float32)
+    else:
+        head = tl.load(c_ptr + pos * D + d, mask=ok, other=0.0).to(tl.float32)
+        other = tl.load(c_ptr + (pos - k - 1) * D + d, mask=ok & (t - k - 1 >= 0), other=0.0).to(tl.float32)
+    if FUSED_DW:
+        rep = tl.where(ok, head - other * decay, 0.0)
+        w_rows = (d_block * BD + tl.arange(0, BD))[:, None]
+        for a0 in range(0, A, BA):
+            a = a0 + tl.arange(0, BA)[None, :]
+            dh = tl.load(dh_ptr + dh_rows * A + a, mask=row_ok & (a < A), other=0.0)
+            grad_w = tl.dot(tl.trans(rep), dh, input_precision=_DOT_PRECISION)
+            tl.atomic_add(gw_ptr + (offset + w_rows) * A + a, grad_w, mask=(w_rows < D) & (a < A), sem="relaxed")
+    scaled = grad * decay
+    r = -scaled * other
+    if REVERSE:
+        tl.atomic_add(gc_ptr + (pos - k) * D + d, grad, mask=ok, sem="relaxed")
+        shared = scaled  # c_{t+1}: minus the sum over the spans of t
+    else:
+        tl.atomic_add(gc_ptr + (pos - k - 1) * D + d, -scaled, mask=ok & (t - k - 1 >= 0), sem="relaxed")
+        shared = grad  # c_t: the sum over the spans of t
+    flags = (first & (d >= 0)).to(tl.int32)
+    _, shared_sum, r_sum = tl.associative_scan((flags, shared, r), 0, _seg_add2)
+    tl.atomic_add(glf_ptr + (pos - k) * D + d, r_sum, mask=ok, sem="relaxed")
+    last = row_ok & (k == 0) & (d < D)  # the last row of each position's segment holds its total
+    if REVERSE:
+        tl.atomic_add(gc_ptr + (pos + 1) * D + d, -shared_sum, mask=last & (t + 1 < T), sem="relaxed")
+    else:
+        tl.atomic_add(gc_ptr + pos * D + d, shared_sum, mask=last, sem="relaxed")
+
+
+@triton.jit
+def _span_dw_kernel(
+    c_ptr, lf_ptr, dh_ptr, gw_ptr, pos0, pos_end, T, D, A, M, offset, n_tiles,
+    REVERSE: tl.constexpr, P: tl.constexpr, R: tl.constexpr, BD: tl.constexpr, BA: tl.constexpr,
+):
+    """``dW[offset + d block, a block] += g^T dh`` over the row tiles ``split, split + S, ...`` (split-K)."""
+    d_block = tl.program_id(0)
+    a_block = tl.program_id(1)
+    split = tl.program_id(2)
+    n_split = tl.num_programs(2)
+    d = d_block * BD + tl.arange(0, BD)[None, :]
+    a = a_block * BA + tl.arange(0, BA)[None, :]
+    acc = tl.zeros([BD, BA], dtype=tl.float32)
+    for tile in range(split, n_tiles, n_split):
+        pos, k, t, row_ok, valid, first = _span_rows(pos0, pos_end, tile, T, M, P, R, False)
+        rep = _span_block(c_ptr, lf_ptr, pos, k, t, valid, first, d, T, D, REVERSE)
+        dh = tl.load(dh_ptr + ((pos - pos0) * M + k) * A + a, mask=row_ok & (a < A), other=0.0)
+        acc += tl.dot(tl.trans(rep), dh, input_precision=_DOT_PRECISION)
+    w_rows = (d_block * BD + tl.arange(0, BD))[:, None]
+    tl.atomic_add(gw_ptr + (offset + w_rows) * A + a, acc, mask=(w_rows < D) & (a < A), sem="relaxed")
+
+
+# tile sizes: MLP kernel (rows x A block, D walked in blocks), gradient kernel (rows x D block,
+# A walked in blocks), context kernel (positions x D block)
+_MLP_R, _MLP_BA, _MLP_BD, _MLP_WARPS = 64, 128, 16, 8
+_GRAD_R, _GRAD_BD, _GRAD_BA, _GRAD_WARPS = 128, 64, 32, 8
+_DW_SPLIT = True  # dW in its own split-K kernel (else fused into the gradient kernel, atomics per row tile)
+_DW_R, _DW_BD, _DW_BA, _DW_WARPS, _DW_PROGRAMS = 64, 64, 128, 8, 528
+_CTX_BT, _CTX_BD = 32, 64
+_DH_CHUNK_BYTES = 16 * 2**20  # the backward's dh scratch [positions * m, A] is at most this large
+
+
+def _rows_per_tile(base: int, max_len: int) -> Tuple[int, int]:
+    """``(R, P)``: rows per tile (a power of two >= max_len) and whole positions per tile."""
+    R = max(base, triton.next_power_of_2(max(max_len, 1)))
+    return R, R // max_len
+
+
+def _valid_spans(T: int, max_len: int, device) -> torch.Tensor:
+    t = torch.arange(T, device=device)[:, None]
+    k = torch.arange(max_len, device=device)[None, :]
+    return t >= k  # [T, m]
 
 
 class _SpanAttention(torch.autograd.Function):
@@ -612,45 +749,121 @@ class _SpanAttention(torch.autograd.Function):
         ctx, query, c_fwd, logf_fwd, c_bwd, logf_bwd, w_span, v, fixed_scores, max_len
     ):
         B, T, D = c_fwd.shape
+        M = max_len
+        npos = B * T
         has_mlp = fixed_scores is None
-        A = query.shape[-1] if has_mlp else 1
-        context = torch.empty(B, T, 2 * D, dtype=c_fwd.dtype, device=c_fwd.device)
-        scores = torch.empty(B, T, max_len, dtype=c_fwd.dtype, device=c_fwd.device)
-        dummy = c_fwd
-        blocks = dict(HAS_MLP=has_mlp, BT=_BT, BD=_BD, BA=_pow2(A), BM=_pow2(max_len, 2))
-        if B * T:
-            _span_attn_fwd_kernel[(B, triton.cdiv(T, _BT))](
-                query if has_mlp else dummy, c_fwd, logf_fwd, c_bwd, logf_bwd,
-                w_span if has_mlp else dummy, v if has_mlp else dummy,
-                dummy if has_mlp else fixed_scores, context, scores, T, D, A, max_len, **blocks,
+        device = c_fwd.device
+        valid = _valid_spans(T, M, device)
+        if has_mlp:
+            A = query.shape[-1]
+            R, P = _rows_per_tile(_MLP_R, M)
+            BA = min(_MLP_BA, _pow2(A))
+            NA = triton.cdiv(A, BA)
+            partial = torch.empty(npos * M, NA, dtype=torch.float32, device=device)
+            if npos * M:
+                grid = (triton.cdiv(npos, P), NA)
+                _span_mlp_kernel[grid](
+                    query, c_fwd, logf_fwd, c_bwd, logf_bwd, w_span, v, partial, partial, partial,
+                    0, npos, T, D, A, M, NA,
+                    BACKWARD=False, P=P, R=R, BD=_MLP_BD, BA=BA, num_warps=_MLP_WARPS,
+                )
+            scores = partial.sum(1).view(B, T, M)
+        else:
+            A = 1
+            scores = fixed_scores.float().expand(B, T, M)
+        scores = scores.masked_fill(~valid, float("-inf"))
+        weights = torch.softmax(scores, dim=-1).contiguous()  # [B, T, m], 0 on invalid spans
+        context = torch.empty(B, T, 2 * D, dtype=c_fwd.dtype, device=device)
+        if npos * D:
+            grid = (triton.cdiv(npos, _CTX_BT), triton.cdiv(D, _CTX_BD))
+            _span_context_kernel[grid](
+                c_fwd, logf_fwd, c_bwd, logf_bwd, weights, weights, context, npos, T, D, M,
+                BACKWARD=False, BT=_CTX_BT, BD=_CTX_BD,
             )
-        ctx.save_for_backward(query, c_fwd, logf_fwd, c_bwd, logf_bwd, w_span, v, scores)
-        ctx.meta = (has_mlp, A, max_len, blocks)
-        return context, scores
+        ctx.save_for_backward(query, c_fwd, logf_fwd, c_bwd, logf_bwd, w_span, v, weights)
+        ctx.meta = (has_mlp, A, M)
+        return context, scores.to(c_fwd.dtype)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_context, grad_scores):  # type: ignore[override]
-        query, c_fwd, logf_fwd, c_bwd, logf_bwd, w_span, v, scores = ctx.saved_tensors
-        has_mlp, A, max_len, blocks = ctx.meta
+        query, c_fwd, logf_fwd, c_bwd, logf_bwd, w_span, v, weights = ctx.saved_tensors
+        has_mlp, A, M = ctx.meta
         B, T, D = c_fwd.shape
-        f32 = dict(dtype=torch.float32, device=c_fwd.device)
-        grad_context = torch.zeros(B, T, 2 * D, **f32) if grad_context is None else grad_context.contiguous()
-        grad_scores = torch.zeros(B, T, max_len, **f32) if grad_scores is None else grad_scores.contiguous()
+        npos = B * T
+        device = c_fwd.device
+        f32 = dict(dtype=torch.float32, device=device)
+        valid = _valid_spans(T, M, device)
         grads = [torch.zeros(B, T, D, **f32) for _ in range(4)]  # c_fwd, logf_fwd, c_bwd, logf_bwd
         grad_q = torch.zeros(B, T, A, **f32) if has_mlp else None
         grad_w = torch.zeros(2 * D, A, **f32) if has_mlp else None
         grad_v = torch.zeros(A, **f32) if has_mlp else None
-        dh = torch.empty(B, T, max_len, A, **f32) if has_mlp else None
-        dummy = grads[0]
-        if B * T:
-            _span_attn_bwd_kernel[(B, triton.cdiv(T, _BT))](
-                query if has_mlp else dummy, c_fwd, logf_fwd, c_bwd, logf_bwd,
-                w_span if has_mlp else dummy, v if has_mlp else dummy, scores, grad_context, grad_scores,
-                grad_q if has_mlp else dummy, *grads,
-                grad_w if has_mlp else dummy, grad_v if has_mlp else dummy, dh if has_mlp else dummy,
-                T, D, A, max_len, **blocks,
-            )
+        if npos * M * D == 0 or (grad_context is None and grad_scores is None):
+            return _SpanAttention._cast_grads(ctx, grad_q, grads, grad_w, grad_v)
+        if grad_context is None:
+            grad_context = torch.zeros(B, T, 2 * D, **f32)
+        grad_context = grad_context.contiguous()
+        # dL/dp_k = gctx . g_k, then the softmax backward
+        ND = triton.cdiv(D, _CTX_BD)
+        dot_parts = torch.empty(npos, M, ND, **f32)
+        grid = (triton.cdiv(npos, _CTX_BT), ND)
+        _span_context_kernel[grid](
+            c_fwd, logf_fwd, c_bwd, logf_bwd, weights, grad_context, dot_parts, npos, T, D, M,
+            BACKWARD=True, BT=_CTX_BT, BD=_CTX_BD,
+        )
+        d_weights = dot_parts.sum(-1).view(B, T, M)
+        d_scores = weights * (d_weights - (weights * d_weights).sum(-1, keepdim=True))
+        if grad_scores is not None:
+            d_scores = d_scores + grad_scores.float()
+        d_scores = d_scores.masked_fill(~valid, 0.0).contiguous()
+
+        R, P = _rows_per_tile(_GRAD_R, M)
+        R_mlp, P_mlp = _rows_per_tile(_MLP_R, M)
+        if has_mlp:
+            BA = min(_MLP_BA, _pow2(A))
+            NA = triton.cdiv(A, BA)
+            chunk = max(1, _DH_CHUNK_BYTES // (M * A * 4))  # positions per chunk (tiles never cross pos_end)
+            dh = torch.empty(min(chunk, npos) * M, A, **f32)
+        else:
+            chunk = max(npos, 1)
+            dh = grads[0]
+        for pos0 in range(0, npos, chunk):
+            pos_end = min(npos, pos0 + chunk)
+            n = pos_end - pos0
+            if has_mlp:
+                _span_mlp_kernel[(triton.cdiv(n, P_mlp), NA)](
+                    query, c_fwd, logf_fwd, c_bwd, logf_bwd, w_span, v, d_scores, dh, grad_v,
+                    pos0, pos_end, T, D, A, M, NA,
+                    BACKWARD=True, P=P_mlp, R=R_mlp, BD=_MLP_BD, BA=BA, num_warps=_MLP_WARPS,
+                )
+                grad_q.view(npos, A)[pos0:pos_end] = dh[: n * M].view(n, M, A).sum(1)
+            grid = (triton.cdiv(n, P), triton.cdiv(D, _GRAD_BD))
+            for c, lf, gc, glf, offset, reverse in (
+                (c_fwd, logf_fwd, grads[0], grads[1], 0, False),
+                (c_bwd, logf_bwd, grads[2], grads[3], D, True),
+            ):
+                _span_grad_kernel[grid](
+                    c, lf, w_span if has_mlp else c, dh, weights, grad_context, gc, glf,
+                    grad_w if has_mlp else gc, pos0, pos_end, T, D, A, M, offset,
+                    REVERSE=reverse, HAS_MLP=has_mlp, FUSED_DW=has_mlp and not _DW_SPLIT,
+                    P=P, R=R, BD=_GRAD_BD, BA=_GRAD_BA, num_warps=_GRAD_WARPS,
+                )
+                if has_mlp and _DW_SPLIT:
+                    R_dw, P_dw = _rows_per_tile(_DW_R, M)
+                    BA_dw = min(_DW_BA, _pow2(A))
+                    n_tiles = triton.cdiv(n, P_dw)
+                    dw_blocks = (triton.cdiv(D, _DW_BD), triton.cdiv(A, BA_dw))
+                    n_split = max(1, min(n_tiles, _DW_PROGRAMS // (dw_blocks[0] * dw_blocks[1])))
+                    _span_dw_kernel[dw_blocks + (n_split,)](
+                        c, lf, dh, grad_w, pos0, pos_end, T, D, A, M, offset, n_tiles,
+                        REVERSE=reverse, P=P_dw, R=R_dw, BD=_DW_BD, BA=BA_dw, num_warps=_DW_WARPS,
+                    )
+        return _SpanAttention._cast_grads(ctx, grad_q, grads, grad_w, grad_v)
+
+    @staticmethod
+    def _cast_grads(ctx, grad_q, grads, grad_w, grad_v):
+        query, c_fwd, logf_fwd, c_bwd, logf_bwd, w_span, v, _ = ctx.saved_tensors
+        has_mlp = ctx.meta[0]
         cast = lambda g, like: None if g is None else g.to(like.dtype)  # noqa: E731
         return (
             cast(grad_q, query) if has_mlp else None,
