@@ -117,6 +117,9 @@ class RunConfig(_Section):
             cls = get_model_class(self.model_name)
         except KeyError as err:
             raise ValueError(err.args[0]) from None
+        problem = _selection_problem(cls, self.train.select_by)
+        if problem:
+            raise ValueError(problem)
         resolved = cls.Config(**self.model).model_dump(mode="json")
         if resolved != self.model:
             # object.__setattr__: skip validate_assignment, which would recurse into this validator.
@@ -131,6 +134,17 @@ class RunConfig(_Section):
 
     def to_dict(self) -> dict:
         return self.model_dump(mode="json")
+
+
+def _selection_problem(model_cls, select_by: Any) -> Optional[str]:
+    """Why ``train.select_by`` cannot be used with ``model_cls`` (``None`` when it can): a model
+    without syntactic structure (``parser_kind = "none"``, e.g. rellstm) has no dev F1 to select by."""
+    if select_by == "dev_f1" and getattr(model_cls, "parser_kind", None) == "none":
+        return (
+            f"train.select_by: dev_f1 needs a model that parses, but {model_cls.name!r} has no syntactic "
+            f"structure (parser_kind 'none'); use train.select_by=valid_ppl"
+        )
+    return None
 
 
 # ----------------------------------------------------------------------------------------------- loading
@@ -226,6 +240,10 @@ def validate_config(raw: dict, source: str = "config") -> RunConfig:
             raise ConfigError(f"{source}: {_format_validation_error(err, 'model')}") from None
         except TypeError as err:
             raise ConfigError(f"{source}: model: {err}") from None
+        train = raw.get("train")
+        problem = _selection_problem(cls, train.get("select_by") if isinstance(train, dict) else None)
+        if problem:
+            raise ConfigError(f"{source}: {problem}")
     try:
         return RunConfig(**raw)
     except pydantic.ValidationError as err:

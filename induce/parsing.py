@@ -235,6 +235,9 @@ def parse_batch(
     and run ``batch_size`` at a time; the trees come back in input order.
     """
     kind = model.parser_kind
+    if kind not in ("distance", "span"):
+        # e.g. RelLSTM: parse_structure raises the clear "cannot parse" error (no decoder applies)
+        model.parse_structure(torch.zeros(1, 1, dtype=torch.long), torch.ones(1, dtype=torch.long))
     decoder = decoder or ("peel" if kind == "distance" else "span")
     allowed = DISTANCE_DECODERS if kind == "distance" else ("span",)
     if decoder not in allowed:

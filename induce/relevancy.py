@@ -27,6 +27,12 @@ Plug-in for models that compute a windowed attention in parallel (PaLM's span at
 memory): :func:`relevant_indices` turns the attention each position received inside its window
 (``beta``, ``[B, T]``) into, for every step, the indices of the at most ``rho`` extra relevant
 positions beyond the window, without running this module step by step.
+
+Users: ``rellstm`` / ``relrnn`` / ``memlstm`` (:mod:`induce.models.relmem`) run the step API;
+PaLM's ``relevant_set`` option (:mod:`induce.models.palm`) screens span starts with
+:func:`relevant_indices` / :func:`gather_relevant` (``nu`` = the span window ``m``); PRPN's
+``relevant_set`` option (:mod:`induce.models.prpn`) applies :meth:`RelevancyMemory.push`'s rule
+inside its sequential reading loop, to the states leaving its memory tape (``nu`` = the tape ``M``).
 """
 from __future__ import annotations
 

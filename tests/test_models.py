@@ -1,5 +1,6 @@
-"""ON-LSTM, PRPN and PaLM on tiny configurations: shapes, gradients, causality, state carry-over,
-batched parsing, PaLM variants, weight drop and a small overfitting run."""
+"""ON-LSTM, PRPN and PaLM (and, where it applies, the language-model-only RelLSTM / RelRNN / MemLSTM)
+on tiny configurations: shapes, gradients, causality, state carry-over, batched parsing, PaLM
+variants, weight drop and a small overfitting run."""
 from __future__ import annotations
 
 import math
@@ -24,7 +25,13 @@ TINY = {
     "palm-s": PALM_TINY,
     "palm-rb": PALM_TINY,
 }
+RELMEM_TINY = dict(emb_size=12, hidden_size=10, attention_size=5, nu=3, rho=2)
+#: Models without syntactic structure (parser_kind "none"): language-model tests only.
+LM_ONLY = {"rellstm": RELMEM_TINY, "relrnn": RELMEM_TINY, "memlstm": RELMEM_TINY}
+#: The models that parse (the structure / parsing / config tests loop over these).
 NAMES = sorted(TINY)
+TINY.update(LM_ONLY)
+ALL_NAMES = sorted(TINY)
 NO_DROPOUT = dict(dropout=0.0, dropouth=0.0, dropouti=0.0, dropoute=0.0, wdrop=0.0)
 
 
@@ -48,10 +55,14 @@ def structure_key(model) -> str:
 
 
 def test_registry_lists_all_models():
-    assert set(NAMES) <= set(list_models())
+    assert set(ALL_NAMES) <= set(list_models())
+    for name in NAMES:
+        assert get_model_class(name).parser_kind in ("distance", "span"), name
+    for name in LM_ONLY:
+        assert get_model_class(name).parser_kind == "none", name
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", ALL_NAMES)
 @pytest.mark.parametrize("batch,steps", [(1, 5), (3, 7)])
 def test_forward_backward(name, batch, steps):
     model = make(name).train()
@@ -61,7 +72,9 @@ def test_forward_backward(name, batch, steps):
         gold = torch.zeros(batch, steps, PALM_TINY["max_span_length"])
         gold[:, 2, 1] = 1.0
     out = model(tokens, model.init_state(batch), gold_spans=gold)
-    assert out.hidden.shape == (batch, steps, TINY[name]["emb_size"])
+    # tied models feed the embedding size to the output layer; the LM-only models their state s_t
+    width = TINY[name]["hidden_size" if name in LM_ONLY else "emb_size"]
+    assert out.hidden.shape == (batch, steps, width)
     logits = model.logits(out.hidden)
     assert logits.shape == (batch, steps, VOCAB)
     loss = F.cross_entropy(logits.reshape(-1, VOCAB), tokens.reshape(-1))
@@ -69,10 +82,13 @@ def test_forward_backward(name, batch, steps):
         loss = loss + out.extra_loss
     loss.backward()
     assert torch.isfinite(loss)
-    structure = out.structure[structure_key(model)]
-    expected = (batch, steps) if model.parser_kind == "distance" else (batch, steps, PALM_TINY["max_span_length"])
-    assert structure.shape == expected
-    assert len(out.raw_outputs) == len(out.dropped_outputs) == model.config.n_layers
+    if name in LM_ONLY:
+        assert out.structure == {} and len(out.raw_outputs) == len(out.dropped_outputs) == 1
+    else:
+        structure = out.structure[structure_key(model)]
+        expected = (batch, steps) if model.parser_kind == "distance" else (batch, steps, PALM_TINY["max_span_length"])
+        assert structure.shape == expected
+        assert len(out.raw_outputs) == len(out.dropped_outputs) == model.config.n_layers
     unused = {"span_attention.w_span", "span_attention.v", "span_attention.query.weight", "span_attention.query.bias"}
     for param_name, param in model.named_parameters():
         if name == "palm-rb" and param_name in unused:
@@ -97,7 +113,7 @@ def test_bf16_autocast_training_step(name):
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", ALL_NAMES)
 def test_causal(name):
     """Changing token t0 changes nothing at positions before t0 (span scores: rows before t0-1,
     since row t is scored with the query of position t+1)."""
@@ -111,6 +127,8 @@ def test_causal(name):
     b = model(changed, model.init_state(2))
     torch.testing.assert_close(a.hidden[:, :t0], b.hidden[:, :t0])
     assert not torch.allclose(a.hidden[:, t0], b.hidden[:, t0])
+    if name in LM_ONLY:
+        return  # no structure
     key = structure_key(model)
     rows = t0 if key == "distances" else t0 - 1
     torch.testing.assert_close(a.structure[key][:, :rows], b.structure[key][:, :rows])
@@ -307,12 +325,13 @@ def test_config_rejects_unknown_keys_and_bad_sizes():
         get_model_class("palm").Config(attention_after=3, n_layers=3)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", NAMES + ["rellstm"])  # relrnn / memlstm share rellstm's loop
 def test_tiny_model_overfits_repeated_text(name):
     torch.manual_seed(6)
     text = torch.randperm(VOCAB)[:20]  # 20 distinct tokens: the next token is a function of the current
     stream = text.repeat(4)
-    model = make(name, **NO_DROPOUT, emb_size=32, hidden_size=32).train()
+    no_dropout = {} if name in LM_ONLY else NO_DROPOUT  # the LM-only models have no dropout
+    model = make(name, **no_dropout, emb_size=32, hidden_size=32).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-2)
     inputs = torch.stack([stream[0:20], stream[7:27]])
     targets = torch.stack([stream[1:21], stream[8:28]])

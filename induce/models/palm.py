@@ -22,6 +22,35 @@ spans ending at its own position, so it gets the queries shifted by one: query r
   span-layer outputs, which are prepended before the rational RNN runs; a fresh state carries none,
   so the first position of a sequence gets a zero context.
 
+**Relevant set beyond the window** (``relevant_set: rho``, default 0 = off: exactly the model
+above). Kerg et al.'s (2020) relevancy screening (:mod:`induce.relevancy`) applied to the span
+starts: at kernel row ``t`` (the spans ending at ``t``) the window is the ``m`` spans ``[t-k, t]``,
+``k < m``, i.e. start positions ``t-m+1 .. t``. A start ``i`` is in the window at rows
+``t = i .. i+m-1``; its relevance ``beta(i)`` is the total attention the spans starting at ``i``
+received there (the kernel's window softmax, detached: the screening is not differentiated, as in
+the paper). At every row ``t`` the ``rho`` most relevant starts ``i <= t - m`` (top-``rho`` by
+``beta``, earlier positions winning ties: :func:`induce.relevancy.relevant_indices` with ``nu = m``)
+add the extra spans ``[i, t]``:
+
+* representation: the same Alg. 1 formula as the window spans, bidirectional,
+  ``fwd = c_t - c_{i-1} * exp(F_t - F_{i-1})`` and ``bwd = c^b_i - c^b_{t+1} * exp(B_t - B_{i-1})``
+  with ``F``, ``B`` the cumulative log forget gates (O(1) per span, plain torch on top of the
+  kernel's ``c`` and ``log f``: :func:`relevant_span_representations`);
+* score: the same MLP ``v . tanh(W_q h_{t+1} + g @ w_span)`` (PaLM-RB: the span length, the fixed
+  scores ``k + 1`` continued);
+* weights: one softmax over the ``m`` window spans and the extra spans together. The kernel's
+  window context is rescaled by the window's share of the joint normaliser and the extra spans'
+  weighted representations are added, which equals the joint softmax exactly.
+
+``beta`` uses the window-only softmax the kernel returns (not the joint one): that keeps the
+screening parallel (no step-by-step dependence of the set on earlier joint weights). Only rows with
+a real query count (the carried memory's older rows are only span starts). The relevant set is
+built per ``forward`` over the positions the rational RNN runs on (the ``<= m`` carried outputs
+and the segment); it does not carry over BPTT segments, and the starts in the carried memory have
+the relevance of this segment's rows only. ``structure["span_scores"]`` stays the ``m`` window
+scores: the parser (and PaLM-S's supervision) read the window only. Parsing lifts ``m`` to the
+sentence length, so no start is ever beyond the window there.
+
 Variants: ``palm-s`` adds ``lambda * CE(gold, attention)`` (Eq. 5) from ``gold_spans [B, T, m]``
 (same ``[t-k, t]`` convention, see :func:`induce.parsing.gold_span_targets`); ``palm-rb`` fixes the
 scores to ``s[t, k] = k + 1`` (longer spans score higher) so that the greedy parser of
@@ -37,6 +66,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from induce.kernels import linear_scan, span_attention
+from induce.relevancy import gather_relevant, relevant_indices
 
 from .awd import AWDConfig, TiedLanguageModel, WeightDropLSTM, locked_dropout
 from .base import LMOutput
@@ -59,6 +89,9 @@ class PaLMConfig(AWDConfig):
     attention_size: int = pydantic.Field(400, gt=0, description="hidden size of the span-scoring MLP")
     max_span_length: int = pydantic.Field(20, ge=1, description="m: spans of length 1..m end at each step")
     supervision_weight: float = pydantic.Field(0.01, ge=0, description="lambda of PaLM-S (ignored otherwise)")
+    relevant_set: int = pydantic.Field(
+        0, ge=0, description="rho: extra spans [i, t] from the rho most relevant starts i <= t-m (0 = off)"
+    )
 
     @pydantic.model_validator(mode="after")
     def _check_layers(self):
@@ -67,15 +100,81 @@ class PaLMConfig(AWDConfig):
         return self
 
 
+def _accumulation_dtype(x: torch.Tensor) -> torch.dtype:
+    """float32 for half types, else the tensor's own floating type (float64 stays float64)."""
+    return torch.promote_types(x.dtype, torch.float32)
+
+
+def relevant_span_starts(row_scores: torch.Tensor, rho: int, first_row: int = 0):
+    """Screening of the span starts from the window attention (see the module docstring).
+
+    ``row_scores [B, R, m]`` (kernel rows: entry ``[b, t, k]`` scores the span ``[t-k, t]``, ``-inf``
+    when invalid); rows before ``first_row`` have no real query and do not count. Returns ``beta
+    [B, R]`` (at least float32, detached: ``beta[b, i]`` = sum over rows ``t = i .. i+m-1``, ``t >=
+    first_row``, of the window softmax weight of ``[i, t]``) and ``index, valid [B, R, rho]`` from
+    :func:`induce.relevancy.relevant_indices` with ``nu = m``: the starts ``i <= t - m`` of row ``t``.
+    """
+    batch, rows, max_len = row_scores.shape
+    with torch.no_grad():
+        weights = torch.softmax(row_scores.detach().to(_accumulation_dtype(row_scores)), -1)
+        weights[:, :first_row] = 0.0
+        beta = weights.new_zeros(batch, rows)
+        for k in range(min(max_len, rows)):
+            beta[:, : rows - k] += weights[:, k:, k]  # row t = i + k gives span [i, t] weight [t, k]
+    index, valid = relevant_indices(beta, max_len, rho)
+    return beta, index, valid
+
+
+def relevant_span_representations(c_fwd, logf_fwd, c_bwd, logf_bwd, index, valid, first_row: int = 0):
+    """Alg. 1 for the spans ``[index[b, j, s], first_row + j]`` (PaLM's extra, relevant spans).
+
+    ``c_fwd, logf_fwd, c_bwd, logf_bwd [B, R, D]`` are the rational RNN states and log forget gates
+    of both scans over kernel rows ``0 .. R-1``; ``index, valid [B, R - first_row, rho]``. Returns
+    ``fwd, bwd [B, R - first_row, rho, D]`` (zero where not valid), with ``F`` / ``B`` the cumulative
+    sums of the log forget gates (at least float32) and ``c_{-1} = c^b_R = 0``:
+
+        ``fwd[i, t] = c_t - c_{i-1} * exp(F_t - F_{i-1})``,  ``bwd[i, t] = c^b_i - c^b_{t+1} * exp(B_t - B_{i-1})``,
+
+    i.e. each direction's RNN run over ``[i, t]`` alone (what :func:`induce.kernels.span_representations`
+    gives for spans of length ``<= m``), O(1) per span. Differentiable in all four inputs.
+    """
+    batch, rows, dim = c_fwd.shape
+    pad = c_fwd.new_zeros(batch, 1, dim)
+    acc = _accumulation_dtype(logf_fwd)
+    pad_acc = torch.zeros(batch, 1, dim, dtype=acc, device=c_fwd.device)
+    cum_f = torch.cumsum(logf_fwd, 1, dtype=acc)  # F_t
+    cum_b = torch.cumsum(logf_bwd, 1, dtype=acc)  # B_t
+    ends = slice(first_row, rows)
+    # Entry i of the padded tensors is the value at position i - 1 (c_{i-1}, F_{i-1}, B_{i-1}).
+    c_before = gather_relevant(torch.cat([pad, c_fwd], 1), index, valid)
+    f_before = gather_relevant(torch.cat([pad_acc, cum_f], 1), index, valid)
+    b_before = gather_relevant(torch.cat([pad_acc, cum_b], 1), index, valid)
+    c_start_bwd = gather_relevant(c_bwd, index, valid)  # c^b_i
+    c_after_bwd = torch.cat([c_bwd[:, 1:], pad], 1)[:, ends, None]  # c^b_{t+1}
+    decay_f = torch.exp(cum_f[:, ends, None] - f_before)
+    decay_b = torch.exp(cum_b[:, ends, None] - b_before)
+    fwd = c_fwd[:, ends, None] - c_before * decay_f
+    bwd = c_start_bwd - c_after_bwd * decay_b
+    mask = valid.unsqueeze(-1)
+    fwd = torch.where(mask, fwd, torch.zeros_like(fwd))
+    bwd = torch.where(mask, bwd, torch.zeros_like(bwd))
+    return fwd, bwd
+
+
 class SpanAttention(nn.Module):
     """Span attention block of PaLM: ``h [B, T, H]`` -> ``(h_hat [B, T, H], scores [B, T, m])``.
 
-    See the module docstring for the equations and the time alignment.
+    See the module docstring for the equations, the time alignment and ``relevant_set``. With
+    ``relevant_set > 0`` the last forward's screening is kept (detached) in ``last_relevant``:
+    ``{"beta": [B, R], "index", "valid": [B, R - first_row, rho], "first_row": int}`` over the kernel
+    rows (sequence positions of ``[memory; h]``), or ``None`` when no start was beyond the window.
     """
 
-    def __init__(self, hidden_size: int, rrnn_size: int, attention_size: int):
+    def __init__(self, hidden_size: int, rrnn_size: int, attention_size: int, relevant_set: int = 0):
         super().__init__()
         self.rrnn_size = rrnn_size
+        self.relevant_set = relevant_set
+        self.last_relevant: Optional[dict] = None
         # forget / update logits of both directions from one matmul: [f_fwd | u_fwd | f_bwd | u_bwd].
         self.rrnn = nn.Linear(hidden_size, 4 * rrnn_size)
         self.query = nn.Linear(hidden_size, attention_size)
@@ -124,6 +223,11 @@ class SpanAttention(nn.Module):
             row_context, row_scores = span_attention(
                 row_query, *span_states, self.w_span, self.v, max_len, fixed_scores=fixed_scores
             )
+            self.last_relevant = None
+            if self.relevant_set and rows > max_len:  # some row has a start beyond its window
+                row_context = self._with_relevant_spans(
+                    row_context, row_scores, span_states, row_query, max(prev - 1, 0), fixed_scores
+                )
             # position t reads the row of spans ending at t-1 (row prev + t - 1)
             if prev == 0:
                 context = torch.cat([context[:, :1], row_context], 1)
@@ -137,6 +241,33 @@ class SpanAttention(nn.Module):
         gate = torch.sigmoid(gate)
         h_hat = gate * torch.tanh(mlp) + (1 - gate) * h
         return h_hat, scores
+
+    def _with_relevant_spans(self, row_context, row_scores, span_states, row_query, first_row: int,
+                             fixed_scores: Optional[torch.Tensor]) -> torch.Tensor:
+        """The kernel's window context ``[B, R, 2D]`` re-weighted by the joint softmax over the window
+        and the relevant extra spans of every row ``>= first_row`` (rows before are returned as is)."""
+        beta, index, valid = relevant_span_starts(row_scores, self.relevant_set, first_row)
+        index, valid = index[:, first_row:], valid[:, first_row:]
+        self.last_relevant = {"beta": beta, "index": index, "valid": valid, "first_row": first_row}
+        fwd, bwd = relevant_span_representations(*span_states, index, valid, first_row)  # [B, R', rho, D]
+        dim = fwd.size(-1)
+        if fixed_scores is None:
+            hidden = torch.matmul(fwd, self.w_span[:dim]) + torch.matmul(bwd, self.w_span[dim:])
+            extra = torch.matmul(torch.tanh(hidden + row_query[:, first_row:, None, :]), self.v)  # [B, R', rho]
+        else:  # PaLM-RB: the span length, as the fixed window scores k + 1
+            ends = torch.arange(first_row, row_scores.size(1), device=index.device)
+            extra = (ends[None, :, None] - index + 1).to(row_scores.dtype)
+        acc = _accumulation_dtype(row_scores)
+        extra = extra.to(acc).masked_fill(~valid, float("-inf"))
+        window = row_scores[:, first_row:].to(acc)
+        top = torch.maximum(window.max(-1).values, extra.max(-1).values).detach().unsqueeze(-1)  # finite: k = 0
+        window_mass = torch.exp(window - top).sum(-1, keepdim=True)  # [B, R', 1]
+        extra_weights = torch.exp(extra - top)  # [B, R', rho], 0 where not valid
+        total = window_mass + extra_weights.sum(-1, keepdim=True)
+        extra_weights = (extra_weights / total).unsqueeze(-1)
+        added = torch.cat([(extra_weights * fwd).sum(2), (extra_weights * bwd).sum(2)], -1)
+        rows_context = row_context[:, first_row:] * (window_mass / total) + added
+        return torch.cat([row_context[:, :first_row], rows_context.to(row_context.dtype)], 1)
 
 
 class PaLMBase(TiedLanguageModel):
@@ -154,7 +285,9 @@ class PaLMBase(TiedLanguageModel):
         cfg = self.config
         sizes = [cfg.emb_size] + [cfg.hidden_size] * (cfg.n_layers - 1) + [cfg.emb_size]
         self.layers = nn.ModuleList(WeightDropLSTM(sizes[l], sizes[l + 1], cfg.wdrop) for l in range(cfg.n_layers))
-        self.span_attention = SpanAttention(sizes[cfg.attention_after], cfg.rrnn_size, cfg.attention_size)
+        self.span_attention = SpanAttention(
+            sizes[cfg.attention_after], cfg.rrnn_size, cfg.attention_size, relevant_set=cfg.relevant_set
+        )
 
     def init_state(self, batch_size: int, device="cpu"):
         """``(list of (h [B, H_l], c [B, H_l]) per layer, memory)``; ``memory`` holds the last

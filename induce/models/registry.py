@@ -7,7 +7,12 @@ from .base import LanguageModel
 
 _REGISTRY: dict[str, type[LanguageModel]] = {}
 # Modules whose import registers the built-in models.
-_BUILTIN_MODULES = ("induce.models.onlstm", "induce.models.prpn", "induce.models.palm")
+_BUILTIN_MODULES = (
+    "induce.models.onlstm",
+    "induce.models.prpn",
+    "induce.models.palm",
+    "induce.models.relmem",  # rellstm, relrnn, memlstm: language models only (parser_kind "none")
+)
 
 
 def register(cls: type[LanguageModel]) -> type[LanguageModel]:

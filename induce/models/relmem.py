@@ -12,7 +12,11 @@ states: linear memory in ``T``); ``memlstm`` attends to every past state
 (:class:`induce.relevancy.FullMemory`: quadratic). The output layer reads ``s_t``.
 
 The memory is rebuilt at every ``forward`` (it does not carry over BPTT segments; only
-``(s, c)`` does). These models have no syntactic structure: ``parser_kind = "none"``.
+``(s, c)`` does). These models have no syntactic structure: ``parser_kind = "none"``. They train as
+language models (``induce train --model rellstm``, configs/rellstm.yaml): the trainer skips the
+per-epoch dev F1 for them and refuses ``train.select_by=dev_f1``; ``parse_structure`` raises
+:class:`NoSyntacticStructureError` (an :class:`~induce.errors.InduceError` naming the model), which
+``induce parse`` and ``induce eval --checkpoint`` print as a one-line error.
 """
 from __future__ import annotations
 
@@ -22,10 +26,15 @@ import pydantic
 import torch
 from torch import nn
 
+from induce.errors import InduceError
 from induce.relevancy import FullMemory, RelevancyMemory
 
 from .base import LanguageModel, LMOutput, ModelConfig
 from .registry import register
+
+
+class NoSyntacticStructureError(InduceError, NotImplementedError):
+    """Parsing was asked of a model that has no syntactic structure (``parser_kind = "none"``)."""
 
 
 class RelMemConfig(ModelConfig):
@@ -104,7 +113,11 @@ class _AttentiveRecurrentModel(LanguageModel):
 
     @torch.no_grad()
     def parse_structure(self, tokens: torch.Tensor, lengths: torch.Tensor) -> dict:
-        raise NotImplementedError(f"{self.name} has no syntactic structure to parse (parser_kind 'none')")
+        raise NoSyntacticStructureError(
+            f"model {self.name!r} cannot parse: it is a language model without syntactic structure "
+            f"(parser_kind 'none'); parse with a model whose parser kind is 'distance' or 'span' "
+            f"(see `induce models`), or use `induce eval --checkpoint RUN --lm` for its perplexity"
+        )
 
 
 @register

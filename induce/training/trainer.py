@@ -339,6 +339,11 @@ class Trainer:
         if getattr(self.model_cls, "supervised", False):
             self.train_gold = self._gold_spans(train_stream.numel())
         self._prepare_dev()
+        if cfg.train.select_by == "dev_f1" and not self._model_parses():
+            raise InduceError(
+                f"train.select_by=dev_f1: model {cfg.model_name!r} has no syntactic structure (parser_kind 'none'), "
+                f"so there is no dev F1; use train.select_by=valid_ppl"
+            )
         if cfg.train.select_by == "dev_f1" and self.dev is None:
             raise InduceError(
                 "train.select_by=dev_f1 needs dev trees (a corpus with trees, train.dev_f1=true and induce.evaluation)"
@@ -402,11 +407,19 @@ class Trainer:
         rows = batching.batchify(targets, self.config.data.batch_size)
         return batching.shard_rows(rows, self.ctx.rank, self.ctx.world_size).to(self.device)
 
+    def _model_parses(self) -> bool:
+        """Whether the model has a parser (``parser_kind`` other than ``"none"``, e.g. not rellstm)."""
+        return getattr(self.model_cls, "parser_kind", "none") != "none"
+
     def _prepare_dev(self) -> None:
-        """Dev sentences for the per-epoch F1 (valid trees without punctuation, 2..40 words)."""
+        """Dev sentences for the per-epoch F1 (valid trees without punctuation, 2..40 words); none for a
+        model that does not parse (``parser_kind = "none"``)."""
         self.dev = None
         cfg = self.config.train
         if not (cfg.dev_f1 and self.corpus.has_trees):
+            return
+        if not self._model_parses():
+            self._log(f"note: {self.config.model_name} has no syntactic structure (parser_kind 'none'): no dev F1")
             return
         try:
             import induce.evaluation  # noqa: F401
