@@ -23,10 +23,15 @@ test: install
 test-triton: install
 	$(PYTHON) -m pytest -q -m triton
 
-# The main job on the default data: prepare the default corpus, then evaluate the baselines on it.
+# The main job on the default data: prepare the corpus, train PRPN, ON-LSTM, PaLM-U/S/RB, evaluate them
+# and the baselines on the dev split, write $(OUT)/REPORT.md and $(OUT)/results.json (`induce reproduce`).
+# PROFILE=cpu (default: small models, < 1 hour on 2 CPU cores) | paper (the papers' configs, for a GPU) | toy;
+# SEEDS=1,2,3 (default: the profile's). Re-running continues where an interrupted run stopped.
+PROFILE ?= cpu
+SEEDS ?=
+OUT ?= results
 reproduce: install
-	$(INDUCE) preprocess --default $(DATA_OPT)
-	$(MAKE) --no-print-directory baselines
+	$(INDUCE) reproduce --profile $(PROFILE) $(if $(SEEDS),--seeds $(SEEDS),) $(DATA_OPT) --out $(OUT)
 
 baselines: install
 	@for b in right left balanced random; do \

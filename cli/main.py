@@ -16,6 +16,9 @@ COMMAND_MODULES = (
     "cli.parse",
     "cli.generate",
     "cli.models",
+    "cli.diagnose",
+    "cli.reproduce",
+    "cli.show",
 )
 
 app = typer.Typer(

@@ -71,7 +71,7 @@ class PRPNConfig(AWDConfig):
     dropouti: float = pydantic.Field(0.7, ge=0, lt=1, description="dropout on the first layer's input")
     dropoute: float = 0.0
     wdrop: float = pydantic.Field(0.5, ge=0, lt=1, description="DropConnect on the attention key projections")
-    rdropout: float = pydantic.Field(0.5, ge=0, lt=1, description="dropout on the attended memory (h~, c~)")
+    rdropout: float = pydantic.Field(0.5, ge=0, lt=1, description="dropout on the attended memory h~ (not c~: see ReadingLayer.forward)")
     parser_dropout: float = pydantic.Field(0.5, ge=0, lt=1, description="dropouts of the parsing network")
     n_slots: int = pydantic.Field(15, ge=1, description="M: memory slots")
     n_lookback: int = pydantic.Field(5, ge=0, description="Q: previous words the distance convolution sees")
@@ -178,9 +178,8 @@ class ReadingLayer(nn.Module):
             keep = 1 - self.rdropout
             key_mask = x.new_empty(batch, d, dtype=torch.float32).bernoulli_(keep) / keep
             h_mask = x.new_empty(batch, d, dtype=torch.float32).bernoulli_(keep) / keep
-            c_mask = x.new_empty(batch, d, dtype=torch.float32).bernoulli_(keep) / keep
         else:
-            key_mask = h_mask = c_mask = None
+            key_mask = h_mask = None
         scale = 1.0 / math.sqrt(d)
         gates_tm = gates.transpose(0, 1).unbind(0)  # T x [B, M]
         # The tape holds [h; c] per position (one stack and one bmm per step read both halves).
@@ -212,7 +211,11 @@ class ReadingLayer(nn.Module):
                 seen_times.append(rel_times)
                 seen_valid.append(rel_valid)
             if h_mask is not None:
-                h_read, c_read = h_read * h_mask, c_read * c_mask
+                # Only h~ is dropped. Stratos' note writes Drop(h~, c~), but a locked mask scaled by
+                # 1 / (1 - p) on c~ compounds through the tape (c goes back onto it): with the
+                # forget gate near 1 the cell state grows by 2x per step and training diverges
+                # within ~10 batches. Dropping h~ alone is what PRPN's released code does.
+                h_read = h_read * h_mask
             cell_gates = pre_ih[t] + self.norm_hh(hh(self.hh.bias, h_read))
             in_gate, forget_gate, out_gate, candidate = cell_gates.split(d, 1)
             c = torch.sigmoid(forget_gate) * c_read + torch.sigmoid(in_gate) * torch.tanh(candidate)

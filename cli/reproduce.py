@@ -1,0 +1,102 @@
+"""`induce reproduce`: the whole pipeline, corpus to report (logic: :mod:`induce.reproduce`, :mod:`induce.report`)."""
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from induce.errors import InduceError
+
+
+def _ints(text: Optional[str], option: str) -> Optional[list[int]]:
+    if text is None or not text.strip():
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InduceError(f"{option}: expected comma-separated integers, e.g. 1,2,3; got {text!r}") from None
+
+
+def reproduce_command(
+    profile: str = typer.Option(
+        "cpu", "--profile", "-p", help="cpu (default: small models, under an hour on 2 CPU cores), paper (the papers' "
+        "hyper-parameters, for a GPU), toy (seconds per model), or a folder with a profile.yaml."
+    ),
+    seeds: Optional[str] = typer.Option(None, "--seeds", help="Comma-separated training seeds (default: the profile's)."),
+    models: Optional[str] = typer.Option(None, "--models", help="Comma-separated subset of the profile's models."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Data root for the default corpus (else $INDUCE_DATA, corpora/, NLTK)."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Use this prepared corpus instead of the default one."),
+    corpora_dir: Path = typer.Option(Path("corpora"), "--corpora-dir", help="Where prepared corpora are (and go)."),
+    out: Path = typer.Option(Path("results"), "--out", "-o", help="Output folder: REPORT.md, results.json, figures/, runs/, eval/."),
+    split: str = typer.Option("valid", "--split", help="Evaluation split: valid (dev, WSJ 22) or test (when the corpus has it)."),
+    time_per_model: Optional[str] = typer.Option(
+        None, "--time-per-model", help="Training time budget per model and seed, e.g. 20s, 6m (default: the profile's)."
+    ),
+    device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda, cuda:N (default: the profile's)."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: the profile's)."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show training progress bars."),
+) -> None:
+    """Prepare the corpus, train every model, evaluate models and baselines, write the report.
+
+    Every step is skipped when its outputs are up to date, so running the same command again after an interruption continues where it stopped. Writes OUT/REPORT.md (with figures) and OUT/results.json.
+    """  # noqa: E501 (one line: Typer keeps the line breaks of a help paragraph)
+    from induce.config import parse_duration
+    from induce.reproduce import ReproduceOptions, reproduce
+
+    console = Console(stderr=True)
+    try:
+        options = ReproduceOptions(
+            profile=profile, out=out, data=data, corpus=corpus, corpora_dir=corpora_dir,
+            seeds=_ints(seeds, "--seeds"), models=[m.strip() for m in models.split(",") if m.strip()] if models else None,
+            split=split, time_per_model=parse_duration(time_per_model) if time_per_model else None,
+            device=device, threads=threads, progress=progress,
+            command="induce " + " ".join(shlex.quote(arg) for arg in sys.argv[1:]) if sys.argv[1:2] == ["reproduce"]
+            else "induce reproduce",
+        )
+        results = reproduce(options, console=console)
+    except InduceError as err:
+        console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+        raise typer.Exit(code=2)
+    except KeyboardInterrupt:
+        console.print("\n[bold yellow]interrupted.[/] Run the same command again to continue where it stopped "
+                      "(finished steps are skipped, a training run continues from its last checkpoint).",
+                      highlight=False)
+        raise typer.Exit(code=130)
+    _print_summary(results, Console())
+    failed = [step for step in results["steps"] if step["status"] == "failed"]
+    console.print(f"report: {out / 'REPORT.md'}  results: {out / 'results.json'}  "
+                  f"({results['wall_seconds'] / 60:.1f} min)", highlight=False)
+    if failed:
+        console.print(f"[bold red]{len(failed)} step(s) failed:[/] " + "; ".join(s["name"] for s in failed),
+                      highlight=False)
+        raise typer.Exit(code=1)
+
+
+def _print_summary(results: dict, console: Console) -> None:
+    from induce.report import display, fmt, split_label
+
+    source = results["corpus"]["eval"]
+    where = split_label(results["split"], source.get("source_kind") or source.get("kind"))
+    table = Table(title=f"induce reproduce ({results['profile']['name']} profile), {where}")
+    for column in ("model", "perplexity", "WSJ10 F1", "WSJ40 F1", "all F1", "% left / right (WSJ40)"):
+        table.add_column(column, justify="left" if column == "model" else "right")
+    for name in results["models_order"]:
+        s = results["models"][name]["summary"]
+        table.add_row(display(name), fmt(s["perplexity"]), fmt(s["sentence_f1_wsj10"]), fmt(s["sentence_f1_wsj40"]),
+                      fmt(s["sentence_f1_all"]), f"{fmt(s['left_split_pct_wsj40'])} / {fmt(s['right_split_pct_wsj40'])}")
+    for kind, data in results["baselines"].items():
+        sc = data["scores"]
+        table.add_row(f"{display(kind)} (baseline)", "—", fmt(sc["wsj10"]["sentence_f1"]), fmt(sc["wsj40"]["sentence_f1"]),
+                      fmt(sc["all"]["sentence_f1"]),
+                      f"{fmt(sc['wsj40']['left_split_pct'])} / {fmt(sc['wsj40']['right_split_pct'])}")
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``induce reproduce`` to the app."""
+    app.command("reproduce")(reproduce_command)

@@ -1,0 +1,131 @@
+"""`induce show tree` / `induce show attention`: one sentence through a trained model (logic: :mod:`induce.show`)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from induce.errors import InduceError
+
+show_app = typer.Typer(help="Show one sentence's induced tree, span attention or syntactic distances.",
+                       no_args_is_help=True)
+
+SENTENCE_HELP = "The sentence (tokenised with NLTK's Treebank tokenizer unless --pretokenized). Or use --index."
+
+
+def _sentence(sentence, index, pretokenized, corpus, data, split, console):
+    """``(tokens, gold tree or None)`` from the argument or from sentence ``index`` of a corpus split."""
+    from induce.inference import tokenize
+
+    if (sentence is None) == (index is None):
+        raise InduceError("give a sentence or --index N (a sentence of the prepared corpus), not both")
+    if sentence is not None:
+        tokens = tokenize(sentence, pretokenized)
+        if not tokens:
+            raise InduceError("the sentence is empty")
+        return tokens, None
+    from induce.show import dev_sentence
+
+    if corpus is None:
+        from induce.data.locate import default_corpus
+
+        corpus = default_corpus(data, console=console)
+    return dev_sentence(corpus, index, split)
+
+
+def _checkpoint(checkpoint: Optional[Path], console: Console) -> Path:
+    if checkpoint is not None:
+        return checkpoint
+    from induce.inference import latest_run
+
+    found = latest_run()
+    console.print(f"using the latest finished run: {found}", highlight=False)
+    return found
+
+
+@show_app.command("tree")
+def tree_command(
+    sentence: Optional[str] = typer.Argument(None, help=SENTENCE_HELP),
+    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help="Run folder or checkpoint "
+                                              "(default: the most recent finished run under runs/)."),
+    index: Optional[int] = typer.Option(None, "--index", "-i", help="Sentence N (0-based) of --split of the prepared "
+                                        "corpus, shown with its gold tree and F1."),
+    pretokenized: bool = typer.Option(False, "--pretokenized", help="Tokens are separated by spaces."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Prepared corpus for --index (default: the default corpus)."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Data root for the default corpus."),
+    split: str = typer.Option("valid", "--split", help="Split for --index: valid or test."),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+) -> None:
+    """Draw the tree a trained model induces for one sentence (and the gold tree with --index)."""
+    from induce.inference import format_tree
+    from induce.show import sentence_structure, tree_f1
+
+    console = Console(stderr=True)
+    out = Console()
+    try:
+        tokens, gold = _sentence(sentence, index, pretokenized, corpus, data, split, console)
+        structure = sentence_structure(_checkpoint(checkpoint, console), tokens, device=device)
+    except InduceError as err:
+        console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+        raise typer.Exit(code=2)
+    # soft_wrap: a wide tree runs past the terminal's edge instead of being wrapped into garbage
+    out.rule(f"[bold]{structure.model_name}[/]", align="left")
+    out.print(Text(format_tree(structure.tree, "pretty")), soft_wrap=True)
+    if gold is not None:
+        from induce.show import display_gold
+
+        out.rule("[bold]gold[/] (punctuation and POS tags removed)", align="left")
+        out.print(Text(format_tree(display_gold(gold), "pretty")), soft_wrap=True)
+        f1 = tree_f1(structure.tree, gold)
+        out.print("sentence F1: " + (f"{f1:.1f}" if f1 is not None else "- (fewer than 2 words)"), highlight=False)
+    out.print(format_tree(structure.tree), highlight=False, soft_wrap=True)
+
+
+@show_app.command("attention")
+def attention_command(
+    sentence: Optional[str] = typer.Argument(None, help=SENTENCE_HELP),
+    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help="Run folder or checkpoint "
+                                              "(default: the most recent finished run under runs/)."),
+    out: Path = typer.Option(Path("attention.png"), "--out", "-o", help="PNG to write."),
+    index: Optional[int] = typer.Option(None, "--index", "-i", help="Sentence N (0-based) of --split of the prepared corpus."),
+    pretokenized: bool = typer.Option(False, "--pretokenized", help="Tokens are separated by spaces."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Prepared corpus for --index (default: the default corpus)."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Data root for the default corpus."),
+    split: str = typer.Option("valid", "--split", help="Split for --index: valid or test."),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+) -> None:
+    """Plot what the parser reads for one sentence: PaLM's span attention (heat map) or the ON-LSTM / PRPN syntactic distances (bars), as a PNG; the numbers are printed too."""  # noqa: E501
+    from induce.show import plot_structure, sentence_structure
+
+    console = Console(stderr=True)
+    try:
+        tokens, _ = _sentence(sentence, index, pretokenized, corpus, data, split, console)
+        structure = sentence_structure(_checkpoint(checkpoint, console), tokens, device=device)
+        path = plot_structure(structure, out)
+    except InduceError as err:
+        console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+        raise typer.Exit(code=2)
+    table = Table(title=f"{structure.model_name}: " + ("span attention" if structure.kind == "span" else "distances"))
+    table.add_column("word")
+    if structure.kind == "span":
+        attention = structure.attention()
+        table.add_column("most attended span ending here")
+        table.add_column("weight", justify="right")
+        for j, word in enumerate(structure.words):
+            start = int(attention[j, : j + 1].argmax())
+            table.add_row(word, " ".join(structure.words[start : j + 1]), f"{attention[j, start]:.2f}")
+    else:
+        table.add_column("distance before it", justify="right")
+        for word, value in zip(structure.words, structure.distances):
+            table.add_row(word, f"{value:.3f}")
+    Console().print(table)
+    console.print(f"figure: {path}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``induce show tree|attention``."""
+    app.add_typer(show_app, name="show")

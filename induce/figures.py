@@ -1,0 +1,313 @@
+"""PNG figures of the reproduction report and of ``induce show`` (matplotlib, Agg backend).
+
+* :func:`plot_training_curves` — validation / training perplexity and dev F1 per epoch of each run
+  (from its ``metrics.jsonl``);
+* :func:`plot_branching` — shares of left / right / other binary / n-ary splits per model and gold;
+* :func:`plot_trees` — one sentence's gold tree and induced trees side by side, induced constituents
+  coloured by whether the gold tree has them;
+* :func:`plot_span_attention` — PaLM's span attention (span end x span start) for some sentences;
+* :func:`plot_distances` — ON-LSTM / PRPN syntactic distances per word for some sentences.
+
+Every function writes the file (creating its folder), closes the figure and returns the path.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+import nltk
+import numpy as np
+
+PathLike = Union[str, Path]
+#: Colours of induced constituents that the gold tree has / lacks, and of uncounted nodes.
+MATCH, MISS, NEUTRAL = "#1a9850", "#d73027", "#555555"
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: PathLike, dpi: int = 100) -> Path:
+    plt = _pyplot()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
+def _grid(n: int, max_cols: int = 3) -> tuple[int, int]:
+    cols = min(max_cols, max(1, n))
+    return math.ceil(max(1, n) / cols), cols
+
+
+# ------------------------------------------------------------------------------------------ curves
+
+
+def _epoch_positions(history: list, epoch_tokens: Optional[int]) -> list[float]:
+    """x of each record: its epoch number; a partial epoch (time budget) sits at ``epoch - 1 + share``,
+    the share of an epoch's tokens it trained (``epoch_tokens``, else the largest complete epoch's)."""
+    full = max((int(r.get("train_tokens", 0)) for r in history if not r.get("partial")), default=0) or epoch_tokens
+    xs = []
+    for record in history:
+        x = float(record["epoch"])
+        if record.get("partial") and full:
+            x = record["epoch"] - 1 + min(1.0, int(record.get("train_tokens", 0)) / full)
+        xs.append(x)
+    return xs
+
+
+def plot_training_curves(histories: dict, path: PathLike, epoch_tokens: Optional[int] = None) -> Path:
+    """``histories``: label -> list of ``metrics.jsonl`` records. Left: validation perplexity (solid)
+    and training perplexity (dashed), log scale; right: dev F1 (sentence F1 of the monitored dev
+    sentences, <= 40 words) per epoch. A partial last epoch (time budget) is drawn as a hollow marker
+    at the share of the epoch it trained (``epoch_tokens``: tokens of one epoch)."""
+    plt = _pyplot()
+    fig, (ax_ppl, ax_f1) = plt.subplots(1, 2, figsize=(12, 4.2))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    any_f1 = False
+    for index, (label, history) in enumerate(histories.items()):
+        if not history:
+            continue
+        colour = colours[index % len(colours)]
+        epochs = _epoch_positions(history, epoch_tokens)
+        hollow = ["none" if record.get("partial") else colour for record in history]
+        valid = [record.get("valid_ppl", math.nan) for record in history]
+        train = [record.get("train_ppl", math.nan) for record in history]
+        ax_ppl.plot(epochs, valid, "-", color=colour, label=label)
+        ax_ppl.scatter(epochs, valid, facecolors=hollow, edgecolors=colour, zorder=3)
+        ax_ppl.plot(epochs, train, "--x", color=colour, alpha=0.6)
+        if any("dev_f1" in record for record in history):
+            any_f1 = True
+            f1 = [record.get("dev_f1", math.nan) for record in history]
+            ax_f1.plot(epochs, f1, "-", color=colour, label=label)
+            ax_f1.scatter(epochs, f1, facecolors=hollow, edgecolors=colour, zorder=3)
+    ax_ppl.set_yscale("log")
+    ax_ppl.set_xlabel("epoch")
+    ax_ppl.set_ylabel("perplexity (solid: validation, dashed: training)")
+    ax_ppl.set_title("Language model")
+    ax_f1.set_xlabel("epoch")
+    ax_f1.set_ylabel("dev sentence F1 (<= 40 words)")
+    ax_f1.set_title("Unsupervised parsing during training")
+    from matplotlib.ticker import MaxNLocator, ScalarFormatter
+
+    ax_ppl.yaxis.set_major_formatter(ScalarFormatter())
+    ax_ppl.yaxis.set_minor_formatter(ScalarFormatter())
+    last = max((x for h in histories.values() for x in _epoch_positions(h, epoch_tokens)), default=1.0)
+    for ax in (ax_ppl, ax_f1):
+        ax.set_xlim(0, max(1.0, math.ceil(last)) + 0.25)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if not any_f1:
+        ax_f1.text(0.5, 0.5, "no dev F1 logged", ha="center", va="center", transform=ax_f1.transAxes)
+    for ax in (ax_ppl, ax_f1):
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+# --------------------------------------------------------------------------------------- branching
+
+
+def plot_branching(rows: Sequence[tuple], path: PathLike, title: str = "") -> Path:
+    """``rows``: ``(label, % left, % right, % other binary, % n-ary)``; one stacked horizontal bar each."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.6))
+    labels = [row[0] for row in rows]
+    parts = [("left", "#4575b4"), ("right", "#d73027"), ("other binary", "#fdae61"), ("n-ary (gold only)", "#999999")]
+    left = np.zeros(len(rows))
+    y = np.arange(len(rows))[::-1]
+    for k, (name, colour) in enumerate(parts):
+        values = np.array([row[1 + k] if row[1 + k] is not None else 0.0 for row in rows], dtype=float)
+        ax.barh(y, values, left=left, color=colour, label=name, edgecolor="white")
+        for yi, value, start in zip(y, values, left):
+            if value >= 6:
+                ax.text(start + value / 2, yi, f"{value:.0f}", ha="center", va="center", fontsize=8, color="white")
+        left += values
+    ax.set_yticks(y)
+    ax.set_yticklabels(labels)
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("% of splits of spans longer than 2 words")
+    ax.legend(ncol=4, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    ax.set_title(title or "Branching (PaLM Table 4 statistics)", pad=22)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+# ------------------------------------------------------------------------------------------- trees
+
+
+def _simplify(tree):
+    """``(label, [children])`` or a leaf string; unary nodes and pre-terminals collapse into their child
+    (a collapsed node keeps the upper label when its child is a constituent)."""
+    if not isinstance(tree, nltk.Tree):
+        return tree
+    children = [_simplify(child) for child in tree]
+    if len(children) == 1:
+        child = children[0]
+        if isinstance(child, tuple):
+            return (tree.label(), child[1])
+        return child
+    return (tree.label(), children)
+
+
+def tree_spans(tree: nltk.Tree) -> set:
+    """Spans ``(start, end)`` (end exclusive) of every constituent with >= 2 words."""
+    spans = set()
+
+    def rec(node, start):
+        if not isinstance(node, nltk.Tree):
+            return start + 1
+        end = start
+        for child in node:
+            end = rec(child, end)
+        if end - start >= 2:
+            spans.add((start, end))
+        return end
+
+    rec(tree, 0)
+    return spans
+
+
+def _draw_tree(ax, tree: nltk.Tree, gold_spans: Optional[set], show_labels: bool, title: str) -> None:
+    root = _simplify(tree)
+    n_leaves = len(tree.leaves())
+    segments, nodes, words = [], [], []
+    counter = [0]
+
+    def rec(node):
+        if not isinstance(node, tuple):
+            x = counter[0]
+            counter[0] += 1
+            words.append((x, node))
+            return x, 0.0, x, x + 1
+        placed = [rec(child) for child in node[1]]
+        x = sum(p[0] for p in placed) / len(placed)
+        y = max(p[1] for p in placed) + 1.0
+        start, end = placed[0][2], placed[-1][3]
+        for cx, cy, _, _ in placed:
+            segments.append(((x, y), (cx, cy)))
+        nodes.append((x, y, node[0], start, end))
+        return x, y, start, end
+
+    if isinstance(root, tuple):
+        rec(root)
+    else:
+        words.append((0, root))
+    for (x0, y0), (x1, y1) in segments:
+        ax.plot([x0, x1], [y0, y1], color="#888888", linewidth=1)
+    for x, y, label, start, end in nodes:
+        counted = end - start >= 2 and not (start == 0 and end == n_leaves)
+        colour = NEUTRAL
+        if gold_spans is not None and counted:
+            colour = MATCH if (start, end) in gold_spans else MISS
+        ax.plot([x], [y], "o", color=colour, markersize=4)
+        if show_labels and label:
+            ax.text(x, y + 0.15, label, ha="center", va="bottom", fontsize=7, color="#333333")
+    for x, word in words:
+        ax.text(x, -0.25, word, rotation=55, ha="right", va="top", fontsize=8)
+    height = max((node[1] for node in nodes), default=1.0)
+    ax.set_xlim(-1, max(n_leaves, 2))
+    ax.set_ylim(-0.3, height + 0.8)
+    ax.set_title(title, fontsize=9)
+    ax.axis("off")
+
+
+def plot_trees(panels: Sequence[tuple], path: PathLike, title: str = "", gold: Optional[nltk.Tree] = None) -> Path:
+    """``panels``: ``(label, tree)`` drawn side by side (gold first, if given as ``gold``, with its
+    labels). Induced constituents that count for F1 are green when the gold tree has them, red otherwise."""
+    plt = _pyplot()
+    items = ([("gold", gold)] if gold is not None else []) + list(panels)
+    rows, cols = _grid(len(items))
+    width = max(4.0, 0.42 * max(len(t.leaves()) for _, t in items))
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, 3.4 * rows), squeeze=False)
+    gold_spans = tree_spans(gold) if gold is not None else None
+    for ax, (label, tree) in zip(axes.flat, items):
+        is_gold = gold is not None and tree is gold
+        _draw_tree(ax, tree, None if is_gold else gold_spans, show_labels=is_gold, title=label)
+    for ax in list(axes.flat)[len(items):]:
+        ax.axis("off")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+# ------------------------------------------------------------------------------- attention, distances
+
+
+def plot_span_attention(items: Sequence[tuple], path: PathLike, title: str = "") -> Path:
+    """``items``: ``(label, SentenceStructure)`` of a span model; heat map ``A[j, i]`` = attention of
+    the span ``[i, j]`` among the spans ending at ``j`` (rows: span end, columns: span start); the colour
+    scale ends at the largest weight below the first row (whose single span always has weight 1); a
+    white dot marks each row's most attended span."""
+    plt = _pyplot()
+    rows, cols = _grid(len(items), 2)
+    size = max(3.5, 0.33 * max(len(s.words) for _, s in items) + 1.5)
+    fig, axes = plt.subplots(rows, cols, figsize=(size * cols, size * rows), squeeze=False)
+    for ax, (label, structure) in zip(axes.flat, items):
+        matrix = structure.attention()
+        n = len(structure.words)
+        # Row 0 has a single span (weight 1): scale the colours to the other rows so differences show.
+        top = float(matrix[1:].max()) if n > 1 else 1.0
+        image = ax.imshow(matrix, cmap="viridis", vmin=0.0, vmax=max(top, 1e-6))
+        best = matrix.argmax(1)
+        ax.scatter(best, np.arange(n), s=12, c="white", marker="o", label="most attended span")
+        ax.set_xticks(range(n))
+        ax.set_xticklabels(structure.words, rotation=60, ha="right", fontsize=7)
+        ax.set_yticks(range(n))
+        ax.set_yticklabels(structure.words, fontsize=7)
+        ax.set_xlabel("span start")
+        ax.set_ylabel("span end")
+        ax.set_title(label, fontsize=9)
+        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="attention weight" + (" (row 1 clipped)" if n > 1 else ""))
+    for ax in list(axes.flat)[len(items):]:
+        ax.axis("off")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_distances(items: Sequence[tuple], path: PathLike, title: str = "") -> Path:
+    """``items``: ``(label, SentenceStructure)`` of a distance model; bars: the distance before each
+    word that the parser reads (the greedy decoder splits at the largest); lines: the other layers'
+    distances when the model has several (ON-LSTM)."""
+    plt = _pyplot()
+    rows, cols = _grid(len(items), 1)
+    width = max(6.0, 0.5 * max(len(s.words) for _, s in items) + 2)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, 2.8 * rows), squeeze=False)
+    for ax, (label, structure) in zip(axes.flat, items):
+        n = len(structure.words)
+        x = np.arange(n)
+        values = np.asarray(structure.distances, dtype=float)
+        shown = [values] + ([np.asarray(v, dtype=float) for v in structure.layer_distances]
+                            if structure.layer_distances is not None else [])
+        low, high = min(float(v.min()) for v in shown), max(float(v.max()) for v in shown)
+        margin = 0.1 * (high - low) or 0.05 * abs(high) or 0.05
+        bottom = low - margin  # bars start below the smallest value: the differences are what the parser reads
+        ax.bar(x, values - bottom, bottom=bottom, color="#4575b4", label="parsed distances")
+        ax.set_ylim(bottom, high + margin)
+        if structure.layer_distances is not None and len(structure.layer_distances) > 1:
+            for layer, values in enumerate(structure.layer_distances):
+                if layer != structure.distance_layer:
+                    ax.plot(x, values, marker=".", linewidth=1, label=f"layer {layer}")
+            ax.legend(fontsize=7)
+        ax.set_xticks(x)
+        ax.set_xticklabels(structure.words, rotation=45, ha="right", fontsize=8)
+        ax.set_ylabel("distance")
+        ax.set_title(label, fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+    for ax in list(axes.flat)[len(items):]:
+        ax.axis("off")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)

@@ -1,0 +1,177 @@
+"""What a trained model makes of one sentence: its tree, and the numbers the tree is decoded from.
+
+* :func:`sentence_structure` — for a run (or a loaded model) and the tokens of one sentence: the
+  induced tree over all tokens (as :func:`induce.inference.predict_trees` gives it), and either the
+  syntactic distances (ON-LSTM, PRPN; ON-LSTM also per layer) or PaLM's span scores over the
+  words the model saw (punctuation left out, as in training);
+* :meth:`SentenceStructure.attention` — PaLM's span attention: for every span end ``j`` a softmax
+  over the spans ``[i, j]`` inside the sentence;
+* :func:`dev_sentence` — sentence ``index`` of a prepared corpus split with its gold tree;
+* :func:`tree_f1` — one tree against one gold tree under the default convention;
+* :func:`display_gold` — a gold tree as the evaluation sees it (no punctuation, no POS tags);
+* :func:`plot_structure` — a PNG of the attention (heat map) or of the distances (bars).
+
+``induce show tree`` and ``induce show attention`` (``cli/show.py``) print and plot these; the
+reproduction report (:mod:`induce.report`) draws them for its example sentences.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+import nltk
+import numpy as np
+import torch
+
+from induce.errors import InduceError
+
+
+@dataclass
+class SentenceStructure:
+    """One sentence as a model parses it.
+
+    tokens:          every token of the sentence (the tree's leaves);
+    words:           the tokens the model read (punctuation left out unless ``keep_punct``);
+    tree:            the induced binary tree over ``tokens`` (internal label ``S``);
+    kind:            ``"distance"`` or ``"span"`` (the model's parser kind);
+    distances:       ``[n]`` distance before each word (distance models);
+    layer_distances: ``[L, n]`` per-layer distances when the model exposes them (ON-LSTM);
+    distance_layer:  which row of ``layer_distances`` the parser reads (ON-LSTM);
+    span_scores:     ``[n, n]``, ``span_scores[j, k]`` scores the span ``[j-k, j]`` (PaLM); ``-inf`` for ``k > j``.
+    """
+
+    model_name: str
+    kind: str
+    tokens: list
+    words: list
+    tree: nltk.Tree
+    distances: Optional[np.ndarray] = None
+    layer_distances: Optional[np.ndarray] = None
+    distance_layer: Optional[int] = None
+    span_scores: Optional[np.ndarray] = None
+    meta: dict = field(default_factory=dict)
+
+    def attention(self) -> np.ndarray:
+        """``A [n, n]``: row ``j`` is the softmax over the spans ``[i, j]``, ``i <= j``, of their scores
+        (column ``i`` = span start); entries with ``i > j`` are 0. PaLM's language model attends over at
+        most ``max_span_length`` spans; the parser (and this matrix) uses every span inside the sentence."""
+        if self.span_scores is None:
+            raise InduceError(f"{self.model_name} computes distances, not span attention")
+        n = len(self.words)
+        out = np.zeros((n, n))
+        for j in range(n):
+            row = np.array([self.span_scores[j, j - i] for i in range(j + 1)], dtype=np.float64)
+            finite = np.isfinite(row)
+            if finite.any():
+                weights = np.where(finite, np.exp(np.where(finite, row, 0.0) - row[finite].max()), 0.0)
+                out[j, : j + 1] = weights / weights.sum()
+        return out
+
+
+def _loaded(run, device):
+    from induce.inference import LoadedRun, load_run
+
+    return run if isinstance(run, LoadedRun) else load_run(run, device)
+
+
+def sentence_structure(
+    run, tokens: Sequence[str], device: Union[str, torch.device] = "cpu", keep_punct: bool = False,
+) -> SentenceStructure:
+    """The tree and the structure scores of one sentence (``tokens``: raw tokens, punctuation allowed).
+
+    ``run``: a run folder, checkpoint or :class:`induce.inference.LoadedRun`. The words are normalised
+    and read as ``<eos> words <eos>`` from a fresh state, exactly as :func:`induce.inference.predict_trees`
+    does, so the tree returned is the one ``induce parse`` gives.
+    """
+    from induce.inference import is_punctuation, normalize, predict_trees
+
+    tokens = list(tokens)
+    words = [w for w in tokens if keep_punct or not is_punctuation(w)]
+    if not words:
+        raise InduceError("the sentence has no word (only punctuation)")
+    loaded = _loaded(run, device)
+    model, vocab = loaded.model, loaded.vocab
+    tree = predict_trees(loaded, [tokens], device=device, keep_punct=keep_punct)[0]
+    ids = [vocab.eos_id, *vocab.encode(normalize(words)), vocab.eos_id]
+    dev = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            structure = model.parse_structure(torch.tensor([ids], device=dev), torch.tensor([len(ids)], device=dev))
+    finally:
+        model.train(was_training)
+    n = len(words)
+    name = loaded.config.get("model_name", type(model).__name__)
+    kind = getattr(model, "parser_kind", "distance")
+    out = SentenceStructure(name, kind, tokens, words, tree)
+    if "distances" in structure:
+        # word w_i sits at input position i + 1 (after the leading <eos>)
+        out.distances = structure["distances"][0, 1 : 1 + n].float().cpu().numpy()
+        if "layer_distances" in structure:
+            out.layer_distances = structure["layer_distances"][:, 0, 1 : 1 + n].float().cpu().numpy()
+            out.distance_layer = loaded.config.get("model", {}).get("distance_layer")
+    if "span_scores" in structure:
+        scores = structure["span_scores"][0, 1 : 1 + n].float().cpu().numpy()
+        table = np.full((n, n), -np.inf)
+        width = min(n, scores.shape[1])
+        table[:, :width] = scores[:, :width]
+        for j in range(n):
+            table[j, j + 1 :] = -np.inf  # spans reaching before the sentence
+        out.span_scores = table
+    return out
+
+
+def dev_sentence(corpus_dir: Union[str, Path], index: int, split: str = "valid") -> tuple[list, nltk.Tree]:
+    """``(tokens, gold tree)`` of sentence ``index`` (0-based) of a prepared corpus split: the gold
+    tree with punctuation (traces and function tags removed), its leaves as tokens."""
+    from induce.data.corpus import PreparedCorpus
+
+    corpus = PreparedCorpus(corpus_dir)
+    if not corpus.has_trees:
+        raise InduceError(f"{corpus_dir}: this corpus has no trees")
+    trees = corpus.gold_trees(split)
+    if not 0 <= index < len(trees):
+        raise InduceError(f"--index {index}: the {split} split has sentences 0..{len(trees) - 1}")
+    tree = trees[index]
+    return tree.leaves(), tree
+
+
+def display_gold(gold: nltk.Tree) -> nltk.Tree:
+    """The gold tree as the evaluation sees it: traces and punctuation removed (word-tag filter),
+    function tags stripped, pre-terminals (POS tags) dropped so that it reads like an induced tree."""
+    from induce.evaluation import EvalConvention, prepare_gold
+    from induce.evaluation.trees import to_nltk
+
+    prepared = prepare_gold(gold, EvalConvention())
+    if prepared.tree is None:
+        return gold
+
+    def strip(node):
+        if not isinstance(node, nltk.Tree):
+            return node
+        if len(node) == 1 and not isinstance(node[0], nltk.Tree):
+            return node[0]
+        return nltk.Tree(node.label(), [strip(child) for child in node])
+
+    tree = strip(to_nltk(prepared.tree, prepared.words))
+    return tree if isinstance(tree, nltk.Tree) else nltk.Tree("S", [tree])
+
+
+def tree_f1(tree: nltk.Tree, gold: nltk.Tree) -> Optional[float]:
+    """Sentence F1 (0-100) of ``tree`` against ``gold`` under the default convention (Kim et al.
+    2019); None when the sentence is skipped (fewer than 2 words after punctuation removal)."""
+    from induce.evaluation import EvalConvention, evaluate
+
+    result = evaluate([tree], [gold], EvalConvention())
+    return result.sentence_f1 if result.n_sentences else None
+
+
+def plot_structure(structure: SentenceStructure, path: Union[str, Path], title: Optional[str] = None) -> Path:
+    """PNG of the span attention (PaLM) or the distances (ON-LSTM, PRPN) of one sentence."""
+    from induce import figures
+
+    if structure.kind == "span":
+        return figures.plot_span_attention([(title or structure.model_name, structure)], path)
+    return figures.plot_distances([(title or structure.model_name, structure)], path)

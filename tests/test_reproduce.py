@@ -1,0 +1,218 @@
+"""`induce reproduce` end to end at toy size (tiny models, one short epoch, a tiny synthetic treebank):
+the report and results.json with the papers' tables, figures, skipping of finished steps on a re-run,
+continuing an interrupted run, profiles, the subset corpus, and the published figures against the
+paper texts (when they are present)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from typer.testing import CliRunner
+
+from cli.main import app
+from induce.config import CONFIG_DIR
+from induce.errors import InduceError
+from induce.reproduce import list_profiles, load_profile, subset_corpus
+
+from test_training_standin import make_corpus
+
+runner = CliRunner()
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def toy_profile(folder: Path, **changes) -> Path:
+    """A copy of configs/toy/ made even smaller for the tests."""
+    shutil.copytree(CONFIG_DIR / "toy", folder)
+    profile = yaml.safe_load((folder / "profile.yaml").read_text())
+    profile.update(random_init_seeds=2, random_init_sentences=6, example_sentences=1, **changes)
+    (folder / "profile.yaml").write_text(yaml.safe_dump(profile))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+    """One toy pipeline run (all five models), shared by the tests below."""
+    root = tmp_path_factory.mktemp("reproduce")
+    corpus = make_corpus(root / "corpora", train=60, valid=12, test=6)
+    profile = toy_profile(root / "profile")
+    args = ["reproduce", "--profile", str(profile), "--corpus", str(corpus), "--corpora-dir", str(root / "corpora"),
+            "--out", str(root / "results"), "--no-progress"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        first = runner.invoke(app, args)
+    finally:
+        torch.set_num_threads(threads)
+    return {"root": root, "out": root / "results", "args": args, "first": first, "corpus": corpus}
+
+
+def steps(out: Path) -> dict:
+    return {step["name"]: step["status"] for step in json.loads((out / "results.json").read_text())["steps"]}
+
+
+def test_pipeline_writes_the_report_tables_and_figures(pipeline):
+    result, out = pipeline["first"], pipeline["out"]
+    assert result.exit_code == 0, result.output
+    statuses = steps(out)
+    models = ["prpn", "onlstm", "palm", "palm-s", "palm-rb"]
+    for model in models:
+        assert statuses[f"train {model} seed 1"] == "ran"
+        assert statuses[f"evaluate {model} seed 1"] == "ran"
+    # untrained: PaLM-RB (weights do not matter) and PaLM-S (same model as PaLM) are left out
+    assert {name.split()[1] for name in statuses if name.startswith("untrained")} == {"prpn", "onlstm", "palm"}
+    assert {f"baseline {b}" for b in ("left", "right", "balanced", "random")} <= set(statuses)
+
+    results = json.loads((out / "results.json").read_text())
+    for model in models:
+        summary = results["models"][model]["summary"]
+        assert summary["perplexity"]["mean"] > 1.0
+        for key in ("sentence_f1_all", "sentence_f1_wsj10", "sentence_f1_wsj40", "recall_NP"):
+            assert 0.0 <= summary[key]["mean"] <= 100.0
+        assert results["models"][model]["seeds"]["1"]["history"], "per-epoch metrics for the curves"
+    # PaLM-RB parses right-branching: its trees equal the right-branching baseline
+    rb, right = results["models"]["palm-rb"]["summary"], results["baselines"]["right"]["scores"]["wsj40"]
+    assert rb["right_split_pct_wsj40"]["mean"] == 100.0
+    assert rb["sentence_f1_wsj40"]["mean"] == pytest.approx(right["sentence_f1"])
+    assert results["random_init"]["palm"]["n_models"] == 2
+    gold = results["gold"]["wsj40"]
+    assert 0.0 < gold["right_split_pct"] < 100.0
+    assert results["published"]["table3"]["rows"]["palm"] == 42.0
+
+    report = (out / "REPORT.md").read_text()
+    for heading in ("Read this first", "## Evaluation convention", "## 1. Language modelling (PaLM Table 1 style)",
+                    "## 2. Unsupervised parsing, WSJ40 (PaLM Table 3)", "## 3. Branching, WSJ40 (PaLM Table 4)",
+                    "## 4. WSJ10, all lengths and per-label recall", "## 5. Figures", "## 6. Steps"):
+        assert heading in report
+    assert "SYNTHETIC" in report  # the data is said to be synthetic, not PTB
+    assert "not comparable 1:1" in report
+    assert "| PaLM-U | " in report and "| gold | " in report
+    assert re.search(r"\| right-branching \(baseline\) \| [\d.]+ \| [\d.]+ \| 40\.7 \|", report)
+    assert "39.3 ± 10.5" in report  # Table 4's random row, published
+    # every embedded figure exists next to the report and is a PNG
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report)
+    assert {"figures/training-curves.png", "figures/branching.png", "figures/example-1.png",
+            "figures/attention-palm.png", "figures/distances-onlstm.png", "figures/distances-prpn.png"} <= set(links)
+    for link in links:
+        assert (out / link).read_bytes()[:8] == PNG
+    # the trees of each run are saved one per gold sentence
+    trees = (out / "eval" / "onlstm-seed1.valid.trees.txt").read_text().splitlines()
+    assert len(trees) == 12
+
+
+def test_rerun_skips_finished_steps(pipeline):
+    out = pipeline["out"]
+    before = (out / "eval" / "palm-seed1.valid.json").stat().st_mtime_ns
+    result = runner.invoke(app, pipeline["args"])
+    assert result.exit_code == 0, result.output
+    statuses = steps(out)
+    assert {s for name, s in statuses.items() if name != "report"} == {"skipped"}
+    assert statuses["report"] == "ran"
+    assert (out / "eval" / "palm-seed1.valid.json").stat().st_mtime_ns == before
+    assert "| train palm seed 1 | skipped |" in (out / "REPORT.md").read_text()
+
+
+def test_interrupted_run_is_continued_and_changed_config_retrained(pipeline):
+    out, args = pipeline["out"], pipeline["args"]
+    run = out / "runs" / "onlstm-seed1"
+    status = json.loads((run / "status.json").read_text())
+    status["state"] = "running"  # as if killed after its last checkpoint
+    (run / "status.json").write_text(json.dumps(status))
+    result = runner.invoke(app, args + ["--models", "onlstm"])
+    assert result.exit_code == 0, result.output
+    assert steps(out)["train onlstm seed 1"] == "resumed"
+    assert json.loads((run / "status.json").read_text())["state"] == "finished"
+
+    # another seed is another run; the finished one is kept
+    result = runner.invoke(app, args + ["--models", "onlstm", "--seeds", "2"])
+    assert result.exit_code == 0, result.output
+    assert steps(out)["train onlstm seed 2"] == "ran"
+    assert (out / "runs" / "onlstm-seed1" / "best.json").is_file()
+
+
+def test_missing_test_split_and_unknown_profile_are_clear_errors(pipeline, tmp_path):
+    result = runner.invoke(app, ["reproduce", "--profile", "no-such-profile"])
+    assert result.exit_code == 2
+    assert "unknown profile" in result.output and "cpu" in result.output
+    lm_only = tmp_path / "lm"
+    lm_only.mkdir()
+    (lm_only / "meta.json").write_text(json.dumps({"name": "lm", "has_trees": False}))
+    result = runner.invoke(app, ["reproduce", "--profile", "toy", "--corpus", str(lm_only), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 2 and "treebank" in result.output
+    bad = toy_profile(tmp_path / "bad")
+    (bad / "profile.yaml").write_text((bad / "profile.yaml").read_text() + "epochz: 3\n")
+    with pytest.raises(InduceError, match="epochz: unknown key"):
+        load_profile(bad)
+
+
+def test_profiles_are_valid():
+    assert {"cpu", "paper", "toy"} <= set(list_profiles())
+    cpu = load_profile("cpu")
+    assert cpu.time_budget() is not None and cpu.time_budget() * len(cpu.models) <= 40 * 60
+    assert load_profile("paper").random_init_seeds == 25
+    from induce.reproduce import build_run_config
+
+    for name in ("cpu", "paper", "toy"):
+        profile = load_profile(name)
+        for model in profile.models:
+            config = build_run_config(profile, model, ["train.seed=3"])
+            assert config.model_name == model and config.train.seed == 3
+
+
+def test_subset_corpus_keeps_the_vocabulary_and_is_reused(tmp_path):
+    from induce.data.corpus import PreparedCorpus
+
+    source = make_corpus(tmp_path / "corpora", train=30, valid=10, test=5)
+    subset = subset_corpus(source, tmp_path / "corpora", 7, 4)
+    small, full = PreparedCorpus(subset), PreparedCorpus(source)
+    assert small.splits == ["train", "valid"]
+    assert small.vocab.itos == full.vocab.itos
+    assert small.lm_sentences("train") == full.lm_sentences("train")[:7]
+    assert [t.leaves() for t in small.gold_trees("valid")] == [t.leaves() for t in full.gold_trees("valid")[:4]]
+    assert small.meta["splits"]["train"]["lm_sentences"] == 7
+    stamp = (subset / "meta.json").stat().st_mtime_ns
+    assert subset_corpus(source, tmp_path / "corpora", 7, 4) == subset
+    assert (subset / "meta.json").stat().st_mtime_ns == stamp
+
+
+def _papers_dir():
+    candidates = [os.environ.get("INDUCE_PAPERS", ""), Path(__file__).resolve().parents[1] / "shared" / "papers",
+                  Path(__file__).resolve().parents[2] / "shared" / "papers"]
+    for candidate in candidates:
+        if candidate and (Path(candidate) / "palm-peng-schwartz-smith-2019.txt").is_file():
+            return Path(candidate)
+    pytest.skip("the paper texts (shared/papers) are not available")
+
+
+def test_published_figures_are_the_paper_texts():
+    from induce.report import PAPER_FILE, PUBLISHED
+
+    text = (_papers_dir() / PAPER_FILE).read_text(encoding="utf-8")
+    table3 = text[text.index("Right Branching"): text.index("Table 3:")]
+    rows = dict(re.findall(r"^[^\w]*([A-Za-z-]+(?: Branching)?)\s+([\d.]+)$", table3, re.M))
+    published = PUBLISHED["table3"]["rows"]
+    assert float(rows["Right Branching"]) == published["right"]
+    assert float(rows["PRPN"]) == published["prpn"]
+    assert float(rows["PaLM-U"]) == published["palm"]
+    assert float(rows["DIORA"]) == published["DIORA"]
+    table4 = text[text.index("% Left Splits"): text.index("Table 4:")]
+    numbers = [float(x) for x in re.findall(r"\d+\.\d+", table4)]
+    t4 = PUBLISHED["table4"]
+    assert numbers == [t4["random"]["left"], t4["random"]["left_std"], t4["random"]["right"], t4["random"]["right_std"],
+                       t4["palm"]["left"], t4["palm"]["right"], t4["gold"]["left"], t4["gold"]["right"]]
+    assert "25 differently randomly initialized PaLM models" in text
+    # Table 1's values are not in the text: the report must not quote any
+    assert PUBLISHED["table1"]["rows"] == {}
