@@ -42,6 +42,16 @@ def _save(fig, path: PathLike, dpi: int = 100) -> Path:
     return path
 
 
+def _finish_grid(fig, axes, n_used: int, title: str, path: PathLike) -> Path:
+    """Blank the unused panels of a subplot grid, add the title, lay out and save."""
+    for ax in list(axes.flat)[n_used:]:
+        ax.axis("off")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
 def _grid(n: int, max_cols: int = 3) -> tuple[int, int]:
     cols = min(max_cols, max(1, n))
     return math.ceil(max(1, n) / cols), cols
@@ -232,12 +242,7 @@ def plot_trees(panels: Sequence[tuple], path: PathLike, title: str = "", gold: O
     for ax, (label, tree) in zip(axes.flat, items):
         is_gold = gold is not None and tree is gold
         _draw_tree(ax, tree, None if is_gold else gold_spans, show_labels=is_gold, title=label)
-    for ax in list(axes.flat)[len(items):]:
-        ax.axis("off")
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    return _save(fig, path)
+    return _finish_grid(fig, axes, len(items), title, path)
 
 
 # ------------------------------------------------------------------------------- attention, distances
@@ -268,12 +273,7 @@ def plot_span_attention(items: Sequence[tuple], path: PathLike, title: str = "")
         ax.set_ylabel("span end")
         ax.set_title(label, fontsize=9)
         fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="attention weight" + (" (row 1 clipped)" if n > 1 else ""))
-    for ax in list(axes.flat)[len(items):]:
-        ax.axis("off")
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    return _save(fig, path)
+    return _finish_grid(fig, axes, len(items), title, path)
 
 
 def plot_distances(items: Sequence[tuple], path: PathLike, title: str = "") -> Path:
@@ -305,9 +305,4 @@ def plot_distances(items: Sequence[tuple], path: PathLike, title: str = "") -> P
         ax.set_ylabel("distance")
         ax.set_title(label, fontsize=9)
         ax.grid(axis="y", alpha=0.3)
-    for ax in list(axes.flat)[len(items):]:
-        ax.axis("off")
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    return _save(fig, path)
+    return _finish_grid(fig, axes, len(items), title, path)

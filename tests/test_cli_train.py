@@ -21,12 +21,7 @@ TINY_ONLSTM = ["model.emb_size=8", "model.hidden_size=12", "model.chunk_size=4",
                "data.bptt=8", "train.log_interval=5", "train.dev_f1=false"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -30,12 +30,7 @@ from induce.training.checkpoint import CheckpointError
 from test_training_standin import STANDIN, make_corpus
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -30,13 +30,7 @@ RELMEM_TINY = ["model.emb_size=8", "model.hidden_size=10", "model.attention_size
 LM_ONLY = ("rellstm", "relrnn", "memlstm")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: threads only add synchronisation (and CI machines are shared)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make(name: str, seed: int = 0, **config):

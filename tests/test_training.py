@@ -22,12 +22,7 @@ from test_training_standin import STANDIN, TinyLSTM, make_corpus
 QUIET = Console(quiet=True)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

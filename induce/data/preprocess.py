@@ -33,6 +33,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from induce.data import mikolov, synthetic
 from induce.data.corpus import META_FILE, SPLITS, UNK, VOCAB_FILE, Vocab
 from induce.errors import InduceError, InputError
+from induce.files import sha256_file
 from induce.ptb import TRACE_TAG, clean_tree
 from induce.treeio import read_trees, tree_to_line
 
@@ -62,14 +63,6 @@ LogFn = Callable[[str], None]
 
 def _stderr_console() -> Console:
     return Console(stderr=True)
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _file_record(path: Path) -> dict:

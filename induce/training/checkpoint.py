@@ -15,7 +15,6 @@ file is refused with a :class:`CheckpointError` instead of being half-loaded.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -26,6 +25,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from induce.errors import InduceError
+from induce.files import sha256_file
 
 FORMAT = "induce-checkpoint"
 FORMAT_VERSION = 1
@@ -45,14 +45,6 @@ def checkpoint_paths(path: Union[str, Path], default_stem: str = "best") -> tupl
     if path.suffix in (WEIGHTS_SUFFIX, SIDECAR_SUFFIX):
         path = path.with_suffix("")
     return path.with_name(path.name + WEIGHTS_SUFFIX), path.with_name(path.name + SIDECAR_SUFFIX)
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _write_atomic(path: Path, write) -> None:
