@@ -14,6 +14,7 @@ report their compulsory bytes moved (every input read and every output written o
 achieved GB/s; ``--peak-gbps`` turns those into a fraction of the device's bandwidth.
 
 Sizes: ``paper`` is PaLM's B=20, T=70, m=20, D=400 (A=400, PRPN window 15, cumax over D);
+``palm-released`` is the span attention of the authors' released PaLM (D=200 per direction, A=100);
 ``long1024`` (B=2) and ``long4096`` (B=1) are long contexts with the batch reduced to keep the CPU
 run short; the reference tier and the per-span baseline are skipped at ``long4096`` (Python loops:
 minutes per call), and their forward+backward is skipped at ``long1024``. Those two are timed
@@ -48,6 +49,9 @@ SIZES = {  # name: (B, T, D, A, m, window)
     "paper": (20, 70, 400, 400, 20, 15),
     "long1024": (2, 1024, 400, 400, 20, 15),
     "long4096": (1, 4096, 400, 400, 20, 15),
+    # The span attention of PaLM as released (Noahs-ARK/PaLM train.sh): rational RNN 200 per
+    # direction (context 400), scoring MLP 100; m = 20 as in the paper's PTB runs.
+    "palm-released": (20, 70, 200, 100, 20, 15),
     # GPU-sized: fills the chip and puts every tensor (105 MB) well past the L2 cache, so the
     # scans and cumax measure memory bandwidth, not cache bandwidth.
     "gpu-large": (64, 1024, 400, 400, 20, 15),
@@ -239,6 +243,27 @@ def cases(size: str, device: str):
     yield "span_attention", entries, None, None
 
 
+def matmul_flops(fn: Callable, inputs: List[torch.Tensor], backward: bool) -> float:
+    """Matrix-product FLOPs of one forward (and backward) call, counted by FlopCounterMode."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    leaves = [t.detach().requires_grad_(t.is_floating_point()) for t in inputs]
+    counter = FlopCounterMode(display=False)
+    with counter:
+        outs = fn(*leaves)
+        if backward:
+            torch.autograd.grad(_loss(outs), [t for t in leaves if t.requires_grad], allow_unused=True)
+    return float(counter.get_total_flops())
+
+
+def measure_gemm_flops(repeats: int = 5) -> float:
+    """fp32 GEMM FLOP/s at the current thread count (the roofline of the scoring MLP on a CPU):
+    ``[28000, 800] x [800, 400]``, the scoring product of span attention at the paper size."""
+    a, b = torch.randn(28000, 800), torch.randn(800, 400)
+    a @ b
+    return 2 * 28000 * 800 * 400 / _median_seconds(lambda: a @ b, repeats, "cpu")
+
+
 def measure_copy_gbps(device: str, n_bytes: int = 2 * 2**30, repeats: int = 20) -> float:
     """Achieved device-to-device copy bandwidth (bytes read + bytes written per second), in GB/s.
 
@@ -271,6 +296,9 @@ def run(
     rows = []
     for n_threads in threads:
         torch.set_num_threads(n_threads)
+        gemm_flops = measure_gemm_flops() if device == "cpu" else None
+        if console is not None and gemm_flops:
+            console.log(f"fp32 GEMM peak, {n_threads} thread(s): {gemm_flops / 1e9:.1f} GFLOP/s")
         for size in sizes:
             for kernel, entries, bytes_fwd, bytes_fwd_bwd in cases(size, device):
                 if only is not None and kernel not in only:
@@ -289,6 +317,14 @@ def run(
                     row = dict(kernel=kernel, size=size, tier=tier, threads=n_threads, device=device, **result)
                     row["shape"] = dict(zip(("B", "T", "D", "A", "m", "window"), SIZES[size]))
                     row["skipped"] = SKIP.get((size, tier))
+                    if gemm_flops and kernel == "span_attention" and tier != "reference":
+                        # The GEMM floor: matrix products alone at the machine's measured GEMM rate.
+                        fn, inputs = entries[tier]
+                        row["gemm_flops_per_s"] = gemm_flops
+                        for key, backward in (("fwd", False), ("fwd_bwd", True)):
+                            if f"{key}_s" in result:
+                                row[f"matmul_flops_{key}"] = matmul_flops(fn, inputs, backward)
+                                row[f"gemm_floor_{key}_s"] = row[f"matmul_flops_{key}"] / gemm_flops
                     for key in ("fwd_s", "fwd_bwd_s"):
                         if "torch" in measured and key in result and key in measured["torch"]:
                             row[f"{key}_over_torch"] = result[key] / measured["torch"][key]
@@ -304,7 +340,8 @@ def run(
 
 def render(rows: List[dict], console: Console) -> None:
     table = Table(title="induce.kernels: median seconds (ratio = time / torch tier, same run)")
-    columns = ("kernel", "size", "threads", "tier", "fwd ms", "fwd ratio", "fwd+bwd ms", "fwd+bwd ratio", "memory MiB", "GB/s")
+    columns = ("kernel", "size", "threads", "tier", "fwd ms", "fwd ratio", "fwd+bwd ms", "fwd+bwd ratio", "memory MiB",
+               "GB/s", "GEMM floor fwd / fwd+bwd ms")
     for column in columns:
         table.add_column(column, justify="left" if column in ("kernel", "size", "tier") else "right")
     fmt = lambda x, f: "-" if x is None else format(x, f)  # noqa: E731
@@ -315,10 +352,15 @@ def render(rows: List[dict], console: Console) -> None:
             fmt(r["fwd_s"] * 1e3, ".2f"), fmt(r.get("fwd_s_over_torch"), ".2f"),
             fmt(r["fwd_bwd_s"] * 1e3 if "fwd_bwd_s" in r else None, ".2f"), fmt(r.get("fwd_bwd_s_over_torch"), ".2f"),
             fmt(memory, ".1f"), fmt(r.get("gbps_fwd"), ".0f"),
+            "-" if "gemm_floor_fwd_s" not in r else
+            f"{r['gemm_floor_fwd_s'] * 1e3:.0f} / {fmt(r.get('gemm_floor_fwd_bwd_s', 0) * 1e3, '.0f')}",
         )
     console.print(table)
     kind = "peak allocated (CUDA)" if any("peak_mib" in r for r in rows) else "kept for backward + outputs (CPU)"
     console.print(f"memory: {kind}; threads: torch.set_num_threads; device: {rows[0]['device'] if rows else '-'}")
+    if any("gemm_floor_fwd_s" in r for r in rows):
+        console.print("GEMM floor: the tier's matrix-product FLOPs (FlopCounterMode) / the fp32 GEMM rate measured "
+                      "in this run at that thread count: no implementation of the same products can be faster.")
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -355,7 +397,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         json.dump(rows, sys.stdout, indent=1)
         print()
     else:
-        render(rows, Console())
+        render(rows, Console(width=220))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from induce.models.awd import RecurrentProjection, WeightDropLSTM
+from induce.models.awd import RecurrentProjection, WeightDropLSTM, _onednn_packing_available
 from induce.models.registry import get_model_class, list_models
 from induce.parsing import gold_span_targets, parse_batch, peel_tree, to_nltk
 
@@ -256,12 +256,18 @@ def test_weight_drop_lstm(fused):
     assert layer.weight_hh.grad is not None and layer.weight_hh.grad.abs().sum() > 0
 
 
-def test_recurrent_projection_gradients_match_autograd():
-    """The deferred weight gradient of RecurrentProjection equals plain autograd's."""
+@pytest.mark.parametrize("packing", [False, True], ids=["mm", "onednn-packed"])
+def test_recurrent_projection_gradients_match_autograd(packing):
+    """The deferred weight gradient of RecurrentProjection equals plain autograd's, with the per-step
+    products as plain mm and as oneDNN-packed products (where this torch build has them)."""
+    if packing and not _onednn_packing_available():
+        pytest.skip("this torch build has no oneDNN packed linear ops")
     torch.manual_seed(7)
     weight = torch.randn(4, 6, requires_grad=True)
     pre = torch.randn(5, 3, 6, requires_grad=True)
     h0 = torch.randn(3, 4, requires_grad=True)
+    projection = RecurrentProjection(weight, packing=packing)
+    assert (projection.packed_forward(h0) is not None) == packing
 
     def run(step):
         h, outs = h0, []
@@ -270,7 +276,7 @@ def test_recurrent_projection_gradients_match_autograd():
             outs.append(h)
         return (torch.stack(outs) ** 2).sum()
 
-    grads = torch.autograd.grad(run(RecurrentProjection(weight)), [weight, pre, h0])
+    grads = torch.autograd.grad(run(projection), [weight, pre, h0])
     expected = torch.autograd.grad(run(lambda bias, h: bias + h @ weight), [weight, pre, h0])
     for got, want in zip(grads, expected):
         torch.testing.assert_close(got, want)

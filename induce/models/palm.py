@@ -86,7 +86,9 @@ class PaLMConfig(AWDConfig):
     wdrop: float = 0.45
     attention_after: int = pydantic.Field(2, ge=1, description="span attention after this many LSTM layers")
     rrnn_size: int = pydantic.Field(200, gt=0, description="rational RNN size per direction (context = 2x)")
-    attention_size: int = pydantic.Field(400, gt=0, description="hidden size of the span-scoring MLP")
+    # The paper does not give the scoring MLP's size; 100 is ``parser_size`` in the authors' released
+    # training script (Noahs-ARK/PaLM, train.sh), next to rational RNN 2 x 200 and context 400.
+    attention_size: int = pydantic.Field(100, gt=0, description="hidden size of the span-scoring MLP")
     max_span_length: int = pydantic.Field(20, ge=1, description="m: spans of length 1..m end at each step")
     supervision_weight: float = pydantic.Field(0.01, ge=0, description="lambda of PaLM-S (ignored otherwise)")
     relevant_set: int = pydantic.Field(
