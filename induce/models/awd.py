@@ -17,6 +17,7 @@ All tensors are batch-first: tokens ``[B, T]``, states ``[B, T, H]``.
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import pydantic
@@ -81,14 +82,25 @@ def autocast_dtype(device_type: str) -> Optional[torch.dtype]:
     return None
 
 
+@functools.lru_cache(maxsize=None)
 def _onednn_packing_available() -> bool:
-    """Whether this torch build has oneDNN's pre-packed linear ops (CPU builds with mkldnn)."""
+    """Whether this torch build has oneDNN's pre-packed linear ops and they work on this CPU.
+
+    Checked once: a tiny packed product against ``torch.mm`` (the ops are internal to torch, so
+    a build or CPU where they are missing or wrong falls back to plain products instead of failing).
+    """
     ops = torch.ops.mkldnn
-    return (
-        torch.backends.mkldnn.is_available()
-        and hasattr(ops, "_reorder_linear_weight")
-        and hasattr(ops, "_linear_pointwise")
-    )
+    if not (torch.backends.mkldnn.is_available() and hasattr(ops, "_reorder_linear_weight")
+            and hasattr(ops, "_linear_pointwise")):
+        return False
+    try:
+        with torch.no_grad():
+            x, weight = torch.randn(3, 5), torch.randn(7, 5)
+            packed = ops._reorder_linear_weight(weight, 3)
+            got = ops._linear_pointwise(x, packed, None, "none", [], "")
+            return bool(torch.allclose(got, x @ weight.t(), rtol=1e-4, atol=1e-5))
+    except (RuntimeError, NotImplementedError):
+        return False
 
 
 class PackedLinear:
