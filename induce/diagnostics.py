@@ -20,6 +20,7 @@ from typing import Iterable, Optional
 import torch
 
 from induce import tasks
+from induce.figures import pyplot, save_figure
 
 
 def gradient_norms(model, task: str, delay: int, n: int = 32, seed: int = 0) -> dict:
@@ -148,18 +149,9 @@ def growth_exponent(lengths: list[int], values: list[float]) -> float:
     return num / den if den else float("nan")
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_gradient_norms(results: dict[str, dict], path: str | Path) -> Path:
     """One curve of ``log ||dL/dh_t||`` against ``t`` per entry of ``results`` (label -> gradient_norms())."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, result in results.items():
         ax.plot(result["t"], result["grad_norm"], label=label)
@@ -169,16 +161,12 @@ def plot_gradient_norms(results: dict[str, dict], path: str | Path) -> Path:
     ax.set_title("Gradient norm over time")
     ax.legend()
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)
 
 
 def plot_memory_profile(records: list[dict], path: str | Path) -> Path:
     """Two panels: memory (MiB) and milliseconds per step against ``T``, one curve per model."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, (ax_mem, ax_time) = plt.subplots(1, 2, figsize=(10, 4))
     for name in dict.fromkeys(r["model"] for r in records):
         rows = [r for r in records if r["model"] == name]
@@ -194,8 +182,4 @@ def plot_memory_profile(records: list[dict], path: str | Path) -> Path:
         ax.legend()
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)

@@ -24,7 +24,8 @@ PathLike = Union[str, Path]
 MATCH, MISS, NEUTRAL = "#1a9850", "#d73027", "#555555"
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib.pyplot on the non-interactive Agg backend (imported on first use)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -33,8 +34,9 @@ def _pyplot():
     return plt
 
 
-def _save(fig, path: PathLike, dpi: int = 100) -> Path:
-    plt = _pyplot()
+def save_figure(fig, path: PathLike, dpi: int = 100) -> Path:
+    """Write ``fig`` to ``path`` (parent folders created), close it, return the path."""
+    plt = pyplot()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=dpi)
@@ -49,7 +51,7 @@ def _finish_grid(fig, axes, n_used: int, title: str, path: PathLike) -> Path:
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _grid(n: int, max_cols: int = 3) -> tuple[int, int]:
@@ -78,7 +80,7 @@ def plot_training_curves(histories: dict, path: PathLike, epoch_tokens: Optional
     and training perplexity (dashed), log scale; right: dev F1 (sentence F1 of the monitored dev
     sentences, <= 40 words) per epoch. A partial last epoch (time budget) is drawn as a hollow marker
     at the share of the epoch it trained (``epoch_tokens``: tokens of one epoch)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, (ax_ppl, ax_f1) = plt.subplots(1, 2, figsize=(12, 4.2))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     any_f1 = False
@@ -120,7 +122,7 @@ def plot_training_curves(histories: dict, path: PathLike, epoch_tokens: Optional
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 # --------------------------------------------------------------------------------------- branching
@@ -128,7 +130,7 @@ def plot_training_curves(histories: dict, path: PathLike, epoch_tokens: Optional
 
 def plot_branching(rows: Sequence[tuple], path: PathLike, title: str = "") -> Path:
     """``rows``: ``(label, % left, % right, % other binary, % n-ary)``; one stacked horizontal bar each."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.6))
     labels = [row[0] for row in rows]
     parts = [("left", "#4575b4"), ("right", "#d73027"), ("other binary", "#fdae61"), ("n-ary (gold only)", "#999999")]
@@ -148,7 +150,7 @@ def plot_branching(rows: Sequence[tuple], path: PathLike, title: str = "") -> Pa
     ax.legend(ncol=4, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     ax.set_title(title or "Branching (PaLM Table 4 statistics)", pad=22)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 # ------------------------------------------------------------------------------------------- trees
@@ -233,7 +235,7 @@ def _draw_tree(ax, tree: nltk.Tree, gold_spans: Optional[set], show_labels: bool
 def plot_trees(panels: Sequence[tuple], path: PathLike, title: str = "", gold: Optional[nltk.Tree] = None) -> Path:
     """``panels``: ``(label, tree)`` drawn side by side (gold first, if given as ``gold``, with its
     labels). Induced constituents that count for F1 are green when the gold tree has them, red otherwise."""
-    plt = _pyplot()
+    plt = pyplot()
     items = ([("gold", gold)] if gold is not None else []) + list(panels)
     rows, cols = _grid(len(items))
     width = max(4.0, 0.42 * max(len(t.leaves()) for _, t in items))
@@ -253,7 +255,7 @@ def plot_span_attention(items: Sequence[tuple], path: PathLike, title: str = "")
     the span ``[i, j]`` among the spans ending at ``j`` (rows: span end, columns: span start); the colour
     scale ends at the largest weight below the first row (whose single span always has weight 1); a
     white dot marks each row's most attended span."""
-    plt = _pyplot()
+    plt = pyplot()
     rows, cols = _grid(len(items), 2)
     size = max(3.5, 0.33 * max(len(s.words) for _, s in items) + 1.5)
     fig, axes = plt.subplots(rows, cols, figsize=(size * cols, size * rows), squeeze=False)
@@ -280,7 +282,7 @@ def plot_distances(items: Sequence[tuple], path: PathLike, title: str = "") -> P
     """``items``: ``(label, SentenceStructure)`` of a distance model; bars: the distance before each
     word that the parser reads (the greedy decoder splits at the largest); lines: the other layers'
     distances when the model has several (ON-LSTM)."""
-    plt = _pyplot()
+    plt = pyplot()
     rows, cols = _grid(len(items), 1)
     width = max(6.0, 0.5 * max(len(s.words) for _, s in items) + 2)
     fig, axes = plt.subplots(rows, cols, figsize=(width * cols, 2.8 * rows), squeeze=False)
