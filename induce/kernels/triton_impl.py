@@ -215,6 +215,22 @@ def stick_breaking_gates(
 
 # ================================================================================= linear scan
 @triton.jit
+def _scan_chunk(a_ptr, b_ptr, b, step, T, D, d, d_ok, A_OFFSET: tl.constexpr, REVERSE: tl.constexpr):
+    """One chunk of :func:`_scan_kernel`: positions ``t`` of the ``step``-th steps of the walk, their
+    masks, and the loads of ``a`` (shifted by ``A_OFFSET``; masked outside ``[0, T)``) and ``b``."""
+    if REVERSE:
+        t = T - 1 - step
+    else:
+        t = step
+    ok = ((t >= 0) & (t < T))[:, None] & d_ok[None, :]
+    ta = t + A_OFFSET
+    a_ok = ((ta >= 0) & (ta < T))[:, None] & ok
+    log_a = tl.load(a_ptr + (b * T + ta[:, None]) * D + d[None, :], mask=a_ok, other=0.0)
+    x = tl.load(b_ptr + (b * T + t[:, None]) * D + d[None, :], mask=ok, other=0.0)
+    return t, ok, a_ok, log_a, x
+
+
+@triton.jit
 def _scan_kernel(
     a_ptr, b_ptr, c0_ptr, out_ptr, c_ptr, glf_ptr, T, D,
     A_OFFSET: tl.constexpr, HAS_C0: tl.constexpr, REVERSE: tl.constexpr, GRAD_LOGF: tl.constexpr,
@@ -242,28 +258,12 @@ def _scan_kernel(
     n_chunks = tl.cdiv(T, BT)
 
     # chunk 0, loaded ahead
-    if REVERSE:
-        t = T - 1 - rows
-    else:
-        t = rows
-    ok = ((t >= 0) & (t < T))[:, None] & d_ok[None, :]
-    ta = t + A_OFFSET
-    a_ok = ((ta >= 0) & (ta < T))[:, None] & ok
-    log_a = tl.load(a_ptr + (b * T + ta[:, None]) * D + d[None, :], mask=a_ok, other=0.0)
-    x = tl.load(b_ptr + (b * T + t[:, None]) * D + d[None, :], mask=ok, other=0.0)
+    t, ok, a_ok, log_a, x = _scan_chunk(a_ptr, b_ptr, b, rows, T, D, d, d_ok, A_OFFSET, REVERSE)
     for chunk in range(0, n_chunks):
         cur_t, cur_ok, cur_a_ok, cur_log_a, cur_x = t, ok, a_ok, log_a, x
         # issue the loads of the next chunk (masked off past the end)
-        step = (chunk + 1) * BT + rows
-        if REVERSE:
-            t = T - 1 - step
-        else:
-            t = step
-        ok = ((t >= 0) & (t < T))[:, None] & d_ok[None, :]
-        ta = t + A_OFFSET
-        a_ok = ((ta >= 0) & (ta < T))[:, None] & ok
-        log_a = tl.load(a_ptr + (b * T + ta[:, None]) * D + d[None, :], mask=a_ok, other=0.0)
-        x = tl.load(b_ptr + (b * T + t[:, None]) * D + d[None, :], mask=ok, other=0.0)
+        next_step = (chunk + 1) * BT + rows
+        t, ok, a_ok, log_a, x = _scan_chunk(a_ptr, b_ptr, b, next_step, T, D, d, d_ok, A_OFFSET, REVERSE)
 
         a = tl.where(cur_a_ok, tl.exp(cur_log_a.to(tl.float32)), tl.where(cur_ok, 0.0, 1.0))  # padding: identity
         a_cum, b_cum = tl.associative_scan((a, cur_x.to(tl.float32)), 0, _linear_combine)
