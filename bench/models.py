@@ -22,6 +22,7 @@ products as plain ``torch.mm`` instead of oneDNN-packed weights (``RecurrentProj
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -60,6 +61,17 @@ def model_for(entry: str):
     return cls(VOCAB, cls.Config(**overrides)), batch, bptt, optimiser
 
 
+@contextlib.contextmanager
+def packing(enabled: bool):
+    """``RecurrentProjection.use_packing`` set to ``enabled`` inside, restored after (it is class-wide)."""
+    before = RecurrentProjection.use_packing
+    RecurrentProjection.use_packing = enabled
+    try:
+        yield
+    finally:
+        RecurrentProjection.use_packing = before
+
+
 class Trainer:
     """One model, its optimiser and carried state; ``step()`` times one training step."""
 
@@ -77,9 +89,9 @@ class Trainer:
 
     def step(self, bf16: bool, record: bool) -> None:
         tokens = torch.randint(0, VOCAB, (self.batch, self.bptt + 1))
-        RecurrentProjection.use_packing = self.packing
         start = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        # packing is decided when a RecurrentProjection is made (in the forward); the backward follows it
+        with packing(self.packing), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             out = self.model(tokens[:, :-1], self.state)
             hidden, state = (out.hidden, out.state) if hasattr(out, "hidden") else out
             logits = self.model.logits(hidden)
@@ -153,7 +165,6 @@ class ExternalTrainer:
         self.times: list[float] = []
 
     def step(self, bf16: bool, record: bool) -> None:
-        RecurrentProjection.use_packing = True  # leave the switch as our default for others
         start = time.perf_counter()
         self.inner.step()
         if record:
