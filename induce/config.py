@@ -67,6 +67,9 @@ class OptimConfig(_Section):
     asgd: Literal["nonmono", "epoch", "never"] = "nonmono"
     asgd_lr: Optional[float] = pydantic.Field(None, gt=0, description="lr of ASGD (default: lr)")
     asgd_after_epochs: int = pydantic.Field(0, ge=0, description="asgd=epoch: switch after this many epochs")
+    asgd_restart_epoch: Optional[int] = pydantic.Field(
+        None, ge=1, description="ON-LSTM's finetuning: a fresh ASGD at this epoch if ASGD runs (None: off)"
+    )
     nonmono: int = pydantic.Field(5, ge=1, description="non-monotone trigger window (evaluations)")
     wdecay: float = pydantic.Field(1.2e-6, ge=0, description="L2 weight decay")
     clip: Optional[float] = pydantic.Field(0.25, gt=0, description="gradient norm clipping (None: off)")

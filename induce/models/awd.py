@@ -64,15 +64,28 @@ def locked_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     return x * mask
 
 
-def dropconnect(weight: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    """DropConnect: ``weight`` with each entry zeroed with probability ``p`` (rescaled), only in training."""
-    if not training or p == 0:
+def dropconnect(weight: torch.Tensor, p: float, training: bool, scale_at_eval: bool = False) -> torch.Tensor:
+    """DropConnect: ``weight`` with each entry zeroed with probability ``p``.
+
+    Two scalings with the same expected product:
+
+    * ``scale_at_eval=False`` (inverted, AWD-LSTM's ``WeightDrop`` through ``F.dropout``): in
+      training the kept entries are multiplied by ``1 / (1 - p)``; at evaluation the weight is used
+      as it is.
+    * ``scale_at_eval=True`` (ON-LSTM's ``LinearDropConnect``): in training the kept entries are
+      used as they are (no rescale); at evaluation the whole weight is multiplied by ``1 - p``.
+    """
+    if p == 0:
         return weight
+    if not training:
+        return weight * (1.0 - p) if scale_at_eval else weight
     # A uniform draw compared with p, not F.dropout: on CPU its bernoulli_ takes ~110 ms for one
     # 1150 x 4830 matrix (2 threads), the comparison ~40 ms; same distribution (keep w.p. 1 - p).
     with torch.no_grad():
-        keep_scaled = torch.rand_like(weight).ge_(p).mul_(1.0 / (1.0 - p))
-    return weight * keep_scaled
+        keep = torch.rand_like(weight).ge_(p)  # 1.0 / 0.0 in the weight's dtype
+        if not scale_at_eval:
+            keep.mul_(1.0 / (1.0 - p))
+    return weight * keep
 
 
 def autocast_dtype(device_type: str) -> Optional[torch.dtype]:

@@ -12,10 +12,35 @@ logits and the usual forget / input / output gates and cell candidate (``H`` eac
 The syntactic distance of word ``t`` at layer ``l`` is the expected breaking point of the master
 forget gate, normalised: ``1 - mean_j cf_t[j]`` (Shen et al.'s ``distance_cforget``); a large
 value means many levels are erased, i.e. a high-level constituent starts at ``w_t``.
+
+**Regularisation: the released code (yikangshen/Ordered-Neurons) against AWD-LSTM.** ON-LSTM's code
+departs from AWD-LSTM (whose pieces it otherwise reuses) in two places; both are options here and
+``configs/onlstm.yaml`` (and the class defaults) follow the released code, since that is what
+produced the published perplexity and parsing F1:
+
+* ``ar_target`` — the activation regulariser ``alpha * mean(h^2)``. ``main.py``'s ``train()`` applies
+  it to ``dropped_rnn_hs[-1]``, the last entry of ``ONLSTMStack.forward``'s ``outputs``, and that
+  stack never drops its last layer's output (``lockdrop`` only for ``l < len(cells) - 1``; the output
+  dropout comes later, in ``model.RNNModel.forward``). So AR sees the *raw* last-layer output
+  (``raw``, default). AWD-LSTM applies it after the output dropout (``dropped``): with ``dropout =
+  0.45`` that is ``1 / 0.55 = 1.8x`` stronger in expectation. The trainer applies AR to
+  ``LMOutput.dropped_outputs[-1]``, so with ``raw`` that entry is the raw last-layer output (as in
+  the original's ``outputs`` list); the output fed to the softmax is dropped either way.
+* ``dropconnect_scale`` — DropConnect on the hidden-to-hidden matrix. ``ON_LSTM.LinearDropConnect``
+  zeroes entries with probability ``wdrop`` and does *not* rescale the kept ones in training; at
+  evaluation it uses ``weight * (1 - wdrop)`` (the bias is not scaled) — ``eval``, default.
+  AWD-LSTM's ``WeightDrop`` (``F.dropout``) rescales the kept entries by ``1 / (1 - wdrop)`` and
+  evaluates with the plain weight — ``train``. The products agree in expectation, but the learned
+  matrix differs by ``1 / (1 - wdrop)``, which changes what the initialisation and the weight decay
+  mean. One mask per forward (per BPTT segment) in both, as ``ONLSTMStack.forward`` samples it.
+
+The ASGD restart of the released ``main.py`` (``--finetuning 500``) is the trainer's
+``optim.asgd_restart_epoch`` (:mod:`induce.training.optim`).
 """
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import pydantic
 import torch
@@ -41,6 +66,14 @@ class ONLSTMConfig(AWDConfig):
     dropoute: float = 0.1
     wdrop: float = 0.45
     distance_layer: int = pydantic.Field(1, ge=0, description="layer (0-based) whose distances parse")
+    ar_target: Literal["raw", "dropped"] = pydantic.Field(
+        "raw", description="AR on the last layer's raw output (ON-LSTM code) or after the output dropout (AWD-LSTM)"
+    )
+    dropconnect_scale: Literal["eval", "train"] = pydantic.Field(
+        "eval",
+        description="DropConnect: no rescale in training, weight * (1 - wdrop) at evaluation (ON-LSTM code), "
+        "or kept weights / (1 - wdrop) in training (AWD-LSTM)",
+    )
 
     @pydantic.model_validator(mode="after")
     def _check_sizes(self):
@@ -53,15 +86,17 @@ class ONLSTMConfig(AWDConfig):
 
 
 class ONLSTMLayer(nn.Module):
-    """One ON-LSTM layer with DropConnect on the hidden-to-hidden matrix.
+    """One ON-LSTM layer with DropConnect on the hidden-to-hidden matrix (``scale_at_eval``: see
+    :func:`induce.models.awd.dropconnect`).
 
     forward: ``x [B, T, I]``, ``(h [B, H], c [B, H])`` ->
     ``(out [B, T, H], (h [B, H], c [B, H]), distances [B, T])``.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, chunk_size: int, wdrop: float):
+    def __init__(self, input_size: int, hidden_size: int, chunk_size: int, wdrop: float, scale_at_eval: bool = False):
         super().__init__()
         self.hidden_size, self.chunk_size, self.wdrop = hidden_size, chunk_size, wdrop
+        self.scale_at_eval = scale_at_eval
         self.n_chunks = hidden_size // chunk_size
         gate_size = 2 * self.n_chunks + 4 * hidden_size
         # Layout of the gate vector: [master forget (p) | master input (p) | f | i | o (H each) | cell (H)]
@@ -82,7 +117,8 @@ class ONLSTMLayer(nn.Module):
         pre = pre.view(steps, batch, -1).unbind(0)
         # One DropConnect mask per forward (per BPTT segment), as in AWD-LSTM; stored [H, G] so the
         # per-step product is a plain row-major GEMM.
-        recurrent = RecurrentProjection(dropconnect(self.weight_hh, self.wdrop, self.training).t().contiguous())
+        weight_hh = dropconnect(self.weight_hh, self.wdrop, self.training, scale_at_eval=self.scale_at_eval)
+        recurrent = RecurrentProjection(weight_hh.t().contiguous())
         h, c = state
         c = c.view(batch, p, chunk)
         outputs, distances = [], []
@@ -123,7 +159,8 @@ class ONLSTM(TiedLanguageModel):
         cfg = self.config
         sizes = [cfg.emb_size] + [cfg.hidden_size] * (cfg.n_layers - 1) + [cfg.emb_size]
         self.layers = nn.ModuleList(
-            ONLSTMLayer(sizes[l], sizes[l + 1], cfg.chunk_size, cfg.wdrop) for l in range(cfg.n_layers)
+            ONLSTMLayer(sizes[l], sizes[l + 1], cfg.chunk_size, cfg.wdrop, scale_at_eval=cfg.dropconnect_scale == "eval")
+            for l in range(cfg.n_layers)
         )
 
     def init_state(self, batch_size: int, device="cpu"):
@@ -136,7 +173,11 @@ class ONLSTM(TiedLanguageModel):
         ]
 
     def _run(self, tokens: torch.Tensor, state, n_layers: int | None = None):
-        """Run the first ``n_layers`` layers (all by default)."""
+        """Run the first ``n_layers`` layers (all by default).
+
+        ``dropped_outputs[l]`` is layer ``l``'s output after its dropout, except the last layer's with
+        ``ar_target = raw``: its raw output (what AR sees; see the module docstring).
+        """
         cfg = self.config
         x = locked_dropout(self.embed(tokens), cfg.dropouti, self.training)
         raw_outputs, dropped_outputs, new_state, layer_distances = [], [], [], []
@@ -147,7 +188,7 @@ class ONLSTM(TiedLanguageModel):
             layer_distances.append(dist)
             last = l == len(self.layers) - 1
             x = locked_dropout(out, cfg.dropout if last else cfg.dropouth, self.training)
-            dropped_outputs.append(x)
+            dropped_outputs.append(out if last and cfg.ar_target == "raw" else x)
         return x, new_state, raw_outputs, dropped_outputs, torch.stack(layer_distances, 0)
 
     def forward(self, tokens: torch.Tensor, state, gold_spans=None) -> LMOutput:

@@ -10,11 +10,44 @@ Equations from Stratos' note, section 3 (defaults: ``E = 800``, ``d = 1200``, ``
 * **Gates** over the memory slots from :func:`induce.kernels.stick_breaking_gates` (``tau``):
   ``g_i^t ~ [no distance in (i, t) exceeds d_t]``.
 * **Reading network**, per layer: gated scaled-dot-product attention over the memory tape of the
-  last ``M`` states ``(h, c)`` with key ``Drop(ADrop([h_{t-1}; h_t^{(l-1)}]) + b)``, then an LSTM
+  last ``M`` states ``(h, c)`` with key ``Drop(A Drop([h_{t-1}; h_t^{(l-1)}]) + b)``, then an LSTM
   cell with layer normalisation that starts from the attended ``(h~, c~)`` instead of
   ``(h_{t-1}, c_{t-1})``.
-* **Predict network**: the top layer's memory (including ``h_t``) read with the gates of ``d^_{t+1}``
-  and key ``h_t``; ``tanh(BN(W Drop([h_t; h~_t]) + b))`` is the hidden state fed to the tied output.
+* **Predict network**: the top layer's memory ``h_{t-M} .. h_{t-1}`` (not ``h_t``) read with the
+  gates of ``d^_{t+1}`` (``h_{t-1}`` gated by ``alpha(d^_{t+1} - d_t)``) and key ``h_t``;
+  ``tanh(BN(W Drop([h_t; h~_t]) + b))`` is the hidden state fed to the tied output.
+
+**Fidelity to the released code (yikangshen/PRPN).** Where the code and Stratos' note (or our
+earlier version) differ, ``configs/prpn.yaml`` and the class defaults follow the code, which is
+what produced the published perplexity and F1:
+
+* *Predict read* (fixed, no option): ``PredictNetwork.attention`` reads its memory before pushing
+  ``h_t``, so it attends over ``h_{t-1} .. h_{t-M}`` with ``memory_gate_next`` (``ParsingNetwork``:
+  slot ``k``, i.e. ``h_{t-1-k}``, gets ``cumprod_{j<=k} alpha(d^_{t+1} - d_{t-j})``). An earlier
+  version here read ``h_t .. h_{t-M+1}`` (``h_t`` is already in ``[h_t; h~_t]``, and ``h_{t-M}``
+  was never read); that was a bug, not a reading of the paper (Stratos' ``g^_i^{t+1}``,
+  ``i = t-M+1..t``, are the same slots as the code's).
+* ``dropout_masks: per_step`` — every ``nn.Dropout`` of the code acts on one step's ``[B, D]``
+  (inside the time loop) or on all positions element-wise, so each position gets a new mask: the
+  inputs of each reading layer (``ReadingNetwork.drop``), the key inputs and keys (``projector_summ``,
+  ``projector_pred``), ``[h_t; h~_t]`` (``PredictNetwork.ffd``) and the output (``PRPN.drop``).
+  Only ``h~`` has one mask per forward (``rmask``), shared by the whole batch; kept here.
+  ``locked`` (AWD-LSTM's variational masks, one per sequence; ``h~``: one per sequence) is the
+  earlier behaviour.
+* ``key_dropout: 0.5, wdrop: 0`` — the attention keys are ``Drop(Linear(Drop([x_t; h_{t-1}])))``
+  with the code's ``idropout`` (0.5) twice (``projector_summ``; ``projector_pred`` on ``h_t``);
+  the key reads the layer input before the cell's dropout. Stratos' note (B.1) writes DropConnect
+  on the key matrix (``ADrop_0.5``) instead: ``wdrop: 0.5, key_dropout: 0``. The key's outer
+  dropout is ``rdropout`` here (the code's ``idropout``; both 0.5 in the configs).
+* ``init_range: 0.01`` — ``PRPN.init_weights`` draws the (tied) embedding from ``U(-0.01, 0.01)``
+  (AWD-LSTM and the other models here: 0.1). Other parameters keep PyTorch's default init, as
+  in the code.
+
+Left as they are (not part of the fidelity issue): the code's ``LayerNorm`` divides by the
+unbiased standard deviation plus ``1e-6`` (``nn.LayerNorm`` here: biased variance, ``eps`` inside
+the root); for a fresh state the code's first read slot, the zero initial state, has gate 1 where
+the kernel gives 0 (it reads zeros either way; only the softmax mass differs in the first ``M``
+positions of a fresh state).
 
 **Relevant set beyond the tape** (``relevant_set: rho``, default 0 = off: exactly the model above).
 Kerg et al.'s (2020) relevancy screening (:mod:`induce.relevancy`) on each reading layer's tape:
@@ -25,7 +58,8 @@ strictly more relevant (or a slot is free); so the set is the top-``rho`` of all
 the tape, earlier states winning ties (:class:`induce.relevancy.RelevancyMemory`'s rule, run inside
 the reading loop with the joint attention, as in that class). At every read the relevant states
 are extra memory slots, attended together with the tape in one gated softmax, and the predict
-network reads the top layer's relevant set (after the push of ``h_t``) the same way.
+network reads the top layer's relevant set the same way (the set the reading layer read at step
+``t``, before the push of ``h_t`` moves ``h_{t-M}``, still on the predict network's tape, into it).
 
 *Gate of a relevant slot: 1.* The stick-breaking gate over the longer range,
 ``prod_{j=i+1..t} alpha_j``, is finite (a cumulative product) but not cheap or available: it needs
@@ -39,13 +73,14 @@ are never screened in. Cost: ``rho`` more slots per read and a few ``[B, rho]`` 
 
 Speed: everything that does not depend on ``h_{t-1}`` (input projections with their layer norm,
 the input half of the attention key, all gates, dropout masks) is computed for all steps at once;
-the per-step loop holds two matmuls, the attention over ``M`` slots and the cell. Dropout masks
-inside the loop are drawn once per forward (variational), not per step as in the original code.
+the per-step loop holds two matmuls, the attention over ``M`` slots and the cell. The dropout
+masks used inside the loop are drawn for all steps at once before it.
 """
 from __future__ import annotations
 
+import functools
 import math
-from typing import Optional
+from typing import Literal, Optional
 
 import pydantic
 import torch
@@ -70,8 +105,19 @@ class PRPNConfig(AWDConfig):
     dropouth: float = pydantic.Field(0.5, ge=0, lt=1, description="dropout on inputs of layers >= 2")
     dropouti: float = pydantic.Field(0.7, ge=0, lt=1, description="dropout on the first layer's input")
     dropoute: float = 0.0
-    wdrop: float = pydantic.Field(0.5, ge=0, lt=1, description="DropConnect on the attention key projections")
-    rdropout: float = pydantic.Field(0.5, ge=0, lt=1, description="dropout on the attended memory h~ (not c~: see ReadingLayer.forward)")
+    wdrop: float = pydantic.Field(
+        0.0, ge=0, lt=1, description="DropConnect on the attention key projections (Stratos' ADrop; the code: 0)"
+    )
+    key_dropout: float = pydantic.Field(
+        0.5, ge=0, lt=1, description="dropout on the attention keys' inputs [x_t; h_{t-1}] and h_t (PRPN code)"
+    )
+    rdropout: float = pydantic.Field(
+        0.5, ge=0, lt=1, description="dropout on the attended memory h~ (not c~: see ReadingLayer.forward) and the keys"
+    )
+    dropout_masks: Literal["per_step", "locked"] = pydantic.Field(
+        "per_step", description="per_step: a new mask at every position (PRPN code); locked: one per sequence"
+    )
+    init_range: float = pydantic.Field(0.01, gt=0, description="uniform init range of the embedding (PRPN code: 0.01)")
     parser_dropout: float = pydantic.Field(0.5, ge=0, lt=1, description="dropouts of the parsing network")
     n_slots: int = pydantic.Field(15, ge=1, description="M: memory slots")
     n_lookback: int = pydantic.Field(5, ge=0, description="Q: previous words the distance convolution sees")
@@ -110,6 +156,23 @@ def gated_attention_weights(scores: torch.Tensor, gates: torch.Tensor, eps: floa
     return weights / (weights.sum(-1, keepdim=True) + eps)
 
 
+def drop(x: torch.Tensor, p: float, training: bool, per_step: bool) -> torch.Tensor:
+    """Dropout on ``x [B, T, D]``: a new mask at every position (``per_step``, as ``nn.Dropout`` on
+    each step's ``[B, D]`` in PRPN's code) or one ``[B, 1, D]`` mask per sequence (locked)."""
+    return F.dropout(x, p, training) if per_step else locked_dropout(x, p, training)
+
+
+def step_masks(p: float, training: bool, per_step: bool, steps: int, shape: tuple, like: torch.Tensor):
+    """Scaled dropout masks for a time loop: ``steps`` masks of ``shape`` (float32), all different
+    (``per_step``) or one repeated (locked); ``None`` when nothing is dropped."""
+    if not training or p == 0:
+        return None
+    keep = 1.0 - p
+    # uniform draws compared with keep (cheaper on CPU than bernoulli_, same distribution)
+    masks = torch.rand((steps if per_step else 1, *shape), device=like.device).lt_(keep).div_(keep)
+    return list(masks.unbind(0)) if per_step else [masks[0]] * steps
+
+
 def fresh_relevant_state(batch: int, n_slots: int, rho: int, hidden_size: int, like: torch.Tensor) -> dict:
     """An empty relevant set of one reading layer (see :class:`ReadingLayer`)."""
     return {
@@ -125,8 +188,16 @@ def fresh_relevant_state(batch: int, n_slots: int, rho: int, hidden_size: int, l
 class ReadingLayer(nn.Module):
     """One PRPN reading layer: gated attention over the memory tape + layer-normalised LSTM cell.
 
-    forward: ``x [B, T, I]`` (already dropped), ``gates [B, T, M]`` (slot w = position t-M+w),
-    memory ``(h [B, M, d], c [B, M, d])`` (oldest first) -> ``(out [B, T, d], memory)``.
+    forward: ``x [B, T, I]`` (the cell's input, already dropped), ``gates [B, T, M]`` (slot w =
+    position t-M+w), memory ``(h [B, M, d], c [B, M, d])`` (oldest first) -> ``(out [B, T, d],
+    memory)``. ``key_input [B, T, I]`` (default ``x``) is what the attention key reads of the input:
+    the layer input *before* the cell's dropout, as in PRPN's ``ReadingNetwork`` (and Stratos' note).
+
+    Regularisation of a read (training only): key ``Drop_r(A Drop_k([x_t; h_{t-1}]) + b)`` with
+    ``k = key_dropout`` (PRPN code's ``projector_summ``), DropConnect ``wdrop`` on ``A`` (Stratos'
+    ``ADrop``) and ``r = rdropout``; ``h~`` is dropped with ``rdropout``. ``dropout_masks``:
+    ``per_step`` draws new key masks at every step and one ``h~`` mask per forward shared by the
+    batch (the code's ``rmask``, ``[nlayers, nhid]``); ``locked`` one mask per sequence for each.
 
     With ``relevant_set = rho > 0`` forward also takes ``relevant`` (:func:`fresh_relevant_state`:
     ``h, c [B, rho, d]``, ``relevance [B, rho]`` (``-inf`` = empty slot), ``tape_relevance [B, M]``,
@@ -137,9 +208,11 @@ class ReadingLayer(nn.Module):
     of each read), ``positions, valid [B, T, rho]`` (the set read at step t).
     """
 
-    def __init__(self, input_size: int, hidden_size: int, wdrop: float, rdropout: float, relevant_set: int = 0):
+    def __init__(self, input_size: int, hidden_size: int, wdrop: float, rdropout: float, relevant_set: int = 0,
+                 key_dropout: float = 0.0, dropout_masks: str = "per_step"):
         super().__init__()
         self.hidden_size, self.wdrop, self.rdropout = hidden_size, wdrop, rdropout
+        self.key_dropout, self.per_step = key_dropout, dropout_masks == "per_step"
         self.relevant_set = relevant_set
         self.last_relevant: Optional[dict] = None
         # Attention key A [h_{t-1}; x_t] + b, split into the recurrent and the input halves.
@@ -152,8 +225,9 @@ class ReadingLayer(nn.Module):
         self.norm_c = nn.LayerNorm(hidden_size)
 
     def forward(self, x: torch.Tensor, gates: torch.Tensor, memory: tuple[torch.Tensor, torch.Tensor],
-                relevant: Optional[dict] = None):
+                relevant: Optional[dict] = None, key_input: Optional[torch.Tensor] = None):
         batch, steps, _ = x.shape
+        key_input = x if key_input is None else key_input
         d = self.hidden_size
         n_slots = gates.size(-1)
         rho = self.relevant_set
@@ -170,16 +244,17 @@ class ReadingLayer(nn.Module):
         x_tm = x.transpose(0, 1)
         # Per-step views through unbind: its backward stacks the step gradients once.
         pre_ih = self.norm_ih(self.ih(x_tm)).float().unbind(0)  # T x [B, 4d]
-        key_x = F.linear(x_tm, dropconnect(self.key_x.weight, self.wdrop, self.training), self.key_x.bias)
+        key_in = drop(key_input, self.key_dropout, self.training, self.per_step).transpose(0, 1)
+        key_x = F.linear(key_in, dropconnect(self.key_x.weight, self.wdrop, self.training), self.key_x.bias)
         key_x = key_x.float().unbind(0)  # T x [B, d]
         key_h = RecurrentProjection(dropconnect(self.key_h.weight, self.wdrop, self.training).t().contiguous())
         hh = RecurrentProjection(self.hh.weight.t().contiguous())
-        if self.training and self.rdropout > 0:
-            keep = 1 - self.rdropout
-            key_mask = x.new_empty(batch, d, dtype=torch.float32).bernoulli_(keep) / keep
-            h_mask = x.new_empty(batch, d, dtype=torch.float32).bernoulli_(keep) / keep
-        else:
-            key_mask = h_mask = None
+        masks = functools.partial(step_masks, training=self.training, per_step=self.per_step, steps=steps, like=x)
+        key_h_masks = masks(self.key_dropout, shape=(batch, d))  # on h_{t-1}, the key's other input
+        key_masks = masks(self.rdropout, shape=(batch, d))
+        # h~: per_step as the code's rmask (one [d] mask per forward for the whole batch), else [B, d]
+        h_mask = step_masks(self.rdropout, self.training, False, 1, (1 if self.per_step else batch, d), x)
+        h_mask = None if h_mask is None else h_mask[0]
         scale = 1.0 / math.sqrt(d)
         gates_tm = gates.transpose(0, 1).unbind(0)  # T x [B, M]
         # The tape holds [h; c] per position (one stack and one bmm per step read both halves).
@@ -188,9 +263,9 @@ class ReadingLayer(nn.Module):
         key_pad = x.new_zeros(batch, d, dtype=torch.float32)
         outputs = []
         for t in range(steps):
-            key = key_h(key_x[t], h_prev)
-            if key_mask is not None:
-                key = key * key_mask
+            key = key_h(key_x[t], h_prev if key_h_masks is None else h_prev * key_h_masks[t])
+            if key_masks is not None:
+                key = key * key_masks[t]
             window = torch.stack(tape[-n_slots:], 1)  # [B, M, 2d]
             slots, step_gates = window, gates_tm[t]
             if rho:  # the relevant states are extra slots with gate 1 (0 where the slot is empty)
@@ -214,7 +289,8 @@ class ReadingLayer(nn.Module):
                 # Only h~ is dropped. Stratos' note writes Drop(h~, c~), but a locked mask scaled by
                 # 1 / (1 - p) on c~ compounds through the tape (c goes back onto it): with the
                 # forget gate near 1 the cell state grows by 2x per step and training diverges
-                # within ~10 batches. Dropping h~ alone is what PRPN's released code does.
+                # within ~10 batches. Dropping h~ alone is what PRPN's released code does
+                # (ReadingNetwork.forward: memory_rnn(input, (selected_memory_h * rmask, selected_memory_c))).
                 h_read = h_read * h_mask
             cell_gates = pre_ih[t] + self.norm_hh(hh(self.hh.bias, h_read))
             in_gate, forget_gate, out_gate, candidate = cell_gates.split(d, 1)
@@ -268,7 +344,8 @@ class PRPN(TiedLanguageModel):
         self.parser = ParsingNetwork(cfg.emb_size, cfg.hidden_size, cfg.n_lookback, cfg.parser_dropout)
         sizes = [cfg.emb_size] + [cfg.hidden_size] * cfg.n_layers
         self.layers = nn.ModuleList(
-            ReadingLayer(sizes[l], cfg.hidden_size, cfg.wdrop, cfg.rdropout, cfg.relevant_set)
+            ReadingLayer(sizes[l], cfg.hidden_size, cfg.wdrop, cfg.rdropout, cfg.relevant_set,
+                         key_dropout=cfg.key_dropout, dropout_masks=cfg.dropout_masks)
             for l in range(cfg.n_layers)
         )
         # Predict network: attention key projection for the output read, then W, BN, tanh.
@@ -298,21 +375,19 @@ class PRPN(TiedLanguageModel):
     def _gates(self, distances: torch.Tensor, history: torch.Tensor, d_next: torch.Tensor):
         """Gates for the current positions, given the ``history [B, P]`` distances before them.
 
-        read ``[B, T, M]``: slot ``w`` is position ``t-M+w`` (the tape before ``w_t``), gate
-        ``prod_{j=i+1..t} alpha(d_t - d_j)`` — the kernel's convention.
-        predict ``[B, T, M]``: slot ``w`` is position ``t-M+1+w`` (the tape after writing ``h_t``), gate
-        ``prod_{j=i..t} alpha(d^_{t+1} - d_j)`` (Stratos' g^, as in the PRPN code). That is the kernel's
-        gate of slot ``i - 1`` with ``d_next``; one leading pad position makes the kernel compute the
-        gate of the first real position too (it zeroes slots before the sequence start).
+        Both ``[B, T, M]`` over the same slots: slot ``w`` is position ``t-M+w`` (the tape before
+        ``w_t`` is written: ``h_{t-M} .. h_{t-1}``), gate ``prod_{j=i+1..t} alpha(q_t - d_j)`` (the
+        kernel's convention) with query ``q_t = d_t`` (read) or ``q_t = d^_{t+1}`` (predict). So the
+        predict network gates ``h_{t-1}`` by ``alpha(d^_{t+1} - d_t)``, as PRPN's code does
+        (``ParsingNetwork.forward``'s ``memory_gate_next``, read in ``PredictNetwork.attention``
+        before ``h_t`` is pushed) and as Stratos' ``g^_i^{t+1}``, ``i = t-M+1..t``, index them.
         """
         cfg = self.config
         prev = history.size(1)
         full = torch.cat([history, distances], 1)
         read = stick_breaking_gates(full, cfg.n_slots, cfg.tau)[:, prev:]
-        pad = full.new_zeros(full.size(0), 1)
-        predict = stick_breaking_gates(
-            torch.cat([pad, full], 1), cfg.n_slots, cfg.tau, d_next=torch.cat([pad, history, d_next], 1)
-        )[:, prev + 1 :]
+        # the history positions' queries are never used (sliced off): any filler does
+        predict = stick_breaking_gates(full, cfg.n_slots, cfg.tau, d_next=torch.cat([history, d_next], 1))[:, prev:]
         return read, predict
 
     def _distances(self, emb: torch.Tensor, state):
@@ -321,33 +396,34 @@ class PRPN(TiedLanguageModel):
     def forward(self, tokens: torch.Tensor, state, gold_spans=None) -> LMOutput:
         """``tokens [B, T]`` -> hidden ``[B, T, E]``; ``structure = {"distances": d [B, T]}``."""
         cfg = self.config
+        per_step = cfg.dropout_masks == "per_step"
         emb = self.embed(tokens)
         distances, d_next = self._distances(emb, state)
         read_gates, predict_gates = self._gates(distances, state["distances"], d_next)
-        x = locked_dropout(emb, cfg.dropouti, self.training)
         raw_outputs, dropped_outputs, memories, relevants = [], [], [], []
         top_set = None
+        layer_input = emb
         for l, layer in enumerate(self.layers):
+            x = drop(layer_input, cfg.dropouti if l == 0 else cfg.dropouth, self.training, per_step)
             if l > 0:
-                x = locked_dropout(x, cfg.dropouth, self.training)
                 dropped_outputs.append(x)
             if cfg.relevant_set:
-                carried = state.get("relevant")
-                out, memory, relevant, top_set = layer(
-                    x, read_gates, state["memory"][l], None if carried is None else carried[l]
-                )
+                carried = None if state.get("relevant") is None else state["relevant"][l]
+                out, memory, relevant, top_set = layer(x, read_gates, state["memory"][l], carried, key_input=layer_input)
                 relevants.append(relevant)
+                if l == len(self.layers) - 1:
+                    top_set = self._set_before_push(top_set, carried)
             else:
-                out, memory = layer(x, read_gates, state["memory"][l])
+                out, memory = layer(x, read_gates, state["memory"][l], key_input=layer_input)
             raw_outputs.append(out)
             memories.append(memory)
-            x = out
-        top = x
+            layer_input = out
+        top = layer_input
         read = self._read_output_memory(top, state["memory"][-1][0], predict_gates, top_set)
-        joined = locked_dropout(torch.cat([top, read], -1), cfg.dropouth, self.training)
+        joined = drop(torch.cat([top, read], -1), cfg.dropouth, self.training, per_step)
         projected = self.output_proj(joined)
         projected = self.output_norm(projected.transpose(1, 2)).transpose(1, 2)
-        hidden = locked_dropout(torch.tanh(projected), cfg.dropout, self.training)
+        hidden = drop(torch.tanh(projected), cfg.dropout, self.training, per_step)
         dropped_outputs.append(hidden)  # the last "dropped output" is the [B, T, E] fed to the softmax
         new_state = {
             "emb_history": torch.cat([state["emb_history"], emb], 1)[:, -cfg.n_lookback :]
@@ -360,31 +436,51 @@ class PRPN(TiedLanguageModel):
         return LMOutput(hidden=hidden, state=new_state, raw_outputs=raw_outputs, dropped_outputs=dropped_outputs,
                         structure={"distances": distances})
 
+    @staticmethod
+    def _set_before_push(after_push: tuple[torch.Tensor, torch.Tensor], carried: Optional[dict]):
+        """The top layer's relevant set as read at each step (before that step's push):
+        ``(h [B, T, rho, d], valid [B, T, rho])`` after the pushes -> the same, shifted one step, the
+        carried-in set (or an empty one) first. The predict network's tape ends at ``h_{t-M}``, which
+        the push of step ``t`` screens into the set: read after it, that state would count twice."""
+        set_h, set_valid = after_push
+        if carried is None:
+            first_h, first_valid = torch.zeros_like(set_h[:, :1]), torch.zeros_like(set_valid[:, :1])
+        else:
+            first_h = carried["h"].unsqueeze(1).to(set_h.dtype)
+            first_valid = (carried["relevance"] > EMPTY_RELEVANCE).unsqueeze(1)
+        return torch.cat([first_h, set_h[:, :-1]], 1), torch.cat([first_valid, set_valid[:, :-1]], 1)
+
     def _read_output_memory(self, top: torch.Tensor, old_memory: torch.Tensor, gates: torch.Tensor,
                             relevant: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> torch.Tensor:
-        """Predict-network read, batched over time: position t reads slots t-M+1 .. t of the top layer.
+        """Predict-network read, batched over time: position t reads ``h_{t-M} .. h_{t-1}`` of the top
+        layer (PRPN code: ``PredictNetwork.attention`` reads its memory before pushing ``h_t``) with
+        key ``Drop_r(W Drop_k(h_t) + b)`` (``projector_pred``; ``k = key_dropout``, ``r = rdropout``,
+        DropConnect ``wdrop`` on ``W``).
 
         top ``[B, T, d]``, old_memory ``[B, M, d]`` (positions -M .. -1), gates ``[B, T, M]`` -> ``[B, T, d]``.
-        ``relevant``: the top layer's relevant set after each push, ``(h [B, T, rho, d], valid [B, T, rho])``,
-        read as extra slots with gate 1 in the same softmax (``relevant_set > 0``).
+        ``relevant``: the top layer's relevant set read at each step (before its push),
+        ``(h [B, T, rho, d], valid [B, T, rho])``, read as extra slots with gate 1 in the same softmax
+        (``relevant_set > 0``).
         """
         cfg = self.config
+        per_step = cfg.dropout_masks == "per_step"
         steps, n_slots = top.size(1), cfg.n_slots
         weight = dropconnect(self.output_key.weight, cfg.wdrop, self.training)
-        key = locked_dropout(F.linear(top, weight, self.output_key.bias), cfg.rdropout, self.training)
+        key_in = drop(top, cfg.key_dropout, self.training, per_step)
+        key = drop(F.linear(key_in, weight, self.output_key.bias), cfg.rdropout, self.training, per_step)
         seq = torch.cat([old_memory, top], 1)  # position p sits at index p + M
-        # slot w of position t is position t-M+1+w, index t+1+w: M shifted views instead of a
+        # slot w of position t is position t-M+w, index t+w: M shifted views instead of a
         # [B, T, M, d] copy.
-        scores = torch.stack([(seq[:, w + 1 : w + 1 + steps] * key).sum(-1) for w in range(n_slots)], -1)
+        scores = torch.stack([(seq[:, w : w + steps] * key).sum(-1) for w in range(n_slots)], -1)
         if relevant is not None:
             set_h, set_valid = relevant
             extra = torch.matmul(set_h, key.unsqueeze(-1)).squeeze(-1).masked_fill(~set_valid, float("-inf"))
             scores = torch.cat([scores, extra], -1)  # [B, T, M + rho]
             gates = torch.cat([gates, set_valid.to(gates.dtype)], -1)
         attn = gated_attention_weights(scores / math.sqrt(cfg.hidden_size), gates)
-        read = attn[..., 0:1] * seq[:, 1 : 1 + steps]
+        read = attn[..., 0:1] * seq[:, :steps]
         for w in range(1, n_slots):
-            read = read + attn[..., w : w + 1] * seq[:, w + 1 : w + 1 + steps]
+            read = read + attn[..., w : w + 1] * seq[:, w : w + steps]
         if relevant is not None:
             read = read + torch.matmul(attn[..., n_slots:].unsqueeze(-2), set_h).squeeze(-2)
         return read

@@ -7,6 +7,13 @@
 * ASGD is ``torch.optim.ASGD(t0=0, lambd=0)`` as in AWD-LSTM: a constant step size and the running
   average ``ax`` of the parameters since the switch; evaluation and the best checkpoint use the
   average (:func:`averaged_parameters`).
+* ``asgd_restart_epoch: N`` — ON-LSTM's ``--finetuning`` (``main.py``, default 500): at the
+  evaluation of epoch N, if ASGD is already running, a fresh ASGD replaces it (the running average
+  starts again from the current parameters, the lr goes back to ``asgd_lr`` / ``lr``) and the
+  validation history is cleared. Nothing happens if the switch to ASGD has not come by then (the
+  original checks it only inside its ASGD branch). The original also has a non-monotone stop after
+  the restart, but its ASGD branch never appends to that history (``best_val_loss``), so the stop
+  can never fire: training runs to ``--epochs``; here too (``train.epochs``).
 * ``plateau_factor``: the base lr is multiplied by it after ``plateau_patience`` + 1 evaluations
   without a new best validation loss (PRPN's ReduceLROnPlateau, threshold 0).
 
@@ -56,16 +63,21 @@ class Schedule:
             group["lr"] = self.base_lr * scale
 
     def after_evaluation(self, epoch: int, val_loss: float) -> bool:
-        """Record a validation loss; returns True when the optimiser must switch to ASGD now."""
+        """Record a validation loss (``epoch`` counts from 1); returns True when the optimiser must be
+        (re)built as ASGD now: the switch to ASGD, or the ASGD restart at ``asgd_restart_epoch``."""
         cfg = self.config
         history = self.val_losses
-        switch = False
+        switch = restart = False
         if not self.asgd_active:
             if cfg.asgd == "nonmono":
                 switch = len(history) > cfg.nonmono and val_loss > min(history[: -cfg.nonmono])
             elif cfg.asgd == "epoch":
                 switch = epoch >= cfg.asgd_after_epochs
+        else:
+            restart = cfg.asgd_restart_epoch is not None and epoch == cfg.asgd_restart_epoch
         history.append(val_loss)
+        if restart:
+            history.clear()  # ON-LSTM main.py: best_val_loss = [] after the restart's evaluation
         if cfg.plateau_factor is not None:
             if val_loss < self.plateau_best:
                 self.plateau_best, self.plateau_bad = val_loss, 0
@@ -74,10 +86,10 @@ class Schedule:
                 if self.plateau_bad > cfg.plateau_patience:
                     self.base_lr *= cfg.plateau_factor
                     self.plateau_bad = 0
-        if switch:
+        if switch or restart:
             self.asgd_active = True
             self.base_lr = cfg.asgd_lr if cfg.asgd_lr is not None else cfg.lr
-        return switch
+        return switch or restart
 
     def state_dict(self) -> dict:
         return {
