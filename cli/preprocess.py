@@ -16,6 +16,7 @@ from induce.data.corpus import PreparedCorpus
 from induce.data.locate import prepare_corpus
 from induce.data.preprocess import DEFAULT_MAX_VOCAB, DEFAULT_SECTIONS, parse_sections
 from induce.errors import InduceError
+from induce.files import os_error_message
 
 
 def _sections_text(sections: tuple[int, ...]) -> str:
@@ -91,6 +92,9 @@ def preprocess_command(
         corpus = PreparedCorpus(folder)
     except InduceError as err:
         console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+        raise typer.Exit(code=2)
+    except OSError as err:  # unreadable sources, unwritable output
+        console.print(f"[bold red]error:[/] {os_error_message(err)}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2)
     table = Table(title=f"{corpus.name} ({corpus.meta.get('kind')}, vocab {corpus.meta.get('vocab_size')})")
     for column in ("split", "trees", "dropped", "LM tokens", "<unk> %"):
