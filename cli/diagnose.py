@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from induce.errors import InduceError
-from induce.files import check_output_file, os_error_message
+from cli.messages import error_text
+from induce.files import check_output_file
 
 console = Console()
 diagnose_app = typer.Typer(help="Gradient-norm and memory/time diagnostics of recurrence vs attention.",
@@ -38,8 +39,7 @@ def _config(hidden_size: Optional[int], attention_size: Optional[int], nu: Optio
 
 
 def _fail(err: Exception) -> None:
-    message = os_error_message(err) if isinstance(err, OSError) else str(err)
-    console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    console.print(f"[red]error:[/red] {error_text(err)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 

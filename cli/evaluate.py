@@ -64,7 +64,8 @@ def eval_command(
     `induce eval --checkpoint runs/RUN --wsj10`.
     """
     from induce.evaluation import EvalConvention, baseline_predictions, evaluate, prepare_gold, require_sentences
-    from induce.files import check_output_file, os_error_message
+    from cli.messages import error_text
+    from induce.files import check_output_file
 
     console = Console(stderr=True)
     try:
@@ -128,14 +129,8 @@ def eval_command(
         summary.update({"predicted": source, "gold": gold_label})
         if per_sentence is not None:
             _write_per_sentence(per_sentence, result)
-    except InduceError as err:
-        console.print(f"[red]error:[/] {err}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
-    except ValueError as err:  # e.g. an unknown baseline name
-        console.print(f"[red]error:[/] {err}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
-    except OSError as err:  # unreadable or unwritable files
-        console.print(f"[red]error:[/] {os_error_message(err)}", highlight=False, soft_wrap=True)
+    except (InduceError, ValueError, OSError) as err:  # ValueError: e.g. an unknown baseline name
+        console.print(f"[red]error:[/] {error_text(err)}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
 
     if as_json:

@@ -37,7 +37,8 @@ def parse_command(
     numbers -> N, unknown -> <unk>) and parsed; punctuation is then attached to the highest
     constituent ending before it. An empty line gives the empty tree `(S )`.
     """
-    from induce.files import check_output_file, os_error_message
+    from cli.messages import error_text
+    from induce.files import check_output_file
     from induce.inference import latest_run, load_run, parse_lines, read_text_lines
     from induce.treeio import atomic_write_text
 
@@ -56,11 +57,8 @@ def parse_command(
         text_out = "".join(tree + "\n" for tree in trees)
         if out is not None:
             atomic_write_text(out, text_out)
-    except InduceError as err:
-        console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
-        raise typer.Exit(code=2)
-    except OSError as err:  # unreadable checkpoint or input, unwritable output
-        console.print(f"[bold red]error:[/] {os_error_message(err)}", highlight=False, soft_wrap=True)
+    except (InduceError, OSError) as err:  # OSError: unreadable checkpoint or input, unwritable output
+        console.print(f"[bold red]error:[/] {error_text(err)}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2)
     if out is not None:
         console.print(f"{len(trees)} trees -> {out}", highlight=False)

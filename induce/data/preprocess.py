@@ -67,6 +67,13 @@ def _stderr_console() -> Console:
     return Console(stderr=True)
 
 
+def _logger(console: Optional[Console]) -> LogFn:
+    """Log lines to ``console`` as plain text (paths may hold brackets; no markup), or nowhere."""
+    if console is None:
+        return lambda message: None
+    return lambda message: console.print(message, markup=False, highlight=False, soft_wrap=True)
+
+
 def _file_record(path: Path) -> dict:
     return {"bytes": path.stat().st_size, "path": str(path), "sha256": sha256_file(path)}
 
@@ -428,7 +435,7 @@ def preprocess_tree_files(
     rebuild_stale: bool = False,
 ) -> Path:
     """Prepare ``out_dir/name`` from ``{split: [tree files]}`` (LDC, NLTK sample or explicit files)."""
-    log = (lambda message: console.print(message)) if console is not None else (lambda message: None)
+    log = _logger(console)
     if "train" not in split_files:
         raise InduceError("no training trees: a train split is required")
     for split, files in split_files.items():
@@ -464,7 +471,7 @@ def preprocess_synthetic(
     rebuild_stale: bool = False,
 ) -> Path:
     """Prepare a corpus sampled from :mod:`induce.data.synthetic` (true trees known)."""
-    log = (lambda message: console.print(message)) if console is not None else (lambda message: None)
+    log = _logger(console)
     sizes = dict(sizes or {"train": 2000, "valid": 200, "test": 200})
     for split, size in sizes.items():
         if size <= 0:
@@ -489,7 +496,7 @@ def preprocess_lm_text(
     vocabulary is applied, so with ``max_vocab=10000`` Mikolov's files come out unchanged
     up to whitespace (no leading/trailing space).
     """
-    log = (lambda message: console.print(message)) if console is not None else (lambda message: None)
+    log = _logger(console)
     lm_dir = Path(lm_dir)
     files = {split: lm_dir / f"ptb.{split}.txt" for split in SPLITS if (lm_dir / f"ptb.{split}.txt").is_file()}
     if "train" not in files:
