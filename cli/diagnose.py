@@ -61,17 +61,17 @@ def task_train(
     model: str = typer.Option("rellstm", help="registered model name (rellstm, relrnn, memlstm)"),
     task: str = typer.Option("copy", help="copy or denoise"),
     T: int = typer.Option(100, "--T", help="delay (copy) / number of noisy steps (denoise)"),
-    steps: int = typer.Option(3000, help="maximal number of updates"),
-    batch_size: int = typer.Option(64, help="examples per update"),
+    steps: int = typer.Option(3000, min=1, help="maximal number of updates"),
+    batch_size: int = typer.Option(64, min=1, help="examples per update"),
     lr: float = typer.Option(1e-3, help="Adam learning rate"),
     seed: int = typer.Option(0, help="seed of the model init and of the data streams"),
     time_budget: Optional[float] = typer.Option(None, help="stop after this many seconds"),
-    eval_every: int = typer.Option(100, help="evaluate every N updates (stops at 100% symbol accuracy)"),
+    eval_every: int = typer.Option(100, min=1, help="evaluate every N updates (stops at 100% symbol accuracy)"),
     hidden_size: Optional[int] = typer.Option(None, help="model hidden size"),
     attention_size: Optional[int] = typer.Option(None, help="additive attention size"),
     nu: Optional[int] = typer.Option(None, help="short-term buffer size"),
     rho: Optional[int] = typer.Option(None, help="relevant-set size"),
-    threads: int = typer.Option(1, help="torch CPU threads"),
+    threads: int = typer.Option(1, min=1, help="torch CPU threads"),
     init: Optional[Path] = typer.Option(None, help="start from this checkpoint (model options are then ignored)"),
     out: Path = typer.Option(..., help="checkpoint path (.safetensors; a .json sidecar is written beside it)"),
 ) -> None:
@@ -110,9 +110,9 @@ def task_eval(
     checkpoint: Path = typer.Option(..., help="checkpoint written by `induce task train`"),
     task: Optional[str] = typer.Option(None, help="task (default: the one it was trained on)"),
     T: str = typer.Option("", "--T", help="comma-separated delays (default: the training T); transfer copy: 200,400,2000"),
-    n: int = typer.Option(200, help="test examples per T"),
+    n: int = typer.Option(200, min=1, help="test examples per T"),
     seed: int = typer.Option(0, help="test stream seed"),
-    threads: int = typer.Option(1, help="torch CPU threads"),
+    threads: int = typer.Option(1, min=1, help="torch CPU threads"),
     out: Optional[Path] = typer.Option(None, help="write the results as JSON here"),
 ) -> None:
     """Accuracy of a checkpoint at one or several T (Transfer Copy: train at 100, test at larger T)."""
@@ -149,10 +149,10 @@ def diagnose_grad(
     model: list[str] = typer.Option([], help="fresh (untrained) model(s) to measure (repeatable)"),
     task: str = typer.Option("denoise", help="copy or denoise (checkpoints default to their own task)"),
     T: int = typer.Option(100, "--T", help="task T"),
-    n: int = typer.Option(32, help="examples in the batch"),
+    n: int = typer.Option(32, min=1, help="examples in the batch"),
     seed: int = typer.Option(0, help="data / init seed"),
     hidden_size: Optional[int] = typer.Option(None, help="fresh models: hidden size"),
-    threads: int = typer.Option(1, help="torch CPU threads"),
+    threads: int = typer.Option(1, min=1, help="torch CPU threads"),
     out: Path = typer.Option(Path("bench/relevancy_grad"), help="output stem: writes STEM.png and STEM.json"),
 ) -> None:
     """||dL/dh_t|| as a function of t for trained and/or fresh models (PNG + JSON)."""
@@ -191,12 +191,12 @@ def diagnose_grad(
 def diagnose_memory(
     models: str = typer.Option("rellstm,relrnn,memlstm", help="comma-separated model names"),
     lengths: str = typer.Option("100,200,400,800", help="comma-separated sequence lengths T"),
-    batch_size: int = typer.Option(4, help="batch size"),
-    repeats: int = typer.Option(1, help="timing repeats (median)"),
+    batch_size: int = typer.Option(4, min=1, help="batch size"),
+    repeats: int = typer.Option(1, min=1, help="timing repeats (median)"),
     hidden_size: Optional[int] = typer.Option(None, help="hidden size of every model"),
     attention_size: Optional[int] = typer.Option(None, help="attention size of every model"),
     device: str = typer.Option("cpu", help="cpu or cuda"),
-    threads: int = typer.Option(1, help="torch CPU threads"),
+    threads: int = typer.Option(1, min=1, help="torch CPU threads"),
     out: Path = typer.Option(Path("bench/relevancy_memory"), help="output stem: writes STEM.png and STEM.json"),
 ) -> None:
     """Memory and time per step against T for each model (PNG + JSON)."""

@@ -73,6 +73,8 @@ def eval_command(
         named_limits = [(n, flag) for n, flag in ((10 if wsj10 else None, "--wsj10"), (40 if wsj40 else None, "--wsj40"),
                                                   (max_length, f"--max-length {max_length}")) if n is not None]
         limits = [n for n, _ in named_limits]
+        if max_length is not None and max_length < 1:
+            raise InduceError(f"--max-length {max_length}: give a number of words >= 1")
         convention = EvalConvention(
             keep_punct=keep_punct, count_root=count_root, multiset=multiset, max_length=min(limits) if limits else None
         )

@@ -302,3 +302,29 @@ def test_killed_preprocess_leftovers_are_removed_next_time(tmp_path, tree_file):
     assert not leftovers[0].exists() and live.is_dir()
     assert sorted(p.name for p in out_dir.iterdir()) == [".other.tmp-live", "custom"]
     assert not (out_dir / "custom" / ".induce-build-owner").exists()
+
+
+# ------------------------------------------------------------------ other user mistakes found by probing
+
+
+def test_bad_option_values_are_messages(tmp_path, tree_file, gold_file):
+    out_dir = str(tmp_path / "c")
+    for name in ("../escape", "a/b", "", ".hidden"):
+        out = clean_failure(runner.invoke(app, ["preprocess", "--out-dir", out_dir, "--train", str(tree_file),
+                                                "--name", name]))
+        assert "give a plain folder name" in out
+    assert not (tmp_path / "escape").exists() and not (tmp_path / "c").exists()
+    out = clean_failure(runner.invoke(app, ["preprocess", "--out-dir", out_dir, "--train", str(tree_file),
+                                            "--max-vocab", "2"]))
+    assert "--max-vocab 2:" in out
+    out = clean_failure(runner.invoke(app, ["eval", "--baseline", "right", "--gold", str(gold_file), "--max-length", "0"]))
+    assert "--max-length 0" in out
+    result = runner.invoke(app, ["diagnose", "grad", "--model", "rellstm", "--n", "0", "--out", str(tmp_path / "g")])
+    assert result.exit_code == 2 and "Traceback" not in result.output and not (tmp_path / "g.json").exists()
+
+
+def test_markup_like_text_in_a_message_is_printed_as_is(tmp_path, gold_file):
+    pred = tmp_path / "[bold]pred[x].txt"
+    pred.write_text("[/x] (S a b)\n")
+    out = clean_failure(runner.invoke(app, ["eval", str(pred), "--gold", str(gold_file)]))
+    assert f"{pred}:1: text outside any bracketed tree: '[/x] (S a b)'" in out

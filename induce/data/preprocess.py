@@ -204,7 +204,10 @@ def _write_lm_corpus(folder: Path, split_tokens: dict[str, list[list[str]]], max
     """Write ``vocab.json`` and ``<split>.txt``; returns the vocab and per-split LM counts."""
     if "train" not in split_tokens:
         raise InduceError("a corpus needs a train split (the vocabulary is built from it)")
-    vocab = mikolov.build_vocab(split_tokens["train"], max_vocab)
+    try:
+        vocab = mikolov.build_vocab(split_tokens["train"], max_vocab)
+    except ValueError as err:  # e.g. a --max-vocab too small to hold <eos>, <unk> and a word
+        raise InduceError(f"--max-vocab {max_vocab}: {err}") from None
     (folder / VOCAB_FILE).write_text(_dump_json(vocab.to_json()), encoding="utf-8", newline="\n")
     counts = {}
     for split, sentences in split_tokens.items():
