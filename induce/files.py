@@ -33,7 +33,15 @@ def sha256_file(path: Path) -> str:
 
 
 def current_umask() -> int:
-    """The process umask (read by setting it and putting it back: there is no getter)."""
+    """The process umask: from ``/proc/self/status`` on Linux, else by setting it and putting it
+    back (there is no getter; the brief change is why /proc is read first, threads may be writing)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     mask = os.umask(0o022)
     os.umask(mask)
     return mask

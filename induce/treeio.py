@@ -168,7 +168,8 @@ def atomic_write_text(path: PathLike, text: str) -> None:
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         # mkstemp makes the file 0600; the result should have the mode a plain open() gives (umask).
-        os.fchmod(fd, new_file_mode())
+        if hasattr(os, "fchmod"):  # POSIX; elsewhere there are no such mode bits to fix
+            os.fchmod(fd, new_file_mode())
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
         os.replace(tmp_name, target)
