@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from induce.errors import InduceError
+from cli.messages import error_text
+from induce.files import check_output_file
 
 console = Console()
 diagnose_app = typer.Typer(help="Gradient-norm and memory/time diagnostics of recurrence vs attention.",
@@ -36,15 +38,22 @@ def _config(hidden_size: Optional[int], attention_size: Optional[int], nu: Optio
     return {k: v for k, v in pairs.items() if v is not None}
 
 
-def _fail(err: InduceError) -> None:
-    console.print(f"[red]error:[/red] {err}", highlight=False)
+def _fail(err: Exception) -> None:
+    console.print(f"[red]error:[/red] {error_text(err)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
 def _write_json(path: Path, payload) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2))
+    from induce.treeio import atomic_write_text
+
+    atomic_write_text(path, json.dumps(payload, indent=2))
     return path
+
+
+def _check_outputs(stem: Path) -> None:
+    """--out STEM: STEM.png and STEM.json must be writable (checked before the measurements)."""
+    for suffix in (".png", ".json"):
+        check_output_file(stem.with_suffix(suffix), "--out")
 
 
 @task_app.command("train")
@@ -52,17 +61,17 @@ def task_train(
     model: str = typer.Option("rellstm", help="registered model name (rellstm, relrnn, memlstm)"),
     task: str = typer.Option("copy", help="copy or denoise"),
     T: int = typer.Option(100, "--T", help="delay (copy) / number of noisy steps (denoise)"),
-    steps: int = typer.Option(3000, help="maximal number of updates"),
-    batch_size: int = typer.Option(64, help="examples per update"),
+    steps: int = typer.Option(3000, min=1, help="maximal number of updates"),
+    batch_size: int = typer.Option(64, min=1, help="examples per update"),
     lr: float = typer.Option(1e-3, help="Adam learning rate"),
     seed: int = typer.Option(0, help="seed of the model init and of the data streams"),
     time_budget: Optional[float] = typer.Option(None, help="stop after this many seconds"),
-    eval_every: int = typer.Option(100, help="evaluate every N updates (stops at 100% symbol accuracy)"),
+    eval_every: int = typer.Option(100, min=1, help="evaluate every N updates (stops at 100% symbol accuracy)"),
     hidden_size: Optional[int] = typer.Option(None, help="model hidden size"),
     attention_size: Optional[int] = typer.Option(None, help="additive attention size"),
     nu: Optional[int] = typer.Option(None, help="short-term buffer size"),
     rho: Optional[int] = typer.Option(None, help="relevant-set size"),
-    threads: int = typer.Option(1, help="torch CPU threads"),
+    threads: int = typer.Option(1, min=1, help="torch CPU threads"),
     init: Optional[Path] = typer.Option(None, help="start from this checkpoint (model options are then ignored)"),
     out: Path = typer.Option(..., help="checkpoint path (.safetensors; a .json sidecar is written beside it)"),
 ) -> None:
@@ -91,7 +100,7 @@ def task_train(
                 "evals": history["evals"], "init": None if init is None else str(init),
                 "init_train": None if previous is None else previous.get("train")}}
         weights, sidecar = tasks.save_checkpoint(out, net, meta)
-    except InduceError as err:
+    except (InduceError, OSError) as err:
         _fail(err)
     console.print(f"wrote {weights} and {sidecar}")
 
@@ -101,9 +110,9 @@ def task_eval(
     checkpoint: Path = typer.Option(..., help="checkpoint written by `induce task train`"),
     task: Optional[str] = typer.Option(None, help="task (default: the one it was trained on)"),
     T: str = typer.Option("", "--T", help="comma-separated delays (default: the training T); transfer copy: 200,400,2000"),
-    n: int = typer.Option(200, help="test examples per T"),
+    n: int = typer.Option(200, min=1, help="test examples per T"),
     seed: int = typer.Option(0, help="test stream seed"),
-    threads: int = typer.Option(1, help="torch CPU threads"),
+    threads: int = typer.Option(1, min=1, help="torch CPU threads"),
     out: Optional[Path] = typer.Option(None, help="write the results as JSON here"),
 ) -> None:
     """Accuracy of a checkpoint at one or several T (Transfer Copy: train at 100, test at larger T)."""
@@ -113,11 +122,12 @@ def task_eval(
 
     torch.set_num_threads(threads)
     try:
+        check_output_file(out, "--out")
         net, meta = tasks.load_checkpoint(checkpoint)
         lengths = _ints(T, "--T") if T else [meta["T"]]
         name = task or meta["task"]
         results = [tasks.evaluate(net, name, length, n=n, seed=seed) for length in lengths]
-    except InduceError as err:
+    except (InduceError, OSError) as err:
         _fail(err)
     table = Table("task", "T", "n", "symbol acc", "sequence acc", "loss")
     for r in results:
@@ -125,8 +135,11 @@ def task_eval(
                       f"{r['sequence_accuracy']:.4f}", f"{r['loss']:.4f}")
     console.print(table)
     if out is not None:
-        _write_json(out, {"checkpoint": str(checkpoint), "trained": {k: meta.get(k) for k in ("model", "task", "T")},
-                          "results": results})
+        try:
+            _write_json(out, {"checkpoint": str(checkpoint), "trained": {k: meta.get(k) for k in ("model", "task", "T")},
+                              "results": results})
+        except OSError as err:
+            _fail(err)
         console.print(f"wrote {out}")
 
 
@@ -136,10 +149,10 @@ def diagnose_grad(
     model: list[str] = typer.Option([], help="fresh (untrained) model(s) to measure (repeatable)"),
     task: str = typer.Option("denoise", help="copy or denoise (checkpoints default to their own task)"),
     T: int = typer.Option(100, "--T", help="task T"),
-    n: int = typer.Option(32, help="examples in the batch"),
+    n: int = typer.Option(32, min=1, help="examples in the batch"),
     seed: int = typer.Option(0, help="data / init seed"),
     hidden_size: Optional[int] = typer.Option(None, help="fresh models: hidden size"),
-    threads: int = typer.Option(1, help="torch CPU threads"),
+    threads: int = typer.Option(1, min=1, help="torch CPU threads"),
     out: Path = typer.Option(Path("bench/relevancy_grad"), help="output stem: writes STEM.png and STEM.json"),
 ) -> None:
     """||dL/dh_t|| as a function of t for trained and/or fresh models (PNG + JSON)."""
@@ -150,6 +163,8 @@ def diagnose_grad(
     torch.set_num_threads(threads)
     results = {}
     try:
+        diagnostics.require_matplotlib()
+        _check_outputs(out)
         if not checkpoint and not model:
             raise InduceError("give at least one --checkpoint or --model")
         for path in checkpoint:
@@ -159,10 +174,13 @@ def diagnose_grad(
             torch.manual_seed(seed)
             cfg = {} if hidden_size is None else {"hidden_size": hidden_size}
             results[f"{name} (fresh)"] = diagnostics.gradient_norms(tasks.build_model(name, **cfg), task, T, n=n, seed=seed)
-    except InduceError as err:
+    except (InduceError, OSError) as err:
         _fail(err)
-    png = diagnostics.plot_gradient_norms(results, out.with_suffix(".png"))
-    _write_json(out.with_suffix(".json"), results)
+    try:
+        png = diagnostics.plot_gradient_norms(results, out.with_suffix(".png"))
+        _write_json(out.with_suffix(".json"), results)
+    except OSError as err:
+        _fail(err)
     for label, r in results.items():
         g = r["grad_norm"]
         console.print(f"{label}: ||dL/dh_0|| = {g[0]:.3e}, ||dL/dh_mid|| = {g[len(g) // 2]:.3e}, last = {g[-1]:.3e}")
@@ -173,12 +191,12 @@ def diagnose_grad(
 def diagnose_memory(
     models: str = typer.Option("rellstm,relrnn,memlstm", help="comma-separated model names"),
     lengths: str = typer.Option("100,200,400,800", help="comma-separated sequence lengths T"),
-    batch_size: int = typer.Option(4, help="batch size"),
-    repeats: int = typer.Option(1, help="timing repeats (median)"),
+    batch_size: int = typer.Option(4, min=1, help="batch size"),
+    repeats: int = typer.Option(1, min=1, help="timing repeats (median)"),
     hidden_size: Optional[int] = typer.Option(None, help="hidden size of every model"),
     attention_size: Optional[int] = typer.Option(None, help="attention size of every model"),
     device: str = typer.Option("cpu", help="cpu or cuda"),
-    threads: int = typer.Option(1, help="torch CPU threads"),
+    threads: int = typer.Option(1, min=1, help="torch CPU threads"),
     out: Path = typer.Option(Path("bench/relevancy_memory"), help="output stem: writes STEM.png and STEM.json"),
 ) -> None:
     """Memory and time per step against T for each model (PNG + JSON)."""
@@ -188,6 +206,8 @@ def diagnose_memory(
 
     torch.set_num_threads(threads)
     try:
+        diagnostics.require_matplotlib()
+        _check_outputs(out)
         names = [m for m in models.split(",") if m]
         ts = _ints(lengths, "--lengths")
         records = diagnostics.memory_profile(
@@ -196,16 +216,19 @@ def diagnose_memory(
             log=lambda r: console.print(f"{r['model']:8s} T={r['T']:5d}  {r['memory_bytes'] / 2**20:9.2f} MiB"
                                         f"  {1e3 * r['seconds_per_step']:.3f} ms/step"),
         )
-    except InduceError as err:
+    except (InduceError, OSError) as err:
         _fail(err)
     exponents = {}
     for name in names:
         rows = [r for r in records if r["model"] == name]
         exponents[name] = diagnostics.growth_exponent([r["T"] for r in rows], [r["memory_bytes"] for r in rows])
         console.print(f"{name}: memory ~ T^{exponents[name]:.2f} (least-squares log-log slope)")
-    png = diagnostics.plot_memory_profile(records, out.with_suffix(".png"))
-    _write_json(out.with_suffix(".json"), {"records": records, "memory_growth_exponents": exponents,
-                                          "torch_threads": threads, "device": device})
+    try:
+        png = diagnostics.plot_memory_profile(records, out.with_suffix(".png"))
+        _write_json(out.with_suffix(".json"), {"records": records, "memory_growth_exponents": exponents,
+                                              "torch_threads": threads, "device": device})
+    except OSError as err:
+        _fail(err)
     console.print(f"wrote {png} and {out.with_suffix('.json')}")
 
 

@@ -63,14 +63,22 @@ def eval_command(
     Examples: `induce eval pred.txt --gold 22.mrg`, `induce eval --baseline right --wsj40`,
     `induce eval --checkpoint runs/RUN --wsj10`.
     """
-    from induce.evaluation import EvalConvention, baseline_predictions, evaluate, prepare_gold
+    from induce.evaluation import EvalConvention, baseline_predictions, evaluate, prepare_gold, require_sentences
+    from cli.messages import error_text
+    from induce.files import check_output_file
 
     console = Console(stderr=True)
     try:
-        limits = [n for n in (10 if wsj10 else None, 40 if wsj40 else None, max_length) if n is not None]
+        check_output_file(per_sentence, "--per-sentence")
+        named_limits = [(n, flag) for n, flag in ((10 if wsj10 else None, "--wsj10"), (40 if wsj40 else None, "--wsj40"),
+                                                  (max_length, f"--max-length {max_length}")) if n is not None]
+        limits = [n for n, _ in named_limits]
+        if max_length is not None and max_length < 1:
+            raise InduceError(f"--max-length {max_length}: give a number of words >= 1")
         convention = EvalConvention(
             keep_punct=keep_punct, count_root=count_root, multiset=multiset, max_length=min(limits) if limits else None
         )
+        length_option = min(named_limits)[1] if named_limits else "--max-length"
         if sum(x is not None for x in (predicted, baseline, checkpoint)) > 1:
             raise InduceError("give only one of: a predicted file, --baseline, --checkpoint")
         gold_trees, gold_label, corpus_dir = _load_gold(gold, corpus, data, split, console)
@@ -99,7 +107,7 @@ def eval_command(
         if predicted is not None:
             from induce.treeio import read_trees
 
-            located = read_trees(predicted)
+            located = read_trees(predicted, one_per_line=True)
             pred_trees = [item.tree for item in located]
             locations = [(item.path, item.line) for item in located]
             source = str(predicted)
@@ -118,17 +126,15 @@ def eval_command(
                 pred_trees[i] = tree
             source = f"run {run_dir}"
         result = evaluate(pred_trees, gold_trees, convention, pred_locations=locations)
-    except InduceError as err:
-        console.print(f"[red]error:[/] {err}")
-        raise typer.Exit(2)
-    except ValueError as err:  # e.g. an unknown baseline name
-        console.print(f"[red]error:[/] {err}")
+        require_sentences(result, length_option)
+        summary = result.to_dict()
+        summary.update({"predicted": source, "gold": gold_label})
+        if per_sentence is not None:
+            _write_per_sentence(per_sentence, result)
+    except (InduceError, ValueError, OSError) as err:  # ValueError: e.g. an unknown baseline name
+        console.print(f"[red]error:[/] {error_text(err)}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
 
-    summary = result.to_dict()
-    summary.update({"predicted": source, "gold": gold_label})
-    if per_sentence is not None:
-        _write_per_sentence(per_sentence, result)
     if as_json:
         typer.echo(json.dumps(summary, sort_keys=True))
     else:

@@ -37,10 +37,14 @@ def parse_command(
     numbers -> N, unknown -> <unk>) and parsed; punctuation is then attached to the highest
     constituent ending before it. An empty line gives the empty tree `(S )`.
     """
+    from cli.messages import error_text
+    from induce.files import check_output_file
     from induce.inference import latest_run, load_run, parse_lines, read_text_lines
+    from induce.treeio import atomic_write_text
 
     console = Console(stderr=True)
     try:
+        check_output_file(out, "--out")
         if style not in ("ptb", "pretty"):
             raise InduceError(f"--format {style!r}: use ptb or pretty")
         if checkpoint is None:
@@ -50,12 +54,13 @@ def parse_command(
         run = load_run(checkpoint, device)
         trees = parse_lines(run, lines, pretokenized=pretokenized, decoder=decoder, style=style,
                             batch_size=batch_size, max_length=max_length, device=device, keep_punct=keep_punct)
-    except InduceError as err:
-        console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+        text_out = "".join(tree + "\n" for tree in trees)
+        if out is not None:
+            atomic_write_text(out, text_out)
+    except (InduceError, OSError) as err:  # OSError: unreadable checkpoint or input, unwritable output
+        console.print(f"[bold red]error:[/] {error_text(err)}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2)
-    text_out = "".join(tree + "\n" for tree in trees)
     if out is not None:
-        out.write_text(text_out, encoding="utf-8")
         console.print(f"{len(trees)} trees -> {out}", highlight=False)
     else:
         typer.echo(text_out, nl=False)

@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from cli.messages import error_text
 from induce.data.corpus import PreparedCorpus
 from induce.data.locate import prepare_corpus
 from induce.data.preprocess import DEFAULT_MAX_VOCAB, DEFAULT_SECTIONS, parse_sections
@@ -89,8 +90,8 @@ def preprocess_command(
             console=console,
         )
         corpus = PreparedCorpus(folder)
-    except InduceError as err:
-        console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+    except (InduceError, OSError) as err:  # OSError: unreadable sources, unwritable output
+        console.print(f"[bold red]error:[/] {error_text(err)}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2)
     table = Table(title=f"{corpus.name} ({corpus.meta.get('kind')}, vocab {corpus.meta.get('vocab_size')})")
     for column in ("split", "trees", "dropped", "LM tokens", "<unk> %"):

@@ -20,6 +20,7 @@ from typing import Iterable, Optional
 import torch
 
 from induce import tasks
+from induce.errors import InduceError
 from induce.figures import pyplot, save_figure
 
 
@@ -147,6 +148,17 @@ def growth_exponent(lengths: list[int], values: list[float]) -> float:
     num = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
     den = sum((x - mx) ** 2 for x in xs)
     return num / den if den else float("nan")
+
+
+def require_matplotlib() -> None:
+    """Raise :class:`InduceError` (with the install command) when matplotlib, an optional extra, is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise InduceError(
+            "this command draws figures with matplotlib, which is not installed; install the plots extra: "
+            "pip install 'induce[plots]' (or pip install matplotlib)"
+        ) from None
 
 
 def plot_gradient_norms(results: dict[str, dict], path: str | Path) -> Path:

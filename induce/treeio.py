@@ -21,6 +21,7 @@ import nltk
 import numpy as np
 
 from induce.errors import InputError
+from induce.files import new_file_mode, os_error_reason
 
 PathLike = Union[str, Path]
 
@@ -85,24 +86,54 @@ def _tree_spans(data: bytes, path: str) -> list[tuple[int, int]]:
     return list(zip(starts.tolist(), ends.tolist()))
 
 
-def read_trees(path: PathLike, progress: Optional[Callable[[int, int], None]] = None) -> list[LocatedTree]:
+def _check_one_per_line(data: bytes, spans: list[tuple[int, int]], start_lines: list[int], path: str) -> None:
+    """In a one-tree-per-line file, refuse blank lines before the last tree and two trees on one line.
+
+    A file where some tree spans several lines is multi-line ``.mrg`` layout, where blank lines
+    merely separate trees: it is not checked.
+    """
+    newline_offsets = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == _NEWLINE)
+    end_lines = (np.searchsorted(newline_offsets, [end - 1 for _, end in spans]) + 1).tolist()
+    if any(start != end for start, end in zip(start_lines, end_lines)):
+        return
+    for previous, line in zip(start_lines, start_lines[1:]):
+        if line == previous:
+            raise InputError("two trees on one line (a predicted-trees file has one tree per line)", path, line)
+    for number, text in enumerate(data.split(b"\n")[: end_lines[-1]], start=1):
+        if not text.strip():
+            raise InputError(
+                "blank line: a predicted-trees file has one tree per line (line i is sentence i), so a "
+                "blank line would shift every later tree onto the wrong gold sentence; remove it or put "
+                "that sentence's tree there",
+                path,
+                number,
+            )
+
+
+def read_trees(
+    path: PathLike, progress: Optional[Callable[[int, int], None]] = None, one_per_line: bool = False
+) -> list[LocatedTree]:
     """All top-level bracketed trees of a file, in order, with the line each starts on.
 
     Accepts one tree per line and multi-line ``.mrg``. Raises :class:`InputError`
     (message ``path:line: ...``) for non-UTF-8 bytes, unbalanced brackets, text outside
     brackets, a bracket NLTK cannot parse, and a file with no trees at all.
+    ``one_per_line`` (predicted trees): when every tree is on a line of its own, a blank line
+    before the last tree, or two trees on one line, is an error naming that line.
     """
     path_str = str(path)
     try:
         data = Path(path).read_bytes()
     except OSError as err:
-        raise InputError(f"cannot read: {err.strerror or err}", path_str) from None
+        raise InputError(f"cannot read: {os_error_reason(err)}", path_str) from None
     _decode_utf8(data, path_str)  # validate once; spans below are byte offsets
     spans = _tree_spans(data, path_str)
     if not spans:
         raise InputError("no trees found (expected bracketed trees such as '(S (NP ...) (VP ...))')", path_str, 1)
     newline_offsets = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == _NEWLINE)
     start_lines = np.searchsorted(newline_offsets, [s for s, _ in spans]) + 1
+    if one_per_line:
+        _check_one_per_line(data, spans, start_lines.tolist(), path_str)
     located = []
     for index, ((start, end), line) in enumerate(zip(spans, start_lines.tolist())):
         if progress is not None and index % 500 == 0:
@@ -128,11 +159,17 @@ def tree_to_line(tree: nltk.Tree) -> str:
 
 
 def atomic_write_text(path: PathLike, text: str) -> None:
-    """Write ``text`` (UTF-8, ``\\n`` newlines) to ``path`` via a temp file + rename beside it."""
+    """Write ``text`` (UTF-8, ``\\n`` newlines) to ``path`` via a temp file + rename beside it.
+
+    The file gets the mode a plain ``open(path, "w")`` would give under the current umask.
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
+        # mkstemp makes the file 0600; the result should have the mode a plain open() gives (umask).
+        if hasattr(os, "fchmod"):  # POSIX; elsewhere there are no such mode bits to fix
+            os.fchmod(fd, new_file_mode())
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
         os.replace(tmp_name, target)

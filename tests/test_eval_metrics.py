@@ -195,3 +195,15 @@ def test_random_baseline_is_uniform_over_split_points():
         top = baseline_tree(5, "random", rng)
         counts[top.children[0].length - 1] += 1
     assert all(abs(c - 1000) < 150 for c in counts)
+
+
+def test_empty_constituents_cover_no_span():
+    """``(NP )`` in a tree covers no word: it adds no span and no split; ``()`` alone has no word."""
+    from induce.evaluation import from_nltk
+
+    with_empty = nltk.Tree.fromstring("(S (NP ) (NP (DT the) (NN cat)) (VP (VBD sat)) (ADVP ))")
+    plain = nltk.Tree.fromstring("(S (NP (DT the) (NN cat)) (VP (VBD sat)))")
+    assert constituents(from_nltk(with_empty)) == constituents(from_nltk(plain))
+    assert evaluate([plain], [with_empty]).corpus_f1 == 100.0
+    empty = prepare_gold(nltk.Tree.fromstring("()"), EvalConvention())
+    assert empty.words == [] and empty.tree is None

@@ -168,6 +168,15 @@ def _prepare_found_treebank(
     )
 
 
+def check_corpus_name(name: str) -> None:
+    """A corpus name is one plain folder name: not empty, no path separator, not starting with '.'
+    (hidden names are the temporary build folders)."""
+    if not name or name in (".", "..") or "/" in name or os.sep in name or (os.altsep and os.altsep in name) \
+            or name.startswith("."):
+        raise InduceError(f"--name {name!r}: give a plain folder name (no '/' or '\\', not starting with '.'); "
+                          "use --out-dir to choose where it goes")
+
+
 def prepare_corpus(
     data: Optional[Path] = None,
     corpora_dir: Path = Path("corpora"),
@@ -191,6 +200,8 @@ def prepare_corpus(
     (``{split: (section, ...)}``) applies to the LDC layout only.
     """
     console = console or Console(stderr=True)
+    if name is not None:
+        check_corpus_name(name)
     chosen = [flag for flag, on in (("--train/--valid/--test", bool(split_files)), ("--lm-text", lm_text is not None),
                                     ("--synthetic", synthetic)) if on]
     if len(chosen) > 1:

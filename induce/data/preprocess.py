@@ -19,8 +19,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import re
 import shutil
+import socket
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +35,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from induce.data import mikolov, synthetic
 from induce.data.corpus import META_FILE, SPLITS, UNK, VOCAB_FILE, Vocab
 from induce.errors import InduceError, InputError
-from induce.files import sha256_file
+from induce.files import honour_umask, os_error_message, sha256_file
 from induce.ptb import TRACE_TAG, clean_tree
 from induce.treeio import read_trees, tree_to_line
 
@@ -63,6 +65,13 @@ LogFn = Callable[[str], None]
 
 def _stderr_console() -> Console:
     return Console(stderr=True)
+
+
+def _logger(console: Optional[Console]) -> LogFn:
+    """Log lines to ``console`` as plain text (paths may hold brackets; no markup), or nowhere."""
+    if console is None:
+        return lambda message: None
+    return lambda message: console.print(message, markup=False, highlight=False, soft_wrap=True)
 
 
 def _file_record(path: Path) -> dict:
@@ -195,7 +204,10 @@ def _write_lm_corpus(folder: Path, split_tokens: dict[str, list[list[str]]], max
     """Write ``vocab.json`` and ``<split>.txt``; returns the vocab and per-split LM counts."""
     if "train" not in split_tokens:
         raise InduceError("a corpus needs a train split (the vocabulary is built from it)")
-    vocab = mikolov.build_vocab(split_tokens["train"], max_vocab)
+    try:
+        vocab = mikolov.build_vocab(split_tokens["train"], max_vocab)
+    except ValueError as err:  # e.g. a --max-vocab too small to hold <eos>, <unk> and a word
+        raise InduceError(f"--max-vocab {max_vocab}: {err}") from None
     (folder / VOCAB_FILE).write_text(_dump_json(vocab.to_json()), encoding="utf-8", newline="\n")
     counts = {}
     for split, sentences in split_tokens.items():
@@ -207,6 +219,75 @@ def _write_lm_corpus(folder: Path, split_tokens: dict[str, list[list[str]]], max
             "lm_unk_tokens": sum(token == UNK for s in mapped for token in s),
         }
     return vocab, counts
+
+
+#: Inside a temporary build folder: ``"<host> <pid>"`` of the process building it (removed before the
+#: rename), so that a later run can tell the leftovers of a killed run (``kill -9``) from a live build.
+OWNER_FILE = ".induce-build-owner"
+_TMP_MARK, _OLD_MARK = ".tmp-", ".old-"
+
+
+def _owner_text() -> str:
+    return f"{socket.gethostname()} {os.getpid()}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    except (OverflowError, ValueError):
+        return False
+    return True
+
+
+def _make_build_dir(parent: Path, name: str, mark: str) -> Path:
+    """``parent/.NAME.tmp-XXXX`` (or ``.old-``), marked with :data:`OWNER_FILE`, mode as under the umask."""
+    folder = Path(tempfile.mkdtemp(prefix=f".{name}{mark}", dir=parent))
+    honour_umask(folder, directory=True)  # mkdtemp makes it 0700; a corpus is as readable as any folder
+    (folder / OWNER_FILE).write_text(_owner_text() + "\n", encoding="utf-8")
+    return folder
+
+
+def remove_stale_build_dirs(parent: Path, log: LogFn) -> list[Path]:
+    """Remove the temporary build folders under ``parent`` that a killed run left behind.
+
+    Only folders named ``.NAME.tmp-*`` / ``.NAME.old-*`` holding an :data:`OWNER_FILE` that names
+    this host and a process that no longer exists are removed (each is logged). Returns them.
+    """
+    removed = []
+    host = socket.gethostname()
+    try:
+        candidates = sorted(p for p in parent.iterdir() if p.name.startswith(".") and (_TMP_MARK in p.name or _OLD_MARK in p.name))
+    except OSError:
+        return removed
+    for folder in candidates:
+        try:
+            owner_host, pid = (folder / OWNER_FILE).read_text(encoding="utf-8").split()
+            pid = int(pid)
+        except (OSError, ValueError):
+            continue  # not ours, or being created right now
+        if owner_host != host or _pid_alive(pid):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        if not folder.exists():
+            removed.append(folder)
+            log(f"removed {folder}: temporary folder of an interrupted preprocess run (process {pid} is gone)")
+    return removed
+
+
+def _check_out_dir(parent: Path) -> None:
+    """Refuse an output folder that is a file, lies under a file, or cannot be written (before any work)."""
+    existing = parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        what = "is a file" if existing == parent else f"lies under {existing}, which is a file"
+        raise InduceError(f"the corpora folder {parent} {what}, not a folder (choose another --out-dir)")
+    if existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):
+        raise InduceError(f"cannot create the corpus folder in {existing}: permission denied (choose another --out-dir)")
 
 
 def _prepare(
@@ -221,9 +302,24 @@ def _prepare(
 
     An existing ``target`` built from other inputs is an error unless ``force`` or
     ``rebuild_stale``; a non-empty folder that is not a prepared corpus is never replaced.
+    Temporary folders of killed runs beside ``target`` are removed first
+    (:func:`remove_stale_build_dirs`). File-system failures (permissions, a file where a folder
+    should be, a full disk) are raised as :class:`InduceError` naming the path.
     """
+    _check_out_dir(target.parent)
+    try:
+        return _prepare_in(target, fingerprint, build, force, log, rebuild_stale)
+    except OSError as err:
+        raise InduceError(f"cannot write the corpus {target}: {os_error_message(err)}") from None
+
+
+def _prepare_in(target, fingerprint, build, force, log, rebuild_stale) -> Path:
     meta_path = target / META_FILE
     fingerprint_hash = hashlib.sha256(_dump_json(fingerprint).encode("utf-8")).hexdigest()
+    if target.exists() and not target.is_dir():
+        raise InputError("exists and is a file, not a prepared corpus folder; not replacing it", target)
+    if target.parent.is_dir():
+        remove_stale_build_dirs(target.parent, log)
     if target.exists():
         try:
             old = json.loads(meta_path.read_text(encoding="utf-8"))
@@ -240,18 +336,18 @@ def _prepare(
                 " or --name to choose another name"
             )
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    tmp.chmod(0o755)  # mkdtemp makes it 0700; a corpus folder should be as readable as any other
+    tmp = _make_build_dir(target.parent, target.name, _TMP_MARK)
     try:
         meta = build(tmp)
         meta["fingerprint"] = fingerprint_hash
         meta["format_version"] = FORMAT_VERSION
         meta["name"] = target.name
         (tmp / META_FILE).write_text(_dump_json(meta), encoding="utf-8", newline="\n")
+        (tmp / OWNER_FILE).unlink()
         if target.exists() and not any(target.iterdir()):
             target.rmdir()
         if target.exists():
-            old_dir = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+            old_dir = _make_build_dir(target.parent, target.name, _OLD_MARK)
             target.rename(old_dir / "corpus")
             tmp.rename(target)
             shutil.rmtree(old_dir, ignore_errors=True)
@@ -342,7 +438,7 @@ def preprocess_tree_files(
     rebuild_stale: bool = False,
 ) -> Path:
     """Prepare ``out_dir/name`` from ``{split: [tree files]}`` (LDC, NLTK sample or explicit files)."""
-    log = (lambda message: console.print(message)) if console is not None else (lambda message: None)
+    log = _logger(console)
     if "train" not in split_files:
         raise InduceError("no training trees: a train split is required")
     for split, files in split_files.items():
@@ -378,7 +474,7 @@ def preprocess_synthetic(
     rebuild_stale: bool = False,
 ) -> Path:
     """Prepare a corpus sampled from :mod:`induce.data.synthetic` (true trees known)."""
-    log = (lambda message: console.print(message)) if console is not None else (lambda message: None)
+    log = _logger(console)
     sizes = dict(sizes or {"train": 2000, "valid": 200, "test": 200})
     for split, size in sizes.items():
         if size <= 0:
@@ -403,7 +499,7 @@ def preprocess_lm_text(
     vocabulary is applied, so with ``max_vocab=10000`` Mikolov's files come out unchanged
     up to whitespace (no leading/trailing space).
     """
-    log = (lambda message: console.print(message)) if console is not None else (lambda message: None)
+    log = _logger(console)
     lm_dir = Path(lm_dir)
     files = {split: lm_dir / f"ptb.{split}.txt" for split in SPLITS if (lm_dir / f"ptb.{split}.txt").is_file()}
     if "train" not in files:

@@ -7,6 +7,7 @@ from .metrics import (
     EvalResult,
     evaluate,
     prepare_gold,
+    require_sentences,
     sentence_prf,
 )
 from .trees import Node, constituents, from_nltk, prune, to_nltk
@@ -14,5 +15,5 @@ from .trees import Node, constituents, from_nltk, prune, to_nltk
 __all__ = [
     "BASELINES", "REPORTED_LABELS", "BranchingStats", "EvalConvention", "EvalResult", "Node",
     "baseline_predictions", "baseline_tree", "constituents", "evaluate", "from_nltk", "prepare_gold",
-    "prune", "sentence_prf", "to_nltk",
+    "prune", "require_sentences", "sentence_prf", "to_nltk",
 ]

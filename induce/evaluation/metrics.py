@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 
 import nltk
 
-from induce.errors import InputError
+from induce.errors import InduceError, InputError
 from induce.ptb import TRACE_TAG, WORD_TAGS, strip_function_tags
 
 from .trees import Node, branching_nodes, constituents, from_nltk, prune
@@ -107,6 +107,8 @@ class EvalResult:
     pred_branching: BranchingStats
     gold_branching: BranchingStats
     sentences: list = field(default_factory=list)
+    n_too_short: int = 0  # skipped: fewer than convention.min_length words after removal
+    n_too_long: int = 0  # skipped: more than convention.max_length words after removal
 
     def to_dict(self) -> dict:
         """The JSON shape of ``induce eval --json`` (F1 and percentages in 0-100)."""
@@ -258,13 +260,16 @@ def evaluate(
     tp = fp = fn = 0
     scores: list[SentenceScore] = []
     pred_branching, gold_branching = BranchingStats(), BranchingStats()
-    skipped = 0
+    too_short = too_long = 0
     for index, (pred, gold_tree) in enumerate(zip(pred_trees, gold_trees)):
         where = tuple(pred_locations[index]) if pred_locations else (None, None)
         gold = prepare_gold(gold_tree, convention)
         length = len(gold.words)
-        if length < convention.min_length or (convention.max_length and length > convention.max_length):
-            skipped += 1
+        if length < convention.min_length:
+            too_short += 1
+            continue
+        if convention.max_length and length > convention.max_length:
+            too_long += 1
             continue
         if isinstance(pred, Node):
             pred_node, pred_words = pred, None
@@ -296,7 +301,7 @@ def evaluate(
     return EvalResult(
         convention=convention,
         n_sentences=len(scores),
-        n_skipped=skipped,
+        n_skipped=too_short + too_long,
         sentence_f1=100 * sentence_f1,
         corpus_f1=100 * corpus_f1,
         precision=100 * precision,
@@ -307,4 +312,29 @@ def evaluate(
         pred_branching=pred_branching,
         gold_branching=gold_branching,
         sentences=scores,
+        n_too_short=too_short,
+        n_too_long=too_long,
+    )
+
+
+def require_sentences(result: EvalResult, length_option: str = "the maximum length") -> None:
+    """Raise :class:`InduceError` when the length filters left no sentence: an F1 over none is undefined.
+
+    The message says how many gold sentences were read and how many each filter removed;
+    ``length_option`` names where the maximum length came from (e.g. ``--wsj10``).
+    """
+    if result.n_sentences:
+        return
+    convention = result.convention
+    read = result.n_sentences + result.n_skipped
+    removal = "trace removal" if convention.keep_punct else "punctuation and trace removal"
+    parts = []
+    if result.n_too_long:
+        parts.append(f"{result.n_too_long} longer than {convention.max_length} words ({length_option})")
+    if result.n_too_short:
+        parts.append(f"{result.n_too_short} shorter than {convention.min_length} words (always skipped)")
+    removed = f": {' and '.join(parts)}, counted after {removal}" if parts else ""
+    raise InduceError(
+        f"no sentence left to evaluate: {read} gold sentence{'s' if read != 1 else ''} read, "
+        f"all removed by the length filters{removed}; an F1 over no sentences is undefined"
     )

@@ -26,11 +26,15 @@ class Node:
         return self.end - self.start
 
     def is_word(self) -> bool:
-        return not self.children
+        # An empty constituent (``()`` in a file: no children, no words) is not a word.
+        return not self.children and self.length == 1
 
 
 def from_nltk(tree: nltk.Tree) -> Node:
-    """Convert an ``nltk.Tree`` (leaves are strings) into a :class:`Node` over positions 0..n-1."""
+    """Convert an ``nltk.Tree`` (leaves are strings) into a :class:`Node` over positions 0..n-1.
+
+    Subtrees without any leaf are left out; a tree without leaves gives an empty node (length 0).
+    """
     position = 0
 
     def rec(sub) -> Node:
@@ -40,7 +44,8 @@ def from_nltk(tree: nltk.Tree) -> Node:
             position += 1
             return node
         start = position
-        children = [rec(child) for child in sub]
+        # Constituents over no word (``(NP )``) cover no span: dropped, so they count nowhere.
+        children = [node for node in (rec(child) for child in sub) if node.length > 0]
         return Node(sub.label(), start, position, children)
 
     return rec(tree)

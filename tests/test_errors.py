@@ -1,0 +1,330 @@
+"""User mistakes in preprocess / eval / parse / diagnose give a one-line message and exit 2, never a
+traceback (issue 12, items 5, 6, 7, 9, 10): empty length filters, unwritable or odd output paths,
+unreadable checkpoints, a missing optional extra, file modes under the umask, blank lines in
+predicted trees, and the temporary folders a killed preprocess leaves behind."""
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from rich.console import Console
+from typer.testing import CliRunner
+
+from cli.main import app
+from induce.files import check_output_file, new_file_mode, sha256_file
+from induce.errors import InputError
+from induce.treeio import atomic_write_text
+
+from test_training_standin import STANDIN, make_corpus
+
+runner = CliRunner()
+REPO = Path(__file__).resolve().parents[1]
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+GOLD = [
+    "(S (NP (DT the) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .))",
+    "( (S (NP-SBJ (NNS dogs)) (VP (VBP bark) (ADVP (RB loudly) (RB today)))) )",
+]
+PRED = ["(S the (S cat (S sat (S on (S the mat)))))", "(S dogs (S bark (S loudly today)))"]
+TREES = [
+    "(S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .))",
+    "(S (NP (DT A) (NN dog)) (VP (VBD barked) (ADVP (RB loudly))) (. .))",
+    "(S (NP (PRP It)) (VP (VBD rained)))",
+]
+
+
+def clean_failure(result, code: int = 2) -> str:
+    """The output of a run that must fail with a message: exit ``code``, no traceback."""
+    assert result.exit_code == code, result.output
+    assert isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in result.output
+    return " ".join(result.output.split())
+
+
+@pytest.fixture
+def gold_file(tmp_path):
+    path = tmp_path / "gold.mrg"
+    path.write_text("\n".join(GOLD) + "\n")
+    return path
+
+
+@pytest.fixture
+def tree_file(tmp_path):
+    path = tmp_path / "train.mrg"
+    path.write_text("\n".join(TREES) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A tiny trained run (test-only stand-in model, one epoch): ~2 s."""
+    from induce.config import load_config
+    from induce.training import train
+
+    root = tmp_path_factory.mktemp("errors")
+    corpus = make_corpus(root / "corpora", train=40, valid=5, test=5)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cfg = load_config(STANDIN, overrides=[
+            f"data.corpus={corpus}", "data.batch_size=4", "data.bptt=8", "optim.asgd=never",
+            "train.epochs=1", "train.device=cpu", "train.dev_f1=false",
+        ])
+        train(cfg, root / "runs" / "tiny", console=Console(quiet=True), progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    return root / "runs" / "tiny"
+
+
+# ------------------------------------------------------------------ item 5: a filter that keeps nothing
+
+
+def test_eval_with_no_sentence_left_is_an_error_naming_the_filter(tmp_path, gold_file):
+    pred = tmp_path / "pred.txt"
+    pred.write_text("\n".join(PRED) + "\n")
+    out = clean_failure(runner.invoke(app, ["eval", str(pred), "--gold", str(gold_file), "--max-length", "3"]))
+    assert "no sentence left to evaluate" in out and "2 gold sentences read" in out
+    assert "2 longer than 3 words (--max-length 3)" in out and "undefined" in out
+    out = clean_failure(runner.invoke(app, ["eval", "--baseline", "right", "--gold", str(gold_file),
+                                            "--wsj10", "--max-length", "3"]))
+    assert "(--max-length 3)" in out
+    # Sentences of one word are always skipped: a corpus of those has nothing to evaluate either.
+    one_word = tmp_path / "one.mrg"
+    one_word.write_text("(S (NP (NNS Dogs)) (. .))\n")
+    out = clean_failure(runner.invoke(app, ["eval", "--baseline", "left", "--gold", str(one_word), "--json"]))
+    assert "1 gold sentence read" in out and "1 shorter than 2 words" in out
+    # Kept sentences: exit 0 as before.
+    assert runner.invoke(app, ["eval", str(pred), "--gold", str(gold_file), "--wsj10"]).exit_code == 0
+
+
+def test_eval_with_a_checkpoint_and_no_sentence_left(gold_file, run_dir):
+    out = clean_failure(runner.invoke(app, ["eval", "--checkpoint", str(run_dir), "--gold", str(gold_file),
+                                            "--wsj10", "--max-length", "2"]))
+    assert "no sentence left to evaluate" in out and "(--max-length 2)" in out
+
+
+# ------------------------------------------------------------------ item 9: blank lines in predicted trees
+
+
+def test_blank_line_in_predictions_is_named_by_line(tmp_path, gold_file):
+    pred = tmp_path / "pred.txt"
+    pred.write_text(PRED[0] + "\n\n" + PRED[1] + "\n")
+    out = clean_failure(runner.invoke(app, ["eval", str(pred), "--gold", str(gold_file)]))
+    assert f"{pred}:2: blank line" in out
+    pred.write_text(" \t\n" + PRED[0] + "\n" + PRED[1] + "\n")
+    assert f"{pred}:1: blank line" in clean_failure(runner.invoke(app, ["eval", str(pred), "--gold", str(gold_file)]))
+    pred.write_text(PRED[0] + " " + PRED[1] + "\n")
+    assert f"{pred}:1: two trees on one line" in clean_failure(
+        runner.invoke(app, ["eval", str(pred), "--gold", str(gold_file)]))
+    # Trailing blank lines, CRLF line ends, and multi-line .mrg layout (blank lines separate trees) are fine.
+    pred.write_text(PRED[0] + "\r\n" + PRED[1] + "\r\n\n\n")
+    assert runner.invoke(app, ["eval", str(pred), "--gold", str(gold_file)]).exit_code == 0
+    pred.write_text("(S the\n  (S cat (S sat (S on (S the mat)))))\n\n(S dogs\n (S bark (S loudly today)))\n")
+    assert runner.invoke(app, ["eval", str(pred), "--gold", str(gold_file)]).exit_code == 0
+
+
+# ------------------------------------------------------------------ item 6: tracebacks -> messages
+
+
+def test_preprocess_out_dir_is_a_file(tmp_path, tree_file):
+    not_a_folder = tmp_path / "corpora"
+    not_a_folder.write_text("x")
+    for out_dir in (not_a_folder, not_a_folder / "deeper"):
+        out = clean_failure(runner.invoke(app, ["preprocess", "--out-dir", str(out_dir), "--train", str(tree_file)]))
+        assert "is a file" in out or "lies under" in out
+        assert "choose another --out-dir" in out
+
+
+def test_preprocess_write_failure_is_a_message(tmp_path, tree_file, monkeypatch):
+    import tempfile
+
+    def refuse(*args, dir=None, **kwargs):
+        raise PermissionError(13, "Permission denied", str(dir))
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    out = clean_failure(runner.invoke(app, ["preprocess", "--out-dir", str(tmp_path / "c"), "--train", str(tree_file)]))
+    assert "cannot write the corpus" in out and "permission denied" in out
+
+
+@pytest.mark.skipif(IS_ROOT or os.name != "posix", reason="root ignores folder permissions")
+def test_preprocess_into_a_read_only_folder(tmp_path, tree_file):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        out = clean_failure(runner.invoke(app, ["preprocess", "--out-dir", str(locked), "--train", str(tree_file)]))
+    finally:
+        locked.chmod(0o755)
+    assert "permission denied" in out
+
+
+def test_parse_out_to_a_folder_fails_before_loading(tmp_path):
+    text = tmp_path / "in.txt"
+    text.write_text("the cat sat\n")
+    out = clean_failure(runner.invoke(app, ["parse", str(text), "-c", str(tmp_path / "nowhere"), "-o", str(tmp_path)]))
+    assert "--out: this is a folder" in out
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    out = clean_failure(runner.invoke(app, ["parse", str(text), "-c", str(tmp_path), "-o", str(blocker / "trees.txt")]))
+    assert "is a file, not a folder" in out
+
+
+@pytest.mark.skipif(IS_ROOT or os.name != "posix", reason="root ignores file permissions")
+def test_parse_out_read_only_and_unreadable_checkpoint(tmp_path, run_dir):
+    text = tmp_path / "in.txt"
+    text.write_text("the cat sat\n")
+    target = tmp_path / "trees.txt"
+    target.write_text("")
+    target.chmod(0o444)
+    out = clean_failure(runner.invoke(app, ["parse", str(text), "-c", str(run_dir), "-o", str(target)]))
+    assert "permission denied" in out
+    copy = tmp_path / "run"
+    copy.mkdir()
+    for name in ("best.json", "best.safetensors"):
+        (copy / name).write_bytes((run_dir / name).read_bytes())
+    (copy / "best.safetensors").chmod(0)
+    out = clean_failure(runner.invoke(app, ["parse", str(text), "-c", str(copy)]))
+    assert "best.safetensors" in out and "permission denied" in out
+
+
+def test_parse_checkpoint_weights_not_a_file(tmp_path, run_dir):
+    """Unreadable weights (here a folder in their place: works as root too) are a message, not a traceback."""
+    text = tmp_path / "in.txt"
+    text.write_text("the cat sat\n")
+    copy = tmp_path / "run"
+    copy.mkdir()
+    (copy / "best.json").write_bytes((run_dir / "best.json").read_bytes())
+    (copy / "best.safetensors").mkdir()
+    out = clean_failure(runner.invoke(app, ["parse", str(text), "-c", str(copy)]))
+    assert f"{copy / 'best.safetensors'}:" in out
+    with pytest.raises(InputError, match="cannot read: is a folder"):
+        sha256_file(copy / "best.safetensors")
+
+
+def test_parse_write_failure_after_parsing_is_a_message(tmp_path, run_dir, monkeypatch):
+    import induce.treeio
+
+    def disk_full(path, text):
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(induce.treeio, "atomic_write_text", disk_full)
+    text = tmp_path / "in.txt"
+    text.write_text("the cat sat\n")
+    out = clean_failure(runner.invoke(app, ["parse", str(text), "-c", str(run_dir), "-o", str(tmp_path / "t.txt")]))
+    assert "no space left" in out
+
+
+def test_eval_per_sentence_to_a_folder(tmp_path, gold_file):
+    out = clean_failure(runner.invoke(app, ["eval", "--baseline", "right", "--gold", str(gold_file),
+                                            "--per-sentence", str(tmp_path)]))
+    assert "--per-sentence: this is a folder" in out
+
+
+def test_diagnose_without_matplotlib_names_the_extra(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now fails
+    for command in (["diagnose", "memory", "--lengths", "4"], ["diagnose", "grad", "--model", "rellstm"]):
+        out = clean_failure(runner.invoke(app, command + ["--out", str(tmp_path / "fig")]))
+        assert "pip install 'induce[plots]'" in out
+    assert not list(tmp_path.iterdir())
+
+
+def test_check_output_file():
+    check_output_file(None, "--out")
+    check_output_file("-", "--out")
+    with pytest.raises(InputError, match="is a folder"):
+        check_output_file(Path("."), "--out")
+
+
+# ------------------------------------------------------------------ item 7: modes under the umask
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+@pytest.mark.parametrize("mask", [0o022, 0o027, 0o077])
+def test_atomic_writes_and_corpora_honour_the_umask(tmp_path, tree_file, gold_file, mask):
+    old = os.umask(mask)
+    try:
+        assert new_file_mode() == 0o666 & ~mask
+        atomic_write_text(tmp_path / "REPORT.md", "# report\n")
+        plain = tmp_path / "plain.txt"
+        plain.write_text("x")  # what open() gives: the reference
+        result = runner.invoke(app, ["eval", "--baseline", "right", "--gold", str(gold_file),
+                                     "--per-sentence", str(tmp_path / "rows.csv")])
+        assert result.exit_code == 0, result.output
+        result = runner.invoke(app, ["preprocess", "--out-dir", str(tmp_path / "corpora"), "--train", str(tree_file)])
+        assert result.exit_code == 0, result.output
+    finally:
+        os.umask(old)
+    mode = lambda path: stat.S_IMODE(path.stat().st_mode)  # noqa: E731
+    assert mode(tmp_path / "REPORT.md") == mode(plain) == 0o666 & ~mask
+    assert mode(tmp_path / "rows.csv") == 0o666 & ~mask
+    corpus = tmp_path / "corpora" / "custom"
+    assert mode(corpus) == 0o777 & ~mask
+    assert {mode(path) for path in corpus.iterdir()} == {0o666 & ~mask}
+
+
+# ------------------------------------------------------------------ item 10: leftovers of a killed preprocess
+
+
+def test_killed_preprocess_leftovers_are_removed_next_time(tmp_path, tree_file):
+    out_dir = tmp_path / "corpora"
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from induce.data import preprocess\n"
+        "def build(folder):\n"
+        "    (folder / 'train.orig.txt').write_text('partial')\n"
+        "    print('building', flush=True)\n"
+        "    time.sleep(120)\n"
+        f"preprocess._prepare(Path({str(out_dir / 'custom')!r}), {{}}, build, False, print)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "building"
+    finally:
+        child.kill()  # SIGKILL: no cleanup runs in the child
+        child.wait()
+        child.stdout.close()
+    leftovers = list(out_dir.glob(".custom.tmp-*"))
+    assert len(leftovers) == 1 and (leftovers[0] / "train.orig.txt").is_file()
+    # A build folder of a live process (this one) must survive.
+    live = out_dir / ".other.tmp-live"
+    live.mkdir()
+    (live / ".induce-build-owner").write_text(f"{socket.gethostname()} {os.getpid()}\n")
+    result = runner.invoke(app, ["preprocess", "--out-dir", str(out_dir), "--train", str(tree_file)])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert f"removed {leftovers[0]}:" in text and "interrupted preprocess run" in text
+    assert not leftovers[0].exists() and live.is_dir()
+    assert sorted(p.name for p in out_dir.iterdir()) == [".other.tmp-live", "custom"]
+    assert not (out_dir / "custom" / ".induce-build-owner").exists()
+
+
+# ------------------------------------------------------------------ other user mistakes found by probing
+
+
+def test_bad_option_values_are_messages(tmp_path, tree_file, gold_file):
+    out_dir = str(tmp_path / "c")
+    for name in ("../escape", "a/b", "", ".hidden"):
+        out = clean_failure(runner.invoke(app, ["preprocess", "--out-dir", out_dir, "--train", str(tree_file),
+                                                "--name", name]))
+        assert "give a plain folder name" in out
+    assert not (tmp_path / "escape").exists() and not (tmp_path / "c").exists()
+    out = clean_failure(runner.invoke(app, ["preprocess", "--out-dir", out_dir, "--train", str(tree_file),
+                                            "--max-vocab", "2"]))
+    assert "--max-vocab 2:" in out
+    out = clean_failure(runner.invoke(app, ["eval", "--baseline", "right", "--gold", str(gold_file), "--max-length", "0"]))
+    assert "--max-length 0" in out
+    result = runner.invoke(app, ["diagnose", "grad", "--model", "rellstm", "--n", "0", "--out", str(tmp_path / "g")])
+    assert result.exit_code == 2 and "Traceback" not in result.output and not (tmp_path / "g.json").exists()
+
+
+def test_markup_like_text_in_a_message_is_printed_as_is(tmp_path, gold_file):
+    pred = tmp_path / "[bold]pred[x].txt"
+    pred.write_text("[/x] (S a b)\n")
+    out = clean_failure(runner.invoke(app, ["eval", str(pred), "--gold", str(gold_file)]))
+    assert f"{pred}:1: text outside any bracketed tree: '[/x] (S a b)'" in out
