@@ -95,7 +95,13 @@ def test_pipeline_writes_the_report_tables_and_figures(pipeline):
     assert "SYNTHETIC" in report  # the data is said to be synthetic, not PTB
     assert "not comparable 1:1" in report
     assert "| PaLM-U | " in report and "| gold | " in report
-    assert re.search(r"\| right-branching \(baseline\) \| [\d.]+ \| [\d.]+ \| 40\.7 \|", report)
+    assert re.search(r"\| right-branching \(baseline\) \| [\d.]+ \| [\d.]+ \| [\d.]+ \| 40\.7 \|", report)
+    # the papers' conventions, on the same trees: counting the whole-sentence span (always right) raises F1,
+    # and ON-LSTM's keeps one-word sentences (F1 = 1 each)
+    right_scores = results["baselines"]["right"]["scores"]
+    assert right_scores["palm_wsj40"]["sentence_f1"] > right_scores["wsj40"]["sentence_f1"]
+    assert right_scores["onlstm_all"]["n_sentences"] >= right_scores["all"]["n_sentences"]
+    assert "PaLM's convention" in report and "ON-LSTM's convention" in report
     assert "39.3 ± 10.5" in report  # Table 4's random row, published
     # every embedded figure exists next to the report and is a PNG
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report)
