@@ -78,6 +78,7 @@ def make_figures(results: dict, out: Path, repro) -> dict:
         panels = []
         for model, run in loaded.items():
             structure = sentence_structure(run, prepared.words, device=repro.eval_device, keep_punct=True)
+            _all_layers(run, structure, repro.eval_device)
             structures[model].append((f"sentence {index}", structure))
             f1 = tree_f1(structure.tree, gold_trees[index])
             entry["trees"][model] = format_tree(structure.tree)
@@ -101,6 +102,30 @@ def make_figures(results: dict, out: Path, repro) -> dict:
                                           title=f"{display(model)}: syntactic distance before each word")
         made[f"{'attention' if kind == 'span' else 'distances'}_{model}"] = _rel(path, out)
     return made
+
+
+def _all_layers(run, structure, device: str) -> None:
+    """Fill ``structure.layer_distances`` with every layer's distances ``[L, n]``: the parser runs
+    only the layers up to the one it reads (ON-LSTM), the figure shows all of them (full forward)."""
+    import torch
+
+    from induce.inference import normalize
+
+    if structure.layer_distances is None:
+        return
+    model, vocab = run.model, run.vocab
+    ids = [vocab.eos_id, *vocab.encode(normalize(structure.words)), vocab.eos_id]
+    dev = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(torch.tensor([ids], device=dev), model.init_state(1, dev))
+    finally:
+        model.train(was_training)
+    layers = (out.structure or {}).get("layer_distances")
+    if layers is not None and layers.size(0) > len(structure.layer_distances):
+        structure.layer_distances = layers[:, 0, 1 : 1 + len(structure.words)].float().cpu().numpy()
 
 
 def _rel(path: Path, out: Path) -> str:
