@@ -13,6 +13,10 @@ from rich.table import Table
 from induce.errors import InduceError
 
 
+#: Exit status while a chunked reproduction is not finished (EX_TEMPFAIL: "try again").
+INCOMPLETE_EXIT = 75
+
+
 def _ints(text: Optional[str], option: str) -> Optional[list[int]]:
     if text is None or not text.strip():
         return None
@@ -24,8 +28,9 @@ def _ints(text: Optional[str], option: str) -> Optional[list[int]]:
 
 def reproduce_command(
     profile: str = typer.Option(
-        "cpu", "--profile", "-p", help="cpu (default: small models, under an hour on 2 CPU cores), paper (the papers' "
-        "hyper-parameters, for a GPU), toy (seconds per model), or a folder with a profile.yaml."
+        "auto", "--profile", "-p", help="auto (default: gpu when torch sees a CUDA device, else cpu), gpu (paper-size "
+        "models, about 25 minutes of one H100), cpu (small models, under an hour on 2 CPU cores), paper (the papers' "
+        "recipes, days of GPU time, in resumable chunks), toy (seconds per model), or a folder with a profile.yaml."
     ),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="Comma-separated training seeds (default: the profile's)."),
     models: Optional[str] = typer.Option(None, "--models", help="Comma-separated subset of the profile's models."),
@@ -36,6 +41,14 @@ def reproduce_command(
     split: str = typer.Option("valid", "--split", help="Evaluation split: valid (dev, WSJ 22) or test (when the corpus has it)."),
     time_per_model: Optional[str] = typer.Option(
         None, "--time-per-model", help="Training time budget per model and seed, e.g. 20s, 6m (default: the profile's)."
+    ),
+    chunk: Optional[str] = typer.Option(
+        None, "--chunk", help="Stop training after this much time (e.g. 3h), every run at a resumable checkpoint; the same "
+        "command continues (exit status 75 until done). Default: the profile's (paper: 3h)."
+    ),
+    lm_text: Optional[Path] = typer.Option(
+        None, "--lm-text", help="Folder with Mikolov's ptb.valid.txt (ptb.test.txt): perplexity on the text the published "
+        "figures use (default: ptb_lm/ under the data root, when there)."
     ),
     device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda, cuda:N (default: the profile's)."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: the profile's)."),
@@ -54,6 +67,7 @@ def reproduce_command(
             profile=profile, out=out, data=data, corpus=corpus, corpora_dir=corpora_dir,
             seeds=_ints(seeds, "--seeds"), models=[m.strip() for m in models.split(",") if m.strip()] if models else None,
             split=split, time_per_model=parse_duration(time_per_model) if time_per_model else None,
+            chunk=parse_duration(chunk) if chunk else None, lm_text=lm_text,
             device=device, threads=threads, progress=progress,
             command="induce " + " ".join(shlex.quote(arg) for arg in sys.argv[1:]) if sys.argv[1:2] == ["reproduce"]
             else "induce reproduce",
@@ -75,6 +89,10 @@ def reproduce_command(
         console.print(f"[bold red]{len(failed)} step(s) failed:[/] " + "; ".join(s["name"] for s in failed),
                       highlight=False)
         raise typer.Exit(code=1)
+    if results.get("incomplete"):
+        console.print(f"[bold yellow]not finished:[/] the chunk's training time is used up ({', '.join(results['incomplete'])} "
+                      "to go). Run the same command again to continue.", highlight=False)
+        raise typer.Exit(code=INCOMPLETE_EXIT)
 
 
 def _print_summary(results: dict, console: Console) -> None:

@@ -45,9 +45,10 @@ def save_figure(fig, path: PathLike, dpi: int = 100) -> Path:
 
 
 def _finish_grid(fig, axes, n_used: int, title: str, path: PathLike) -> Path:
-    """Blank the unused panels of a subplot grid, add the title, lay out and save."""
+    """Remove the unused panels of a subplot grid (no empty panel is left), add the title, lay out
+    and save."""
     for ax in list(axes.flat)[n_used:]:
-        ax.axis("off")
+        fig.delaxes(ax)
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
@@ -75,53 +76,68 @@ def _epoch_positions(history: list, epoch_tokens: Optional[int]) -> list[float]:
     return xs
 
 
-def plot_training_curves(histories: dict, path: PathLike, epoch_tokens: Optional[int] = None) -> Path:
-    """``histories``: label -> list of ``metrics.jsonl`` records. Left: validation perplexity (solid)
-    and training perplexity (dashed), log scale; right: dev F1 (sentence F1 of the monitored dev
-    sentences, <= 40 words) per epoch. A partial last epoch (time budget) is drawn as a hollow marker
-    at the share of the epoch it trained (``epoch_tokens``: tokens of one epoch)."""
+#: Per run: line style and marker (with the colour), so that runs whose curves coincide stay visible.
+LINESTYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def run_styles(n: int) -> list[dict]:
+    """``n`` distinct (colour, line style, marker) combinations for :func:`plot_training_curves`."""
     plt = pyplot()
-    fig, (ax_ppl, ax_f1) = plt.subplots(1, 2, figsize=(12, 4.2))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    return [{"color": colours[k % len(colours)], "linestyle": LINESTYLES[k % len(LINESTYLES)],
+             "marker": MARKERS[k % len(MARKERS)]} for k in range(n)]
+
+
+def plot_training_curves(histories: dict, path: PathLike, epoch_tokens: Optional[int] = None) -> Path:
+    """``histories``: label -> list of ``metrics.jsonl`` records. Three panels, per epoch: validation
+    perplexity, training perplexity (both log scale) and dev F1 (sentence F1 of the monitored dev
+    sentences). Each run has its own colour, line style and marker, so that coinciding curves (PaLM-U /
+    -S / -RB early on) stay distinguishable. A partial last epoch (time budget) is a hollow marker at
+    the share of the epoch it trained (``epoch_tokens``: tokens of one epoch)."""
+    plt = pyplot()
+    fig, (ax_valid, ax_train, ax_f1) = plt.subplots(1, 3, figsize=(15, 4.4))
+    runs = [(label, history) for label, history in histories.items() if history]
     any_f1 = False
-    for index, (label, history) in enumerate(histories.items()):
-        if not history:
-            continue
-        colour = colours[index % len(colours)]
+    for (label, history), style in zip(runs, run_styles(len(runs))):
         epochs = _epoch_positions(history, epoch_tokens)
+        colour = style["color"]
         hollow = ["none" if record.get("partial") else colour for record in history]
-        valid = [record.get("valid_ppl", math.nan) for record in history]
-        train = [record.get("train_ppl", math.nan) for record in history]
-        ax_ppl.plot(epochs, valid, "-", color=colour, label=label)
-        ax_ppl.scatter(epochs, valid, facecolors=hollow, edgecolors=colour, zorder=3)
-        ax_ppl.plot(epochs, train, "--x", color=colour, alpha=0.6)
+        series = [(ax_valid, [record.get("valid_ppl", math.nan) for record in history]),
+                  (ax_train, [record.get("train_ppl", math.nan) for record in history])]
         if any("dev_f1" in record for record in history):
             any_f1 = True
-            f1 = [record.get("dev_f1", math.nan) for record in history]
-            ax_f1.plot(epochs, f1, "-", color=colour, label=label)
-            ax_f1.scatter(epochs, f1, facecolors=hollow, edgecolors=colour, zorder=3)
-    ax_ppl.set_yscale("log")
-    ax_ppl.set_xlabel("epoch")
-    ax_ppl.set_ylabel("perplexity (solid: validation, dashed: training)")
-    ax_ppl.set_title("Language model")
-    ax_f1.set_xlabel("epoch")
-    ax_f1.set_ylabel("dev sentence F1 (<= 40 words)")
-    ax_f1.set_title("Unsupervised parsing during training")
+            series.append((ax_f1, [record.get("dev_f1", math.nan) for record in history]))
+        for ax, values in series:
+            ax.plot(epochs, values, linestyle=style["linestyle"], color=colour, linewidth=1.4, label=label)
+            ax.scatter(epochs, values, marker=style["marker"], facecolors=hollow, edgecolors=colour, s=36, zorder=3)
     from matplotlib.ticker import MaxNLocator, ScalarFormatter
 
-    ax_ppl.yaxis.set_major_formatter(ScalarFormatter())
-    ax_ppl.yaxis.set_minor_formatter(ScalarFormatter())
     last = max((x for h in histories.values() for x in _epoch_positions(h, epoch_tokens)), default=1.0)
-    for ax in (ax_ppl, ax_f1):
+    for ax, title, ylabel in ((ax_valid, "Validation perplexity", "perplexity (log scale)"),
+                              (ax_train, "Training perplexity", "perplexity (log scale)"),
+                              (ax_f1, "Unsupervised parsing during training", "dev sentence F1 (<= 40 words)")):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(ylabel)
         ax.set_xlim(0, max(1.0, math.ceil(last)) + 0.25)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+    for ax in (ax_valid, ax_train):
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(ScalarFormatter())
     if not any_f1:
         ax_f1.text(0.5, 0.5, "no dev F1 logged", ha="center", va="center", transform=ax_f1.transAxes)
-    for ax in (ax_ppl, ax_f1):
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-    fig.tight_layout()
+    handles, labels = ax_valid.get_legend_handles_labels()
+    if handles:
+        from matplotlib.lines import Line2D
+
+        proxies = [Line2D([], [], color=style["color"], linestyle=style["linestyle"], marker=style["marker"])
+                   for style in run_styles(len(runs))]
+        fig.legend(proxies, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8, frameon=False)
+    rows_of_legend = math.ceil(len(labels) / 6) if handles else 0
+    fig.tight_layout(rect=(0, 0.04 + 0.05 * rows_of_legend if handles else 0, 1, 1))
     return save_figure(fig, path)
 
 
@@ -250,23 +266,41 @@ def plot_trees(panels: Sequence[tuple], path: PathLike, title: str = "", gold: O
 # ------------------------------------------------------------------------------- attention, distances
 
 
+def _row_grid(n: int, max_cols: int = 4) -> tuple[int, int]:
+    """Rows and columns for ``n`` panels: one row up to ``max_cols`` panels (so no panel is left empty
+    for the usual 1-4 sentences), else rows of ``max_cols``."""
+    cols = min(max_cols, max(1, n))
+    return math.ceil(max(1, n) / cols), cols
+
+
+def attention_scale(matrices: Sequence[np.ndarray]) -> tuple[float, float]:
+    """One colour scale for every panel: 0 to the largest weight outside the first row of any
+    matrix (the first row's single span always has weight 1 and would wash out the rest)."""
+    top = max((float(m[1:].max()) for m in matrices if len(m) > 1), default=1.0)
+    return 0.0, max(top, 1e-6)
+
+
 def plot_span_attention(items: Sequence[tuple], path: PathLike, title: str = "") -> Path:
     """``items``: ``(label, SentenceStructure)`` of a span model; heat map ``A[j, i]`` = attention of
-    the span ``[i, j]`` among the spans ending at ``j`` (rows: span end, columns: span start); the colour
-    scale ends at the largest weight below the first row (whose single span always has weight 1); a
-    white dot marks each row's most attended span."""
+    the span ``[i, j]`` among the spans ending at ``j`` (rows: span end, columns: span start). Every
+    panel uses one colour scale (:func:`attention_scale`) with one colour bar; a white dot marks each
+    row's most attended span start, as the legend says."""
     plt = pyplot()
-    rows, cols = _grid(len(items), 2)
+    from matplotlib.colors import Normalize
+    from matplotlib.lines import Line2D
+
+    matrices = [structure.attention() for _, structure in items]
+    vmin, vmax = attention_scale(matrices)
+    norm = Normalize(vmin=vmin, vmax=vmax)
+    rows, cols = _row_grid(len(items))
     size = max(3.5, 0.33 * max(len(s.words) for _, s in items) + 1.5)
-    fig, axes = plt.subplots(rows, cols, figsize=(size * cols, size * rows), squeeze=False)
-    for ax, (label, structure) in zip(axes.flat, items):
-        matrix = structure.attention()
+    fig, axes = plt.subplots(rows, cols, figsize=(size * cols + 1.2, size * rows + 0.9), squeeze=False)
+    image = None
+    for ax, (label, structure), matrix in zip(axes.flat, items, matrices):
         n = len(structure.words)
-        # Row 0 has a single span (weight 1): scale the colours to the other rows so differences show.
-        top = float(matrix[1:].max()) if n > 1 else 1.0
-        image = ax.imshow(matrix, cmap="viridis", vmin=0.0, vmax=max(top, 1e-6))
+        image = ax.imshow(matrix, cmap="viridis", norm=norm)
         best = matrix.argmax(1)
-        ax.scatter(best, np.arange(n), s=12, c="white", marker="o", label="most attended span")
+        ax.scatter(best, np.arange(n), s=14, c="white", edgecolors="black", linewidths=0.4, marker="o")
         ax.set_xticks(range(n))
         ax.set_xticklabels(structure.words, rotation=60, ha="right", fontsize=7)
         ax.set_yticks(range(n))
@@ -274,34 +308,52 @@ def plot_span_attention(items: Sequence[tuple], path: PathLike, title: str = "")
         ax.set_xlabel("span start")
         ax.set_ylabel("span end")
         ax.set_title(label, fontsize=9)
-        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="attention weight" + (" (row 1 clipped)" if n > 1 else ""))
-    return _finish_grid(fig, axes, len(items), title, path)
+    for ax in list(axes.flat)[len(items):]:
+        fig.delaxes(ax)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    dot = Line2D([], [], linestyle="none", marker="o", markerfacecolor="white", markeredgecolor="black",
+                 label="white dot: the span start this row (span end) attends to most")
+    fig.legend(handles=[dot], loc="lower center", fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.05, 0.9, 1))
+    if image is not None:
+        bar_ax = fig.add_axes((0.92, 0.2, 0.015, 0.6))
+        fig.colorbar(image, cax=bar_ax, label="attention weight (one scale for all panels; the first row's 1.0 "
+                                              "is clipped)", extend="max" if vmax < 1.0 else "neither")
+    return save_figure(fig, path)
+
+
+def distance_ylim(arrays: Sequence[np.ndarray]) -> tuple[float, float]:
+    """y range of a distance plot: from 0 (or the lowest value, when some are negative) to a little
+    above the highest, so bar heights are proportional to the distances."""
+    low = min(0.0, min(float(np.min(a)) for a in arrays))
+    high = max(0.0, max(float(np.max(a)) for a in arrays))
+    span = (high - low) or 1.0
+    return (low - 0.05 * span if low < 0 else 0.0), high + 0.08 * span
 
 
 def plot_distances(items: Sequence[tuple], path: PathLike, title: str = "") -> Path:
-    """``items``: ``(label, SentenceStructure)`` of a distance model; bars: the distance before each
-    word that the parser reads (the greedy decoder splits at the largest); lines: the other layers'
-    distances when the model has several (ON-LSTM)."""
+    """``items``: ``(label, SentenceStructure)`` of a distance model; bars (from 0): the distance
+    before each word that the parser reads (the greedy decoder splits at the largest); lines: every
+    other layer's distances when the model has several (ON-LSTM)."""
     plt = pyplot()
-    rows, cols = _grid(len(items), 1)
+    rows, cols = len(items), 1
     width = max(6.0, 0.5 * max(len(s.words) for _, s in items) + 2)
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, 2.8 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, 2.9 * rows), squeeze=False)
     for ax, (label, structure) in zip(axes.flat, items):
         n = len(structure.words)
         x = np.arange(n)
         values = np.asarray(structure.distances, dtype=float)
-        shown = [values] + ([np.asarray(v, dtype=float) for v in structure.layer_distances]
-                            if structure.layer_distances is not None else [])
-        low, high = min(float(v.min()) for v in shown), max(float(v.max()) for v in shown)
-        margin = 0.1 * (high - low) or 0.05 * abs(high) or 0.05
-        bottom = low - margin  # bars start below the smallest value: the differences are what the parser reads
-        ax.bar(x, values - bottom, bottom=bottom, color="#4575b4", label="parsed distances")
-        ax.set_ylim(bottom, high + margin)
-        if structure.layer_distances is not None and len(structure.layer_distances) > 1:
-            for layer, values in enumerate(structure.layer_distances):
-                if layer != structure.distance_layer:
-                    ax.plot(x, values, marker=".", linewidth=1, label=f"layer {layer}")
-            ax.legend(fontsize=7)
+        layers = (np.asarray(structure.layer_distances, dtype=float)
+                  if structure.layer_distances is not None else np.zeros((0, n)))
+        parsed_layer = structure.distance_layer
+        bar_label = "parsed distances" + (f" (layer {parsed_layer})" if parsed_layer is not None and len(layers) > 1 else "")
+        ax.bar(x, values, color="#4575b4", alpha=0.85, label=bar_label)
+        for layer, row in enumerate(layers):
+            if len(layers) > 1 and layer != parsed_layer:
+                ax.plot(x, row, marker=".", linewidth=1.2, label=f"layer {layer}")
+        ax.set_ylim(*distance_ylim([values, *layers]))
+        ax.legend(fontsize=7, loc="upper right")
         ax.set_xticks(x)
         ax.set_xticklabels(structure.words, rotation=45, ha="right", fontsize=8)
         ax.set_ylabel("distance")

@@ -12,6 +12,8 @@ import math
 from pathlib import Path
 from typing import Optional
 
+from induce.findings import all_findings
+
 PAPER_FILE = "palm-peng-schwartz-smith-2019.txt"
 PALM = "Peng, Schwartz and Smith (2019), PaLM"
 
@@ -38,6 +40,17 @@ PUBLISHED = {
         "missing": "ON-LSTM's (Shen et al. 2019) and Kim et al.'s (2019) WSJ10 / full-test F1 and per-label recall are "
                    "not in the paper texts available here; none is quoted",
     },
+}
+
+#: Published LM perplexities on Mikolov's PTB text, as the issue that asked for them quotes them; the
+#: paper texts available here do not hold these tables (the report says so).
+PUBLISHED["lm"] = {
+    "rows": {
+        "onlstm": {"value": 56.17, "source": "Shen et al. 2019, ON-LSTM, Table 1, PTB test"},
+        "prpn": {"value": 61.98, "source": "Shen et al. 2018, PRPN, Table 2, PTB test"},
+    },
+    "note": "test perplexities on Mikolov's PTB text (`ptb.test.txt`, his 10k vocabulary), quoted from the papers' "
+            "LM tables (not from the paper texts shipped with this toolkit, which do not include them).",
 }
 
 NAMES = {"prpn": "PRPN", "onlstm": "ON-LSTM", "palm": "PaLM-U", "palm-s": "PaLM-S", "palm-rb": "PaLM-RB",
@@ -68,108 +81,6 @@ def _pub(value) -> str:
     return "—" if value is None else f"{value:.1f}"
 
 
-# ------------------------------------------------------------------------------------------ figures
-
-
-def choose_examples(kept: list, count: int, shortest: int = 8, longest: int = 15) -> list[int]:
-    """``count`` sentence indices spread over the split, among sentences of ``shortest``..``longest``
-    words after punctuation removal (deterministic)."""
-    candidates = [i for i, words in enumerate(kept) if shortest <= len(words) <= longest]
-    if not candidates or count <= 0:
-        return []
-    count = min(count, len(candidates))
-    return [candidates[(k * len(candidates)) // count] for k in range(count)]
-
-
-def make_figures(results: dict, out: Path, repro) -> dict:
-    """Draw every figure into ``out/figures``; returns ``{name: relative path}`` and adds the
-    example sentences (text trees, per-model F1) to ``results["examples"]``."""
-    from induce import figures
-    from induce.evaluation import EvalConvention, prepare_gold
-    from induce.inference import format_tree, load_run
-    from induce.show import display_gold, sentence_structure, tree_f1
-
-    out = Path(out)
-    folder = out / "figures"
-    made: dict = {}
-    models = results["models_order"]
-    first_seed = {m: next(iter(results["models"][m]["seeds"]), None) for m in models}
-
-    histories = {}
-    for model in models:
-        for seed, data in results["models"][model]["seeds"].items():
-            label = display(model) + (f" (seed {seed})" if len(results["seeds"]) > 1 else "")
-            histories[label] = data.get("history", [])
-    if any(histories.values()):
-        epoch_tokens = ((results["corpus"]["train"].get("splits") or {}).get("train") or {}).get("lm_tokens")
-        made["training_curves"] = _rel(figures.plot_training_curves(
-            histories, folder / "training-curves.png", epoch_tokens=epoch_tokens), out)
-
-    rows = []
-    for model, info in results["random_init"].items():
-        rows.append((f"{display(model)} untrained ({info['n_models']} inits)", info["left_split_pct"]["mean"],
-                     info["right_split_pct"]["mean"],
-                     100 - info["left_split_pct"]["mean"] - info["right_split_pct"]["mean"], 0.0))
-    for model in models:
-        summary = results["models"][model]["summary"]
-        if summary["left_split_pct_wsj40"]["mean"] is not None:
-            rows.append((display(model), summary["left_split_pct_wsj40"]["mean"],
-                         summary["right_split_pct_wsj40"]["mean"], summary["other_binary_split_pct_wsj40"]["mean"], 0.0))
-    gold = results.get("gold", {}).get("wsj40")
-    if gold:
-        rows.append(("gold", gold["left_split_pct"], gold["right_split_pct"], gold["other_binary_split_pct"],
-                     gold["nary_split_pct"]))
-    if rows:
-        made["branching"] = _rel(figures.plot_branching(
-            rows, folder / "branching.png", title=f"Splits of spans > 2 words, WSJ40 {_split_name(results)}"), out)
-
-    gold_trees, kept = repro._gold()
-    indices = choose_examples(kept, repro.profile.example_sentences)
-    loaded = {}
-    for model in models:
-        seed = first_seed[model]
-        if seed is not None:
-            try:
-                loaded[model] = load_run(results["models"][model]["seeds"][seed]["run_dir"], repro.eval_device)
-            except Exception:  # noqa: BLE001 - a figure must not stop the report
-                continue
-    examples = []
-    structures: dict = {model: [] for model in loaded}
-    for number, index in enumerate(indices, start=1):
-        prepared = prepare_gold(gold_trees[index], EvalConvention())
-        gold_tree = display_gold(gold_trees[index])
-        entry = {"index": index, "words": prepared.words, "gold": format_tree(gold_tree), "trees": {}, "f1": {}}
-        panels = []
-        for model, run in loaded.items():
-            structure = sentence_structure(run, prepared.words, device=repro.eval_device, keep_punct=True)
-            structures[model].append((f"sentence {index}", structure))
-            f1 = tree_f1(structure.tree, gold_trees[index])
-            entry["trees"][model] = format_tree(structure.tree)
-            entry["f1"][model] = f1
-            panels.append((f"{display(model)} (F1 {f1:.0f})" if f1 is not None else display(model), structure.tree))
-        if panels:
-            path = figures.plot_trees(panels, folder / f"example-{number}.png", gold=gold_tree,
-                                      title=f"{_split_name(results)} sentence {index}")
-            entry["figure"] = _rel(path, out)
-        examples.append(entry)
-    results["examples"] = examples
-    for model, items in structures.items():
-        if not items:
-            continue
-        kind = items[0][1].kind
-        if kind == "span":
-            path = figures.plot_span_attention(items, folder / f"attention-{model}.png",
-                                               title=f"{display(model)}: span attention (row: span end, column: span start)")
-        else:
-            path = figures.plot_distances(items, folder / f"distances-{model}.png",
-                                          title=f"{display(model)}: syntactic distance before each word")
-        made[f"{'attention' if kind == 'span' else 'distances'}_{model}"] = _rel(path, out)
-    return made
-
-
-def _rel(path: Path, out: Path) -> str:
-    return Path(path).relative_to(out).as_posix()
-
 
 def split_label(split: str, source_kind: Optional[str]) -> str:
     """``dev (WSJ 22)``, ``test (WSJ 23)``, ``dev (NLTK sample)``, ``dev (synthetic treebank)``..."""
@@ -179,7 +90,7 @@ def split_label(split: str, source_kind: Optional[str]) -> str:
     return f"{name} ({where})" if where else f"{split} split"
 
 
-def _split_name(results: dict) -> str:
+def split_name(results: dict) -> str:
     source = results["corpus"]["eval"]
     return split_label(results["split"], source.get("source_kind") or source.get("kind"))
 
@@ -229,12 +140,13 @@ def _minutes(seconds) -> str:
 def render_markdown(results: dict) -> str:
     profile = results["profile"]
     split = results["split"]
-    split_name = _split_name(results)
+    where = split_name(results)
     models = results["models_order"]
     per_model = results["models"]
     baselines = results.get("baselines", {})
     eval_corpus, train_corpus = results["corpus"]["eval"], results["corpus"]["train"]
     budget = results.get("time_per_model_s")
+    budgets = {m: b for m, b in (results.get("time_budgets_s") or {}).items() if b is not None}
     seeds = results["seeds"]
     eval_counts = (eval_corpus.get("splits") or {}).get(split, {})
     synthetic = eval_corpus.get("kind") == "synthetic" or eval_corpus.get("source_kind") == "synthetic"
@@ -245,15 +157,18 @@ def render_markdown(results: dict) -> str:
     add("")
     add(f"Generated {results['generated_at']} by `{results.get('command') or 'induce reproduce'}`.")
     add("")
-    small = bool(budget) or bool(profile.get("train_sentences"))
+    small = bool(budget) or bool(budgets) or bool(profile.get("train_sentences"))
     scope = []
     if budget:
         scope.append(f"trained for {_minutes(budget)} per model and seed")
+    elif budgets:
+        scope.append("trained for " + ", ".join(f"{_minutes(b)} ({display(m)})" for m, b in budgets.items())
+                     + " per seed")
     if profile.get("train_sentences"):
         scope.append(f"on the first {profile['train_sentences']:,} training sentences")
     wsj = eval_corpus.get("source_kind") in ("ldc", "wsj-files")
     held_out = wsj and "test" not in (eval_corpus.get("splits") or {})
-    warning = (f"**Read this first.** Every figure of ours below is on **{split_name}**"
+    warning = (f"**Read this first.** Every figure of ours below is on **{where}**"
                + (" (section 23 is held out here)" if held_out else "")
                + f", with the models of profile `{profile['name']}`"
                + (f" ({profile.get('description')})" if profile.get("description") else "")
@@ -268,6 +183,21 @@ def render_markdown(results: dict) -> str:
                     "say nothing about the papers' results.**")
     add("> " + warning)
     add("")
+
+    if results.get("incomplete"):
+        add(f"**Not finished yet.** This invocation's chunk of training time ({_minutes(results.get('chunk_s'))}) "
+            f"ended before these runs were done: {', '.join(results['incomplete'])}. Their figures are missing (`—`); "
+            f"run `{results.get('command') or 'induce reproduce'}` again to continue them from their checkpoints.")
+        add("")
+    findings = all_findings(results)
+    if findings:
+        add("## What the results show")
+        add("")
+        add("Generated from the figures below (`induce.findings`): the best parser against the trivial baselines, "
+            "models below a baseline, seeds far from the others, dev F1 curves that fall.")
+        add("")
+        lines.extend(f"* {sentence}" for sentence in findings)
+        add("")
 
     diverged = {m: per_model[m].get("diverged_seeds") for m in models if per_model[m].get("diverged_seeds")}
     if diverged:
@@ -296,16 +226,14 @@ def render_markdown(results: dict) -> str:
         ["profile", f"`{profile['name']}` ({results.get('profile_folder')}): {profile.get('description', '')}"],
         ["models", ", ".join(display(m) for m in models)],
         ["seeds", ", ".join(str(s) for s in seeds)],
-        ["training budget", (f"{_minutes(budget)} per model and seed (`train.time_budget`, per-epoch validation included; "
-                             "how much a model trains in that time depends on the machine's speed and load)"
-                             if budget else "the configs' epochs / early stopping (no time budget)")],
+        ["training budget", _budget_text(budget, budgets, models, results.get("chunk_s"))],
         ["training data", train_text],
         ["vocabulary", f"{eval_corpus.get('vocab_size', '?'):,} types (including `<unk>`, `<eos>`)"
          if isinstance(eval_corpus.get("vocab_size"), int) else "?"],
         ["model selection", f"best validation perplexity on `{train_corpus['path']}` valid "
                             f"({monitor.get('lm_sentences', '?'):,} sentences, {monitor.get('lm_tokens', 0):,} tokens), "
                             "checked each epoch"],
-        ["evaluation", f"{split_name}: `{eval_corpus['path']}` {split}, {eval_counts.get('trees', '?'):,} trees, "
+        ["evaluation", f"{where}: `{eval_corpus['path']}` {split}, {eval_counts.get('trees', '?'):,} trees, "
                        f"{eval_counts.get('lm_tokens', 0):,} LM tokens"],
         ["configs", "`configs/<model>.yaml`" + (f" < `{results.get('profile_folder')}/<model>.yaml`" if profile else "")
          + " < profile overrides: " + (", ".join(f"`{o}`" for o in profile.get("overrides", [])) or "none")],
@@ -337,9 +265,16 @@ def render_markdown(results: dict) -> str:
         "The tables show **sentence-level F1** (mean of per-sentence F1, 0-100); corpus-level F1 is in `results.json`. "
         "Every model parses each sentence once (words after punctuation removal, `<eos> words <eos>` from a fresh "
         "state); the WSJ10 / WSJ40 figures score those trees on the sentences of at most 10 / 40 words.")
+    add(f"* **The papers' conventions**, so that each published figure is compared with ours computed its way: "
+        f"PaLM's evaluation counts the whole-sentence span (WSJ40: {conv.get('palm_wsj40', '')}); ON-LSTM's scores "
+        f"one-word sentences, each with F1 = 1 (WSJ10: {conv.get('onlstm_wsj10', '')}). Both are computed on the "
+        "same trees as our default figures (`induce eval --count-root`; one-word sentences: "
+        "`EvalConvention(min_length=1)`, which `induce eval` has no flag for).")
     add("* **Perplexity**: the language model on the LM text of the evaluation split (Mikolov-style: lower-cased, "
         "numbers as `N`, punctuation removed, `<unk>` outside the vocabulary), read as one stream in batches with the "
-        "state carried over (`induce eval --lm`), the best checkpoint (ASGD averages when in the ASGD phase).")
+        "state carried over (`induce eval --lm`), the best checkpoint (ASGD averages when in the ASGD phase). "
+        "The published perplexities are on Mikolov's PTB text (`ptb.test.txt`), not on this text: where Mikolov's "
+        "text of the split was found, table 1 shows the perplexity on it too.")
     add("* **Branching** (PaLM Table 4): among the splits of spans longer than 2 words, % left splits "
         "`[i, j] -> [i, j-1] + (j)` and % right splits `[i, j] -> (i) + [i+1, j]`; gold nodes with more than two "
         "children count as neither (n-ary). On WSJ40 sentences.")
@@ -350,41 +285,63 @@ def render_markdown(results: dict) -> str:
     add("")
 
     # ---------------------------------------------------------------- table 1
-    add(f"## 1. Language modelling (PaLM Table 1 style), {split_name}")
+    add(f"## 1. Language modelling (PaLM Table 1 style), {where}")
     add("")
+    mikolov = results.get("mikolov")
+    pub_lm = PUBLISHED["lm"]
     rows = []
     for m in models:
         s = per_model[m]["summary"]
+        pub = pub_lm["rows"].get(m)
         rows.append([display(m), fmt(s["epochs"], 0), f"{s['train_tokens']['mean']:,.0f}" if s["train_tokens"]["mean"] else "—",
-                     _minutes(s["train_seconds"]["mean"]), fmt(s["perplexity"]), "—"])
-    lines += _table(["model", "epochs", "tokens trained", "training time (with validation)", "perplexity (ours)",
-                     "published (PaLM Table 1, PTB test)"], rows)
+                     _minutes(s["train_seconds"]["mean"]), fmt(s["perplexity"]),
+                     fmt(s.get("mikolov_perplexity")) if mikolov else "not found",
+                     f"{pub['value']:.2f} ({pub['source']})" if pub else "—"])
+    lines += _table(["model", "epochs", "tokens trained", "training time (with validation)",
+                     f"perplexity, our {results['split']} text", f"perplexity, Mikolov's {results['split']} text",
+                     "published (Mikolov's PTB test text)"], rows)
     add("")
-    add(f"Published column: {PUBLISHED['table1']['missing']}.")
+    if mikolov:
+        add(f"Mikolov's text: `{mikolov['path']}`, {mikolov['tokens']:,} tokens. **The vocabularies differ**: ours is "
+            f"built from the training trees (WSJ 02-21), Mikolov's from sections 00-20; {mikolov['our_unk']:,} of its "
+            f"tokens ({100 * mikolov['our_unk'] / max(mikolov['tokens'], 1):.1f}%) are `<unk>` for our models, against "
+            f"{mikolov['their_unk']:,} ({100 * mikolov['their_unk'] / max(mikolov['tokens'], 1):.1f}%) in the file "
+            "itself. More `<unk>` makes the text easier to predict, so this column is not strictly comparable with the "
+            "published one either, which is also on the test text.")
+    else:
+        add("Mikolov's text of this split was not found (`--lm-text FOLDER` with `ptb.valid.txt`, or `ptb_lm/` "
+            "under the data root): no perplexity here is on the text the published figures use, and none is "
+            "comparable with them.")
+    add("")
+    add(f"Published column: {pub_lm['note']} PaLM: {PUBLISHED['table1']['missing']}.")
     add("")
 
     # ---------------------------------------------------------------- table 3
-    add(f"## 2. Unsupervised parsing, WSJ40 (PaLM Table 3), {split_name}")
+    add(f"## 2. Unsupervised parsing, WSJ40 (PaLM Table 3), {where}")
     add("")
     pub3 = PUBLISHED["table3"]["rows"]
     rows = []
     for kind in ("right", "left", "balanced", "random"):
         if kind in baselines:
-            sc = baselines[kind]["scores"]["wsj40"]
-            rows.append([f"{display(kind)} (baseline)", fmt(sc["sentence_f1"]), fmt(sc["corpus_f1"]), _pub(pub3.get(kind))])
+            sc = baselines[kind]["scores"]
+            rows.append([f"{display(kind)} (baseline)", fmt(sc["wsj40"]["sentence_f1"]), fmt(sc["wsj40"]["corpus_f1"]),
+                         fmt((sc.get("palm_wsj40") or {}).get("sentence_f1")), _pub(pub3.get(kind))])
     for m in models:
         s = per_model[m]["summary"]
         note = PUBLISHED["table3"]["notes"].get(m)
-        rows.append([display(m), fmt(s["sentence_f1_wsj40"]), fmt(s["corpus_f1_wsj40"]),
+        rows.append([display(m), fmt(s["sentence_f1_wsj40"]), fmt(s["corpus_f1_wsj40"]), fmt(s.get("sentence_f1_palm_wsj40")),
                      _pub(pub3.get(m)) + (f" ({note})" if note and m in pub3 else "")])
-    rows.append(["DIORA", "not run", "not run", f"{pub3['DIORA']:.1f} ({PUBLISHED['table3']['notes']['DIORA']})"])
-    lines += _table(["model", "sentence F1 (ours)", "corpus F1 (ours)", "published F1"], rows)
+    rows.append(["DIORA", "not run", "not run", "not run",
+                 f"{pub3['DIORA']:.1f} ({PUBLISHED['table3']['notes']['DIORA']})"])
+    lines += _table(["model", "sentence F1 (ours)", "corpus F1 (ours)", "sentence F1, PaLM's convention",
+                     "published F1 (PaLM's convention)"], rows)
     add("")
-    add(f"Published: {PUBLISHED['table3']['source']}.")
+    add(f"Published: {PUBLISHED['table3']['source']}. Compare the last two columns: both count the whole-sentence "
+        "span (which every tree gets right, so they are higher than ours on short sentences).")
     add("")
 
     # ---------------------------------------------------------------- table 4
-    add(f"## 3. Branching, WSJ40 (PaLM Table 4), {split_name}")
+    add(f"## 3. Branching, WSJ40 (PaLM Table 4), {where}")
     add("")
     pub4 = PUBLISHED["table4"]
     rows = []
@@ -412,27 +369,32 @@ def render_markdown(results: dict) -> str:
     add("")
 
     # ---------------------------------------------------------------- Kim / ON-LSTM table
-    add(f"## 4. WSJ10, all lengths and per-label recall (ON-LSTM / Kim et al. style), {split_name}")
+    add(f"## 4. WSJ10, all lengths and per-label recall (ON-LSTM / Kim et al. style), {where}")
     add("")
     rows = []
     for kind in ("right", "left", "balanced", "random"):
         if kind in baselines:
             sc = baselines[kind]["scores"]
-            rows.append([f"{display(kind)} (baseline)", fmt(sc["wsj10"]["sentence_f1"]), fmt(sc["all"]["sentence_f1"])]
+            rows.append([f"{display(kind)} (baseline)", fmt(sc["wsj10"]["sentence_f1"]), fmt(sc["all"]["sentence_f1"]),
+                         fmt((sc.get("onlstm_wsj10") or {}).get("sentence_f1")),
+                         fmt((sc.get("onlstm_all") or {}).get("sentence_f1"))]
                         + [fmt(sc["all"]["label_recall"].get(label)) for label in LABELS])
     for m in models:
         s = per_model[m]["summary"]
-        rows.append([display(m), fmt(s["sentence_f1_wsj10"]), fmt(s["sentence_f1_all"])]
+        rows.append([display(m), fmt(s["sentence_f1_wsj10"]), fmt(s["sentence_f1_all"]),
+                     fmt(s.get("sentence_f1_onlstm_wsj10")), fmt(s.get("sentence_f1_onlstm_all"))]
                     + [fmt(s[f"recall_{label}"]) for label in LABELS])
     counts = None
     if baselines:
         counts = next(iter(baselines.values()))["scores"]["all"]["label_counts"]
-    header = ["model", "WSJ10 F1", "all-length F1"] + [f"{label} recall" + (f" ({counts[label]:,})" if counts else "")
+    header = ["model", "WSJ10 F1", "all-length F1", "WSJ10 F1, ON-LSTM's convention",
+              "all-length F1, ON-LSTM's convention"] + [f"{label} recall" + (f" ({counts[label]:,})" if counts else "")
                                                        for label in LABELS]
     lines += _table(header, rows)
     add("")
     add(f"Per-label recall: share of the gold constituents with that label (all lengths; their number in brackets) "
-        f"that the induced tree has. Published: {PUBLISHED['kim_onlstm']['missing']}.")
+        f"that the induced tree has. ON-LSTM's convention keeps one-word sentences, each scoring F1 = 1 (ours skips "
+        f"them). Published: {PUBLISHED['kim_onlstm']['missing']}.")
     add("")
 
     # ---------------------------------------------------------------- figures
@@ -516,6 +478,20 @@ def render_markdown(results: dict) -> str:
         "training run continues from its last checkpoint with the rest of its budget).")
     add("")
     return "\n".join(lines)
+
+
+def _budget_text(budget, budgets: dict, models: list, chunk) -> str:
+    if budget:
+        text = f"{_minutes(budget)} per model and seed"
+    elif budgets:
+        text = "per seed: " + ", ".join(f"{display(m)} {_minutes(budgets[m])}" if m in budgets
+                                        else f"{display(m)}: the config's epochs" for m in models)
+    else:
+        return "the configs' epochs / early stopping (no time budget)" + (
+            f"; trained in chunks of {_minutes(chunk)} per invocation" if chunk else "")
+    text += (" (`train.time_budget`, per-epoch validation included; how much a model trains in that time depends "
+             "on the machine's speed and load)")
+    return text + (f"; trained in chunks of {_minutes(chunk)} per invocation" if chunk else "")
 
 
 def _wall_text(results: dict) -> str:

@@ -33,7 +33,7 @@ def toy_profile(folder: Path, **changes) -> Path:
     """A copy of configs/toy/ made even smaller for the tests."""
     shutil.copytree(CONFIG_DIR / "toy", folder)
     profile = yaml.safe_load((folder / "profile.yaml").read_text())
-    profile.update(random_init_seeds=2, random_init_sentences=6, example_sentences=1, **changes)
+    profile.update({"random_init_seeds": 2, "random_init_sentences": 6, "example_sentences": 1, **changes})
     (folder / "profile.yaml").write_text(yaml.safe_dump(profile))
     return folder
 
@@ -95,7 +95,13 @@ def test_pipeline_writes_the_report_tables_and_figures(pipeline):
     assert "SYNTHETIC" in report  # the data is said to be synthetic, not PTB
     assert "not comparable 1:1" in report
     assert "| PaLM-U | " in report and "| gold | " in report
-    assert re.search(r"\| right-branching \(baseline\) \| [\d.]+ \| [\d.]+ \| 40\.7 \|", report)
+    assert re.search(r"\| right-branching \(baseline\) \| [\d.]+ \| [\d.]+ \| [\d.]+ \| 40\.7 \|", report)
+    # the papers' conventions, on the same trees: counting the whole-sentence span (always right) raises F1,
+    # and ON-LSTM's keeps one-word sentences (F1 = 1 each)
+    right_scores = results["baselines"]["right"]["scores"]
+    assert right_scores["palm_wsj40"]["sentence_f1"] > right_scores["wsj40"]["sentence_f1"]
+    assert right_scores["onlstm_all"]["n_sentences"] >= right_scores["all"]["n_sentences"]
+    assert "PaLM's convention" in report and "ON-LSTM's convention" in report
     assert "39.3 ± 10.5" in report  # Table 4's random row, published
     # every embedded figure exists next to the report and is a PNG
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report)
@@ -154,13 +160,13 @@ def test_missing_test_split_and_unknown_profile_are_clear_errors(pipeline, tmp_p
 
 
 def test_profiles_are_valid():
-    assert {"cpu", "paper", "toy"} <= set(list_profiles())
+    assert {"cpu", "gpu", "paper", "toy"} <= set(list_profiles())
     cpu = load_profile("cpu")
     assert cpu.time_budget() is not None and cpu.time_budget() * len(cpu.models) <= 40 * 60
     assert load_profile("paper").random_init_seeds == 25
     from induce.reproduce import build_run_config
 
-    for name in ("cpu", "paper", "toy"):
+    for name in ("cpu", "gpu", "paper", "toy"):
         profile = load_profile(name)
         for model in profile.models:
             config = build_run_config(profile, model, ["train.seed=3"])
@@ -211,3 +217,48 @@ def test_published_figures_are_the_paper_texts():
     assert "25 differently randomly initialized PaLM models" in text
     # Table 1's values are not in the text: the report must not quote any
     assert PUBLISHED["table1"]["rows"] == {}
+
+
+def test_chunked_training_pauses_and_the_same_command_continues(tmp_path, monkeypatch):
+    """A chunk's end pauses the run in training (resumable checkpoint), leaves the rest pending,
+    exits with status 75; the next invocation continues the paused run and finishes."""
+    from cli.reproduce import INCOMPLETE_EXIT
+    from induce.reproduce.pipeline import Reproduction
+
+    corpus = make_corpus(tmp_path / "corpora", train=60, valid=12, test=6)
+    profile = toy_profile(tmp_path / "profile", models=["onlstm", "palm"], random_init_seeds=0)
+    args = ["reproduce", "--profile", str(profile), "--corpus", str(corpus), "--corpora-dir", str(tmp_path / "corpora"),
+            "--out", str(tmp_path / "results"), "--no-progress", "--chunk", "1h"]
+    calls = iter([1e-3])  # the first run gets a sliver of the chunk, then the chunk is over
+    monkeypatch.setattr(Reproduction, "chunk_left", lambda self: next(calls, -1.0))
+    result = runner.invoke(app, args)
+    assert result.exit_code == INCOMPLETE_EXIT, result.output
+    statuses = steps(tmp_path / "results")
+    assert statuses["train onlstm seed 1"] == "paused"
+    assert statuses["train palm seed 1"] == "pending"
+    assert statuses["evaluate onlstm seed 1"] == "pending" and statuses["evaluate palm seed 1"] == "pending"
+    assert json.loads((tmp_path / "results" / "runs" / "onlstm-seed1" / "reproduce.json").read_text())["paused"]
+    assert "Not finished yet" in (tmp_path / "results" / "REPORT.md").read_text()
+
+    monkeypatch.setattr(Reproduction, "chunk_left", lambda self: None)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    statuses = steps(tmp_path / "results")
+    assert statuses["train onlstm seed 1"] == "resumed" and statuses["train palm seed 1"] == "ran"
+    assert statuses["evaluate onlstm seed 1"] == "ran"
+    assert not json.loads((tmp_path / "results" / "runs" / "onlstm-seed1" / "reproduce.json").read_text())["paused"]
+
+
+def test_auto_profile_is_gpu_with_cuda_else_cpu(monkeypatch):
+    from induce.reproduce import resolve_profile_name
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_profile_name("auto") == "gpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_profile_name("auto") == "cpu"
+    assert resolve_profile_name("toy") == "toy"
+    gpu = load_profile("gpu")
+    total = sum(gpu.time_budget(m) for m in gpu.models)
+    assert total <= 20 * 60  # training's share of the 25 minutes (configs/gpu/README.md)
+    assert gpu.time_budget("onlstm") == max(gpu.time_budget(m) for m in gpu.models)
+    assert load_profile("paper").chunk_seconds() is not None

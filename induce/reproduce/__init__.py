@@ -1,0 +1,21 @@
+"""``induce reproduce``: the whole pipeline from treebank to report, resumable step by step.
+
+* :mod:`.profiles` — what a profile asks for (``configs/<profile>/``) and the run configs it builds;
+* :mod:`.subset` — the subset corpus of small profiles;
+* :mod:`.pipeline` — the steps (prepare, train, untrained models, baselines, evaluate) and their
+  skipping / resuming;
+* :mod:`.results` — ``results.json``: what the steps wrote, gathered and summarised over seeds;
+* :mod:`.drawing` — the report's figures from the runs;
+* :mod:`induce.report` / :mod:`induce.findings` — ``REPORT.md`` and the sentences it generates
+  from the results.
+"""
+from .pipeline import EVAL_VERSION, RUN_STAMP, ReproduceOptions, Reproduction, StepRecord, reproduce
+from .profiles import PROFILE_FILE, Profile, build_run_config, list_profiles, load_profile, resolve_profile_name
+from .results import LENGTHS, SCORE_SETS, collect_results, mean_std, read_history, summarise
+from .subset import subset_corpus
+
+__all__ = [
+    "EVAL_VERSION", "LENGTHS", "PROFILE_FILE", "RUN_STAMP", "SCORE_SETS", "Profile", "ReproduceOptions",
+    "Reproduction", "StepRecord", "build_run_config", "collect_results", "list_profiles", "load_profile",
+    "mean_std", "read_history", "reproduce", "resolve_profile_name", "subset_corpus", "summarise",
+]

@@ -1,0 +1,133 @@
+"""The report's figures, drawn from the results and the trained runs (:func:`make_figures`); the
+plotting itself is :mod:`induce.figures`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from induce.report import display, split_name
+
+
+def choose_examples(kept: list, count: int, shortest: int = 8, longest: int = 15) -> list[int]:
+    """``count`` sentence indices spread over the split, among sentences of ``shortest``..``longest``
+    words after punctuation removal (deterministic)."""
+    candidates = [i for i, words in enumerate(kept) if shortest <= len(words) <= longest]
+    if not candidates or count <= 0:
+        return []
+    count = min(count, len(candidates))
+    return [candidates[(k * len(candidates)) // count] for k in range(count)]
+
+
+def make_figures(results: dict, out: Path, repro) -> dict:
+    """Draw every figure into ``out/figures``; returns ``{name: relative path}`` and adds the
+    example sentences (text trees, per-model F1) to ``results["examples"]``."""
+    from induce import figures
+    from induce.evaluation import EvalConvention, prepare_gold
+    from induce.inference import format_tree, load_run
+    from induce.show import display_gold, sentence_structure, tree_f1
+
+    out = Path(out)
+    folder = out / "figures"
+    made: dict = {}
+    models = results["models_order"]
+    first_seed = {m: next(iter(results["models"][m]["seeds"]), None) for m in models}
+
+    histories = {}
+    for model in models:
+        for seed, data in results["models"][model]["seeds"].items():
+            label = display(model) + (f" (seed {seed})" if len(results["seeds"]) > 1 else "")
+            histories[label] = data.get("history", [])
+    if any(histories.values()):
+        epoch_tokens = ((results["corpus"]["train"].get("splits") or {}).get("train") or {}).get("lm_tokens")
+        made["training_curves"] = _rel(figures.plot_training_curves(
+            histories, folder / "training-curves.png", epoch_tokens=epoch_tokens), out)
+
+    rows = []
+    for model, info in results["random_init"].items():
+        rows.append((f"{display(model)} untrained ({info['n_models']} inits)", info["left_split_pct"]["mean"],
+                     info["right_split_pct"]["mean"],
+                     100 - info["left_split_pct"]["mean"] - info["right_split_pct"]["mean"], 0.0))
+    for model in models:
+        summary = results["models"][model]["summary"]
+        if summary["left_split_pct_wsj40"]["mean"] is not None:
+            rows.append((display(model), summary["left_split_pct_wsj40"]["mean"],
+                         summary["right_split_pct_wsj40"]["mean"], summary["other_binary_split_pct_wsj40"]["mean"], 0.0))
+    gold = results.get("gold", {}).get("wsj40")
+    if gold:
+        rows.append(("gold", gold["left_split_pct"], gold["right_split_pct"], gold["other_binary_split_pct"],
+                     gold["nary_split_pct"]))
+    if rows:
+        made["branching"] = _rel(figures.plot_branching(
+            rows, folder / "branching.png", title=f"Splits of spans > 2 words, WSJ40 {split_name(results)}"), out)
+
+    gold_trees, kept = repro._gold()
+    indices = choose_examples(kept, repro.profile.example_sentences)
+    loaded = {}
+    for model in models:
+        seed = first_seed[model]
+        if seed is not None:
+            try:
+                loaded[model] = load_run(results["models"][model]["seeds"][seed]["run_dir"], repro.eval_device)
+            except Exception:  # noqa: BLE001 - a figure must not stop the report
+                continue
+    examples = []
+    structures: dict = {model: [] for model in loaded}
+    for number, index in enumerate(indices, start=1):
+        prepared = prepare_gold(gold_trees[index], EvalConvention())
+        gold_tree = display_gold(gold_trees[index])
+        entry = {"index": index, "words": prepared.words, "gold": format_tree(gold_tree), "trees": {}, "f1": {}}
+        panels = []
+        for model, run in loaded.items():
+            structure = sentence_structure(run, prepared.words, device=repro.eval_device, keep_punct=True)
+            _all_layers(run, structure, repro.eval_device)
+            structures[model].append((f"sentence {index}", structure))
+            f1 = tree_f1(structure.tree, gold_trees[index])
+            entry["trees"][model] = format_tree(structure.tree)
+            entry["f1"][model] = f1
+            panels.append((f"{display(model)} (F1 {f1:.0f})" if f1 is not None else display(model), structure.tree))
+        if panels:
+            path = figures.plot_trees(panels, folder / f"example-{number}.png", gold=gold_tree,
+                                      title=f"{split_name(results)} sentence {index}")
+            entry["figure"] = _rel(path, out)
+        examples.append(entry)
+    results["examples"] = examples
+    for model, items in structures.items():
+        if not items:
+            continue
+        kind = items[0][1].kind
+        if kind == "span":
+            path = figures.plot_span_attention(items, folder / f"attention-{model}.png",
+                                               title=f"{display(model)}: span attention (row: span end, column: span start)")
+        else:
+            path = figures.plot_distances(items, folder / f"distances-{model}.png",
+                                          title=f"{display(model)}: syntactic distance before each word")
+        made[f"{'attention' if kind == 'span' else 'distances'}_{model}"] = _rel(path, out)
+    return made
+
+
+def _all_layers(run, structure, device: str) -> None:
+    """Fill ``structure.layer_distances`` with every layer's distances ``[L, n]``: the parser runs
+    only the layers up to the one it reads (ON-LSTM), the figure shows all of them (full forward)."""
+    import torch
+
+    from induce.inference import normalize
+
+    if structure.layer_distances is None:
+        return
+    model, vocab = run.model, run.vocab
+    ids = [vocab.eos_id, *vocab.encode(normalize(structure.words)), vocab.eos_id]
+    dev = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(torch.tensor([ids], device=dev), model.init_state(1, dev))
+    finally:
+        model.train(was_training)
+    layers = (out.structure or {}).get("layer_distances")
+    if layers is not None and layers.size(0) > len(structure.layer_distances):
+        structure.layer_distances = layers[:, 0, 1 : 1 + len(structure.words)].float().cpu().numpy()
+
+
+def _rel(path: Path, out: Path) -> str:
+    return Path(path).relative_to(out).as_posix()
+

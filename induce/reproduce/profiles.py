@@ -1,0 +1,170 @@
+"""Profiles of ``induce reproduce``: ``configs/<profile>/profile.yaml`` (:class:`Profile`) and the
+run configs they build (``configs/default.yaml`` < ``configs/<model>.yaml`` < ``<profile>/<model>.yaml``
+< the profile's overrides < the pipeline's).
+
+``auto`` (the default of ``induce reproduce`` and ``make reproduce``) is ``gpu`` when torch sees a
+CUDA device, else ``cpu`` (:func:`resolve_profile_name`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Union
+
+import pydantic
+
+from induce.config import (
+    CONFIG_DIR,
+    DEFAULT_CONFIG,
+    ConfigError,
+    RunConfig,
+    apply_overrides,
+    deep_merge,
+    parse_duration,
+    read_yaml,
+    validate_config,
+)
+from induce.errors import InduceError
+
+PROFILE_FILE = "profile.yaml"
+
+
+class Profile(pydantic.BaseModel):
+    """``configs/<profile>/profile.yaml``: what ``induce reproduce --profile NAME`` runs."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    description: str = ""
+    models: list[str] = pydantic.Field(default_factory=lambda: ["prpn", "onlstm", "palm", "palm-s", "palm-rb"])
+    seeds: list[int] = pydantic.Field(default_factory=lambda: [1])
+    time_per_model: Union[None, str, dict[str, str]] = pydantic.Field(
+        None, description="training time budget per model and seed (train.time_budget), e.g. 6m, or one per model "
+        "({prpn: 4m, onlstm: 5m, ...}; a model left out: the config's epochs); null: the config's epochs"
+    )
+    chunk: Optional[str] = pydantic.Field(
+        None, description="wall-clock training time per invocation, e.g. 3h: then every run pauses at a resumable "
+        "checkpoint and the same command continues (null: train to the end in one go)"
+    )
+    train_sentences: Optional[int] = pydantic.Field(None, ge=1, description="train on the first N training sentences")
+    monitor_sentences: Optional[int] = pydantic.Field(
+        None, ge=1, description="per-epoch validation on the first N dev sentences (the final evaluation uses all)"
+    )
+    threads: Optional[int] = pydantic.Field(None, ge=1, description="torch CPU threads (null: torch's default)")
+    device: str = pydantic.Field("auto", description="auto, cpu, cuda, cuda:N (training and evaluation)")
+    random_init_seeds: int = pydantic.Field(5, ge=0, description="untrained models per kind (PaLM Table 4: 25)")
+    random_init_sentences: Optional[int] = pydantic.Field(
+        None, ge=1, description="WSJ40 dev sentences each untrained model parses (null: all)"
+    )
+    example_sentences: int = pydantic.Field(3, ge=0, description="dev sentences drawn in the report")
+    eval_batch_size: int = pydantic.Field(64, ge=1, description="sentences per forward pass when parsing")
+    overrides: list[str] = pydantic.Field(default_factory=list, description="key=value for every model's config")
+
+    # Filled in by load_profile (not YAML keys).
+    name: str = ""
+    folder: Optional[Path] = None
+
+    @pydantic.field_validator("models")
+    @classmethod
+    def _known_models(cls, models):
+        from induce.models.registry import get_model_class
+
+        for name in models:
+            try:
+                cls = get_model_class(name)
+            except KeyError as err:
+                raise ValueError(err.args[0]) from None
+            if getattr(cls, "parser_kind", None) not in ("distance", "span"):
+                raise ValueError(f"{name!r} has no syntactic structure to evaluate (it does not parse)")
+        if not models:
+            raise ValueError("at least one model")
+        return models
+
+    @pydantic.field_validator("time_per_model")
+    @classmethod
+    def _duration(cls, value):
+        if isinstance(value, dict):
+            from induce.models.registry import get_model_class
+
+            for model, duration in value.items():
+                try:
+                    get_model_class(model)
+                except KeyError as err:
+                    raise ValueError(err.args[0]) from None
+                parse_duration(duration)
+        elif value is not None:
+            parse_duration(value)
+        return value
+
+    @pydantic.field_validator("chunk")
+    @classmethod
+    def _chunk(cls, value):
+        if value is not None and parse_duration(value) <= 0:
+            raise ValueError("must be positive")
+        return value
+
+    def time_budget(self, model: Optional[str] = None) -> Optional[float]:
+        """Seconds of training for ``model`` (each model's when ``time_per_model`` is one value)."""
+        value = self.time_per_model
+        if isinstance(value, dict):
+            value = value.get(model) if model is not None else None
+        return None if value is None else parse_duration(value)
+
+    def chunk_seconds(self) -> Optional[float]:
+        return None if self.chunk is None else parse_duration(self.chunk)
+
+
+#: What ``--profile auto`` becomes: ``gpu`` with a CUDA device, else ``cpu``.
+AUTO = "auto"
+
+
+def resolve_profile_name(name: Union[str, Path]) -> Union[str, Path]:
+    """``auto`` -> ``gpu`` when torch sees a CUDA device, else ``cpu``; anything else unchanged.
+    (``torch.cuda.is_available()`` asks the driver for a device count; it creates no CUDA context.)"""
+    if str(name) != AUTO:
+        return name
+    import torch
+
+    return "gpu" if torch.cuda.is_available() else "cpu"
+
+
+def list_profiles(config_dir: Path = CONFIG_DIR) -> list[str]:
+    """Names of the shipped profiles (folders of ``configs/`` with a ``profile.yaml``)."""
+    return sorted(p.parent.name for p in Path(config_dir).glob(f"*/{PROFILE_FILE}"))
+
+
+def load_profile(name_or_path: Union[str, Path], config_dir: Path = CONFIG_DIR) -> Profile:
+    """A profile by name (``configs/<name>/``) or by folder path."""
+    path = Path(name_or_path)
+    folder = path if (path / PROFILE_FILE).is_file() else Path(config_dir) / str(name_or_path)
+    if not (folder / PROFILE_FILE).is_file():
+        known = ", ".join(list_profiles(config_dir)) or "(none)"
+        raise InduceError(f"unknown profile {str(name_or_path)!r}: no {PROFILE_FILE} in {folder}; profiles: {known}")
+    raw = read_yaml(folder / PROFILE_FILE)
+    try:
+        profile = Profile(**raw)
+    except pydantic.ValidationError as err:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(profile)'}: "
+                             f"{'unknown key' if e['type'] == 'extra_forbidden' else e['msg']}" for e in err.errors())
+        raise InduceError(f"{folder / PROFILE_FILE}: {problems}") from None
+    profile.name = folder.name
+    profile.folder = folder
+    return profile
+
+
+def build_run_config(profile: Profile, model: str, overrides: list[str]) -> RunConfig:
+    """``configs/default.yaml`` < ``configs/<model>.yaml`` < ``<profile folder>/<model>.yaml`` <
+    ``profile.overrides`` < ``overrides``."""
+    raw: dict = {}
+    sources = []
+    layers = [CONFIG_DIR / DEFAULT_CONFIG, CONFIG_DIR / f"{model}.yaml"]
+    if profile.folder is not None:
+        layers.append(profile.folder / f"{model}.yaml")
+    for layer in layers:
+        if layer.is_file():
+            raw = deep_merge(raw, read_yaml(layer))
+            sources.append(str(layer))
+    if raw.get("model_name", model) != model:
+        raise ConfigError(f"{sources[-1]}: model_name is {raw['model_name']!r}, expected {model!r}")
+    raw["model_name"] = model
+    raw = apply_overrides(raw, list(profile.overrides) + list(overrides))
+    return validate_config(raw, source=" + ".join(sources + ["profile overrides"]))
+
