@@ -141,8 +141,13 @@ class ScorerSplitOptimizer:
     def __init__(self, parts: list[tuple[torch.optim.Optimizer, bool]],
                  clip_parts: list[tuple[list[torch.nn.Parameter], Optional[float]]]):
         self.optimizers = [opt for opt, _ in parts]
-        self.scheduled_param_groups = [group for opt, scheduled in parts if scheduled for group in opt.param_groups]
+        self.scheduled = [scheduled for _, scheduled in parts]
         self.clip_parts = clip_parts
+
+    @property
+    def scheduled_param_groups(self) -> list[dict]:
+        # looked up on every call: torch's load_state_dict replaces the group dicts
+        return [group for opt, scheduled in zip(self.optimizers, self.scheduled) if scheduled for group in opt.param_groups]
 
     @property
     def param_groups(self) -> list[dict]:
