@@ -51,6 +51,42 @@ the relevance of this segment's rows only. ``structure["span_scores"]`` stays th
 scores: the parser (and PaLM-S's supervision) read the window only. Parsing lifts ``m`` to the
 sentence length, so no start is ever beyond the window there.
 
+**Paper vs released code** (``variant``; default ``paper`` in the class, ``released`` in
+``configs/palm*.yaml``). The authors' code (github.com/Noahs-ARK/PaLM, read at commit fe943bb; the
+parsing script ``eval_parsing.py`` only in its first commit 0888e06) differs from the equations above;
+``variant: released`` switches all of these:
+
+* span gate (``span_parser.py``, ``SpanScorer.forward`` / ``_compute_gate_``): every span
+  representation becomes ``g' = tanh(sigmoid(W_g h_q + b) * g(span))`` with ``h_q`` the querying
+  position; ``g'`` feeds both the scoring MLP and the context. The gate sits inside a ``tanh`` per
+  span, so it cannot be applied outside the fused :func:`induce.kernels.span_attention`; the
+  released path computes the attention in plain torch on top of :func:`induce.kernels.span_representations`
+  (``[B, R, m-1, 2D]`` stored: more memory than the fused kernel; no GPU figures for it);
+* the rational RNN states are dropped with a locked mask (rate ``dropouth``) before the span
+  representations (``SpanScorer.forward``, ``self._lockdrop_(rrnn_h_fw, ...)``);
+* residual form (``model.py``, ``RNNModel.forward``): ``h_hat = drop(g * h_raw + (1 - g) *
+  drop(tanh(W drop(a))))``, ``g = sigmoid(W_g [h; drop(a)])``: the gate multiplies the layer's
+  output *before* its dropout, the MLP reads the context only, and three more locked dropouts
+  (rate ``dropouth``);
+* no ``tanh`` on the rational RNN's update and no bias on it (``rrnn.py``, ``RRNNCell.forward``:
+  ``u = u_ * (1 - f)``, only the forget half of the bias used): ``u = (1 - f) * W_u h``;
+* ``m - 1`` spans (``SpanScorer._compute_span_repr_`` builds ``max_span_length - 1``): column
+  ``m - 1`` of ``span_scores`` is ``-inf``; parsing lifts the span count so every span is scored;
+* sizes of ``train.sh`` as defaults (:data:`RELEASED_DEFAULTS`: 1,120 hidden units, wdrop 0.5,
+  dropouth 0.3, m = 10; the paper's Table 5: 1,020, 0.45, 0.2, m = 20); explicit values win;
+* parsing carries the LSTM state from one test sentence to the next (``eval_parsing.py``,
+  ``parse``: ``hidden`` is carried, ``c_hidden`` reset per sentence): ``parse_state_carry`` is true
+  and :func:`induce.parsing.parse_batch` reads the sentences in the given order as one stream
+  (:meth:`PaLMBase.parse_stream`; the first sentence from a fresh state after an ``<eos>``, where the
+  released script starts from a zero state without it).
+
+Not reproduced: the released code scores, at the start of training, spans that reach into its zero
+initial span memory (we mask them, as the paper variant does); its initialisations
+(block-orthogonal LSTM weights, xavier gains); ``main.py``'s fine-tuning restart at epoch 400. The
+released training schedule (SGD lr 30 for the LM, the scorer in its own Adam, nonmono 15) is
+``optim.scorer_optimizer: adam`` (:mod:`induce.training.optim`). Which variant shows the paper's
+Table 3/4 behaviour (strongly right-branching attention) needs full-size GPU runs: not measured.
+
 Variants: ``palm-s`` adds ``lambda * CE(gold, attention)`` (Eq. 5) from ``gold_spans [B, T, m]``
 (same ``[t-k, t]`` convention, see :func:`induce.parsing.gold_span_targets`); ``palm-rb`` fixes the
 scores to ``s[t, k] = k + 1`` (longer spans score higher) so that the greedy parser of

@@ -7,6 +7,10 @@
 * ASGD is ``torch.optim.ASGD(t0=0, lambd=0)`` as in AWD-LSTM: a constant step size and the running
   average ``ax`` of the parameters since the switch; evaluation and the best checkpoint use the
   average (:func:`averaged_parameters`).
+* ``scorer_optimizer: adam`` — PaLM's released ``main.py``: the span scorer's parameters (marked by
+  the model) get their own Adam (``scorer_lr``, own clip ``scorer_clip``, lr not scaled per segment)
+  next to ``optimizer`` for the rest; after the ASGD switch one ASGD takes all parameters and only
+  the LM's are clipped (:class:`ScorerSplitOptimizer`, :func:`clip_gradients`).
 * ``plateau_factor``: the base lr is multiplied by it after ``plateau_patience`` + 1 evaluations
   without a new best validation loss (PRPN's ReduceLROnPlateau, threshold 0).
 
