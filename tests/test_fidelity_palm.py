@@ -409,3 +409,26 @@ def test_trainer_runs_the_released_schedule_and_resumes(tmp_path):
     for key in a:
         if key.startswith("model."):
             assert torch.equal(a[key], b[key]), key
+
+
+def test_predict_trees_parses_a_released_model_as_one_stream_in_corpus_order(monkeypatch):
+    """induce.inference.predict_trees groups sentences by length for speed; a released model gets
+    them all, in the given order, in one stream (so the carried state follows the corpus)."""
+    from pathlib import Path
+
+    from induce.data.corpus import Vocab
+    from induce.inference import LoadedRun, predict_trees
+
+    vocab = Vocab(["<unk>", "<eos>", *[f"w{i}" for i in range(VOCAB - 2)]])
+    sentences = [["w1", "w2", "w3", "w4", "w5"], ["w6", "w7"], ["w8", "w9", "w10"]]
+    streams = []
+    for variant, expected_calls in (("released", 1), ("paper", 0)):
+        model = make(variant, max_span_length=3).eval()
+        real = type(model).parse_stream
+        monkeypatch.setattr(type(model), "parse_stream", lambda self, sents, eos: streams.append(list(sents)) or real(self, sents, eos))
+        streams.clear()
+        trees = predict_trees(LoadedRun(model, vocab, {}, Path(".")), sentences)
+        assert [t.leaves() for t in trees] == sentences
+        assert len(streams) == expected_calls
+        if expected_calls:
+            assert streams[0] == [vocab.encode(s) for s in sentences]
