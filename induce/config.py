@@ -131,6 +131,9 @@ class RunConfig(_Section):
         problem = _selection_problem(cls, self.train.select_by)
         if problem:
             raise ValueError(problem)
+        if self.optim.scorer_optimizer == "adam" and not getattr(cls, "has_span_scorer", False):
+            raise ValueError(f"optim.scorer_optimizer: adam needs a model with a span scorer (PaLM); {cls.name!r} has "
+                             f"none; use optim.scorer_optimizer=shared")
         resolved = cls.Config(**self.model).model_dump(mode="json")
         if resolved != self.model:
             # object.__setattr__: skip validate_assignment, which would recurse into this validator.

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from induce.config import load_config
+from induce.config import ConfigError, load_config
 from induce.models.palm import RELEASED_DEFAULTS, SCORER_MARK, PaLM, PaLMConfig, SpanAttention
 from induce.models.registry import get_model_class
 from induce.parsing import parse_batch
@@ -56,6 +56,9 @@ def test_configs_use_the_released_variant_and_schedule():
     paper = load_config(config_file="configs/palm-paper.yaml")
     assert paper.model["variant"] == "paper" and paper.model["hidden_size"] == 1020
     assert (paper.optim.optimizer, paper.optim.asgd, paper.optim.scorer_optimizer) == ("adam", "epoch", "shared")
+    # the scorer's own Adam needs a model that has a span scorer: a config error naming the key
+    with pytest.raises(ConfigError, match=r"optim\.scorer_optimizer.*'onlstm'"):
+        load_config("onlstm", overrides=["optim.scorer_optimizer=adam"])
     # the variant alone flips the sizes (the base configs leave them to it)
     assert load_config("palm", overrides=["model.variant=paper"]).model["hidden_size"] == 1020
 

@@ -428,6 +428,8 @@ class PaLMBase(TiedLanguageModel):
 
     parser_kind = "span"
     Config = PaLMConfig
+    #: the span scorer's parameters carry :data:`SCORER_MARK` (``optim.scorer_optimizer: adam``).
+    has_span_scorer: ClassVar[bool] = True
     #: whether the span scores are replaced by the constants ``k + 1`` (right-branching).
     fixed_right_branching: ClassVar[bool] = False
     #: whether ``gold_spans`` adds the supervised attention loss.
