@@ -60,6 +60,8 @@ class OptimConfig(_Section):
       validation loss has not improved on the best of all but the last ``nonmono`` evaluations.
     * PaLM: ``optimizer: adam, asgd: epoch, asgd_after_epochs: N`` — Adam for N epochs, then ASGD.
     * PRPN: ``optimizer: adam, asgd: never, plateau_factor: 0.5`` — Adam, lr halved on plateaus.
+    * PaLM as released: ``optimizer: sgd, lr: 30, asgd: nonmono, nonmono: 15, scorer_optimizer: adam``
+      — the span scorer in its own Adam (``scorer_lr``, ``scorer_clip``) until the ASGD switch.
     """
 
     optimizer: Literal["sgd", "adam"] = "sgd"
@@ -79,6 +81,15 @@ class OptimConfig(_Section):
         None, gt=0, lt=1, description="multiply lr by this when valid loss plateaus (None: off)"
     )
     plateau_patience: int = pydantic.Field(2, ge=0)
+    # PaLM's released main.py: the span scorer has its own Adam until the ASGD switch
+    # (induce.training.optim.ScorerSplitOptimizer).
+    scorer_optimizer: Literal["shared", "adam"] = pydantic.Field(
+        "shared", description="shared: one optimiser for all parameters; adam: PaLM's span scorer in its own Adam"
+    )
+    scorer_lr: float = pydantic.Field(1e-3, gt=0, description="scorer_optimizer=adam: the scorer's Adam lr")
+    scorer_clip: Optional[float] = pydantic.Field(
+        1.0, gt=0, description="scorer_optimizer=adam: the scorer's own gradient clipping (None: off)"
+    )
 
 
 class TrainConfig(_Section):
@@ -123,6 +134,9 @@ class RunConfig(_Section):
         problem = _selection_problem(cls, self.train.select_by)
         if problem:
             raise ValueError(problem)
+        if self.optim.scorer_optimizer == "adam" and not getattr(cls, "has_span_scorer", False):
+            raise ValueError(f"optim.scorer_optimizer: adam needs a model with a span scorer (PaLM); {cls.name!r} has "
+                             f"none; use optim.scorer_optimizer=shared")
         resolved = cls.Config(**self.model).model_dump(mode="json")
         if resolved != self.model:
             # object.__setattr__: skip validate_assignment, which would recurse into this validator.

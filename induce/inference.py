@@ -217,6 +217,9 @@ def predict_trees(
             pieces.append((index, content_words[start : start + max_length]))
     order = sorted(range(len(pieces)), key=lambda p: len(pieces[p][1]))
     span_model = getattr(model, "parser_kind", "distance") == "span"
+    carry = getattr(model, "parse_state_carry", False)
+    if carry:  # PaLM variant=released: the pieces in corpus order, one stream (PaLMBase.parse_stream)
+        order = list(range(len(pieces)))
     piece_trees: list[Optional[nltk.Tree]] = [None] * len(pieces)
     longest = max((len(words) for words in sentences), default=0)
     with _recursion_limit(4 * longest + 1000):
@@ -224,10 +227,10 @@ def predict_trees(
         while start < len(order):
             # Grow the group while it fits the budget (lengths only increase along `order`).
             end = start + 1
-            while end < len(order) and end - start < batch_size:
+            while end < len(order) and (carry or end - start < batch_size):
                 length = len(pieces[order[end]][1]) + 2
                 cost = (end + 1 - start) * (length * length if span_model else length)
-                if cost > (SPAN_BUDGET if span_model else TOKEN_BUDGET):
+                if not carry and cost > (SPAN_BUDGET if span_model else TOKEN_BUDGET):
                     break
                 end += 1
             group = order[start:end]

@@ -224,7 +224,8 @@ def parse_batch(
     eos_id: Optional[int] = None,
     batch_size: int = 64,
 ) -> list[nltk.Tree]:
-    """Parse many sentences with ``model`` (eval mode, each sentence from a fresh state).
+    """Parse many sentences with ``model`` (eval mode, each sentence from a fresh state; a model with
+    ``parse_state_carry`` true reads them as one stream in the given order instead).
 
     sentences: token ids per sentence (no ``<eos>``). words: the original words to put at the leaves
     (default: the ids as strings). decoder: ``"peel"`` (default for distance models), ``"unbiased"``,
@@ -254,6 +255,11 @@ def parse_batch(
     trees: list[Optional[nltk.Tree]] = [None] * len(sentences)
     order = sorted(range(len(sentences)), key=lambda b: len(sentences[b]))
     try:
+        if kind == "span" and getattr(model, "parse_state_carry", False):
+            # PaLM variant=released: one stream in input order, LSTM state carried (PaLMBase.parse_stream).
+            for b, table in enumerate(model.parse_stream(sentences, eos_id)):
+                trees[b] = to_nltk(decode(table.float().cpu().numpy(), len(sentences[b]), decoder), words[b])
+            return trees  # type: ignore[return-value]
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             tokens, lengths, offset = _pad([sentences[b] for b in chunk], eos_id)

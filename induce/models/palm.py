@@ -51,6 +51,42 @@ the relevance of this segment's rows only. ``structure["span_scores"]`` stays th
 scores: the parser (and PaLM-S's supervision) read the window only. Parsing lifts ``m`` to the
 sentence length, so no start is ever beyond the window there.
 
+**Paper vs released code** (``variant``; default ``paper`` in the class, ``released`` in
+``configs/palm*.yaml``). The authors' code (github.com/Noahs-ARK/PaLM, read at commit fe943bb; the
+parsing script ``eval_parsing.py`` only in its first commit 0888e06) differs from the equations above;
+``variant: released`` switches all of these:
+
+* span gate (``span_parser.py``, ``SpanScorer.forward`` / ``_compute_gate_``): every span
+  representation becomes ``g' = tanh(sigmoid(W_g h_q + b) * g(span))`` with ``h_q`` the querying
+  position; ``g'`` feeds both the scoring MLP and the context. The gate sits inside a ``tanh`` per
+  span, so it cannot be applied outside the fused :func:`induce.kernels.span_attention`; the
+  released path computes the attention in plain torch on top of :func:`induce.kernels.span_representations`
+  (``[B, R, m-1, 2D]`` stored: more memory than the fused kernel; no GPU figures for it);
+* the rational RNN states are dropped with a locked mask (rate ``dropouth``) before the span
+  representations (``SpanScorer.forward``, ``self._lockdrop_(rrnn_h_fw, ...)``);
+* residual form (``model.py``, ``RNNModel.forward``): ``h_hat = drop(g * h_raw + (1 - g) *
+  drop(tanh(W drop(a))))``, ``g = sigmoid(W_g [h; drop(a)])``: the gate multiplies the layer's
+  output *before* its dropout, the MLP reads the context only, and three more locked dropouts
+  (rate ``dropouth``);
+* no ``tanh`` on the rational RNN's update and no bias on it (``rrnn.py``, ``RRNNCell.forward``:
+  ``u = u_ * (1 - f)``, only the forget half of the bias used): ``u = (1 - f) * W_u h``;
+* ``m - 1`` spans (``SpanScorer._compute_span_repr_`` builds ``max_span_length - 1``): column
+  ``m - 1`` of ``span_scores`` is ``-inf``; parsing lifts the span count so every span is scored;
+* sizes of ``train.sh`` as defaults (:data:`RELEASED_DEFAULTS`: 1,120 hidden units, wdrop 0.5,
+  dropouth 0.3, m = 10; the paper's Table 5: 1,020, 0.45, 0.2, m = 20); explicit values win;
+* parsing carries the LSTM state from one test sentence to the next (``eval_parsing.py``,
+  ``parse``: ``hidden`` is carried, ``c_hidden`` reset per sentence): ``parse_state_carry`` is true
+  and :func:`induce.parsing.parse_batch` reads the sentences in the given order as one stream
+  (:meth:`PaLMBase.parse_stream`; the first sentence from a fresh state after an ``<eos>``, where the
+  released script starts from a zero state without it).
+
+Not reproduced: the released code scores, at the start of training, spans that reach into its zero
+initial span memory (we mask them, as the paper variant does); its initialisations
+(block-orthogonal LSTM weights, xavier gains); ``main.py``'s fine-tuning restart at epoch 400. The
+released training schedule (SGD lr 30 for the LM, the scorer in its own Adam, nonmono 15) is
+``optim.scorer_optimizer: adam`` (:mod:`induce.training.optim`). Which variant shows the paper's
+Table 3/4 behaviour (strongly right-branching attention) needs full-size GPU runs: not measured.
+
 Variants: ``palm-s`` adds ``lambda * CE(gold, attention)`` (Eq. 5) from ``gold_spans [B, T, m]``
 (same ``[t-k, t]`` convention, see :func:`induce.parsing.gold_span_targets`); ``palm-rb`` fixes the
 scores to ``s[t, k] = k + 1`` (longer spans score higher) so that the greedy parser of
@@ -58,19 +94,22 @@ scores to ``s[t, k] = k + 1`` (longer spans score higher) so that the greedy par
 """
 from __future__ import annotations
 
-from typing import ClassVar, Optional
+from typing import Any, ClassVar, Literal, Optional
 
 import pydantic
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from induce.kernels import linear_scan, span_attention
+from induce.kernels import linear_scan, span_attention, span_representations
 from induce.relevancy import gather_relevant, relevant_indices
 
 from .awd import AWDConfig, TiedLanguageModel, WeightDropLSTM, locked_dropout
 from .base import LMOutput
 from .registry import register
+
+#: Attribute set (True) on the span scorer's parameters; ``optim.scorer_optimizer: adam`` reads it.
+SCORER_MARK = "induce_span_scorer"
 
 
 class PaLMConfig(AWDConfig):
@@ -94,12 +133,34 @@ class PaLMConfig(AWDConfig):
     relevant_set: int = pydantic.Field(
         0, ge=0, description="rho: extra spans [i, t] from the rho most relevant starts i <= t-m (0 = off)"
     )
+    variant: Literal["paper", "released"] = pydantic.Field(
+        "paper",
+        description="paper: Eqs. 1-3 and 6 of the paper; released: the authors' code (Noahs-ARK/PaLM), see the module docstring",
+    )
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _released_defaults(cls, data: Any) -> Any:
+        """``variant: released`` also changes the defaults of the sizes the released ``train.sh`` uses
+        (a value given explicitly still wins)."""
+        if isinstance(data, dict) and data.get("variant") == "released":
+            data = {**RELEASED_DEFAULTS, **data}
+        return data
 
     @pydantic.model_validator(mode="after")
     def _check_layers(self):
         if self.attention_after >= self.n_layers:
             raise ValueError(f"attention_after {self.attention_after} must be < n_layers {self.n_layers}")
+        if self.variant == "released" and self.relevant_set:
+            raise ValueError("relevant_set applies to variant 'paper' only (the released span gate is not implemented for it)")
+        if self.variant == "released" and self.max_span_length < 2:
+            raise ValueError("variant 'released' scores m-1 spans: max_span_length must be >= 2")
         return self
+
+
+#: Hyper-parameters of the authors' ``train.sh`` (Noahs-ARK/PaLM) that differ from the paper's Table 5
+#: / Appendix A; the defaults of ``variant: released``.
+RELEASED_DEFAULTS = {"hidden_size": 1120, "wdrop": 0.5, "dropouth": 0.3, "max_span_length": 10}
 
 
 def _accumulation_dtype(x: torch.Tensor) -> torch.dtype:
@@ -166,50 +227,135 @@ def relevant_span_representations(c_fwd, logf_fwd, c_bwd, logf_bwd, index, valid
 class SpanAttention(nn.Module):
     """Span attention block of PaLM: ``h [B, T, H]`` -> ``(h_hat [B, T, H], scores [B, T, m])``.
 
-    See the module docstring for the equations, the time alignment and ``relevant_set``. With
-    ``relevant_set > 0`` the last forward's screening is kept (detached) in ``last_relevant``:
-    ``{"beta": [B, R], "index", "valid": [B, R - first_row, rho], "first_row": int}`` over the kernel
-    rows (sequence positions of ``[memory; h]``), or ``None`` when no start was beyond the window.
+    See the module docstring for the equations, the time alignment, ``relevant_set`` and the two
+    variants. With ``relevant_set > 0`` the last forward's screening is kept (detached) in
+    ``last_relevant``: ``{"beta": [B, R], "index", "valid": [B, R - first_row, rho], "first_row": int}``
+    over the kernel rows (sequence positions of ``[memory; h]``), or ``None`` when no start was beyond
+    the window. ``dropout`` is the released variant's locked dropout (``dropouth``); the paper variant
+    has none inside the block.
     """
 
-    def __init__(self, hidden_size: int, rrnn_size: int, attention_size: int, relevant_set: int = 0):
+    def __init__(self, hidden_size: int, rrnn_size: int, attention_size: int, relevant_set: int = 0,
+                 variant: str = "paper", dropout: float = 0.0):
         super().__init__()
         self.rrnn_size = rrnn_size
         self.relevant_set = relevant_set
+        self.variant = variant
+        self.dropout = dropout
         self.last_relevant: Optional[dict] = None
+        released = variant == "released"
         # forget / update logits of both directions from one matmul: [f_fwd | u_fwd | f_bwd | u_bwd].
-        self.rrnn = nn.Linear(hidden_size, 4 * rrnn_size)
+        # Released: no bias on u (rrnn.py uses only the forget half of its bias), so the bias is a
+        # separate parameter of the forget gates.
+        self.rrnn = nn.Linear(hidden_size, 4 * rrnn_size, bias=not released)
+        if released:
+            self.rrnn_forget_bias = nn.Parameter(torch.zeros(2, rrnn_size))
+            # sigma(W_g h_query + b) over [fwd; bwd] (span_parser.py, SpanScorer._compute_gate_)
+            self.span_gate = nn.Linear(hidden_size, 2 * rrnn_size)
         self.query = nn.Linear(hidden_size, attention_size)
         self.w_span = nn.Parameter(torch.empty(2 * rrnn_size, attention_size))
         self.v = nn.Parameter(torch.empty(attention_size))
         nn.init.xavier_uniform_(self.w_span)
         nn.init.uniform_(self.v, -attention_size**-0.5, attention_size**-0.5)
-        # [MLP | residual gate] of h_bar = [h; a], one matmul.
-        self.mix = nn.Linear(hidden_size + 2 * rrnn_size, 2 * hidden_size)
+        if released:
+            # h_hat = g * h + (1 - g) * tanh(W a), g = sigmoid(W_g [h; a]) (model.py, RNNModel.forward)
+            self.mix_gate = nn.Linear(hidden_size + 2 * rrnn_size, hidden_size)
+            self.mix_mlp = nn.Linear(2 * rrnn_size, hidden_size)
+        else:
+            # [MLP | residual gate] of h_bar = [h; a], one matmul.
+            self.mix = nn.Linear(hidden_size + 2 * rrnn_size, 2 * hidden_size)
+
+    def scorer_parameters(self) -> list[nn.Parameter]:
+        """The span scorer (what the released ``main.py`` gives its own Adam): the rational RNN, the
+        span gate and the scoring MLP; not the mixing layers, which belong to the LM."""
+        mixing = {id(p) for name, p in self.named_parameters() if name.startswith("mix")}
+        return [p for p in self.parameters() if id(p) not in mixing]
 
     def span_inputs(self, seq: torch.Tensor):
-        """``seq [B, S, H]`` -> forward/backward rational RNN states and log forget gates ``[B, S, D]``."""
+        """``seq [B, S, H]`` -> forward/backward rational RNN states and log forget gates ``[B, S, D]``.
+
+        paper (Eq. 1b): ``u = (1 - f) * tanh(W_u h)``; released (rrnn.py, ``RRNNCell.forward``):
+        ``u = (1 - f) * W_u h``, no tanh and no bias on ``u``.
+        """
         f_fwd, u_fwd, f_bwd, u_bwd = self.rrnn(seq).chunk(4, -1)
+        if self.variant == "released":
+            f_fwd = f_fwd + self.rrnn_forget_bias[0]
+            f_bwd = f_bwd + self.rrnn_forget_bias[1]
+        else:
+            u_fwd, u_bwd = torch.tanh(u_fwd), torch.tanh(u_bwd)
         logf_fwd, logf_bwd = F.logsigmoid(f_fwd), F.logsigmoid(f_bwd)
         # (1 - sigmoid(a)) = sigmoid(-a)
-        u_fwd = torch.sigmoid(-f_fwd) * torch.tanh(u_fwd)
-        u_bwd = torch.sigmoid(-f_bwd) * torch.tanh(u_bwd)
+        u_fwd = torch.sigmoid(-f_fwd) * u_fwd
+        u_bwd = torch.sigmoid(-f_bwd) * u_bwd
         c_fwd = linear_scan(logf_fwd, u_fwd)
         c_bwd = linear_scan(logf_bwd, u_bwd, reverse=True)
         return c_fwd, logf_fwd, c_bwd, logf_bwd
 
+    def released_attention(self, row_query: torch.Tensor, row_gate: torch.Tensor, span_states, max_len: int,
+                           fixed_scores: Optional[torch.Tensor] = None):
+        """The released span attention (span_parser.py, ``SpanScorer.forward``), plain torch.
+
+        ``row_query [B, R, A]`` (``W_q h + b`` of each row's query position), ``row_gate [B, R, 2D]``
+        (``sigmoid(W_g h + b)`` of the same position), ``span_states`` from :meth:`span_inputs` over
+        the ``R`` rows. Only the ``m - 1`` spans ``[t-k, t]``, ``k = 0..m-2``, are scored (the
+        released ``_compute_span_repr_`` builds ``max_span_length - 1`` of them); their
+        representation is ``g' = tanh(gate_t * g([t-k, t]))``, the score ``v . tanh(q_t + g' @ w_span)``
+        (or ``fixed_scores[k]``) and the context ``sum_k w_k g'_k``. Returns ``(context [B, R, 2D],
+        scores [B, R, m])`` with column ``m - 1`` and the spans starting before row 0 at ``-inf``.
+
+        Not the fused :func:`induce.kernels.span_attention`: the gate sits inside the ``tanh`` of
+        every span, so it cannot be applied outside the kernel; this path stores ``[B, R, m-1, 2D]``.
+        """
+        c_fwd, logf_fwd, c_bwd, logf_bwd = span_states
+        n_spans = max_len - 1
+        fwd = span_representations(c_fwd, logf_fwd, n_spans)  # [B, R, m-1, D]
+        bwd = span_representations(c_bwd, logf_bwd, n_spans, reverse=True)
+        spans = torch.tanh(row_gate.unsqueeze(2) * torch.cat([fwd, bwd], -1))  # [B, R, m-1, 2D]
+        rows = spans.size(1)
+        if fixed_scores is None:
+            hidden = torch.tanh(torch.matmul(spans, self.w_span) + row_query.unsqueeze(2))
+            scores = torch.matmul(hidden, self.v)  # [B, R, m-1]
+        else:
+            scores = fixed_scores[:n_spans].to(spans.dtype).expand(spans.size(0), rows, n_spans)
+        starts = torch.arange(rows, device=spans.device)[:, None] - torch.arange(n_spans, device=spans.device)
+        scores = scores.masked_fill(starts < 0, float("-inf"))
+        weights = torch.softmax(scores.to(_accumulation_dtype(scores)), -1).to(spans.dtype)
+        context = torch.matmul(weights.unsqueeze(2), spans).squeeze(2)
+        scores = torch.cat([scores, scores.new_full((*scores.shape[:2], 1), float("-inf"))], -1)
+        return context, scores
+
+    def mix_context(self, h: torch.Tensor, context: torch.Tensor, residual: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``h, context -> h_hat [B, T, H]`` (``h [B, T, H]``, ``context [B, T, 2D]``).
+
+        paper (Eq. 6): ``g * tanh(W_m [h; a]) + (1 - g) * h``, ``g = sigmoid(W_g [h; a])``.
+        released (model.py, ``RNNModel.forward``): ``a' = drop(a)``, ``g = sigmoid(W_g [h; a'])``,
+        ``h_hat = drop(g * residual + (1 - g) * drop(tanh(W a')))`` with three locked dropouts of rate
+        ``dropout``; ``residual`` is the layer output before its own dropout (default: ``h``).
+        """
+        if self.variant == "released":
+            p, training = self.dropout, self.training
+            context = locked_dropout(context, p, training)
+            gate = torch.sigmoid(self.mix_gate(torch.cat([h, context], -1)))
+            mlp = locked_dropout(torch.tanh(self.mix_mlp(context)), p, training)
+            residual = h if residual is None else residual
+            return locked_dropout(gate * residual + (1 - gate) * mlp, p, training)
+        mlp, gate = self.mix(torch.cat([h, context], -1)).chunk(2, -1)
+        gate = torch.sigmoid(gate)
+        return gate * torch.tanh(mlp) + (1 - gate) * h
+
     def forward(self, h: torch.Tensor, memory: Optional[torch.Tensor], max_len: int,
-                fixed_scores: Optional[torch.Tensor] = None):
-        """h ``[B, T, H]`` (current positions), memory ``[B, P, H]`` (previous positions) or None.
+                fixed_scores: Optional[torch.Tensor] = None, residual: Optional[torch.Tensor] = None):
+        """h ``[B, T, H]`` (current positions), memory ``[B, P, H]`` (previous positions) or None;
+        ``residual [B, T, H]``: the released variant's residual input (the undropped layer output).
 
         Returns ``h_hat [B, T, H]`` and ``span_scores [B, T, max_len]`` (row t: spans ending at t, scored
-        with the query of t+1; row T-1 is -inf).
+        with the query of t+1; row T-1 is -inf; released: column ``max_len - 1`` is -inf too).
         """
         batch, steps, _ = h.shape
         prev = 0 if memory is None else memory.size(1)
         seq = h if prev == 0 else torch.cat([memory, h], 1)  # [B, S = P + T, H]
         two_d = 2 * self.rrnn_size
-        query = self.query(h)  # [B, T, A]: query of position t is used for the spans ending at t-1
+        released = self.variant == "released"
         # Kernel rows r = 0 .. S-2 (spans ending at sequence position r) with the query of position r+1.
         rows = prev + steps - 1
         scores = h.new_full((batch, steps, max_len), float("-inf"))
@@ -217,19 +363,28 @@ class SpanAttention(nn.Module):
         if rows > 0:
             span_states = self.span_inputs(seq[:, :rows])
             # Row prev+t-1 takes the query of position t; rows before prev-1 (older memory) are
-            # only needed as span starts, their own outputs are dropped (zero queries).
-            if prev == 0:
-                row_query = query[:, 1:]
-            else:
-                row_query = torch.cat([query.new_zeros(batch, prev - 1, query.size(-1)), query], 1)
-            row_context, row_scores = span_attention(
-                row_query, *span_states, self.w_span, self.v, max_len, fixed_scores=fixed_scores
-            )
+            # only needed as span starts, their own outputs are dropped (zero query inputs).
+            row_h = h[:, 1:] if prev == 0 else torch.cat([h.new_zeros(batch, prev - 1, h.size(-1)), h], 1)
+            row_query = self.query(row_h)
             self.last_relevant = None
-            if self.relevant_set and rows > max_len:  # some row has a start beyond its window
-                row_context = self._with_relevant_spans(
-                    row_context, row_scores, span_states, row_query, max(prev - 1, 0), fixed_scores
+            if released:
+                c_fwd, logf_fwd, c_bwd, logf_bwd = span_states
+                # span_parser.py drops the rational RNN states (locked, rate dropouth); the span
+                # representations are linear in them, so this is the same mask on every span.
+                c_fwd = locked_dropout(c_fwd, self.dropout, self.training)
+                c_bwd = locked_dropout(c_bwd, self.dropout, self.training)
+                row_gate = torch.sigmoid(self.span_gate(row_h))
+                row_context, row_scores = self.released_attention(
+                    row_query, row_gate, (c_fwd, logf_fwd, c_bwd, logf_bwd), max_len, fixed_scores
                 )
+            else:
+                row_context, row_scores = span_attention(
+                    row_query, *span_states, self.w_span, self.v, max_len, fixed_scores=fixed_scores
+                )
+                if self.relevant_set and rows > max_len:  # some row has a start beyond its window
+                    row_context = self._with_relevant_spans(
+                        row_context, row_scores, span_states, row_query, max(prev - 1, 0), fixed_scores
+                    )
             # position t reads the row of spans ending at t-1 (row prev + t - 1)
             if prev == 0:
                 context = torch.cat([context[:, :1], row_context], 1)
@@ -238,11 +393,7 @@ class SpanAttention(nn.Module):
             # span_scores[t] = spans ending at current position t = row prev + t, for t <= T-2
             if steps > 1:
                 scores = torch.cat([row_scores[:, prev:], scores[:, :1]], 1)
-        h_bar = torch.cat([h, context], -1)
-        mlp, gate = self.mix(h_bar).chunk(2, -1)
-        gate = torch.sigmoid(gate)
-        h_hat = gate * torch.tanh(mlp) + (1 - gate) * h
-        return h_hat, scores
+        return self.mix_context(h, context, residual), scores
 
     def _with_relevant_spans(self, row_context, row_scores, span_states, row_query, first_row: int,
                              fixed_scores: Optional[torch.Tensor]) -> torch.Tensor:
@@ -277,6 +428,8 @@ class PaLMBase(TiedLanguageModel):
 
     parser_kind = "span"
     Config = PaLMConfig
+    #: the span scorer's parameters carry :data:`SCORER_MARK` (``optim.scorer_optimizer: adam``).
+    has_span_scorer: ClassVar[bool] = True
     #: whether the span scores are replaced by the constants ``k + 1`` (right-branching).
     fixed_right_branching: ClassVar[bool] = False
     #: whether ``gold_spans`` adds the supervised attention loss.
@@ -288,8 +441,19 @@ class PaLMBase(TiedLanguageModel):
         sizes = [cfg.emb_size] + [cfg.hidden_size] * (cfg.n_layers - 1) + [cfg.emb_size]
         self.layers = nn.ModuleList(WeightDropLSTM(sizes[l], sizes[l + 1], cfg.wdrop) for l in range(cfg.n_layers))
         self.span_attention = SpanAttention(
-            sizes[cfg.attention_after], cfg.rrnn_size, cfg.attention_size, relevant_set=cfg.relevant_set
+            sizes[cfg.attention_after], cfg.rrnn_size, cfg.attention_size, relevant_set=cfg.relevant_set,
+            variant=cfg.variant, dropout=cfg.dropouth,
         )
+        # Marks the span scorer for ``optim.scorer_optimizer: adam`` (induce.training.optim reads the
+        # mark: the optimiser only ever sees the parameter objects).
+        for param in self.span_attention.scorer_parameters():
+            setattr(param, SCORER_MARK, True)
+
+    @property
+    def parse_state_carry(self) -> bool:
+        """Whether the parser reads a corpus as one stream, carrying the LSTM state from one sentence
+        to the next (the released ``eval_parsing.py``): only ``variant: released``."""
+        return self.config.variant == "released"
 
     def init_state(self, batch_size: int, device="cpu"):
         """``(list of (h [B, H_l], c [B, H_l]) per layer, memory)``; ``memory`` holds the last
@@ -324,7 +488,7 @@ class PaLMBase(TiedLanguageModel):
             if l + 1 == cfg.attention_after:
                 seq = x if memory is None else torch.cat([memory, x], 1)
                 new_memory = seq[:, -cfg.max_span_length :]
-                x, scores = self.span_attention(x, memory, max_len, self._fixed_scores(max_len, x))
+                x, scores = self.span_attention(x, memory, max_len, self._fixed_scores(max_len, x), residual=out)
                 if scores_only:
                     break
         return x, (new_states, new_memory), raw_outputs, dropped_outputs, scores
@@ -340,12 +504,42 @@ class PaLMBase(TiedLanguageModel):
         return LMOutput(hidden=hidden, state=new_state, raw_outputs=raw, dropped_outputs=dropped,
                         extra_loss=extra, structure={"span_scores": scores})
 
+    def _parse_span_count(self, steps: int) -> int:
+        """The ``max_len`` that scores every span of a ``steps``-token input (released: m - 1 spans)."""
+        return steps + 1 if self.config.variant == "released" else steps
+
     @torch.no_grad()
     def parse_structure(self, tokens: torch.Tensor, lengths: torch.Tensor) -> dict:
-        """Span scores ``[B, T, T]`` of whole sentences (max span length lifted to the padded length)."""
+        """Span scores ``[B, T, m']`` of whole sentences, each from a fresh state (max span length lifted
+        to the padded length: ``m' = T``, or ``T + 1`` for the released variant, which scores m' - 1)."""
         state = self.init_state(tokens.size(0), tokens.device)
-        *_, scores = self._run(tokens, state, tokens.size(1), scores_only=True)
+        *_, scores = self._run(tokens, state, self._parse_span_count(tokens.size(1)), scores_only=True)
         return {"span_scores": scores}
+
+    @torch.no_grad()
+    def parse_stream(self, sentences, eos_id: int) -> list[torch.Tensor]:
+        """Span scores of consecutive sentences read as one stream ``<eos> s_1 <eos> s_2 <eos> ...``.
+
+        ``sentences``: token ids per sentence (no ``<eos>``), in corpus order. Each sentence runs as
+        its own segment, ``s_i <eos>`` (the first one ``<eos> s_1 <eos>``), starting from the LSTM
+        states the previous segment ended with; the span memory starts empty for every sentence, so
+        no span reaches into the previous sentence (as the released ``eval_parsing.py``, which carries
+        ``hidden`` and resets ``c_hidden``). Returns per sentence of ``n`` words the table
+        ``[n, m']`` whose row ``i`` scores the spans ending at word ``i`` (for
+        :func:`induce.parsing.span_tree`). Batch of one sentence at a time, eval mode assumed.
+        """
+        device = self.embedding.weight.device
+        state = self.init_state(1, device)
+        tables = []
+        for index, sentence in enumerate(sentences):
+            ids = ([eos_id] if index == 0 else []) + list(sentence) + [eos_id]
+            offset = 1 if index == 0 else 0
+            tokens = torch.as_tensor(ids, dtype=torch.long, device=device).unsqueeze(0)
+            _, (new_states, _), _, _, scores = self._run(tokens, state, self._parse_span_count(len(ids)), scores_only=True)
+            # layers above the span attention do not run when parsing: their state stays as it was
+            state = (new_states + state[0][len(new_states):], None)
+            tables.append(scores[0, offset : offset + len(sentence)])
+        return tables
 
 
 def attention_cross_entropy(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,10 @@
   original checks it only inside its ASGD branch). The original also has a non-monotone stop after
   the restart, but its ASGD branch never appends to that history (``best_val_loss``), so the stop
   can never fire: training runs to ``--epochs``; here too (``train.epochs``).
+* ``scorer_optimizer: adam`` — PaLM's released ``main.py``: the span scorer's parameters (marked by
+  the model) get their own Adam (``scorer_lr``, own clip ``scorer_clip``, lr not scaled per segment)
+  next to ``optimizer`` for the rest; after the ASGD switch one ASGD takes all parameters and only
+  the LM's are clipped (:class:`ScorerSplitOptimizer`, :func:`clip_gradients`).
 * ``plateau_factor``: the base lr is multiplied by it after ``plateau_patience`` + 1 evaluations
   without a new best validation loss (PRPN's ReduceLROnPlateau, threshold 0).
 
@@ -23,7 +27,7 @@ take proportionally smaller steps.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Optional
 
 import torch
 
@@ -31,8 +35,12 @@ from induce.config import OptimConfig
 
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], config: OptimConfig, asgd: bool = False) -> torch.optim.Optimizer:
-    """The optimiser of the current phase: ``config.optimizer`` before the switch, ASGD after it."""
+    """The optimiser of the current phase: ``config.optimizer`` before the switch, ASGD after it.
+
+    With ``config.scorer_optimizer == "adam"`` a :class:`ScorerSplitOptimizer` (see there)."""
     params = list(params)
+    if config.scorer_optimizer == "adam":
+        return _scorer_split_optimizer(params, config, asgd)
     if asgd:
         lr = config.asgd_lr if config.asgd_lr is not None else config.lr
         # capturable keeps step/eta/mu on the GPU: without it every step reads them back per parameter.
@@ -58,8 +66,9 @@ class Schedule:
         self.plateau_bad = 0
 
     def step_lr(self, optimizer: torch.optim.Optimizer, scale: float = 1.0) -> None:
-        """Set the lr of the next step: ``base_lr * scale`` (scale = segment length / bptt)."""
-        for group in optimizer.param_groups:
+        """Set the lr of the next step: ``base_lr * scale`` (scale = segment length / bptt). A
+        :class:`ScorerSplitOptimizer`'s scorer Adam keeps its own fixed lr."""
+        for group in getattr(optimizer, "scheduled_param_groups", optimizer.param_groups):
             group["lr"] = self.base_lr * scale
 
     def after_evaluation(self, epoch: int, val_loss: float) -> bool:
@@ -111,13 +120,14 @@ class Schedule:
 @contextmanager
 def averaged_parameters(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[None]:
     """Inside the block the parameters hold ASGD's averages ``ax`` (no-op for other optimisers)."""
-    if not isinstance(optimizer, torch.optim.ASGD):
+    averaging = [opt for opt in getattr(optimizer, "optimizers", [optimizer]) if isinstance(opt, torch.optim.ASGD)]
+    if not averaging:
         yield
         return
     saved = []
     with torch.no_grad():
         for param in model.parameters():
-            state = optimizer.state.get(param, {})
+            state = next((opt.state[param] for opt in averaging if param in opt.state), {})
             if "ax" in state:
                 saved.append((param, param.detach().clone()))
                 param.copy_(state["ax"])
@@ -127,3 +137,105 @@ def averaged_parameters(model: torch.nn.Module, optimizer: torch.optim.Optimizer
         with torch.no_grad():
             for param, original in saved:
                 param.copy_(original)
+
+
+# --- The released PaLM schedule: the span scorer's own Adam -----------------------------------------
+
+#: Attribute (True) that a model sets on its span scorer's parameters (:data:`induce.models.palm.SCORER_MARK`).
+SCORER_MARK = "induce_span_scorer"
+
+
+class ScorerSplitOptimizer:
+    """Several torch optimisers over disjoint parameter lists, stepped together, with per-part clipping.
+
+    ``parts``: ``(optimizer, scheduled)``; the lr schedule (:meth:`Schedule.step_lr`) sets the lr of
+    the ``scheduled`` parts only. ``clip_parts``: ``(params, max_norm or None)``; :func:`clip_gradients`
+    clips each list on its own. ``state_dict`` is one torch-style dict (parameter indices numbered
+    across the parts in order), so the checkpoint code stores it like a single optimiser.
+    """
+
+    def __init__(self, parts: list[tuple[torch.optim.Optimizer, bool]],
+                 clip_parts: list[tuple[list[torch.nn.Parameter], Optional[float]]]):
+        self.optimizers = [opt for opt, _ in parts]
+        self.scheduled = [scheduled for _, scheduled in parts]
+        self.clip_parts = clip_parts
+
+    @property
+    def scheduled_param_groups(self) -> list[dict]:
+        # looked up on every call: torch's load_state_dict replaces the group dicts
+        return [group for opt, scheduled in zip(self.optimizers, self.scheduled) if scheduled for group in opt.param_groups]
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return [group for opt in self.optimizers for group in opt.param_groups]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none=set_to_none)
+
+    def step(self) -> None:
+        for opt in self.optimizers:
+            opt.step()
+
+    def clip(self) -> None:
+        for params, max_norm in self.clip_parts:
+            if max_norm is not None and params:
+                torch.nn.utils.clip_grad_norm_(params, max_norm)
+
+    def state_dict(self) -> dict:
+        state, groups, offset = {}, [], 0
+        for opt in self.optimizers:
+            part = opt.state_dict()
+            for index, entry in part["state"].items():
+                state[index + offset] = entry
+            for group in part["param_groups"]:
+                groups.append({**group, "params": [i + offset for i in group["params"]]})
+            offset += sum(len(group["params"]) for group in opt.param_groups)
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        groups, offset, first_group = state_dict["param_groups"], 0, 0
+        for opt in self.optimizers:
+            count = sum(len(group["params"]) for group in opt.param_groups)
+            own_groups = groups[first_group : first_group + len(opt.param_groups)]
+            if len(own_groups) != len(opt.param_groups):
+                raise ValueError("optimiser state does not match the scorer/LM split (different number of groups)")
+            part = {
+                "state": {int(i) - offset: v for i, v in state_dict["state"].items() if offset <= int(i) < offset + count},
+                "param_groups": [{**group, "params": [i - offset for i in group["params"]]} for group in own_groups],
+            }
+            opt.load_state_dict(part)
+            offset += count
+            first_group += len(opt.param_groups)
+
+
+def _scorer_split_optimizer(params: list[torch.nn.Parameter], config: OptimConfig, asgd: bool) -> ScorerSplitOptimizer:
+    """``optim.scorer_optimizer: adam`` — the released PaLM ``main.py``:
+
+    * before the switch: ``config.optimizer`` (SGD, lr 30 in ``train.sh``) over the LM parameters,
+      clipped at ``config.clip``, its lr scaled per segment; the span scorer's parameters in their own
+      ``Adam(lr=scorer_lr, weight_decay=wdecay)`` (torch's default betas and eps), clipped on their own
+      at ``scorer_clip``, lr not scaled;
+    * after the switch (``main.py`` builds ``ASGD(model.parameters())`` and stops stepping the scorer's
+      Adam): one ASGD over all parameters, the scorer included; only the LM parameters are clipped.
+    """
+    scorer = [p for p in params if getattr(p, SCORER_MARK, False)]
+    lm = [p for p in params if not getattr(p, SCORER_MARK, False)]
+    if not scorer:
+        raise ValueError("optim.scorer_optimizer=adam: this model has no span scorer (only the PaLM models have one); "
+                         "use optim.scorer_optimizer=shared")
+    if asgd:
+        plain = config.model_copy(update={"scorer_optimizer": "shared"})
+        return ScorerSplitOptimizer([(build_optimizer(params, plain, asgd=True), True)], [(lm, config.clip)])
+    lm_opt = build_optimizer(lm, config.model_copy(update={"scorer_optimizer": "shared"}))
+    scorer_opt = torch.optim.Adam(scorer, lr=config.scorer_lr, weight_decay=config.wdecay)
+    return ScorerSplitOptimizer([(lm_opt, True), (scorer_opt, False)], [(lm, config.clip), (scorer, config.scorer_clip)])
+
+
+def clip_gradients(optimizer, params: list[torch.nn.Parameter], clip: Optional[float]) -> None:
+    """Gradient-norm clipping before ``optimizer.step()``: all ``params`` at ``clip`` (None: off), or a
+    :class:`ScorerSplitOptimizer`'s own per-part clipping."""
+    if isinstance(optimizer, ScorerSplitOptimizer):
+        optimizer.clip()
+    elif clip is not None:
+        torch.nn.utils.clip_grad_norm_(params, clip)

@@ -53,7 +53,7 @@ from .checkpoint import (
     split_optimizer_state,
     unflatten_state,
 )
-from .optim import Schedule, averaged_parameters, build_optimizer
+from .optim import Schedule, averaged_parameters, build_optimizer, clip_gradients
 
 STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.jsonl"
@@ -607,8 +607,7 @@ class Trainer:
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=autocast):
                 loss, cross_entropy, self.hidden = self.loss_module(inputs, targets, self.hidden, gold)
             loss.backward()
-            if cfg.optim.clip is not None:
-                torch.nn.utils.clip_grad_norm_(params, cfg.optim.clip)
+            clip_gradients(self.optimizer, params, cfg.optim.clip)  # per part for optim.scorer_optimizer=adam
             self.optimizer.step()
             self.epoch_loss_sum += cross_entropy.double() * targets.numel()
             self.epoch_tokens += targets.numel()
