@@ -18,3 +18,48 @@ def test_help_lists_the_commands():
     assert result.exit_code == 0
     for command in ("preprocess", "eval", "train", "parse"):
         assert command in result.output
+
+
+def test_help_does_not_import_heavy_modules():
+    """`induce --help` (and a command's --help) in a fresh interpreter imports neither torch nor nltk.
+
+    Checked through sys.modules rather than timed, so that it holds on a loaded machine too.
+    """
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = (
+        "import sys\n"
+        "from cli.main import main\n"
+        "for argv in (['induce', '--help'], ['induce', 'parse', '--help'], ['induce', 'eval', '--help']):\n"
+        "    sys.argv = argv\n"
+        "    try:\n"
+        "        main()\n"
+        "    except SystemExit as stop:\n"
+        "        assert stop.code in (0, None), stop.code\n"
+        "heavy = ('torch', 'nltk', 'numpy', 'scipy', 'matplotlib', 'safetensors', 'triton')\n"
+        "print('IMPORTED:', sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "IMPORTED: []" in done.stdout, done.stdout[-300:]
+
+
+def test_preprocess_defaults_agree_with_the_library():
+    from cli import preprocess as cli_preprocess
+    from induce.data import preprocess
+
+    assert cli_preprocess.DEFAULT_MAX_VOCAB == preprocess.DEFAULT_MAX_VOCAB
+    assert cli_preprocess.DEFAULT_SECTIONS == preprocess.DEFAULT_SECTIONS
+
+
+def test_help_paragraphs_are_reflowed():
+    from cli.main import reflow
+
+    assert reflow("Title line.\n\n    One sentence\n    goes on.\n\n    - item one\n    - item two\n") == (
+        "Title line.\n\nOne sentence goes on.\n\n- item one\n- item two"
+    )
+    result = runner.invoke(app, ["parse", "--help"], env={"COLUMNS": "200"}, terminal_width=200)
+    assert "punctuation left out, lower case, numbers -> N" in result.output
