@@ -28,7 +28,7 @@ def pick_run(checkpoint: Optional[Path], console: Console, runs_dir: Optional[Pa
     from induce.inference import latest_run
 
     found = latest_run(runs_dir)
-    console.print(f"using the newest finished run: {found}", highlight=False)
+    console.print(f"using the latest finished run: {found}", highlight=False)
     return found
 
 

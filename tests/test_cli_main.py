@@ -63,3 +63,12 @@ def test_help_paragraphs_are_reflowed():
     )
     result = runner.invoke(app, ["parse", "--help"], env={"COLUMNS": "200"}, terminal_width=200)
     assert "punctuation left out, lower case, numbers -> N" in result.output
+
+
+def test_commands_with_a_model_say_where_they_look_and_default_to_auto_device():
+    for command in (["parse"], ["eval"], ["generate"], ["show", "tree"], ["show", "attention"]):
+        result = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "300"}, terminal_width=300)
+        assert result.exit_code == 0, result.output
+        text = " ".join(result.output.replace("│", " ").split())
+        assert "results/runs/" in text, command
+        assert "--device" in text and "auto (CUDA when available, else CPU)" in text, command
