@@ -166,12 +166,17 @@ def _load_gold(gold, corpus, data, split, console, convention, steps):
         files = [prepared._file(split, ".gold.txt")]  # the split's gold file (its errors name the split)
         label, corpus_dir = f"{corpus}/{split}.gold.txt", Path(corpus)
     reading = steps.bar("reading gold trees")
+    preparing = steps.bar("preparing gold trees") if len(files) == 1 else None
     sentences = []
     for number, path in enumerate(files):
         located = read_trees(path, progress=reading if len(files) == 1 else None)
         for k in range(len(located)):
+            if preparing is not None and k % 1000 == 0:
+                preparing(k, len(located))
             sentences.append(prepare_gold(located[k].tree, convention))
             located[k] = None  # each nltk tree is freed once prepared: memory peaks at one copy
+        if preparing is not None:
+            preparing(len(located), len(located))
         if len(files) > 1:
             reading(number + 1, len(files))
     return sentences, label, corpus_dir
