@@ -235,9 +235,17 @@ def deep_merge(base: dict, update: dict) -> dict:
     return out
 
 
-def apply_overrides(raw: dict, overrides: list[str], origins: Optional[Origins] = None) -> dict:
+#: The command-line flags of ``induce train`` that set config keys (named in errors about them).
+FLAG_OF_KEY = {
+    "train.seed": "--seed", "train.device": "--device", "train.kernels": "--kernels", "train.epochs": "--max-epochs",
+    "train.time_budget": "--time-budget", "data.corpus": "--corpus",
+}
+
+
+def apply_overrides(raw: dict, overrides: list[str], origins: Optional[Origins] = None, from_flags: bool = False) -> dict:
     """Apply ``key=value`` strings (dotted keys) to a raw config mapping; returns a new mapping.
-    ``origins`` records each key as coming from ``override key=value``."""
+    ``origins`` records each key as coming from ``override key=value``, or with ``from_flags``
+    from the flag that set it (:data:`FLAG_OF_KEY`, e.g. ``--max-epochs 0``)."""
     out = copy.deepcopy(raw)
     for item in overrides:
         key, sep, text = item.partition("=")
@@ -259,7 +267,8 @@ def apply_overrides(raw: dict, overrides: list[str], origins: Optional[Origins] 
             node = child
         node[parts[-1]] = value
         if origins is not None:
-            origins.record(key, f"override {item}")
+            flag = FLAG_OF_KEY.get(key, "a command-line option")
+            origins.record(key, f"{flag} {text}" if from_flags else f"override {item}")
     return out
 
 
@@ -307,11 +316,14 @@ def load_config(
     config_file: Optional[Union[str, Path]] = None,
     overrides: Optional[list[str]] = None,
     use_defaults: bool = True,
+    flag_overrides: Optional[list[str]] = None,
 ) -> RunConfig:
     """Build the run config: ``default.yaml`` < ``configs/<model>.yaml`` or ``config_file`` < overrides.
 
     ``model_name`` (``--model``) wins over a ``model_name`` in the file only when they agree;
     a conflict is an error. ``use_defaults=False`` skips ``configs/default.yaml``.
+    ``flag_overrides`` are ``key=value`` strings that the command's own flags set (``--seed 5`` ->
+    ``train.seed=5``); applied last, and errors about them name the flag.
     """
     raw: dict = {}
     origins = Origins()
@@ -334,6 +346,7 @@ def load_config(
         raw["model_name"] = model_name
         origins.record("model_name", f"--model {model_name}")
     raw = apply_overrides(raw, list(overrides or []), origins)
+    raw = apply_overrides(raw, list(flag_overrides or []), origins, from_flags=True)
     if not raw.get("model_name"):
         raise ConfigError("no model chosen: pass --model NAME or set model_name in the config")
     return validate_config(raw, origins=origins)

@@ -72,3 +72,12 @@ def test_commands_with_a_model_say_where_they_look_and_default_to_auto_device():
         text = " ".join(result.output.replace("│", " ").split())
         assert "results/runs/" in text, command
         assert "--device" in text and "auto (CUDA when available, else CPU)" in text, command
+
+
+def test_train_errors_blame_the_flag_not_the_config_file():
+    result = runner.invoke(app, ["train", "--model", "nosuch"])
+    assert result.exit_code == 2
+    assert "--model nosuch: model_name: unknown model 'nosuch'" in " ".join(result.output.split())
+    assert "default.yaml" not in result.output
+    result = runner.invoke(app, ["train", "--model", "prpn", "--max-epochs", "0"])
+    assert result.exit_code == 2 and "--max-epochs 0: train.epochs" in " ".join(result.output.split())

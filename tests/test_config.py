@@ -139,6 +139,9 @@ def test_errors_name_the_source_of_the_bad_value(tmp_path):
     bad_name = write(tmp_path / "name.yaml", "model_name: nosuch\n")
     with pytest.raises(ConfigError, match=f"^{bad_name}: model_name: unknown model"):
         load_config(config_file=bad_name)
+    # the options of `induce train` that set config keys are named as the flag
+    with pytest.raises(ConfigError, match=r"^--max-epochs 0: train.epochs:"):
+        load_config("onlstm", overrides=["train.epochs=3"], flag_overrides=["train.epochs=0"])
     # a check across the fields of a section names every source that set them
     with pytest.raises(ConfigError) as info:
         load_config("onlstm", overrides=["model.chunk_size=7"])
