@@ -77,7 +77,7 @@ def eval_command(
         )
         if sum(x is not None for x in (predicted, baseline, checkpoint)) > 1:
             raise InduceError("give only one of: a predicted file, --baseline, --checkpoint")
-        gold_trees, gold_label, corpus_dir = _load_gold(gold, corpus, data, split, console, convention, steps)
+        gold_sentences, gold_label, corpus_dir = _load_gold(gold, corpus, data, split, console, convention, steps)
         run_dir = None
         if predicted is None and baseline is None:
             run_dir = pick_run(checkpoint, console)
@@ -104,21 +104,21 @@ def eval_command(
             locations = [(item.path, item.line) for item in located]
             source = str(predicted)
         elif baseline is not None:
-            pred_trees = baseline_predictions(gold_trees, baseline, convention, seed=seed)
+            pred_trees = baseline_predictions(gold_sentences, baseline, convention, seed=seed)
             source = f"baseline {baseline}" + (f" (seed {seed})" if baseline == "random" else "")
         else:
             from induce.inference import predict_trees
 
-            kept = [sentence.words for sentence in gold_trees]
+            kept = [sentence.words for sentence in gold_sentences]
             wanted = [i for i, words in enumerate(kept)
                       if len(words) >= convention.min_length and not (convention.max_length and len(words) > convention.max_length)]
             parsed = predict_trees(run_dir, [kept[i] for i in wanted], batch_size=batch_size, decoder=decoder,
                                    device=device, progress=steps.bar("parsing"))
-            pred_trees = [None] * len(gold_trees)  # sentences outside the length filter are skipped unparsed
+            pred_trees = [None] * len(gold_sentences)  # sentences outside the length filter are skipped unparsed
             for i, tree in zip(wanted, parsed):
                 pred_trees[i] = tree
             source = f"run {run_dir}"
-        result = evaluate(pred_trees, gold_trees, convention, pred_locations=locations, progress=steps.bar("scoring"))
+        result = evaluate(pred_trees, gold_sentences, convention, pred_locations=locations, progress=steps.bar("scoring"))
     except InduceError as err:
         console.print(f"[red]error:[/] {err}")
         raise typer.Exit(2)
