@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from cli import CHECKPOINT_HELP, DEVICE_HELP, LATEST_RUN_HELP, PROGRESS_HELP, ProgressSteps, pick_run
 from induce.errors import InduceError
 
 CONVENTION_HELP = (
@@ -41,11 +42,12 @@ def eval_command(
     seed: int = typer.Option(0, "--seed", help="Seed of --baseline random."),
     checkpoint: Optional[Path] = typer.Option(
         None, "--checkpoint", help="Parse the gold sentences with this trained run and evaluate its trees. "
-        "Without a predicted file, --baseline or --checkpoint, the most recent finished run under runs/ is used."
+        f"Without a predicted file, --baseline or --checkpoint: {LATEST_RUN_HELP}."
     ),
     lm: bool = typer.Option(False, "--lm", help="With a checkpoint: report the language-model perplexity of --split."),
     decoder: Optional[str] = typer.Option(None, "--decoder", help="Tree decoder for distance models: peel or unbiased."),
     batch_size: int = typer.Option(64, "--batch-size", help="Sentences per forward pass when parsing with a checkpoint."),
+    device: str = typer.Option("auto", "--device", help="With a checkpoint: " + DEVICE_HELP),
     data: Optional[Path] = typer.Option(None, "--data", help="Data root for the default corpus (else $INDUCE_DATA, corpora/, NLTK)."),
     corpus: Optional[Path] = typer.Option(None, "--corpus", help="A prepared corpus folder (induce preprocess output)."),
     split: str = typer.Option("valid", "--split", help="Split of the prepared corpus: valid (dev) or test."),
@@ -57,17 +59,19 @@ def eval_command(
     multiset: bool = typer.Option(False, "--multiset", help="Count spans as a multiset (unary chains count repeatedly)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
     per_sentence: Optional[Path] = typer.Option(None, "--per-sentence", help="Write a CSV with one row per sentence."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help=PROGRESS_HELP),
 ) -> None:
     """Unlabeled bracketing F1 (sentence and corpus level), per-label recall and branching statistics.
 
     Examples: `induce eval pred.txt --gold 22.mrg`, `induce eval --baseline right --wsj40`,
     `induce eval --checkpoint runs/RUN --wsj10`.
     """
-    from induce.evaluation import EvalConvention, baseline_predictions, evaluate, prepare_gold, require_sentences
     from cli.messages import error_text
+    from induce.evaluation import EvalConvention, baseline_predictions, evaluate, require_sentences
     from induce.files import check_output_file
 
     console = Console(stderr=True)
+    steps = ProgressSteps(console, progress)
     try:
         check_output_file(per_sentence, "--per-sentence")
         named_limits = [(n, flag) for n, flag in ((10 if wsj10 else None, "--wsj10"), (40 if wsj40 else None, "--wsj40"),
@@ -81,14 +85,10 @@ def eval_command(
         length_option = min(named_limits)[1] if named_limits else "--max-length"
         if sum(x is not None for x in (predicted, baseline, checkpoint)) > 1:
             raise InduceError("give only one of: a predicted file, --baseline, --checkpoint")
-        gold_trees, gold_label, corpus_dir = _load_gold(gold, corpus, data, split, console)
+        gold_sentences, gold_label, corpus_dir = _load_gold(gold, corpus, data, split, console, convention, steps)
         run_dir = None
         if predicted is None and baseline is None:
-            from induce.inference import latest_run
-
-            run_dir = checkpoint if checkpoint is not None else latest_run()
-            if checkpoint is None:
-                console.print(f"[bold]using the most recent finished run:[/] {run_dir}")
+            run_dir = pick_run(checkpoint, console)
         if lm:
             if run_dir is None:
                 raise InduceError("--lm needs a trained run (--checkpoint)")
@@ -96,7 +96,7 @@ def eval_command(
                 raise InduceError("--lm reads the LM text of a prepared corpus: use --corpus or the default corpus, not --gold")
             from induce.inference import lm_perplexity
 
-            ppl = lm_perplexity(run_dir, corpus_dir, split)
+            ppl = lm_perplexity(run_dir, corpus_dir, split, device=device)
             if as_json:
                 typer.echo(json.dumps({"perplexity": ppl, "split": split, "run": str(run_dir)}))
             else:
@@ -107,25 +107,26 @@ def eval_command(
         if predicted is not None:
             from induce.treeio import read_trees
 
-            located = read_trees(predicted, one_per_line=True)
+            located = read_trees(predicted, one_per_line=True, progress=steps.bar("reading predicted trees"))
             pred_trees = [item.tree for item in located]
             locations = [(item.path, item.line) for item in located]
             source = str(predicted)
         elif baseline is not None:
-            pred_trees = baseline_predictions(gold_trees, baseline, convention, seed=seed)
+            pred_trees = baseline_predictions(gold_sentences, baseline, convention, seed=seed)
             source = f"baseline {baseline}" + (f" (seed {seed})" if baseline == "random" else "")
         else:
             from induce.inference import predict_trees
 
-            kept = [prepare_gold(tree, convention).words for tree in gold_trees]
+            kept = [sentence.words for sentence in gold_sentences]
             wanted = [i for i, words in enumerate(kept)
                       if len(words) >= convention.min_length and not (convention.max_length and len(words) > convention.max_length)]
-            parsed = predict_trees(run_dir, [kept[i] for i in wanted], batch_size=batch_size, decoder=decoder)
-            pred_trees = [None] * len(gold_trees)  # sentences outside the length filter are skipped unparsed
+            parsed = predict_trees(run_dir, [kept[i] for i in wanted], batch_size=batch_size, decoder=decoder,
+                                   device=device, progress=steps.bar("parsing"))
+            pred_trees = [None] * len(gold_sentences)  # sentences outside the length filter are skipped unparsed
             for i, tree in zip(wanted, parsed):
                 pred_trees[i] = tree
             source = f"run {run_dir}"
-        result = evaluate(pred_trees, gold_trees, convention, pred_locations=locations)
+        result = evaluate(pred_trees, gold_sentences, convention, pred_locations=locations, progress=steps.bar("scoring"))
         require_sentences(result, length_option)
         summary = result.to_dict()
         summary.update({"predicted": source, "gold": gold_label})
@@ -134,6 +135,8 @@ def eval_command(
     except (InduceError, ValueError, OSError) as err:  # ValueError: e.g. an unknown baseline name
         console.print(f"[red]error:[/] {error_text(err)}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
+    finally:
+        steps.stop()
 
     if as_json:
         typer.echo(json.dumps(summary, sort_keys=True))
@@ -141,25 +144,48 @@ def eval_command(
         _print_table(summary, Console())
 
 
-def _load_gold(gold, corpus, data, split, console):
-    """(gold trees, description, prepared corpus dir or None)."""
-    if gold is not None:
-        from induce.treeio import read_trees
+def _load_gold(gold, corpus, data, split, console, convention, steps):
+    """(gold sentences prepared under ``convention``, description, prepared corpus dir or None).
 
+    Each file's trees are reduced to what the evaluator needs (:func:`prepare_gold`) as soon as
+    they are read, and prepared once (the baselines, the parser and the scorer share them): the
+    nltk trees of a 40,000-tree file are not all kept.
+    """
+    from induce.evaluation import prepare_gold
+    from induce.treeio import read_trees
+
+    if gold is not None:
         files = sorted(gold.glob("*.mrg")) if gold.is_dir() else [gold]
         if not files:
             raise InduceError(f"{gold}: no .mrg files in this folder")
-        return [item.tree for path in files for item in read_trees(path)], str(gold), None
-    from induce.data.corpus import PreparedCorpus
+        label, corpus_dir = str(gold), None
+    else:
+        from induce.data.corpus import PreparedCorpus
 
-    if corpus is None:
-        from induce.data.locate import default_corpus
+        if corpus is None:
+            from induce.data.locate import default_corpus
 
-        corpus = default_corpus(data, console=console)
-    prepared = PreparedCorpus(corpus)
-    if not prepared.has_trees:
-        raise InduceError(f"{corpus}: this corpus has no trees (LM text only); give --gold FILE")
-    return prepared.gold_trees(split), f"{corpus}/{split}.gold.txt", Path(corpus)
+            corpus = default_corpus(data, console=console)
+        prepared = PreparedCorpus(corpus)
+        if not prepared.has_trees:
+            raise InduceError(f"{corpus}: this corpus has no trees (LM text only); give --gold FILE")
+        files = [prepared._file(split, ".gold.txt")]  # the split's gold file (its errors name the split)
+        label, corpus_dir = f"{corpus}/{split}.gold.txt", Path(corpus)
+    reading = steps.bar("reading gold trees")
+    preparing = steps.bar("preparing gold trees") if len(files) == 1 else None
+    sentences = []
+    for number, path in enumerate(files):
+        located = read_trees(path, progress=reading if len(files) == 1 else None)
+        for k in range(len(located)):
+            if preparing is not None and k % 1000 == 0:
+                preparing(k, len(located))
+            sentences.append(prepare_gold(located[k].tree, convention))
+            located[k] = None  # each nltk tree is freed once prepared: memory peaks at one copy
+        if preparing is not None:
+            preparing(len(located), len(located))
+        if len(files) > 1:
+            reading(number + 1, len(files))
+    return sentences, label, corpus_dir
 
 
 def _fmt(value) -> str:

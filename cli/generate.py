@@ -7,32 +7,31 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from cli import CHECKPOINT_HELP, DEVICE_HELP, RUNS_DIR_HELP, pick_run
 from induce.errors import InduceError
 
 
 def generate_command(
     checkpoint: Optional[Path] = typer.Option(
-        None, "--checkpoint", "-c", help="Run folder or checkpoint (default: the most recent finished run under runs/)."
+        None, "--checkpoint", "-c", help=CHECKPOINT_HELP
     ),
     words: int = typer.Option(50, "--words", "-n", min=1, help="Tokens to generate (beam search: at most)."),
     temperature: float = typer.Option(1.0, "--temperature", "-t", help="Sampling temperature (> 0; lower = safer)."),
     beam: Optional[int] = typer.Option(None, "--beam", min=1, help="Beam search with this many hypotheses instead of sampling."),
     prompt: Optional[str] = typer.Option(None, "--prompt", help="Text to continue (normalised as in training)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed."),
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
-    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where to look for the latest run."),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
 ) -> None:
     """Generate text: sampling with a temperature, or the most probable sentence with --beam K.
 
     <eos> tokens are printed as line breaks.
     """
-    from induce.inference import generate, latest_run, tokenize
+    from induce.inference import generate, tokenize
 
     console = Console(stderr=True)
     try:
-        if checkpoint is None:
-            checkpoint = latest_run(runs_dir)
-            console.print(f"using the latest finished run: {checkpoint}", highlight=False)
+        checkpoint = pick_run(checkpoint, console, runs_dir)
         tokens = generate(checkpoint, n_words=words, temperature=temperature, beam=beam,
                           prompt=tokenize(prompt) if prompt else None, seed=seed, device=device)
     except InduceError as err:

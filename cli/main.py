@@ -1,10 +1,16 @@
 """Entry point of the `induce` command: one Typer app, each command in its own module.
 
-Each module in :data:`COMMAND_MODULES` defines ``register(app)`` that adds its commands.
+Each module in :data:`COMMAND_MODULES` defines ``register(app)`` that adds its commands. Command
+modules import only typer, rich and light parts of :mod:`induce` at the top; torch, nltk, numpy
+and the models are imported inside the commands, so that ``induce --help`` stays fast
+(``tests/test_cli_main.py`` checks that it imports none of them).
 """
 from __future__ import annotations
 
 import importlib
+import inspect
+import re
+
 import typer
 
 from induce import __version__
@@ -49,8 +55,40 @@ def _root(
     """Unsupervised grammar induction toolkit."""
 
 
+_LIST_OR_BLOCK = re.compile(r"^\s*([-*]\s|\d+[.)]\s|\x08)|^\s{2,}")
+
+
+def reflow(text: str) -> str:
+    """Help text with each paragraph on one line, so that the terminal wraps it at its own width.
+
+    Docstrings are wrapped at ~100 columns in the source; Typer keeps those line breaks, which
+    gives ragged help in a narrower terminal. Paragraphs are separated by blank lines; a paragraph
+    whose lines start like a list item (``-``, ``*``, ``1.``) or are indented is left as written.
+    """
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    out = []
+    for paragraph in paragraphs:
+        lines = paragraph.split("\n")
+        if any(_LIST_OR_BLOCK.match(line) for line in lines):
+            out.append(paragraph)
+        else:
+            out.append(" ".join(line.strip() for line in lines))
+    return "\n\n".join(out)
+
+
+def _reflow_help(typer_app: typer.Typer) -> None:
+    """Reflow the help of every registered command and group (recursively)."""
+    for info in typer_app.registered_commands:
+        text = info.help or inspect.getdoc(info.callback) or ""
+        if text:
+            info.help = reflow(text)
+    for group in typer_app.registered_groups:
+        _reflow_help(group.typer_instance)
+
+
 for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(app)
+_reflow_help(app)
 
 
 def main() -> None:

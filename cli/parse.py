@@ -7,19 +7,24 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from cli import CHECKPOINT_HELP, DEVICE_HELP, PROGRESS_HELP, RUNS_DIR_HELP, pick_run, progress_steps
 from induce.errors import InduceError
 
 
 def parse_command(
     text: Path = typer.Argument(..., help="Text file, one sentence per line ('-' reads stdin)."),
     checkpoint: Optional[Path] = typer.Option(
-        None, "--checkpoint", "-c", help="Run folder or checkpoint (default: the most recent finished run under runs/)."
+        None, "--checkpoint", "-c", help=CHECKPOINT_HELP
     ),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the trees here instead of stdout."),
     pretokenized: bool = typer.Option(
-        False, "--pretokenized", help="Tokens are separated by spaces (default: NLTK's Treebank tokenizer)."
+        False, "--pretokenized", help="Tokens are separated by spaces: the leaves are exactly these tokens "
+        "(default: NLTK's Treebank tokenizer splits the text; each leaf is the text it covers, as typed)."
     ),
-    style: str = typer.Option("ptb", "--format", help="ptb: one bracketed tree per line; pretty: ASCII drawings."),
+    style: str = typer.Option(
+        "ptb", "--format", help="ptb: one bracketed tree per line, in which ( and ) are written -LRB- and -RRB- "
+        "(a bracketed line cannot hold them); pretty: ASCII drawings with the tokens as they are."
+    ),
     decoder: Optional[str] = typer.Option(
         None, "--decoder", help="Distance models: peel (default, as in the papers) or unbiased. PaLM: span."
     ),
@@ -28,18 +33,24 @@ def parse_command(
     ),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Sentences per batch."),
     max_length: int = typer.Option(300, "--max-length", min=2, help="Longer sentences are parsed in pieces of this many tokens."),
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
-    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where to look for the latest run."),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help=PROGRESS_HELP),
 ) -> None:
-    """Parse sentences into unlabelled binary trees whose leaves are the original tokens.
+    """Parse sentences into unlabelled binary trees whose leaves are the tokens as typed.
 
-    Each line is tokenised, normalised as in training (punctuation left out, lower case,
-    numbers -> N, unknown -> <unk>) and parsed; punctuation is then attached to the highest
-    constituent ending before it. An empty line gives the empty tree `(S )`.
+    Each line is split into tokens (by spaces with --pretokenized, else by NLTK's Treebank
+    tokenizer: "didn't" gives did n't, brackets and quotes stay as typed). The model sees them
+    normalised as in training (punctuation left out, lower case, numbers -> N, unknown -> <unk>);
+    punctuation is then attached to the highest constituent ending before it. An empty line
+    gives the empty tree `(S )`.
+
+    Examples: `induce parse corpus.txt`, `induce parse corpus.txt --checkpoint runs/RUN --format pretty`,
+    `echo "The dog barked ." | induce parse - --pretokenized`.
     """
     from cli.messages import error_text
     from induce.files import check_output_file
-    from induce.inference import latest_run, load_run, parse_lines, read_text_lines
+    from induce.inference import load_run, parse_lines, read_text_lines
     from induce.treeio import atomic_write_text
 
     console = Console(stderr=True)
@@ -47,13 +58,13 @@ def parse_command(
         check_output_file(out, "--out")
         if style not in ("ptb", "pretty"):
             raise InduceError(f"--format {style!r}: use ptb or pretty")
-        if checkpoint is None:
-            checkpoint = latest_run(runs_dir)
-            console.print(f"using the latest finished run: {checkpoint}", highlight=False)
+        checkpoint = pick_run(checkpoint, console, runs_dir)
         lines = read_text_lines(text)
         run = load_run(checkpoint, device)
-        trees = parse_lines(run, lines, pretokenized=pretokenized, decoder=decoder, style=style,
-                            batch_size=batch_size, max_length=max_length, device=device, keep_punct=keep_punct)
+        with progress_steps(console, progress) as steps:
+            trees = parse_lines(run, lines, pretokenized=pretokenized, decoder=decoder, style=style,
+                                batch_size=batch_size, max_length=max_length, keep_punct=keep_punct,
+                                progress=steps.bar("parsing"))
         text_out = "".join(tree + "\n" for tree in trees)
         if out is not None:
             atomic_write_text(out, text_out)

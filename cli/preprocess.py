@@ -13,10 +13,12 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.messages import error_text
-from induce.data.corpus import PreparedCorpus
-from induce.data.locate import prepare_corpus
-from induce.data.preprocess import DEFAULT_MAX_VOCAB, DEFAULT_SECTIONS, parse_sections
 from induce.errors import InduceError
+
+# The option defaults of induce.data.preprocess (DEFAULT_MAX_VOCAB, DEFAULT_SECTIONS), written out so that
+# `induce --help` does not import nltk; tests/test_cli_main.py checks that they agree.
+DEFAULT_MAX_VOCAB = 10000
+DEFAULT_SECTIONS = {"train": tuple(range(2, 22)), "valid": (22,), "test": (23,)}
 
 
 def _sections_text(sections: tuple[int, ...]) -> str:
@@ -61,6 +63,10 @@ def preprocess_command(
     force: bool = typer.Option(False, "--force", help="Rebuild even if the output exists."),
 ) -> None:
     """Prepare a corpus: original/gold/no-punctuation trees and Mikolov-style LM text per split."""
+    from induce.data.corpus import PreparedCorpus
+    from induce.data.locate import prepare_corpus
+    from induce.data.preprocess import parse_sections
+
     console = Console(stderr=True)
     started = time.perf_counter()
     try:

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from cli import CHECKPOINT_HELP, DEVICE_HELP, pick_run
 from induce.errors import InduceError
 
 show_app = typer.Typer(help="Show one sentence's induced tree, span attention or syntactic distances.",
@@ -37,28 +38,17 @@ def _sentence(sentence, index, pretokenized, corpus, data, split, console):
     return dev_sentence(corpus, index, split)
 
 
-def _checkpoint(checkpoint: Optional[Path], console: Console) -> Path:
-    if checkpoint is not None:
-        return checkpoint
-    from induce.inference import latest_run
-
-    found = latest_run()
-    console.print(f"using the latest finished run: {found}", highlight=False)
-    return found
-
-
 @show_app.command("tree")
 def tree_command(
     sentence: Optional[str] = typer.Argument(None, help=SENTENCE_HELP),
-    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help="Run folder or checkpoint "
-                                              "(default: the most recent finished run under runs/)."),
+    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help=CHECKPOINT_HELP),
     index: Optional[int] = typer.Option(None, "--index", "-i", help="Sentence N (0-based) of --split of the prepared "
                                         "corpus, shown with its gold tree and F1."),
     pretokenized: bool = typer.Option(False, "--pretokenized", help="Tokens are separated by spaces."),
     corpus: Optional[Path] = typer.Option(None, "--corpus", help="Prepared corpus for --index (default: the default corpus)."),
     data: Optional[Path] = typer.Option(None, "--data", help="Data root for the default corpus."),
     split: str = typer.Option("valid", "--split", help="Split for --index: valid or test."),
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
 ) -> None:
     """Draw the tree a trained model induces for one sentence (and the gold tree with --index)."""
     from induce.inference import format_tree
@@ -68,7 +58,7 @@ def tree_command(
     out = Console()
     try:
         tokens, gold = _sentence(sentence, index, pretokenized, corpus, data, split, console)
-        structure = sentence_structure(_checkpoint(checkpoint, console), tokens, device=device)
+        structure = sentence_structure(pick_run(checkpoint, console), tokens, device=device)
     except InduceError as err:
         console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2)
@@ -88,15 +78,14 @@ def tree_command(
 @show_app.command("attention")
 def attention_command(
     sentence: Optional[str] = typer.Argument(None, help=SENTENCE_HELP),
-    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help="Run folder or checkpoint "
-                                              "(default: the most recent finished run under runs/)."),
+    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help=CHECKPOINT_HELP),
     out: Path = typer.Option(Path("attention.png"), "--out", "-o", help="PNG to write."),
     index: Optional[int] = typer.Option(None, "--index", "-i", help="Sentence N (0-based) of --split of the prepared corpus."),
     pretokenized: bool = typer.Option(False, "--pretokenized", help="Tokens are separated by spaces."),
     corpus: Optional[Path] = typer.Option(None, "--corpus", help="Prepared corpus for --index (default: the default corpus)."),
     data: Optional[Path] = typer.Option(None, "--data", help="Data root for the default corpus."),
     split: str = typer.Option("valid", "--split", help="Split for --index: valid or test."),
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
 ) -> None:
     """Plot what the parser reads for one sentence: PaLM's span attention (heat map) or the ON-LSTM / PRPN syntactic distances (bars), as a PNG; the numbers are printed too."""  # noqa: E501
     from induce.show import plot_structure, sentence_structure
@@ -104,7 +93,7 @@ def attention_command(
     console = Console(stderr=True)
     try:
         tokens, _ = _sentence(sentence, index, pretokenized, corpus, data, split, console)
-        structure = sentence_structure(_checkpoint(checkpoint, console), tokens, device=device)
+        structure = sentence_structure(pick_run(checkpoint, console), tokens, device=device)
         path = plot_structure(structure, out)
     except InduceError as err:
         console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)

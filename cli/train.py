@@ -66,7 +66,7 @@ def train_command(
             extra = [f"train.{key}={value}" for key, value in cli_train.items()]
             if corpus is not None:
                 extra.append(f"data.corpus={corpus}")
-            run_config = load_config(model, config, list(overrides or []) + extra)
+            run_config = load_config(model, config, list(overrides or []), flag_overrides=extra)
             stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
             run_dir = out or Path("runs") / f"{run_config.model_name}-{stamp}"
             result = train(run_config, run_dir, console=console, progress=progress)

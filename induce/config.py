@@ -8,6 +8,9 @@ Layers, later ones win (:func:`load_config`):
 4. ``key=value`` overrides with dotted keys (``model.hidden_size=200 optim.lr=0.003``); values
    are read as YAML scalars (``0.003`` is a float, ``true`` a bool, ``null`` None, ``[0, 0.999]`` a list).
 
+Every key remembers where its value came from (:class:`Origins`: a file, ``--model``, or an
+override), and a validation error names that source, not the whole stack of layers.
+
 The ``model`` section is validated by the chosen model's own ``Config`` class
 (:func:`induce.models.registry.get_model_class`), and stored resolved (every field, defaults
 filled in) so that ``config.yaml`` in a run folder says exactly what ran. Every validation error
@@ -167,7 +170,46 @@ def _selection_problem(model_cls, select_by: Any) -> Optional[str]:
 # ----------------------------------------------------------------------------------------------- loading
 
 
-def _format_validation_error(err: pydantic.ValidationError, prefix: str = "") -> str:
+class Origins:
+    """Where each value of a raw config came from: a file, a flag (``--model``) or an override.
+
+    Keys are dotted (``optim.lr``); :meth:`of` answers for a key with the entry of the key itself
+    or of its nearest section, or, for a section, the sources of the keys inside it, so that an
+    error names the source the user has to fix.
+    """
+
+    def __init__(self, default: str = "config"):
+        self.default = default
+        self._by_key: dict[str, str] = {}
+
+    def record(self, key: str, source: str) -> None:
+        """``key`` (and everything under it) now comes from ``source``."""
+        for known in [k for k in self._by_key if k.startswith(key + ".")]:
+            del self._by_key[known]
+        self._by_key[key] = source
+
+    def record_mapping(self, mapping: dict, source: str, prefix: str = "") -> None:
+        """Every leaf of ``mapping`` comes from ``source``."""
+        for key, value in mapping.items():
+            dotted = f"{prefix}.{key}" if prefix else str(key)
+            if isinstance(value, dict) and value:
+                self.record_mapping(value, source, dotted)
+            else:
+                self.record(dotted, source)
+
+    def of(self, key: str) -> str:
+        parts = key.split(".") if key else []
+        for end in range(len(parts), 0, -1):
+            found = self._by_key.get(".".join(parts[:end]))
+            if found is not None:
+                return found
+        inside = list(dict.fromkeys(v for k, v in self._by_key.items() if not key or k.startswith(key + ".")))
+        return " + ".join(inside) if inside else self.default
+
+
+def _format_validation_error(err: pydantic.ValidationError, prefix: str = "",
+                             origins: Optional[Origins] = None) -> str:
+    """``source: key: message`` per error (``source`` only when ``origins`` is given), joined by ``; ``."""
     lines = []
     for item in err.errors():
         key = ".".join(str(part) for part in item["loc"])
@@ -175,7 +217,8 @@ def _format_validation_error(err: pydantic.ValidationError, prefix: str = "") ->
         message = item["msg"]
         if item["type"] == "extra_forbidden":
             message = "unknown key"
-        lines.append(f"{key}: {message}")
+        where = f"{origins.of(key if key != '(config)' else '')}: " if origins is not None else ""
+        lines.append(f"{where}{key}: {message}")
     return "; ".join(lines)
 
 
@@ -209,8 +252,17 @@ def deep_merge(base: dict, update: dict) -> dict:
     return out
 
 
-def apply_overrides(raw: dict, overrides: list[str]) -> dict:
-    """Apply ``key=value`` strings (dotted keys) to a raw config mapping; returns a new mapping."""
+#: The command-line flags of ``induce train`` that set config keys (named in errors about them).
+FLAG_OF_KEY = {
+    "train.seed": "--seed", "train.device": "--device", "train.kernels": "--kernels", "train.epochs": "--max-epochs",
+    "train.time_budget": "--time-budget", "data.corpus": "--corpus",
+}
+
+
+def apply_overrides(raw: dict, overrides: list[str], origins: Optional[Origins] = None, from_flags: bool = False) -> dict:
+    """Apply ``key=value`` strings (dotted keys) to a raw config mapping; returns a new mapping.
+    ``origins`` records each key as coming from ``override key=value``, or with ``from_flags``
+    from the flag that set it (:data:`FLAG_OF_KEY`, e.g. ``--max-epochs 0``)."""
     out = copy.deepcopy(raw)
     for item in overrides:
         key, sep, text = item.partition("=")
@@ -219,7 +271,7 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
             raise ConfigError(f"override {item!r} is not key=value (e.g. optim.lr=0.003)")
         parts = key.split(".")
         if parts[0] not in SECTIONS:
-            raise ConfigError(f"{key}: unknown section {parts[0]!r}; sections are {', '.join(SECTIONS)}")
+            raise ConfigError(f"override {item}: {key}: unknown section {parts[0]!r}; sections are {', '.join(SECTIONS)}")
         try:
             value = yaml.safe_load(text) if text.strip() else None
         except yaml.YAMLError:
@@ -228,20 +280,25 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
         for depth, part in enumerate(parts[:-1]):
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
-                raise ConfigError(f"{key}: {'.'.join(parts[: depth + 1])} is not a section")
+                raise ConfigError(f"override {item}: {key}: {'.'.join(parts[: depth + 1])} is not a section")
             node = child
         node[parts[-1]] = value
+        if origins is not None:
+            flag = FLAG_OF_KEY.get(key, "a command-line option")
+            origins.record(key, f"{flag} {text}" if from_flags else f"override {item}")
     return out
 
 
-def validate_config(raw: dict, source: str = "config") -> RunConfig:
-    """A :class:`RunConfig` from a raw mapping; errors name the dotted key (and ``source``)."""
+def validate_config(raw: dict, source: str = "config", origins: Optional[Origins] = None) -> RunConfig:
+    """A :class:`RunConfig` from a raw mapping; errors name the dotted key and where its value came
+    from: ``origins`` (per key: file, flag or override) when given, else ``source``."""
+    origins = origins or Origins(source)
     unknown = [key for key in raw if key not in SECTIONS]
     if unknown:
-        raise ConfigError(f"{source}: {unknown[0]}: unknown section; sections are {', '.join(SECTIONS)}")
+        raise ConfigError(f"{origins.of(unknown[0])}: {unknown[0]}: unknown section; sections are {', '.join(SECTIONS)}")
     model = raw.get("model")
     if model is not None and not isinstance(model, dict):
-        raise ConfigError(f"{source}: model: must be a mapping of the model's fields")
+        raise ConfigError(f"{origins.of('model')}: model: must be a mapping of the model's fields")
     name = raw.get("model_name")
     if name is not None:
         from induce.models.registry import get_model_class
@@ -249,22 +306,22 @@ def validate_config(raw: dict, source: str = "config") -> RunConfig:
         try:
             cls = get_model_class(str(name))
         except KeyError as err:
-            raise ConfigError(f"{source}: model_name: {err.args[0]}") from None
+            raise ConfigError(f"{origins.of('model_name')}: model_name: {err.args[0]}") from None
         # Validate the model section on its own so that its errors carry the "model." prefix.
         try:
             cls.Config(**(model or {}))
         except pydantic.ValidationError as err:
-            raise ConfigError(f"{source}: {_format_validation_error(err, 'model')}") from None
+            raise ConfigError(_format_validation_error(err, "model", origins)) from None
         except TypeError as err:
-            raise ConfigError(f"{source}: model: {err}") from None
+            raise ConfigError(f"{origins.of('model')}: model: {err}") from None
         train = raw.get("train")
         problem = _selection_problem(cls, train.get("select_by") if isinstance(train, dict) else None)
         if problem:
-            raise ConfigError(f"{source}: {problem}")
+            raise ConfigError(f"{origins.of('train.select_by')}: {problem}")
     try:
         return RunConfig(**raw)
     except pydantic.ValidationError as err:
-        raise ConfigError(f"{source}: {_format_validation_error(err)}") from None
+        raise ConfigError(_format_validation_error(err, "", origins)) from None
 
 
 def model_config_path(model_name: str) -> Path:
@@ -276,18 +333,22 @@ def load_config(
     config_file: Optional[Union[str, Path]] = None,
     overrides: Optional[list[str]] = None,
     use_defaults: bool = True,
+    flag_overrides: Optional[list[str]] = None,
 ) -> RunConfig:
     """Build the run config: ``default.yaml`` < ``configs/<model>.yaml`` or ``config_file`` < overrides.
 
     ``model_name`` (``--model``) wins over a ``model_name`` in the file only when they agree;
     a conflict is an error. ``use_defaults=False`` skips ``configs/default.yaml``.
+    ``flag_overrides`` are ``key=value`` strings that the command's own flags set (``--seed 5`` ->
+    ``train.seed=5``); applied last, and errors about them name the flag.
     """
     raw: dict = {}
-    sources = []
+    origins = Origins()
     default = CONFIG_DIR / DEFAULT_CONFIG
     if use_defaults and default.is_file():
-        raw = deep_merge(raw, read_yaml(default))
-        sources.append(str(default))
+        loaded = read_yaml(default)
+        raw = deep_merge(raw, loaded)
+        origins.record_mapping(loaded, str(default))
     file_path = Path(config_file) if config_file is not None else None
     if file_path is None and model_name is not None and model_config_path(model_name).is_file():
         file_path = model_config_path(model_name)
@@ -297,13 +358,15 @@ def load_config(
         if model_name is not None and file_model is not None and file_model != model_name:
             raise ConfigError(f"{file_path}: model_name is {file_model!r} but --model is {model_name!r}")
         raw = deep_merge(raw, loaded)
-        sources.append(str(file_path))
+        origins.record_mapping(loaded, str(file_path))
     if model_name is not None:
         raw["model_name"] = model_name
-    raw = apply_overrides(raw, list(overrides or []))
+        origins.record("model_name", f"--model {model_name}")
+    raw = apply_overrides(raw, list(overrides or []), origins)
+    raw = apply_overrides(raw, list(flag_overrides or []), origins, from_flags=True)
     if not raw.get("model_name"):
         raise ConfigError("no model chosen: pass --model NAME or set model_name in the config")
-    return validate_config(raw, source=" + ".join(sources + ["overrides"] if overrides else sources) or "config")
+    return validate_config(raw, origins=origins)
 
 
 _DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}

@@ -1,7 +1,7 @@
 """Using a trained run: load it, parse raw sentences, score a corpus, generate text.
 
-* :func:`latest_run` — the most recent *finished* run under ``runs/`` (what ``induce parse`` and
-  ``induce evaluate`` use without ``--checkpoint``);
+* :func:`latest_run` — the most recent *finished* run under ``runs/`` or ``results/runs/`` (what
+  ``induce parse``, ``eval``, ``show`` and ``generate`` use without ``--checkpoint``);
 * :func:`load_run` — model + vocabulary from a run folder or checkpoint (hash-checked, no pickle);
 * :func:`predict_trees` — raw tokens -> binary trees whose leaves are the original tokens (the
   tokens are normalised as in training: lower case, numbers -> ``N``, unknown -> ``<unk>``);
@@ -16,7 +16,7 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional, Sequence, Union
+from typing import Callable, Iterator, Optional, Sequence, Union
 
 import nltk
 import torch
@@ -47,23 +47,49 @@ class LoadedRun:
         return self.meta["config"]
 
 
-def latest_run(runs_dir: Union[str, Path] = "runs") -> Path:
-    """The most recently finished run folder under ``runs_dir`` (``status.json`` says finished and
-    ``best.json`` exists); an :class:`InduceError` when there is none."""
-    runs_dir = Path(runs_dir)
+#: Where :func:`latest_run` looks by default: ``induce train``'s default output folder and that of
+#: ``make reproduce`` / ``induce reproduce`` (``OUT=results``).
+DEFAULT_RUN_DIRS = (Path("runs"), Path("results") / "runs")
+
+
+def latest_run(runs_dir: Union[str, Path, Sequence[Union[str, Path]], None] = None) -> Path:
+    """The most recently finished run folder (``status.json`` says finished and ``best.json``
+    exists) under ``runs_dir`` (one folder or several; default :data:`DEFAULT_RUN_DIRS`);
+    an :class:`InduceError` when there is none."""
+    if runs_dir is None:
+        folders = list(DEFAULT_RUN_DIRS)
+    elif isinstance(runs_dir, (str, Path)):
+        folders = [Path(runs_dir)]
+    else:
+        folders = [Path(folder) for folder in runs_dir]
     candidates = []
-    if runs_dir.is_dir():
-        for child in runs_dir.iterdir():
+    for folder in folders:
+        if not folder.is_dir():
+            continue
+        for child in folder.iterdir():
             status = read_status(child)
             if status.get("state") == "finished" and (child / "best.json").is_file():
-                candidates.append(((child / STATUS_FILE).stat().st_mtime_ns, child))
+                candidates.append(((child / STATUS_FILE).stat().st_mtime_ns, str(child), child))
     if not candidates:
-        raise InduceError(f"no finished run under {runs_dir}/; train one (`induce train --model NAME`) or pass --checkpoint")
-    return max(candidates)[1]
+        where = " or ".join(f"{folder}/" for folder in folders)
+        raise InduceError(f"no finished run under {where}; train one (`induce train --model NAME`, "
+                          "or `make reproduce`, which writes results/runs/) or pass --checkpoint")
+    return max(candidates)[2]
 
 
-def load_run(path: Union[str, Path], device: Union[str, torch.device] = "cpu") -> LoadedRun:
-    """Model and vocabulary of a run folder (its ``best`` checkpoint) or of a checkpoint file/stem."""
+def resolve_device(device: Union[str, torch.device, None]) -> torch.device:
+    """``auto`` (or None) -> ``cuda`` when CUDA is available, else ``cpu``; other names are checked
+    (a clear error for ``cuda`` without CUDA or a name that is not a device)."""
+    if isinstance(device, torch.device):
+        return device
+    from induce.training.ddp import resolve_device as resolve
+
+    return resolve("auto" if device is None else str(device))
+
+
+def load_run(path: Union[str, Path], device: Union[str, torch.device] = "auto") -> LoadedRun:
+    """Model and vocabulary of a run folder (its ``best`` checkpoint) or of a checkpoint file/stem,
+    on ``device`` (``auto``: CUDA when available, see :func:`resolve_device`)."""
     from induce.config import validate_config
     from induce.data.corpus import Vocab
     from induce.models.registry import get_model_class
@@ -79,11 +105,11 @@ def load_run(path: Union[str, Path], device: Union[str, torch.device] = "cpu") -
     if missing or unexpected:
         raise InduceError(f"{path}: checkpoint does not fit model {config.model_name} "
                           f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
-    model.to(device).eval()
+    model.to(resolve_device(device)).eval()
     return LoadedRun(model, vocab, meta, path)
 
 
-def _as_loaded(run: Union[str, Path, LoadedRun], device="cpu") -> LoadedRun:
+def _as_loaded(run: Union[str, Path, LoadedRun], device="auto") -> LoadedRun:
     return run if isinstance(run, LoadedRun) else load_run(run, device)
 
 
@@ -95,10 +121,20 @@ def normalize(words: Sequence[str]) -> list[str]:
 
 
 def tokenize(line: str, pretokenized: bool = False) -> list[str]:
-    """Tokens of one raw line: whitespace split when ``pretokenized``, else NLTK's Treebank tokenizer."""
+    """Tokens of one raw line, each exactly as typed.
+
+    ``pretokenized``: the whitespace-separated tokens. Otherwise NLTK's Treebank tokenizer decides
+    where tokens start and end (``didn't`` -> ``did`` ``n't``, ``(twice).`` -> ``(`` ``twice``
+    ``)`` ``.``), but each token is the substring of ``line`` it covers: quotes stay ``"``, not the
+    tokenizer's double backquote and double apostrophe (its span_tokenize).
+    """
     if pretokenized:
         return line.split()
-    return nltk.tokenize.TreebankWordTokenizer().tokenize(line)
+    tokenizer = nltk.tokenize.TreebankWordTokenizer()
+    try:
+        return [line[start:end] for start, end in tokenizer.span_tokenize(line)]
+    except ValueError:  # the tokens could not be aligned with the text (rare): its own tokens, then
+        return tokenizer.tokenize(line)
 
 
 @contextmanager
@@ -190,8 +226,9 @@ def predict_trees(
     batch_size: int = 64,
     decoder: Optional[str] = None,
     max_length: int = DEFAULT_MAX_LENGTH,
-    device: Union[str, torch.device] = "cpu",
+    device: Union[str, torch.device] = "auto",
     keep_punct: bool = False,
+    progress: Optional[Callable[[int], None]] = None,
 ) -> list[nltk.Tree]:
     """Binary trees (internal label ``S``) over the ORIGINAL tokens of each sentence.
 
@@ -203,7 +240,8 @@ def predict_trees(
     are cut into pieces of at most ``max_length`` words, parsed separately and joined
     right-branching (the parsers' cost grows with the length, quadratically for PaLM).
     ``decoder``: ``peel`` (default) or ``unbiased`` for distance models, ``span`` for PaLM.
-    Batches hold at most ``batch_size`` sentences of similar length.
+    Batches hold at most ``batch_size`` sentences of similar length. ``progress(done, total)``, when
+    given, is called after each batch (counts of sentence pieces).
     """
     from induce.parsing import parse_batch
 
@@ -240,6 +278,8 @@ def predict_trees(
             for p, tree in zip(group, trees):
                 piece_trees[p] = tree
             start = end
+            if progress is not None:
+                progress(end, len(order))
         by_sentence: dict[int, list[nltk.Tree]] = {}
         for (index, _), tree in zip(pieces, piece_trees):
             by_sentence.setdefault(index, []).append(tree)
@@ -279,26 +319,28 @@ def parse_lines(
     style: str = "ptb",
     batch_size: int = 64,
     max_length: int = DEFAULT_MAX_LENGTH,
-    device: Union[str, torch.device] = "cpu",
+    device: Union[str, torch.device] = "auto",
     keep_punct: bool = False,
+    progress: Optional[Callable[[int], None]] = None,
 ) -> list[str]:
     """One formatted tree per input line (see :func:`predict_trees` and :func:`format_tree`)."""
     sentences = [tokenize(line, pretokenized) for line in lines]
     try:
         trees = predict_trees(run, sentences, batch_size=batch_size, decoder=decoder, max_length=max_length,
-                              device=device, keep_punct=keep_punct)
+                              device=device, keep_punct=keep_punct, progress=progress)
     except ValueError as err:  # e.g. a decoder that does not fit the model
         raise InduceError(str(err)) from None
     return [format_tree(tree, style) for tree in trees]
 
 
-PTB_ESCAPES = {"(": "-LRB-", ")": "-RRB-", "{": "-LCB-", "}": "-RCB-", "[": "-LSB-", "]": "-RSB-"}
-
-
 def format_tree(tree: nltk.Tree, style: str = "ptb") -> str:
-    """One tree as text: ``ptb`` = one bracketed line (bracket tokens escaped as ``-LRB-`` etc., and
-    round brackets inside tokens too),
-    ``pretty`` = nltk's ASCII drawing."""
+    """One tree as text.
+
+    ``ptb``: one bracketed line whose leaves are the tokens as they are, except round brackets,
+    which a bracketed line cannot hold: ``(`` and ``)`` (as tokens or inside one) are written as
+    the treebank writes them, ``-LRB-`` and ``-RRB-``. ``pretty``: nltk's ASCII drawing, with the
+    tokens exactly.
+    """
     if style == "pretty":
         if not tree.leaves():
             return "(S )"
@@ -313,15 +355,13 @@ def format_tree(tree: nltk.Tree, style: str = "ptb") -> str:
         raise InduceError(f"unknown format {style!r}; use ptb or pretty")
     escaped = tree.copy(deep=True)
     for position in escaped.treepositions("leaves"):
-        word = escaped[position]
-        # Whole-token PTB escapes; brackets inside a token would break the bracketing, so those too.
-        escaped[position] = PTB_ESCAPES.get(word) or word.replace("(", "-LRB-").replace(")", "-RRB-")
+        escaped[position] = escaped[position].replace("(", "-LRB-").replace(")", "-RRB-")
     with _recursion_limit(4 * len(escaped.leaves()) + 1000):
         return escaped.pformat(margin=sys.maxsize)
 
 
 def lm_perplexity(run: Union[str, Path, LoadedRun], corpus_dir: Union[str, Path], split: str = "valid",
-                  device: Union[str, torch.device] = "cpu") -> float:
+                  device: Union[str, torch.device] = "auto") -> float:
     """Perplexity of the run's model on ``split`` of a prepared corpus (the run's eval batching:
     ``data.eval_batch_size`` streams, ``data.bptt`` segments, state carried)."""
     from induce.data.corpus import PreparedCorpus
@@ -333,7 +373,7 @@ def lm_perplexity(run: Union[str, Path, LoadedRun], corpus_dir: Union[str, Path]
     data_cfg = loaded.config["data"]
     stream = stream_ids(corpus.lm_sentences(split), loaded.vocab)
     batch = max(1, min(data_cfg["eval_batch_size"], stream.numel() // 2))
-    loss = evaluate_lm(loaded.model, batchify(stream, batch), data_cfg["bptt"], torch.device(device))
+    loss = evaluate_lm(loaded.model, batchify(stream, batch), data_cfg["bptt"], next(loaded.model.parameters()).device)
     return math.exp(loss)
 
 
@@ -345,7 +385,7 @@ def generate(
     beam: Optional[int] = None,
     prompt: Optional[Sequence[str]] = None,
     seed: Optional[int] = None,
-    device: Union[str, torch.device] = "cpu",
+    device: Union[str, torch.device] = "auto",
 ) -> list[str]:
     """Generated tokens (``<eos>`` marks sentence ends).
 
@@ -360,7 +400,7 @@ def generate(
         raise InduceError("--beam must be at least 1")
     loaded = _as_loaded(run, device)
     model, vocab = loaded.model, loaded.vocab
-    dev = torch.device(device)
+    dev = next(model.parameters()).device
     context = [vocab.eos_id] + vocab.encode(normalize(prompt or []))
     state = model.init_state(1, dev)
     out = model(torch.tensor([context], device=dev), state)

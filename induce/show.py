@@ -76,7 +76,7 @@ def _loaded(run, device):
 
 
 def sentence_structure(
-    run, tokens: Sequence[str], device: Union[str, torch.device] = "cpu", keep_punct: bool = False,
+    run, tokens: Sequence[str], device: Union[str, torch.device] = "auto", keep_punct: bool = False,
 ) -> SentenceStructure:
     """The tree and the structure scores of one sentence (``tokens``: raw tokens, punctuation allowed).
 

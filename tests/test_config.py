@@ -119,3 +119,30 @@ def test_parse_duration_rejects_garbage():
         parse_duration("soon")
     with pytest.raises(ConfigError):
         parse_duration("-5m")
+
+
+def test_errors_name_the_source_of_the_bad_value(tmp_path):
+    """The flag, the file or the override that set the bad value, not the stack of layers."""
+    with pytest.raises(ConfigError) as info:
+        load_config("nosuch")
+    assert str(info.value).startswith("--model nosuch: model_name: unknown model 'nosuch'")
+    assert "default.yaml" not in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        load_config("onlstm", overrides=["optim.lr=1", "train.epochs=abc"])
+    assert str(info.value).startswith("override train.epochs=abc: train.epochs:")
+    with pytest.raises(ConfigError, match=r"^override bogus.x=1: bogus.x: unknown section"):
+        load_config("onlstm", overrides=["bogus.x=1"])
+    bad_file = write(tmp_path / "mine.yaml", "model_name: onlstm\noptim:\n  lr: 1\n  optimizer: rmsprop\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(config_file=bad_file, overrides=["optim.lr=2"])
+    assert str(info.value).startswith(f"{bad_file}: optim.optimizer:")
+    bad_name = write(tmp_path / "name.yaml", "model_name: nosuch\n")
+    with pytest.raises(ConfigError, match=f"^{bad_name}: model_name: unknown model"):
+        load_config(config_file=bad_name)
+    # the options of `induce train` that set config keys are named as the flag
+    with pytest.raises(ConfigError, match=r"^--max-epochs 0: train.epochs:"):
+        load_config("onlstm", overrides=["train.epochs=3"], flag_overrides=["train.epochs=0"])
+    # a check across the fields of a section names every source that set them
+    with pytest.raises(ConfigError) as info:
+        load_config("onlstm", overrides=["model.chunk_size=7"])
+    assert "onlstm.yaml" in str(info.value) and "override model.chunk_size=7" in str(info.value)

@@ -97,6 +97,8 @@ def test_default_corpus_falls_back_to_synthetic_loudly(clean_env, tmp_path):
     message = stderr.getvalue()
     assert "SYNTHETIC" in message and "nltk.downloader treebank" in message and "INDUCE_DATA" in message
     assert PreparedCorpus(folder).name == "synthetic"
+    # it says where it writes, as an absolute path (the user gave none)
+    assert str((tmp_path / "corpora" / "synthetic").resolve()) in message.replace("\n", "")
     with pytest.raises(InduceError, match="no treebank found"):
         locate.default_corpus(tmp_path, tmp_path / "corpora", Console(file=io.StringIO()))
 

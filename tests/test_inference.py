@@ -5,6 +5,7 @@ import json
 import math
 import os
 import time
+from pathlib import Path
 
 import nltk
 import pytest
@@ -124,28 +125,70 @@ def test_predict_trees_edge_cases(trained):
     assert single == [trees[1], trees[3]]
 
 
-def test_format_tree_ptb_escapes_and_round_trips():
-    tree = nltk.Tree("S", [nltk.Tree("S", ["(", "x"]), nltk.Tree("S", [")", "y"])])
+def test_format_tree_ptb_escapes_only_round_brackets():
+    tree = nltk.Tree("S", [nltk.Tree("S", ["(", "x"]), nltk.Tree("S", [")", "y", "{", "[", "a(b"])])
     text = format_tree(tree, "ptb")
-    assert text == "(S (S -LRB- x) (S -RRB- y))"
-    assert nltk.Tree.fromstring(text).leaves() == ["-LRB-", "x", "-RRB-", "y"]
+    assert text == "(S (S -LRB- x) (S -RRB- y { [ a-LRB-b))"
+    assert nltk.Tree.fromstring(text).leaves() == ["-LRB-", "x", "-RRB-", "y", "{", "[", "a-LRB-b"]
     pretty = format_tree(nltk.Tree("S", [nltk.Tree("S", ["a", nltk.Tree("S", ["b", "c"])]), "d"]), "pretty")
     last = pretty.splitlines()[-1].split()
     assert last == ["a", "b", "c", "d"]
+    assert format_tree(tree, "pretty").splitlines()[-1].split() == ["(", "x", ")", "y", "{", "[", "a(b"]
 
 
-def test_parse_lines_tokenizes_like_treebank(trained):
+def test_tokenize_keeps_the_text_as_typed():
+    line = 'He said "hi" (twice), didn\'t he? [x] {y}'
+    tokens = tokenize(line)
+    # the Treebank tokenizer's segmentation, but each token as typed (no ``/'' or -LRB-)
+    assert tokens == ["He", "said", '"', "hi", '"', "(", "twice", ")", ",", "did", "n't", "he", "?",
+                      "[", "x", "]", "{", "y", "}"]
+    assert len(tokens) == len(nltk.tokenize.TreebankWordTokenizer().tokenize(line))
+    assert tokenize("a  b\tc", pretokenized=True) == ["a", "b", "c"]
+
+
+def test_parse_lines_leaves_are_the_tokens(trained):
     run, _ = trained
     lines = ['He said "hi" (twice).', "", "   ", "one"]
     out = parse_lines(run, lines)
     assert len(out) == 4
     leaves = nltk.Tree.fromstring(out[0]).leaves()
-    expected = nltk.tokenize.TreebankWordTokenizer().tokenize(lines[0])
-    assert leaves == [{"(": "-LRB-", ")": "-RRB-"}.get(w, w) for w in expected]
+    assert leaves == ["He", "said", '"', "hi", '"', "-LRB-", "twice", "-RRB-", "."]
     assert out[1] == out[2] == "(S )" and out[3] == "(S one)"
-    assert tokenize("a  b\tc", pretokenized=True) == ["a", "b", "c"]
+    pretty = parse_lines(run, lines[:1], style="pretty")[0]
+    assert pretty.splitlines()[-1].split() == tokenize(lines[0])
+    # --pretokenized: the leaves are exactly the input tokens (no escapes, no re-tokenisation)
+    line = "`` I did n\'t , \" { [ -LRB- x"
+    tree = nltk.Tree.fromstring(parse_lines(run, [line], pretokenized=True)[0])
+    assert tree.leaves() == line.split()
+    brackets = "a ( b ) c"
+    pretty = parse_lines(run, [brackets], pretokenized=True, style="pretty")[0]
+    assert pretty.splitlines()[-1].split() == brackets.split()
+    assert predict_trees(run, [brackets.split()])[0].leaves() == brackets.split()
     with pytest.raises(InduceError, match="decoder"):
         parse_lines(run, ["a b"], decoder="span")
+
+
+def test_latest_run_looks_in_runs_and_results_runs(tmp_path, monkeypatch, trained):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InduceError, match=r"runs/ or results/runs/"):
+        latest_run()
+    for folder, stamp in ((tmp_path / "runs" / "old", 1), (tmp_path / "results" / "runs" / "new", 2)):
+        folder.mkdir(parents=True)
+        (folder / "best.json").write_text("{}")
+        (folder / "status.json").write_text(json.dumps({"state": "finished"}))
+        os.utime(folder / "status.json", ns=(stamp * 10**18, stamp * 10**18))
+    assert latest_run() == Path("results") / "runs" / "new"
+    assert latest_run("runs") == Path("runs") / "old"
+
+
+def test_device_auto_is_cpu_without_cuda():
+    from induce.inference import resolve_device
+
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve_device("auto").type == expected and resolve_device(None).type == expected
+    assert resolve_device("cpu") == torch.device("cpu")
+    with pytest.raises(InduceError, match="not a device"):
+        resolve_device("gpu0")
 
 
 def test_lm_perplexity_matches_training_metrics(trained):

@@ -152,9 +152,11 @@ def _prepare_found_treebank(
     rebuild_stale = name is None and not custom_sections
     if source is None:
         where = f"in {root}" if root is not None else "anywhere (--data, INDUCE_DATA, corpora/, NLTK data path)"
+        target = (Path(corpora_dir) / (name or DEFAULT_NAMES["synthetic"])).resolve()
         console.print(
             f"[bold yellow]WARNING:[/] no Penn Treebank found {where}; "
-            "using the SYNTHETIC treebank (a small built-in PCFG), not real English. " + HOW_TO_GET_PTB,
+            f"using the SYNTHETIC treebank (a small built-in PCFG), not real English, prepared in {target}. "
+            + HOW_TO_GET_PTB,
             highlight=False,
         )
         return preprocess.preprocess_synthetic(

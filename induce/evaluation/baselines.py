@@ -11,7 +11,7 @@ from typing import Sequence
 
 import nltk
 
-from .metrics import EvalConvention, prepare_gold
+from .metrics import EvalConvention, GoldSentence, prepare_gold
 from .trees import Node, left_branching, right_branching, split_tree
 
 BASELINES = ("right", "left", "balanced", "random")
@@ -42,6 +42,6 @@ def baseline_predictions(
     rng = random.Random(seed)
     out = []
     for tree in gold_trees:
-        n_words = len(prepare_gold(tree, convention).words)
+        n_words = len((tree if isinstance(tree, GoldSentence) else prepare_gold(tree, convention)).words)
         out.append(baseline_tree(max(n_words, 1), kind, rng))
     return out

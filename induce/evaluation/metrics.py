@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import nltk
 
@@ -134,7 +134,7 @@ class EvalResult:
         }
 
 
-@dataclass
+@dataclass(slots=True)  # slots: a 40,000-tree evaluation holds one per sentence
 class GoldSentence:
     """A gold tree reduced to what the evaluator needs."""
 
@@ -239,13 +239,16 @@ def evaluate(
     convention: EvalConvention = EvalConvention(),
     pred_locations: Optional[Sequence[tuple]] = None,
     check_words: bool = True,
+    progress: Optional[Callable[[int, int], None]] = None,
 ) -> EvalResult:
     """Score predicted trees against gold trees.
 
     pred_trees: ``nltk.Tree`` (any labels; leaves bare words or under preterminals) or
         :class:`Node` (no words to check), one per gold tree; covering either the words kept by
         the convention or every non-trace gold token (then punctuation is projected away).
-    gold_trees: treebank trees with POS tags (traces and function tags are removed here).
+    gold_trees: treebank trees with POS tags (traces and function tags are removed here), or the
+        :class:`GoldSentence` of each made by :func:`prepare_gold` under the same convention.
+    progress: called as ``progress(done, total)`` every 1,000 sentences and at the end.
     pred_locations: ``(path, line)`` of each prediction, for error messages.
     """
     if len(pred_trees) != len(gold_trees):
@@ -262,8 +265,10 @@ def evaluate(
     pred_branching, gold_branching = BranchingStats(), BranchingStats()
     too_short = too_long = 0
     for index, (pred, gold_tree) in enumerate(zip(pred_trees, gold_trees)):
+        if progress is not None and index % 1000 == 0:
+            progress(index, len(gold_trees))
         where = tuple(pred_locations[index]) if pred_locations else (None, None)
-        gold = prepare_gold(gold_tree, convention)
+        gold = gold_tree if isinstance(gold_tree, GoldSentence) else prepare_gold(gold_tree, convention)
         length = len(gold.words)
         if length < convention.min_length:
             too_short += 1
@@ -294,6 +299,8 @@ def evaluate(
                 label_hits[label] += (i, j) in pred_spans
         pred_branching.add(aligned)
         gold_branching.add(gold.tree)
+    if progress is not None:
+        progress(len(gold_trees), len(gold_trees))
     precision = tp / (tp + fp) if tp + fp else 0.0
     recall = tp / (tp + fn) if tp + fn else 0.0
     corpus_f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0

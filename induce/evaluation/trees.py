@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 import nltk
 
 
-@dataclass
+@dataclass(slots=True)
 class Node:
     """A constituent over words ``[start, end)``; ``children`` empty for a word."""
 
