@@ -102,7 +102,7 @@ def _print_summary(results: dict, console: Console) -> None:
     where = split_label(results["split"], source.get("source_kind") or source.get("kind"))
     table = Table(title=f"induce reproduce ({results['profile']['name']} profile), {where}")
     for column in ("model", "perplexity", "WSJ10 F1", "WSJ40 F1", "all F1", "% left / right (WSJ40)"):
-        table.add_column(column, justify="left" if column == "model" else "right")
+        table.add_column(column, justify="left" if column == "model" else "right", no_wrap=column == "model")
     for name in results["models_order"]:
         s = results["models"][name]["summary"]
         table.add_row(display(name), fmt(s["perplexity"]), fmt(s["sentence_f1_wsj10"]), fmt(s["sentence_f1_wsj40"]),
