@@ -255,18 +255,26 @@ class WeightDropLSTM(nn.Module):
         weight_hh = self.effective_weight_hh()
         fused = self._fused_by_default(x) if self.fused is None else self.fused
         if fused:
+            # The carried state keeps the dtype it came in with (fp32 from ``init_state``): under
+            # autocast the fused op returns h, c in the autocast dtype, and a state that left an
+            # autocast step in bf16/fp16 made the next full-precision step fail ("input and hidden
+            # tensors are not the same dtype"). Outside autocast the op needs state and input alike.
+            state_dtype = h0.dtype
+            if autocast_dtype(x.device.type) is None:
+                h0, c0 = h0.to(x.dtype), c0.to(x.dtype)
             weights = [self.weight_ih, weight_hh, self.bias_ih, self.bias_hh]
             out, h, c = _VF.lstm(
                 x, (h0.unsqueeze(0).contiguous(), c0.unsqueeze(0).contiguous()), weights,
                 True, 1, 0.0, self.training, False, True,
             )
-            return out, (h.squeeze(0), c.squeeze(0))
+            return out, (h.squeeze(0).to(state_dtype), c.squeeze(0).to(state_dtype))
         batch, steps, _ = x.shape
         hidden = self.hidden_size
         pre = torch.addmm(self.bias_ih + self.bias_hh, x.transpose(0, 1).reshape(steps * batch, -1), self.weight_ih.t())
         pre = pre.float().view(steps, batch, 4 * hidden).unbind(0)
         recurrent = RecurrentProjection(weight_hh.t().contiguous())
-        h, c = h0, c0
+        state_dtype = h0.dtype
+        h, c = h0.float(), c0.float()  # the loop's state is fp32 (pre is fp32), whatever came in
         outputs = []
         for t in range(steps):
             # chunk, not slicing: the backward of a slice fills a full-size zero tensor per slice.
@@ -274,7 +282,7 @@ class WeightDropLSTM(nn.Module):
             c = torch.addcmul(torch.sigmoid(forget_gate) * c, torch.sigmoid(in_gate), torch.tanh(candidate))
             h = torch.sigmoid(out_gate) * torch.tanh(c)
             outputs.append(h)
-        return torch.stack(outputs, 1), (h, c)
+        return torch.stack(outputs, 1), (h.to(state_dtype), c.to(state_dtype))
 
 
 class TiedLanguageModel(LanguageModel):
