@@ -187,3 +187,31 @@ def test_onlstm_cell_unused_outputs(used):
         grads[tier] = [torch.zeros_like(x).cpu() if g is None else g.cpu() for g, x in zip(found, leaves)]
     for got, want in zip(grads[TIER], grads["reference"]):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- no recompilation per length
+_LENGTH_NAMES = {"T", "R", "NPOS", "pos0", "pos_end", "n_tiles"}
+
+
+def _unspecialised(kernel) -> set:
+    """Names of the arguments ``kernel`` is not specialised on (interpreter or compiled JIT object)."""
+    if hasattr(kernel, "kwargs"):  # Triton's interpreter keeps the decorator's arguments
+        names = kernel.kwargs.get("do_not_specialize") or []
+    else:
+        names = kernel.do_not_specialize or []
+    return {kernel.arg_names[n] if isinstance(n, int) else n for n in names}
+
+
+def test_kernels_do_not_specialise_on_the_segment_length():
+    """Every kernel argument that follows the BPTT length is exempt from Triton's integer
+    specialisation, so that variable-length segments reuse one compiled kernel."""
+    import inspect
+
+    from induce.kernels import triton_impl
+
+    kernels = {name: obj for name, obj in vars(triton_impl).items() if name.endswith("_kernel")}
+    assert len(kernels) >= 12
+    for name, kernel in kernels.items():
+        params = inspect.signature(kernel.fn).parameters.values()
+        lengths = {p.name for p in params if p.name in _LENGTH_NAMES and "constexpr" not in str(p.annotation)}
+        assert lengths <= _unspecialised(kernel), f"{name} is specialised on {lengths - _unspecialised(kernel)}"

@@ -20,11 +20,28 @@ def _pow2(n: int, minimum: int = 16) -> int:
     return max(minimum, triton.next_power_of_2(max(int(n), 1)))
 
 
+# Arguments that change with the segment length (T, and the row / position counts derived from it)
+# are not specialised on: Triton otherwise compiles a kernel again for each new value class of an
+# integer argument (divisible by 16 or not, equal to 1), so AWD-LSTM's random BPTT lengths made
+# epoch 1 stall on recompilations. Feature sizes (D, A, M, N) stay specialised: they never change.
+LENGTH_ARGS: dict = {}  # kernel name -> its length arguments (read by the tests)
+
+
+def _length_free_jit(*names: str):
+    """``triton.jit`` with ``do_not_specialize`` on the named (length-dependent) integer arguments."""
+
+    def decorate(fn):
+        LENGTH_ARGS[fn.__name__] = names
+        return triton.jit(fn, do_not_specialize=list(names))
+
+    return decorate
+
+
 # ========================================================================================= cumax
 # Several rows per program (``ROWS`` x ``BLOCK`` tile, one warp per row where the row fits): the
 # max/sum reductions and the running sum then stay inside a warp, and each program moves enough
 # bytes to keep the memory system busy (one 400-wide row per program reached ~47% of copy bandwidth).
-@triton.jit
+@_length_free_jit('R')
 def _cumax_fwd_kernel(x_ptr, y_ptr, R, N, BLOCK: tl.constexpr, ROWS: tl.constexpr, REVERSE: tl.constexpr):
     rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)[:, None]
     offs = tl.arange(0, BLOCK)[None, :]
@@ -38,7 +55,7 @@ def _cumax_fwd_kernel(x_ptr, y_ptr, R, N, BLOCK: tl.constexpr, ROWS: tl.constexp
     tl.store(y_ptr + rows * N + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
+@_length_free_jit('R')
 def _cumax_bwd_kernel(x_ptr, gy_ptr, gx_ptr, R, N, BLOCK: tl.constexpr, ROWS: tl.constexpr, REVERSE: tl.constexpr):
     rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)[:, None]
     offs = tl.arange(0, BLOCK)[None, :]
@@ -276,7 +293,7 @@ def _linear_combine(a1, b1, a2, b2):
     return a1 * a2, a2 * b1 + b2
 
 
-@triton.jit
+@_length_free_jit('T')
 def _stick_fwd_kernel(d_ptr, q_ptr, g_ptr, T, W, tau, BT: tl.constexpr, BW: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     t = (tl.program_id(1) * BT + tl.arange(0, BT))[:, None]
@@ -289,7 +306,7 @@ def _stick_fwd_kernel(d_ptr, q_ptr, g_ptr, T, W, tau, BT: tl.constexpr, BW: tl.c
     tl.store(g_ptr + (b * T + t) * W + (W - 1 - k), gate.to(g_ptr.dtype.element_ty), mask=row_ok & (k < W))
 
 
-@triton.jit
+@_length_free_jit('T')
 def _stick_bwd_kernel(
     d_ptr, q_ptr, gg_ptr, gq_ptr, gd_ptr, T, W, tau, BT: tl.constexpr, BW: tl.constexpr
 ):
@@ -381,7 +398,7 @@ def _scan_chunk(a_ptr, b_ptr, b, step, T, D, d, d_ok, A_OFFSET: tl.constexpr, RE
     return t, ok, a_ok, log_a, x
 
 
-@triton.jit
+@_length_free_jit('T')
 def _scan_kernel(
     a_ptr, b_ptr, c0_ptr, out_ptr, c_ptr, glf_ptr, T, D,
     A_OFFSET: tl.constexpr, HAS_C0: tl.constexpr, REVERSE: tl.constexpr, GRAD_LOGF: tl.constexpr,
@@ -561,7 +578,7 @@ def _flush_local(gc_ptr, acc_local, b, t, d, T, D, REVERSE: tl.constexpr):
         tl.atomic_add(gc_ptr + (b * T + t) * D + d, acc_local, mask=(t < T) & (d < D))
 
 
-@triton.jit
+@_length_free_jit('T')
 def _span_repr_fwd_kernel(c_ptr, lf_ptr, out_ptr, T, D, M, REVERSE: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     t = (tl.program_id(1) * BT + tl.arange(0, BT))[:, None]
@@ -571,7 +588,7 @@ def _span_repr_fwd_kernel(c_ptr, lf_ptr, out_ptr, T, D, M, REVERSE: tl.constexpr
         tl.store(out_ptr + ((b * T + t) * M + k) * D + d, rep.to(out_ptr.dtype.element_ty), mask=(t < T) & (d < D))
 
 
-@triton.jit
+@_length_free_jit('T')
 def _span_repr_bwd_kernel(
     c_ptr, lf_ptr, gout_ptr, gc_ptr, glf_ptr, T, D, M, REVERSE: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr
 ):
@@ -692,7 +709,7 @@ def _span_block(c_ptr, lf_ptr, pos, k, t, valid, first, d, T, D, REVERSE: tl.con
     return tl.where(ok, head - other * decay, 0.0)
 
 
-@triton.jit
+@_length_free_jit('pos0', 'pos_end', 'T')
 def _span_mlp_kernel(
     q_ptr, cf_ptr, lff_ptr, cb_ptr, lfb_ptr, w_ptr, v_ptr, ds_ptr, out_ptr, gv_ptr,
     pos0, pos_end, T, D, A, M, NA,
@@ -735,7 +752,7 @@ def _span_mlp_kernel(
         tl.store(out_ptr + (pos * M + k) * NA + a_block, partial, mask=row_ok)
 
 
-@triton.jit
+@_length_free_jit('NPOS', 'T')
 def _span_context_kernel(
     cf_ptr, lff_ptr, cb_ptr, lfb_ptr, p_ptr, gctx_ptr, out_ptr, NPOS, T, D, M,
     BACKWARD: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr,
@@ -781,7 +798,7 @@ def _span_context_kernel(
         tl.store(out_ptr + pos * (2 * D) + D + d, acc_b.to(out_ptr.dtype.element_ty), mask=ok)
 
 
-@triton.jit
+@_length_free_jit('pos0', 'pos_end', 'T')
 def _span_grad_kernel(
     c_ptr, lf_ptr, w_ptr, dh_ptr, p_ptr, gctx_ptr, gc_ptr, glf_ptr, gw_ptr,
     pos0, pos_end, T, D, A, M, offset,
@@ -850,7 +867,7 @@ def _span_grad_kernel(
         tl.atomic_add(gc_ptr + pos * D + d, shared_sum, mask=last, sem="relaxed")
 
 
-@triton.jit
+@_length_free_jit('pos0', 'pos_end', 'T', 'n_tiles')
 def _span_dw_kernel(
     c_ptr, lf_ptr, dh_ptr, gw_ptr, pos0, pos_end, T, D, A, M, offset, n_tiles,
     REVERSE: tl.constexpr, P: tl.constexpr, R: tl.constexpr, BD: tl.constexpr, BA: tl.constexpr,
