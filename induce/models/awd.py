@@ -210,6 +210,24 @@ class RecurrentProjection:
         return _RecurrentAddmm.apply(bias, h, self.weight, self, first)
 
 
+def weights_in_one_chunk(weights: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``[W_ih, W_hh, b_ih, b_hh]`` as views of one new buffer, in that order, differentiably.
+
+    cuDNN wants an LSTM's weights in one contiguous chunk laid out as its weight buffer; given
+    separate tensors it warns ("RNN module weights are not part of single contiguous chunk of
+    memory") and copies them into such a buffer on every call. With DropConnect the dropped
+    ``W_hh`` is a new tensor each forward, so the parameters cannot simply be flattened once (as
+    ``nn.LSTM.flatten_parameters`` does). Instead the four are concatenated here: the same one copy
+    cuDNN would make, but done by us, so that the op finds one chunk and uses it as it is, with no
+    warning. For one unidirectional layer cuDNN's layout is, to our reading of PyTorch's
+    ``try_get_weight_buf``, exactly this concatenation. Not verified on a GPU in this session: if
+    cuDNN still warns, the layout differs and it copies once more (correct values either way; the
+    copy is ~2x the weight bytes per layer per forward, well under 1% of a step).
+    """
+    flat = torch.cat([w.reshape(-1) for w in weights])
+    return [part.view_as(w) for part, w in zip(flat.split([w.numel() for w in weights]), weights)]
+
+
 class WeightDropLSTM(nn.Module):
     """One batch-first LSTM layer with DropConnect (``wdrop``) on the hidden-to-hidden matrix.
 
@@ -228,9 +246,11 @@ class WeightDropLSTM(nn.Module):
     forward: ``x [B, T, I]``, ``(h0 [B, H], c0 [B, H])`` -> ``(out [B, T, H], (h [B, H], c [B, H]))``.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, wdrop: float = 0.0, fused: Optional[bool] = None):
+    def __init__(self, input_size: int, hidden_size: int, wdrop: float = 0.0, fused: Optional[bool] = None,
+                 one_chunk: Optional[bool] = None):
         super().__init__()
         self.input_size, self.hidden_size, self.wdrop, self.fused = input_size, hidden_size, wdrop, fused
+        self.one_chunk = one_chunk  # None: on CUDA without autocast (weights_in_one_chunk)
         self.weight_ih = nn.Parameter(torch.empty(4 * hidden_size, input_size))
         self.weight_hh = nn.Parameter(torch.empty(4 * hidden_size, hidden_size))
         self.bias_ih = nn.Parameter(torch.empty(4 * hidden_size))
@@ -245,6 +265,12 @@ class WeightDropLSTM(nn.Module):
         if x.is_cuda:
             return True
         return x.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
+
+    @staticmethod
+    def _one_chunk_by_default(x: torch.Tensor) -> bool:
+        """CUDA without autocast (see :func:`weights_in_one_chunk`); under autocast the op casts each
+        weight separately, so one chunk would not survive it."""
+        return x.is_cuda and autocast_dtype(x.device.type) is None
 
     def effective_weight_hh(self) -> torch.Tensor:
         """``[4H, H]`` hidden-to-hidden matrix this forward uses (dropped in training mode)."""
@@ -263,6 +289,9 @@ class WeightDropLSTM(nn.Module):
             if autocast_dtype(x.device.type) is None:
                 h0, c0 = h0.to(x.dtype), c0.to(x.dtype)
             weights = [self.weight_ih, weight_hh, self.bias_ih, self.bias_hh]
+            one_chunk = self._one_chunk_by_default(x) if self.one_chunk is None else self.one_chunk
+            if one_chunk:
+                weights = weights_in_one_chunk(weights)
             out, h, c = _VF.lstm(
                 x, (h0.unsqueeze(0).contiguous(), c0.unsqueeze(0).contiguous()), weights,
                 True, 1, 0.0, self.training, False, True,

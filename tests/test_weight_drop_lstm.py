@@ -1,4 +1,7 @@
-"""A bf16-autocast training step followed by a full-precision one (issue 10's dtype bug).
+"""WeightDropLSTM's GPU-motivated paths, checked on CPU: the state dtype across autocast steps and the
+weights handed to the fused op in one chunk.
+
+A bf16-autocast training step followed by a full-precision one (issue 10's dtype bug):
 
 The recurrent state leaves an autocast step and enters the next step; it must keep the dtype it
 came in with, or the fused LSTM of the next fp32 step fails ("input and hidden tensors are not the
@@ -82,3 +85,21 @@ def test_bf16_step_then_fp32_step(name):
         got = [s.dtype for s in _states(out.state)][: len(dtypes)]
         assert got == dtypes, f"{name}: state dtypes changed after bf16={bf16}"
         state = detach_state(out.state)
+
+
+def test_weights_in_one_chunk_path_equals_the_plain_call():
+    """The one-buffer weights (the CUDA default, against cuDNN's per-call re-compaction) give the same
+    outputs and gradients as separate weights; forced on here, on CPU (oneDNN)."""
+    results = []
+    for one_chunk in (False, True):
+        torch.manual_seed(0)
+        layer = WeightDropLSTM(6, 5, wdrop=0.4, fused=True, one_chunk=one_chunk).train()
+        x = torch.randn(2, 4, 6, requires_grad=True)
+        state = (torch.randn(2, 5), torch.randn(2, 5))
+        torch.manual_seed(1)  # the DropConnect mask
+        out, (h, c) = layer(x, state)
+        (out.sum() + 2 * h.sum() - c.sum()).backward()
+        results.append([out.detach(), h.detach(), c.detach(), x.grad]
+                       + [p.grad for p in layer.parameters()])
+    for plain, chunked in zip(*results):
+        torch.testing.assert_close(chunked, plain)
