@@ -87,9 +87,10 @@ def test_bf16_step_then_fp32_step(name):
         state = detach_state(out.state)
 
 
-def test_weights_in_one_chunk_path_equals_the_plain_call():
+@pytest.mark.parametrize("bf16", [False, True])
+def test_weights_in_one_chunk_path_equals_the_plain_call(bf16):
     """The one-buffer weights (the CUDA default, against cuDNN's per-call re-compaction) give the same
-    outputs and gradients as separate weights; forced on here, on CPU (oneDNN)."""
+    outputs and gradients as separate weights, also under autocast; forced on here, on CPU (oneDNN)."""
     results = []
     for one_chunk in (False, True):
         torch.manual_seed(0)
@@ -97,9 +98,11 @@ def test_weights_in_one_chunk_path_equals_the_plain_call():
         x = torch.randn(2, 4, 6, requires_grad=True)
         state = (torch.randn(2, 5), torch.randn(2, 5))
         torch.manual_seed(1)  # the DropConnect mask
-        out, (h, c) = layer(x, state)
-        (out.sum() + 2 * h.sum() - c.sum()).backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out, (h, c) = layer(x, state)
+        (out.float().sum() + 2 * h.sum() - c.sum()).backward()
         results.append([out.detach(), h.detach(), c.detach(), x.grad]
                        + [p.grad for p in layer.parameters()])
+    assert results[0][0].dtype == (torch.bfloat16 if bf16 else torch.float32)
     for plain, chunked in zip(*results):
         torch.testing.assert_close(chunked, plain)

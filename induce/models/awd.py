@@ -210,8 +210,9 @@ class RecurrentProjection:
         return _RecurrentAddmm.apply(bias, h, self.weight, self, first)
 
 
-def weights_in_one_chunk(weights: list[torch.Tensor]) -> list[torch.Tensor]:
-    """``[W_ih, W_hh, b_ih, b_hh]`` as views of one new buffer, in that order, differentiably.
+def weights_in_one_chunk(weights: list[torch.Tensor], dtype: Optional[torch.dtype] = None) -> list[torch.Tensor]:
+    """``[W_ih, W_hh, b_ih, b_hh]`` as views of one new buffer (of ``dtype``, default the weights'),
+    in that order, differentiably.
 
     cuDNN wants an LSTM's weights in one contiguous chunk laid out as its weight buffer; given
     separate tensors it warns ("RNN module weights are not part of single contiguous chunk of
@@ -223,8 +224,13 @@ def weights_in_one_chunk(weights: list[torch.Tensor]) -> list[torch.Tensor]:
     ``try_get_weight_buf``, exactly this concatenation. Not verified on a GPU in this session: if
     cuDNN still warns, the layout differs and it copies once more (correct values either way; the
     copy is ~2x the weight bytes per layer per forward, well under 1% of a step).
+
+    Under autocast the buffer is cast as a whole (``dtype``): the op's autocast wrapper then finds
+    the weights already in its dtype and leaves them (and their one chunk) alone.
     """
     flat = torch.cat([w.reshape(-1) for w in weights])
+    if dtype is not None:
+        flat = flat.to(dtype)
     return [part.view_as(w) for part, w in zip(flat.split([w.numel() for w in weights]), weights)]
 
 
@@ -250,7 +256,7 @@ class WeightDropLSTM(nn.Module):
                  one_chunk: Optional[bool] = None):
         super().__init__()
         self.input_size, self.hidden_size, self.wdrop, self.fused = input_size, hidden_size, wdrop, fused
-        self.one_chunk = one_chunk  # None: on CUDA without autocast (weights_in_one_chunk)
+        self.one_chunk = one_chunk  # None: on CUDA (weights_in_one_chunk)
         self.weight_ih = nn.Parameter(torch.empty(4 * hidden_size, input_size))
         self.weight_hh = nn.Parameter(torch.empty(4 * hidden_size, hidden_size))
         self.bias_ih = nn.Parameter(torch.empty(4 * hidden_size))
@@ -268,9 +274,8 @@ class WeightDropLSTM(nn.Module):
 
     @staticmethod
     def _one_chunk_by_default(x: torch.Tensor) -> bool:
-        """CUDA without autocast (see :func:`weights_in_one_chunk`); under autocast the op casts each
-        weight separately, so one chunk would not survive it."""
-        return x.is_cuda and autocast_dtype(x.device.type) is None
+        """On CUDA (cuDNN's weight buffer, see :func:`weights_in_one_chunk`); oneDNN on CPU has none."""
+        return x.is_cuda
 
     def effective_weight_hh(self) -> torch.Tensor:
         """``[4H, H]`` hidden-to-hidden matrix this forward uses (dropped in training mode)."""
@@ -291,7 +296,7 @@ class WeightDropLSTM(nn.Module):
             weights = [self.weight_ih, weight_hh, self.bias_ih, self.bias_hh]
             one_chunk = self._one_chunk_by_default(x) if self.one_chunk is None else self.one_chunk
             if one_chunk:
-                weights = weights_in_one_chunk(weights)
+                weights = weights_in_one_chunk(weights, autocast_dtype(x.device.type))
             out, h, c = _VF.lstm(
                 x, (h0.unsqueeze(0).contiguous(), c0.unsqueeze(0).contiguous()), weights,
                 True, 1, 0.0, self.training, False, True,
