@@ -138,7 +138,7 @@ def _row_cumax(ptr, k, k_ok):
 
 
 @triton.jit
-def _onlstm_cell_load(g_ptr, c_ptr, b, P, H, G, BP: tl.constexpr, BC: tl.constexpr, C):
+def _onlstm_cell_load(g_ptr, c_ptr, b, P, H, G, C, BP: tl.constexpr, BC: tl.constexpr):
     """Master gates ``[BP]`` and the unit tiles ``[BP, BC]`` of row ``b``: everything one step needs."""
     k = tl.arange(0, BP)
     k_ok = k < P
@@ -166,7 +166,7 @@ def _onlstm_cell_fwd_kernel(
     g_ptr, c_ptr, h_ptr, cn_ptr, cf_ptr, P, H, G, C, BP: tl.constexpr, BC: tl.constexpr
 ):
     b = tl.program_id(0).to(tl.int64)
-    k, k_ok, unit, ok, cf, pf, ci, pi, f, i, o, cell, c = _onlstm_cell_load(g_ptr, c_ptr, b, P, H, G, BP, BC, C)
+    k, k_ok, unit, ok, cf, pf, ci, pi, f, i, o, cell, c = _onlstm_cell_load(g_ptr, c_ptr, b, P, H, G, C, BP, BC)
     cf2 = cf[:, None]
     ci2 = ci[:, None]
     w = cf2 * ci2
@@ -189,7 +189,7 @@ def _onlstm_cell_bwd_kernel(
     (``dL/dlogit = p (s - p.s)``, ``s`` the reverse running sum of ``dL/dcumax``; ``-dci`` for ``ci``).
     """
     b = tl.program_id(0).to(tl.int64)
-    k, k_ok, unit, ok, cf, pf, ci, pi, f, i, o, cell, c = _onlstm_cell_load(g_ptr, c_ptr, b, P, H, G, BP, BC, C)
+    k, k_ok, unit, ok, cf, pf, ci, pi, f, i, o, cell, c = _onlstm_cell_load(g_ptr, c_ptr, b, P, H, G, C, BP, BC)
     cf2 = cf[:, None]
     ci2 = ci[:, None]
     w = cf2 * ci2
