@@ -99,3 +99,25 @@ def test_bucketed_fused_steps_give_the_eager_loss():
     lengths = _lengths(3, 50, bucket=8)
     assert _stream_loss(model, data, lengths, "triton") == pytest.approx(
         _stream_loss(model, data, lengths, "torch"), rel=1e-5)
+
+
+def test_trainer_reads_bucketed_segments(tmp_path):
+    """``data.bptt_bucket`` reaches the training loop: every segment but the row's clipped last one
+    has a bucketed length, and the epoch still reads every position once."""
+    from rich.console import Console
+    from test_training_standin import STANDIN, make_corpus
+
+    from induce.config import load_config
+    from induce.training import train
+
+    corpus = make_corpus(tmp_path / "corpora", train=40, valid=6, test=4)
+    config = load_config(STANDIN, overrides=[
+        f"data.corpus={corpus}", "data.batch_size=2", "data.bptt=8", "data.min_bptt=2", "data.bptt_std=3",
+        "data.bptt_bucket=4", "train.epochs=1", "train.device=cpu", "train.dev_f1=false", "optim.asgd=never",
+    ])
+    positions = [0]
+    train(config, tmp_path / "run", console=Console(quiet=True), progress=False,
+          on_batch=lambda trainer, epoch, batch: positions.append(trainer.position))
+    lengths = np.diff(positions)
+    assert len(lengths) > 5 and all(length % 4 == 0 for length in lengths[:-1])
+    assert len(set(lengths[:-1].tolist())) > 1  # still random lengths, only bucketed
