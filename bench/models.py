@@ -20,7 +20,8 @@ times whole ``induce train`` epochs (``--epochs``, epoch 1 included, in a fresh 
 Triton cache, so epoch 1 pays every compilation) and writes one row per model to
 ``--training-json`` (default ``bench/gpu_training.json`` on CUDA): ``model``, ``ours_tok_s``,
 ``original_tok_s`` (the ``--external`` named ``<model>-original``, else null), ``induce_train_epoch1_tok_s``,
-``induce_train_tok_s`` (the last epoch), ``gpu_mem_gib`` (peak allocated during our step), ``device``.
+``induce_train_tok_s`` (the last epoch), ``gpu_mem_gib`` (peak allocated during our step), ``device``;
+rows of models not in this run are kept, so the models can be measured one run at a time.
 
     python bench/models.py --device cuda --models onlstm prpn palm --steps 20 --warmup 5 \
         --external onlstm-original=/tmp/orig_onlstm/bench_entry.py --epochs 2
@@ -445,6 +446,9 @@ def main(argv: list[str] | None = None) -> None:
                     epoch_speeds[entry] = induce_train_speeds(model, epochs, args.device, args.corpus,
                                                               extra + overrides, Path(tmp), args.threads)
         training = training_rows(args.models, trainers, externals, epoch_speeds, args.device, args.threads)
+        # rows of models not run this time are kept (one model per run fits a device's time limit)
+        kept = json.loads(training_json.read_text()) if training_json.exists() else []
+        training = [row for row in kept if row.get("model") not in args.models] + training
         training_json.write_text(json.dumps(training, indent=1) + "\n")
         console.print(f"wrote {training_json}")
 

@@ -65,6 +65,8 @@ def test_training_json_rows_from_a_tiny_cpu_run(bench_models, tmp_path, one_thre
         "    return T()\n"
     )
     out = tmp_path / "rows.json"
+    earlier = {key: None for key in ROW_KEYS} | {"model": "prpn"}
+    out.write_text(json.dumps([earlier, earlier | {"model": "onlstm"}]))  # onlstm's row is replaced
     bench_models.main([
         "--device", "cpu", "--tiny", "--threads", "1", "--models", "onlstm", "--steps", "1", "--warmup", "1",
         "--parse-sentences", "0", "--epochs", "1", "--corpus", str(corpus), "--external", f"onlstm-original={entry}",
@@ -72,8 +74,9 @@ def test_training_json_rows_from_a_tiny_cpu_run(bench_models, tmp_path, one_thre
         "--train-override", "train.dev_f1=false", "--training-json", str(out),
     ])
     rows = json.loads(out.read_text())
-    assert [row["model"] for row in rows] == ["onlstm"]
-    (row,) = rows
+    assert [row["model"] for row in rows] == ["prpn", "onlstm"]
+    assert rows[0] == earlier  # rows of models not in this run are kept
+    row = rows[1]
     assert set(row) == ROW_KEYS
     for key in ("ours_tok_s", "original_tok_s", "induce_train_epoch1_tok_s", "induce_train_tok_s"):
         assert isinstance(row[key], float) and row[key] > 0, key
