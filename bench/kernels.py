@@ -13,7 +13,8 @@ tensors the forward pass keeps for the backward pass plus its outputs ("kept"), 
 report their compulsory bytes moved (every input read and every output written once) and the
 achieved GB/s; ``--peak-gbps`` turns those into a fraction of the device's bandwidth.
 
-Sizes: ``paper`` is PaLM's B=20, T=70, m=20, D=400 (A=400, PRPN window 15, cumax over D);
+Sizes: ``paper`` is PaLM's B=20, T=70, m=20, D=400 (A=400, PRPN window 15, cumax over D; the
+ON-LSTM cell step is always one step of a 1150-unit layer in chunks of 10, batch B);
 ``palm-released`` is the span attention of the authors' released PaLM (D=200 per direction, A=100);
 ``long1024`` (B=2) and ``long4096`` (B=1) are long contexts with the batch reduced to keep the CPU
 run short; the reference tier and the per-span baseline are skipped at ``long4096`` (Python loops:
@@ -42,7 +43,7 @@ from rich.console import Console
 from rich.table import Table
 
 import induce.kernels as K
-from induce.kernels.testing import random_scan_inputs, span_attention_inputs
+from induce.kernels.testing import onlstm_cell_inputs, random_scan_inputs, span_attention_inputs
 from induce.kernels.torch_impl import attend_over_spans
 
 SIZES = {  # name: (B, T, D, A, m, window)
@@ -204,6 +205,16 @@ def cases(size: str, device: str):
 
     x = torch.randn(B, T, D, generator=gen).to(device)
     yield "cumax", {tier: (lambda x, tier=tier: K.cumax(x, backend=tier), [x]) for tier in tiers}, 2 * n, 5 * n
+
+    # One ON-LSTM cell step at the paper's layer size (H = 1150, chunks of 10) for the size's batch:
+    # the kernel is per time step, so T does not enter.
+    chunks, chunk = 115, 10
+    cell = to(onlstm_cell_inputs(B, chunks, chunk, seed=2))
+    G, H = cell["gates"].shape[1], chunks * chunk
+    yield "onlstm_cell", {
+        tier: (lambda g, c, tier=tier: K.onlstm_cell(g, c, chunks, backend=tier), [cell["gates"], cell["c"]])
+        for tier in tiers
+    }, 4 * B * (G + 3 * H + chunks), 4 * B * (3 * G + 7 * H + 2 * chunks)
 
     d = torch.rand(B, T, generator=gen).to(device)
     d_next = torch.rand(B, T, generator=gen).to(device)

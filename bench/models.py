@@ -13,8 +13,25 @@ Each row also gives the step's matrix-product FLOPs per token (FlopCounterMode),
 achieved, and the *ceiling*: the fp32 GEMM rate measured in the same run divided by those FLOPs,
 i.e. the tokens/s of a step that did nothing but its matrix products at the machine's GEMM peak.
 
+GPU (``--device cuda``): every step is timed with CUDA events (recorded around the step on the
+current stream, read after one synchronisation at the end, so the timing adds no host sync), steps of
+all entries interleaved, warm-up steps excluded (they also compile the Triton kernels). It also
+times whole ``induce train`` epochs (``--epochs``, epoch 1 included, in a fresh process with an empty
+Triton cache, so epoch 1 pays every compilation) and writes one row per model to
+``--training-json`` (default ``bench/gpu_training.json`` on CUDA): ``model``, ``ours_tok_s``,
+``original_tok_s`` (the ``--external`` named ``<model>-original``, else null), ``induce_train_epoch1_tok_s``,
+``induce_train_tok_s`` (the last epoch), ``gpu_mem_gib`` (peak allocated during our step), ``device``;
+rows of models not in this run are kept, so the models can be measured one run at a time.
+
+    python bench/models.py --device cuda --models onlstm prpn palm --steps 20 --warmup 5 \
+        --external onlstm-original=/tmp/orig_onlstm/bench_entry.py --epochs 2
+
+``--device cpu --tiny`` runs the same code paths with tiny models (used by the tests; its numbers
+mean nothing and are refused for ``bench/gpu_training.json``).
+
 ``--external NAME=PATH`` times someone else's training step in the same run, interleaved with
-ours: PATH defines ``make_trainer()`` (see :class:`ExternalTrainer`). That is how the original
+ours: PATH defines ``make_trainer()`` (see :class:`ExternalTrainer`; on CUDA it is called as
+``make_trainer(device="cuda")`` when it takes a ``device`` argument). That is how the original
 implementations are compared (their code is not part of this project: ``bench/ORIGINALS.md``
 says how to fetch and patch them). ``*-mm`` entries are our models with the per-step recurrent
 products as plain ``torch.mm`` instead of oneDNN-packed weights (``RecurrentProjection``).
@@ -54,9 +71,25 @@ SETUPS = {
 }
 
 
+#: ``--tiny``: model sizes (and batch x bptt) small enough for a CPU test of the benchmark itself
+TINY = {
+    "onlstm": dict(emb_size=16, hidden_size=16, chunk_size=4),
+    "prpn": dict(emb_size=16, hidden_size=16, n_slots=4, n_lookback=2),
+    "palm": dict(emb_size=16, hidden_size=16, rrnn_size=6, attention_size=8, max_span_length=4),
+}
+TINY_BATCH, TINY_BPTT = 4, 8
+_tiny = False  # set by --tiny
+
+
+def model_name(entry: str) -> str:
+    return "palm" if entry.startswith(("palm-m", "palm-h")) else entry.removesuffix("-mm")
+
+
 def model_for(entry: str):
-    name = "palm" if entry.startswith(("palm-m", "palm-h")) else entry.removesuffix("-mm")
+    name = model_name(entry)
     batch, bptt, optimiser, overrides = SETUPS[entry]
+    if _tiny:
+        batch, bptt, overrides = TINY_BATCH, TINY_BPTT, TINY[name]
     cls = get_model_class(name)
     return cls(VOCAB, cls.Config(**overrides)), batch, bptt, optimiser
 
@@ -72,26 +105,66 @@ def packing(enabled: bool):
         RecurrentProjection.use_packing = before
 
 
+class StepTimer:
+    """Step times: ``perf_counter`` on CPU; on CUDA a pair of events per step, read in :meth:`seconds`."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.times: list = []
+        self._start = None
+
+    def start(self) -> None:
+        if self.cuda:
+            self._start = torch.cuda.Event(enable_timing=True)
+            self._start.record()
+        else:
+            self._start = time.perf_counter()
+
+    def stop(self) -> None:
+        if self.cuda:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self.times.append((self._start, end))
+        else:
+            self.times.append(time.perf_counter() - self._start)
+
+    def seconds(self) -> list[float]:
+        if not self.cuda:
+            return list(self.times)
+        torch.cuda.synchronize()
+        return [start.elapsed_time(end) / 1000.0 for start, end in self.times]
+
+
 class Trainer:
     """One model, its optimiser and carried state; ``step()`` times one training step."""
 
-    def __init__(self, entry: str):
+    def __init__(self, entry: str, device: str = "cpu"):
         torch.manual_seed(0)
+        self.device = torch.device(device)
         self.model, self.batch, self.bptt, optimiser_name = model_for(entry)
-        self.model.train()
+        self.model.to(self.device).train()
         if optimiser_name == "sgd":
             self.optimiser = torch.optim.SGD(self.model.parameters(), lr=1.0)
         else:
             self.optimiser = torch.optim.Adam(self.model.parameters(), lr=1e-3)
-        self.state = self.model.init_state(self.batch)
-        self.times: list[float] = []
+        self.state = self.model.init_state(self.batch, self.device)
+        self.timer = StepTimer(self.device)
         self.packing = not entry.endswith("-mm")
+        self.peak_bytes = 0  # CUDA: the most memory allocated during one of this model's steps
+
+    @property
+    def times(self) -> list:
+        return self.timer.times
 
     def step(self, bf16: bool, record: bool) -> None:
-        tokens = torch.randint(0, VOCAB, (self.batch, self.bptt + 1))
-        start = time.perf_counter()
+        tokens = torch.randint(0, VOCAB, (self.batch, self.bptt + 1), device=self.device)
+        cuda = self.device.type == "cuda"
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+        if record:
+            self.timer.start()
         # packing is decided when a RecurrentProjection is made (in the forward); the backward follows it
-        with packing(self.packing), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        with packing(self.packing), torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=bf16):
             out = self.model(tokens[:, :-1], self.state)
             hidden, state = (out.hidden, out.state) if hasattr(out, "hidden") else out
             logits = self.model.logits(hidden)
@@ -102,10 +175,12 @@ class Trainer:
         self.optimiser.step()
         self.state = detach(state)
         if record:
-            self.times.append(time.perf_counter() - start)
+            self.timer.stop()
+        if cuda:
+            self.peak_bytes = max(self.peak_bytes, torch.cuda.max_memory_allocated(self.device))
 
     def tokens_per_second(self) -> float:
-        return self.batch * self.bptt / statistics.median(self.times)
+        return self.batch * self.bptt / statistics.median(self.timer.seconds())
 
 
 def flops_per_token(entry: str) -> float:
@@ -128,20 +203,20 @@ def flops_per_token(entry: str) -> float:
     return counter.get_total_flops() / (trainer.batch * trainer.bptt)
 
 
-def gemm_peak(repeats: int = 5) -> float:
-    """Measured fp32 GEMM FLOP/s of this machine at the current thread count: the roofline.
+def gemm_peak(repeats: int = 5, device: str = "cpu") -> float:
+    """Measured fp32 GEMM FLOP/s of this machine (CPU: at the current thread count): the roofline.
 
     Shape: ON-LSTM's batched input projection of a 20 x 70 segment ([1400, 1550] x [1550, 4830]).
     """
-    a, b = torch.randn(1400, 1550), torch.randn(1550, 4830)
+    a, b = torch.randn(1400, 1550, device=device), torch.randn(1550, 4830, device=device)
     for _ in range(2):
         a @ b
-    times = []
+    timer = StepTimer(torch.device(device))
     for _ in range(repeats):
-        start = time.perf_counter()
+        timer.start()
         a @ b
-        times.append(time.perf_counter() - start)
-    return 2 * 1400 * 1550 * 4830 / statistics.median(times)
+        timer.stop()
+    return 2 * 1400 * 1550 * 4830 / statistics.median(timer.seconds())
 
 
 class ExternalTrainer:
@@ -150,8 +225,9 @@ class ExternalTrainer:
     backward, clipping, optimiser) and ``.batch`` / ``.bptt``. Used to time the original
     implementations side by side (their code is not part of this project; see bench/RESULTS.md)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, device: str = "cpu"):
         import importlib.util
+        import inspect
         import sys
 
         folder = str(Path(path).resolve().parent)
@@ -160,29 +236,88 @@ class ExternalTrainer:
         spec = importlib.util.spec_from_file_location(f"external_{Path(path).stem}", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        self.inner = module.make_trainer()
+        takes_device = "device" in inspect.signature(module.make_trainer).parameters
+        if device != "cpu" and not takes_device:
+            raise SystemExit(f"{path}: make_trainer() takes no device argument; it cannot be timed on {device}")
+        self.inner = module.make_trainer(device=device) if takes_device else module.make_trainer()
         self.batch, self.bptt = self.inner.batch, self.inner.bptt
-        self.times: list[float] = []
+        self.timer = StepTimer(torch.device(device))
+
+    @property
+    def times(self) -> list:
+        return self.timer.times
 
     def step(self, bf16: bool, record: bool) -> None:
-        start = time.perf_counter()
+        if record:
+            self.timer.start()
         self.inner.step()
         if record:
-            self.times.append(time.perf_counter() - start)
+            self.timer.stop()
 
     def tokens_per_second(self) -> float:
-        return self.batch * self.bptt / statistics.median(self.times)
+        return self.batch * self.bptt / statistics.median(self.timer.seconds())
 
 
 def train_speeds(entries: list[str], steps: int, warmup: int, bf16: bool,
-                 externals: dict[str, str] | None = None) -> dict[str, float]:
-    """Median training tokens/s per entry; the entries' steps are interleaved (round robin)."""
-    trainers = {entry: Trainer(entry) for entry in entries}
-    trainers.update({name: ExternalTrainer(path) for name, path in (externals or {}).items()})
+                 externals: dict[str, str] | None = None, device: str = "cpu") -> dict[str, "Trainer"]:
+    """The trainers after ``warmup`` untimed and ``steps`` timed steps each, interleaved (round robin);
+    ``.tokens_per_second()`` is the median over the timed steps."""
+    trainers = {entry: Trainer(entry, device) for entry in entries}
+    trainers.update({name: ExternalTrainer(path, device) for name, path in (externals or {}).items()})
     for step in range(warmup + steps):
         for trainer in trainers.values():
             trainer.step(bf16, record=step >= warmup)
-    return {entry: trainer.tokens_per_second() for entry, trainer in trainers.items()}
+    return trainers
+
+
+def induce_train_speeds(model: str, epochs: int, device: str, corpus: str | None, overrides: list[str],
+                        workdir: Path, threads: int) -> tuple[float, float]:
+    """``(epoch 1 tokens/s, last epoch tokens/s)`` of ``induce train --model MODEL`` run for ``epochs``.
+
+    A separate process with an empty Triton cache (``TRITON_CACHE_DIR``), so epoch 1 pays for every
+    kernel compilation; figures from the run's ``metrics.jsonl`` (training time only, no evaluation).
+    """
+    import subprocess
+    import sys
+
+    run_dir = workdir / f"run-{model}"
+    command = [sys.executable, "-m", "cli.main", "train", "--model", model, "--device", device,
+               "--max-epochs", str(epochs), "--out", str(run_dir), "--no-progress", *overrides]
+    if corpus:
+        command += ["--corpus", corpus]
+    env = dict(os.environ, TRITON_CACHE_DIR=str(workdir / "triton-cache"), OMP_NUM_THREADS=str(threads))
+    done = subprocess.run(command, cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"induce train --model {model} failed:\n{done.stderr[-3000:]}")
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    epochs_done = [row for row in rows if not row.get("partial")]
+    return epochs_done[0]["tokens_per_s"], epochs_done[-1]["tokens_per_s"]
+
+
+def device_name(device: str, threads: int) -> str:
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    return f"cpu ({threads} threads)"
+
+
+def training_rows(entries: list[str], trainers: dict, externals: dict[str, str], epochs: dict[str, tuple],
+                  device: str, threads: int) -> list[dict]:
+    """Rows of ``bench/gpu_training.json``: one per model entry (schema in the module docstring)."""
+    rows = []
+    for entry in entries:
+        original = f"{entry}-original"
+        epoch1, steady = epochs.get(entry, (None, None))
+        peak = trainers[entry].peak_bytes
+        rows.append({
+            "model": entry,
+            "ours_tok_s": round(trainers[entry].tokens_per_second(), 1),
+            "original_tok_s": round(trainers[original].tokens_per_second(), 1) if original in externals else None,
+            "induce_train_epoch1_tok_s": epoch1,
+            "induce_train_tok_s": steady,
+            "gpu_mem_gib": round(peak / 2**30, 3) if device.startswith("cuda") else None,
+            "device": device_name(device, threads),
+        })
+    return rows
 
 
 def detach(state):
@@ -212,9 +347,14 @@ def parse_speed(entry: str, n_sentences: int, bf16: bool) -> float | None:
     return len(ids) / (time.perf_counter() - start)
 
 
-def main() -> None:
+GPU_JSON = Path(__file__).resolve().parent / "gpu_training.json"
+
+
+def main(argv: list[str] | None = None) -> None:
+    global _tiny
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=list(SETUPS), choices=list(SETUPS))
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
@@ -224,46 +364,93 @@ def main() -> None:
     parser.add_argument("--external", action="append", default=[], metavar="NAME=PATH",
                         help="also time the training step of PATH's make_trainer() (e.g. an original "
                              "implementation), interleaved with ours; repeatable")
-    args = parser.parse_args()
+    parser.add_argument("--epochs", type=int, default=None,
+                        help="also time this many whole `induce train` epochs per model (default: 2 on CUDA, "
+                             "0 on CPU)")
+    parser.add_argument("--corpus", help="corpus of the `induce train` runs (default: the default corpus)")
+    parser.add_argument("--train-override", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override for the `induce train` runs; repeatable")
+    parser.add_argument("--training-json", type=Path,
+                        help="write the per-model training rows here (default on CUDA: bench/gpu_training.json)")
+    parser.add_argument("--tiny", action="store_true", help="tiny models (tests of this script; numbers mean nothing)")
+    args = parser.parse_args(argv)
+    _tiny = args.tiny
+    cuda = args.device.startswith("cuda")
+    if cuda and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: no CUDA device is available")
     externals = {}
     for spec in args.external:
         name, sep, path = spec.partition("=")
         if not sep or not Path(path).is_file():
             parser.error(f"--external wants NAME=PATH to an existing file, got {spec!r}")
         externals[name] = path
+    training_json = args.training_json or (GPU_JSON if cuda else None)
+    if training_json is not None and not cuda and training_json.resolve() == GPU_JSON:
+        parser.error("bench/gpu_training.json holds GPU figures: give --training-json another path for a CPU run")
+    epochs = args.epochs if args.epochs is not None else (2 if cuda else 0)
     torch.set_num_threads(args.threads)
-    table = Table(title=f"induce models, {args.threads} threads, {'bf16 autocast' if args.bf16 else 'fp32'}")
+    where = args.device if cuda else f"{args.threads} threads"
+    table = Table(title=f"induce models, {where}, {'bf16 autocast' if args.bf16 else 'fp32'}")
     columns = ("model", "batch x bptt", "train tokens/s", "MFLOP/token", "GFLOP/s", "% of GEMM peak",
                "ceiling tokens/s", "parse sentences/s")
     for column in columns:
         table.add_column(column, justify="left" if column == "model" else "right")
     console = Console(width=200)
     load_before = os.getloadavg()
-    peak_before = gemm_peak()
-    speeds = train_speeds(args.models, args.steps, args.warmup, args.bf16, externals)
-    peak = max(peak_before, gemm_peak())  # measured before and after the timed steps
+    roofline = not args.tiny
+    peak_before = gemm_peak(device=args.device) if roofline else None
+    trainers = train_speeds(args.models, args.steps, args.warmup, args.bf16, externals, args.device)
+    speeds = {name: trainer.tokens_per_second() for name, trainer in trainers.items()}
+    peak = max(peak_before, gemm_peak(device=args.device)) if roofline else None  # before and after the steps
     rows = []
     for entry in args.models:
         batch, bptt, *_ = SETUPS[entry]
-        flops = flops_per_token(entry)
-        sentences_per_s = parse_speed(entry, args.parse_sentences, args.bf16)
-        row = {"model": entry, "batch": batch, "bptt": bptt, "threads": args.threads,
+        if args.tiny:
+            batch, bptt = TINY_BATCH, TINY_BPTT
+        flops = flops_per_token(entry) if roofline else None
+        sentences_per_s = None if cuda else parse_speed(entry, args.parse_sentences, args.bf16)
+        row = {"model": entry, "batch": batch, "bptt": bptt, "threads": args.threads, "device": args.device,
                "train_tokens_per_s": speeds[entry], "flops_per_token": flops,
-               "achieved_flops_per_s": speeds[entry] * flops, "gemm_peak_flops_per_s": peak,
-               "ceiling_tokens_per_s": peak / flops, "parse_sentences_per_s": sentences_per_s}
+               "achieved_flops_per_s": flops and speeds[entry] * flops, "gemm_peak_flops_per_s": peak,
+               "ceiling_tokens_per_s": flops and peak / flops, "parse_sentences_per_s": sentences_per_s}
         rows.append(row)
-        table.add_row(entry, f"{batch} x {bptt}", f"{speeds[entry]:.0f}", f"{flops / 1e6:.0f}",
-                      f"{row['achieved_flops_per_s'] / 1e9:.1f}", f"{100 * speeds[entry] * flops / peak:.0f}%",
-                      f"{peak / flops:.0f}", "n/a" if sentences_per_s is None else f"{sentences_per_s:.1f}")
+        dash = lambda value, text: "-" if value is None else text  # noqa: E731
+        table.add_row(entry, f"{batch} x {bptt}", f"{speeds[entry]:.0f}", dash(flops, f"{(flops or 0) / 1e6:.0f}"),
+                      dash(flops, f"{(row['achieved_flops_per_s'] or 0) / 1e9:.1f}"),
+                      dash(flops, f"{100 * speeds[entry] * (flops or 0) / (peak or 1):.0f}%"),
+                      dash(flops, f"{(peak or 0) / (flops or 1):.0f}"),
+                      "n/a" if sentences_per_s is None else f"{sentences_per_s:.1f}")
     for name, path in externals.items():
-        rows.append({"model": name, "external": path, "threads": args.threads, "train_tokens_per_s": speeds[name]})
+        rows.append({"model": name, "external": path, "threads": args.threads, "device": args.device,
+                     "train_tokens_per_s": speeds[name]})
         table.add_row(f"{name} (external)", "", f"{speeds[name]:.0f}", "-", "-", "-", "-", "n/a")
     console.print(f"load average before/after: {load_before} / {os.getloadavg()}")
-    console.print(f"fp32 GEMM peak ([1400,1550] x [1550,4830], median of 5): {peak / 1e9:.1f} GFLOP/s "
-                  f"with {args.threads} thread(s); 'ceiling' = that peak / matrix-product FLOPs per token")
+    if roofline:
+        console.print(f"fp32 GEMM peak ([1400,1550] x [1550,4830], median of 5): {peak / 1e9:.1f} GFLOP/s "
+                      f"on {where}; 'ceiling' = that peak / matrix-product FLOPs per token")
     console.print(table)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
+    if training_json is not None:
+        import tempfile
+
+        epoch_speeds = {}
+        if epochs:
+            overrides = list(args.train_override)
+            with tempfile.TemporaryDirectory(prefix="induce-bench-") as tmp:
+                for entry in args.models:
+                    model = model_name(entry)
+                    extra = [] if entry == model else [f"model.{k}={v}" for k, v in SETUPS[entry][3].items()]
+                    if args.tiny:
+                        extra = [f"model.{k}={v}" for k, v in TINY[model].items()]
+                    epoch_speeds[entry] = induce_train_speeds(model, epochs, args.device, args.corpus,
+                                                              extra + overrides, Path(tmp), args.threads)
+        training = training_rows(args.models, trainers, externals, epoch_speeds, args.device, args.threads)
+        # rows of models not run this time are kept (one model per run fits a device's time limit)
+        kept = json.loads(training_json.read_text()) if training_json.exists() else []
+        training = [row for row in kept if row.get("model") not in args.models] + training
+        training_json.write_text(json.dumps(training, indent=1) + "\n")
+        console.print(f"wrote {training_json}")
 
 
 if __name__ == "__main__":

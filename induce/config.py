@@ -54,6 +54,7 @@ class DataConfig(_Section):
     bptt_std: float = pydantic.Field(5.0, ge=0, description="std of the random segment length")
     min_bptt: int = pydantic.Field(5, ge=1, description="shortest random segment")
     max_bptt_extra: int = pydantic.Field(20, ge=0, description="segments are at most bptt + this long")
+    bptt_bucket: int = pydantic.Field(0, ge=0, description="round random segment lengths to multiples of this (0: off)")
 
 
 class OptimConfig(_Section):

@@ -11,7 +11,12 @@ import torch
 
 import induce.kernels as K
 from induce.errors import InduceError
-from induce.kernels.testing import compare_with_reference, random_scan_inputs, span_attention_inputs
+from induce.kernels.testing import (
+    compare_with_reference,
+    onlstm_cell_inputs,
+    random_scan_inputs,
+    span_attention_inputs,
+)
 
 TIER = "torch"
 
@@ -262,6 +267,33 @@ def test_span_attention_by_hand():
     torch.testing.assert_close(context[0, 2, :2], weights @ sums)
 
 
+# ------------------------------------------------------------------------------ ON-LSTM cell
+#: (B, p chunks, C units per chunk, gate scale): one chunk, one unit per chunk, odd sizes, saturated gates
+CELL_SHAPES = [(1, 1, 1, 2.0), (3, 5, 3, 2.0), (2, 7, 4, 8.0), (1, 13, 10, 1.0)]
+
+
+@pytest.mark.parametrize("B,p,C,scale", CELL_SHAPES)
+def test_onlstm_cell_matches_reference(B, p, C, scale):
+    compare_with_reference("onlstm_cell", TIER, onlstm_cell_inputs(B, p, C, scale, seed=p), n_chunks=p)
+
+
+def test_onlstm_cell_by_hand():
+    """One chunk of one unit: cf = ci' = 1, so ci = 0, w = 0: c_t = c (forget all-on, input off)."""
+    gates = torch.tensor([[0.3, -0.2, 0.1, 0.4, -0.5, 0.7]])
+    c = torch.tensor([[0.25]])
+    h, c_new, cf = K.onlstm_cell(gates, c, 1, backend=TIER)
+    torch.testing.assert_close(cf, torch.tensor([[1.0]]))
+    torch.testing.assert_close(c_new, c)
+    torch.testing.assert_close(h, torch.sigmoid(torch.tensor([[-0.5]])) * torch.tanh(c))
+    # two chunks of one unit, equal logits: cf = (1/2, 1), ci = (1/2, 0), w = (1/4, 0)
+    gates = torch.zeros(1, 2 * 2 + 4 * 2)
+    c = torch.tensor([[1.0, 2.0]])
+    h, c_new, cf = K.onlstm_cell(gates, c, 2, backend=TIER)
+    torch.testing.assert_close(cf, torch.tensor([[0.5, 1.0]]))
+    f_hat = torch.tensor([0.5 * 0.25 + 0.5 - 0.25, 1.0])  # sigmoid(0) = 1/2, tanh(0) = 0
+    torch.testing.assert_close(c_new[0], f_hat * c[0])
+
+
 # ------------------------------------------------------------------------------------ gradcheck
 def test_gradcheck_torch_tier_float64():
     gen = _gen(12)
@@ -281,6 +313,9 @@ def test_gradcheck_torch_tier_float64():
                                         (log_f, u, c0))
         assert torch.autograd.gradcheck(
             lambda c, lf: K.span_representations(c, lf, 3, reverse=reverse, backend=TIER), (u, log_f))
+    cell = onlstm_cell_inputs(2, 3, 2, scale=1.0, seed=14, dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda g, c: K.onlstm_cell(g, c, 3, backend=TIER),
+                                    tuple(t.requires_grad_() for t in cell.values()))
     inputs = span_attention_inputs(1, 4, 2, 3, dtype=torch.float64, seed=13)
     leaves = [t.requires_grad_() for t in inputs.values()]
     assert torch.autograd.gradcheck(lambda *xs: K.span_attention(*xs, 3, backend=TIER)[0], leaves)

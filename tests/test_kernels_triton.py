@@ -21,7 +21,12 @@ import math  # noqa: E402
 import pytest  # noqa: E402
 
 import induce.kernels as K  # noqa: E402
-from induce.kernels.testing import compare_with_reference, random_scan_inputs, span_attention_inputs  # noqa: E402
+from induce.kernels.testing import (  # noqa: E402
+    compare_with_reference,
+    onlstm_cell_inputs,
+    random_scan_inputs,
+    span_attention_inputs,
+)
 
 TIER = "triton"
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -159,3 +164,54 @@ def test_span_attention_max_len_over_tile(monkeypatch):
     monkeypatch.setattr(triton_impl, "_MLP_R", 8)
     monkeypatch.setattr(triton_impl, "_GRAD_R", 8)
     check("span_attention", TIER, span_attention_inputs(1, 12, 5, 3, seed=2), max_len=12, rtol=2e-5, atol=2e-5)
+
+
+# ------------------------------------------------------------------------------ ON-LSTM cell
+@pytest.mark.parametrize("B,p,C,scale", [(1, 1, 1, 2.0), (3, 5, 3, 2.0), (2, 7, 4, 8.0), (2, 17, 10, 1.0)])
+def test_onlstm_cell(B, p, C, scale):
+    check("onlstm_cell", TIER, onlstm_cell_inputs(B, p, C, scale, seed=p), n_chunks=p)
+
+
+@pytest.mark.parametrize("used", [("h",), ("c",), ("cf",), ("h", "cf")])
+def test_onlstm_cell_unused_outputs(used):
+    """Outputs that the loss does not use reach the backward as None (e.g. ``c`` of the last step)."""
+    inputs = onlstm_cell_inputs(2, 5, 3, seed=1)
+    grads = {}
+    for tier in (TIER, "reference"):
+        leaves = [t.clone().to(DEVICE if tier == TIER else "cpu").requires_grad_() for t in inputs.values()]
+        h, c_new, cf = K.onlstm_cell(*leaves, 5, backend=tier)
+        outs = {"h": h, "c": c_new, "cf": cf}
+        loss = sum((outs[name] * torch.linspace(-1, 2, outs[name].numel(), device=outs[name].device)
+                    .view_as(outs[name])).sum() for name in used)
+        found = torch.autograd.grad(loss, leaves, allow_unused=True)  # cf alone does not depend on c
+        grads[tier] = [torch.zeros_like(x).cpu() if g is None else g.cpu() for g, x in zip(found, leaves)]
+    for got, want in zip(grads[TIER], grads["reference"]):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- no recompilation per length
+_LENGTH_NAMES = {"T", "R", "NPOS", "pos0", "pos_end", "n_tiles"}
+
+
+def _unspecialised(kernel) -> set:
+    """Names of the arguments ``kernel`` is not specialised on (interpreter or compiled JIT object)."""
+    if hasattr(kernel, "kwargs"):  # Triton's interpreter keeps the decorator's arguments
+        names = kernel.kwargs.get("do_not_specialize") or []
+    else:
+        names = kernel.do_not_specialize or []
+    return {kernel.arg_names[n] if isinstance(n, int) else n for n in names}
+
+
+def test_kernels_do_not_specialise_on_the_segment_length():
+    """Every kernel argument that follows the BPTT length is exempt from Triton's integer
+    specialisation, so that variable-length segments reuse one compiled kernel."""
+    import inspect
+
+    from induce.kernels import triton_impl
+
+    kernels = {name: obj for name, obj in vars(triton_impl).items() if name.endswith("_kernel")}
+    assert len(kernels) >= 12
+    for name, kernel in kernels.items():
+        params = inspect.signature(kernel.fn).parameters.values()
+        lengths = {p.name for p in params if p.name in _LENGTH_NAMES and "constexpr" not in str(p.annotation)}
+        assert lengths <= _unspecialised(kernel), f"{name} is specialised on {lengths - _unspecialised(kernel)}"

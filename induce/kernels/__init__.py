@@ -1,5 +1,5 @@
-"""Kernels shared by the models: cumax, PRPN stick-breaking gates, linear-recurrence scans and
-PaLM span attention, each in three tiers (``reference``, ``torch``, ``triton``).
+"""Kernels shared by the models: cumax, the ON-LSTM cell step, PRPN stick-breaking gates,
+linear-recurrence scans and PaLM span attention, each in three tiers (``reference``, ``torch``, ``triton``).
 
 Every function takes ``backend: str = "auto"``; see :mod:`induce.kernels._dispatch` for how
 ``"auto"`` is resolved and :func:`set_backend` / :func:`get_backend` / :func:`use_backend` for the
@@ -29,6 +29,7 @@ __all__ = [
     "cumax",
     "get_backend",
     "linear_scan",
+    "onlstm_cell",
     "resolve",
     "set_backend",
     "span_attention",
@@ -48,6 +49,26 @@ def cumax(x: torch.Tensor, dim: int = -1, reverse: bool = False, backend: str = 
     Any shape; the output has the shape and dtype of ``x``.
     """
     return implementation(backend, x).cumax(x, dim=dim, reverse=reverse)
+
+
+def onlstm_cell(
+    gates: torch.Tensor, c: torch.Tensor, n_chunks: int, backend: str = "auto"
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One ON-LSTM cell step from the gate pre-activations (Shen et al. 2019; Stratos' note, sec. 2).
+
+    ``gates [B, 2p + 4H]`` is ``W x_t + U h_{t-1} + b`` laid out as ``[master forget logits (p) |
+    master input logits (p) | f | i | o (H each) | cell (H)]``, ``c [B, H]`` the previous cell
+    state, ``p = n_chunks`` chunks of ``C = H / p`` units. With ``cf = cumax(v1)``, ``ci = 1 -
+    cumax(v2)`` (``[B, p]``, stretched over each chunk's ``C`` units) and ``w = cf * ci``::
+
+        c_t = (sigmoid(f) w + cf - w) * c + (sigmoid(i) w + ci - w) * tanh(cell)
+        h_t = sigmoid(o) * tanh(c_t)
+
+    Returns ``(h [B, H], c_t [B, H], cf [B, p])`` in ``c``'s dtype (``cf`` gives the syntactic
+    distances). The torch tier is the eager twin (the step as separate PyTorch ops); the Triton tier
+    does the step, both cumax included, in one kernel per row and the backward in one more.
+    """
+    return implementation(backend, gates, c).onlstm_cell(gates, c, n_chunks)
 
 
 def stick_breaking_gates(

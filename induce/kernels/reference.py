@@ -27,6 +27,25 @@ def cumax(x: torch.Tensor, dim: int = -1, reverse: bool = False) -> torch.Tensor
     return torch.stack(out, dim=-1).movedim(-1, dim).to(x.dtype)
 
 
+def onlstm_cell(gates: torch.Tensor, c: torch.Tensor, n_chunks: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The ON-LSTM step written out unit by unit: each chunk's master gates copied to its units."""
+    g, c32 = _at_least_fp32(gates), _at_least_fp32(c)
+    B, H = c.shape
+    p = n_chunks
+    chunk = H // p
+    cf = cumax(g[:, :p])
+    ci = 1.0 - cumax(g[:, p: 2 * p])
+    u = g[:, 2 * p:]
+    f, i, o = (torch.sigmoid(u[:, k * H: (k + 1) * H]) for k in range(3))
+    cell = torch.tanh(u[:, 3 * H:])
+    unit_chunk = torch.arange(H) // chunk  # the chunk of every unit
+    cf_units, ci_units = cf[:, unit_chunk], ci[:, unit_chunk]
+    overlap = cf_units * ci_units
+    c_new = (f * overlap + cf_units - overlap) * c32 + (i * overlap + ci_units - overlap) * cell
+    h = o * torch.tanh(c_new)
+    return h.to(c.dtype), c_new.to(c.dtype), cf.to(c.dtype)
+
+
 def _alpha(query: torch.Tensor, distance: torch.Tensor, tau: float) -> torch.Tensor:
     return (torch.nn.functional.hardtanh((query - distance) * tau + 1.0) + 1.0) / 2.0
 

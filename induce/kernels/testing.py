@@ -41,6 +41,18 @@ def span_attention_inputs(
     }
 
 
+def onlstm_cell_inputs(B: int, n_chunks: int, chunk: int, scale: float = 2.0, seed: int = 0,
+                       dtype=torch.float32) -> Dict[str, torch.Tensor]:
+    """Inputs of :func:`induce.kernels.onlstm_cell`: ``gates [B, 2p + 4H]`` (``scale`` times a normal
+    draw: larger scales saturate the gates and sharpen the cumax) and ``c [B, H]``, ``H = p * chunk``."""
+    gen = torch.Generator().manual_seed(seed)
+    H = n_chunks * chunk
+    return {
+        "gates": scale * torch.randn(B, 2 * n_chunks + 4 * H, dtype=dtype, generator=gen),
+        "c": torch.randn(B, H, dtype=dtype, generator=gen),
+    }
+
+
 def _outputs(result) -> Sequence[torch.Tensor]:
     return result if isinstance(result, tuple) else (result,)
 

@@ -26,6 +26,30 @@ def cumax(x: torch.Tensor, dim: int = -1, reverse: bool = False) -> torch.Tensor
     return p.cumsum(dim)
 
 
+# ----------------------------------------------------------------------------- ON-LSTM cell
+def onlstm_cell(gates: torch.Tensor, c: torch.Tensor, n_chunks: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The ON-LSTM step as separate PyTorch ops (the eager twin of the fused Triton step).
+
+    Chunks are a view ``[B, p, C]``: the master gates broadcast over a chunk's units without copies.
+    """
+    B, H = c.shape
+    p = n_chunks
+    forget_logits, input_logits, sig_logits, cell_logits = gates.split([p, p, 3 * H, H], 1)
+    master_forget = cumax(forget_logits)  # [B, p]
+    master_input = 1.0 - cumax(input_logits)
+    # unbind, not indexing: the backward of each index would fill a full-size zero tensor.
+    forget_gate, input_gate, output_gate = torch.sigmoid(sig_logits).view(B, 3, p, -1).unbind(1)
+    cell = torch.tanh(cell_logits).view(B, p, -1)
+    cf, ci = master_forget.unsqueeze(-1), master_input.unsqueeze(-1)
+    overlap = cf * ci
+    forget = forget_gate * overlap + (cf - overlap)
+    inp = input_gate * overlap + (ci - overlap)
+    c_new = forget * c.view(B, p, -1) + inp * cell
+    h = output_gate * torch.tanh(c_new)
+    dtype = c.dtype  # no-op casts unless gates and c differ in dtype
+    return h.view(B, H).to(dtype), c_new.view(B, H).to(dtype), master_forget.to(dtype)
+
+
 # ----------------------------------------------------------------------------- stick-breaking
 def _alpha(query: torch.Tensor, distance: torch.Tensor, tau: float) -> torch.Tensor:
     """``(hardtanh((query - distance) * tau + 1) + 1) / 2``, broadcasting."""

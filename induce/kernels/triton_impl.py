@@ -20,11 +20,28 @@ def _pow2(n: int, minimum: int = 16) -> int:
     return max(minimum, triton.next_power_of_2(max(int(n), 1)))
 
 
+# Arguments that change with the segment length (T, and the row / position counts derived from it)
+# are not specialised on: Triton otherwise compiles a kernel again for each new value class of an
+# integer argument (divisible by 16 or not, equal to 1), so AWD-LSTM's random BPTT lengths made
+# epoch 1 stall on recompilations. Feature sizes (D, A, M, N) stay specialised: they never change.
+LENGTH_ARGS: dict = {}  # kernel name -> its length arguments (read by the tests)
+
+
+def _length_free_jit(*names: str):
+    """``triton.jit`` with ``do_not_specialize`` on the named (length-dependent) integer arguments."""
+
+    def decorate(fn):
+        LENGTH_ARGS[fn.__name__] = names
+        return triton.jit(fn, do_not_specialize=list(names))
+
+    return decorate
+
+
 # ========================================================================================= cumax
 # Several rows per program (``ROWS`` x ``BLOCK`` tile, one warp per row where the row fits): the
 # max/sum reductions and the running sum then stay inside a warp, and each program moves enough
 # bytes to keep the memory system busy (one 400-wide row per program reached ~47% of copy bandwidth).
-@triton.jit
+@_length_free_jit('R')
 def _cumax_fwd_kernel(x_ptr, y_ptr, R, N, BLOCK: tl.constexpr, ROWS: tl.constexpr, REVERSE: tl.constexpr):
     rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)[:, None]
     offs = tl.arange(0, BLOCK)[None, :]
@@ -38,7 +55,7 @@ def _cumax_fwd_kernel(x_ptr, y_ptr, R, N, BLOCK: tl.constexpr, ROWS: tl.constexp
     tl.store(y_ptr + rows * N + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
+@_length_free_jit('R')
 def _cumax_bwd_kernel(x_ptr, gy_ptr, gx_ptr, R, N, BLOCK: tl.constexpr, ROWS: tl.constexpr, REVERSE: tl.constexpr):
     rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)[:, None]
     offs = tl.arange(0, BLOCK)[None, :]
@@ -107,6 +124,157 @@ def cumax(x: torch.Tensor, dim: int = -1, reverse: bool = False) -> torch.Tensor
     return y.reshape(shape).movedim(-1, dim)
 
 
+# ================================================================================ ON-LSTM cell
+# One program per batch row. The H units are a ``[BP, BC]`` tile, row k = chunk k, column j = unit
+# j of the chunk (unit index ``k * C + j``): each chunk's master gates (``[BP]`` vectors from the
+# two cumax) broadcast along the columns, and the backward's per-chunk sums are row sums.
+@triton.jit
+def _row_cumax(ptr, k, k_ok):
+    """``(cumsum(softmax(x)), softmax(x))`` of the ``[BP]`` logits at ``ptr + k`` (0 where masked)."""
+    x = tl.load(ptr + k, mask=k_ok, other=-float("inf")).to(tl.float32)
+    e = tl.where(k_ok, tl.exp(x - tl.max(x, axis=0)), 0.0)
+    prob = e / tl.sum(e, axis=0)
+    return tl.cumsum(prob, axis=0), prob
+
+
+@triton.jit
+def _onlstm_cell_load(g_ptr, c_ptr, b, P, H, G, C, BP: tl.constexpr, BC: tl.constexpr):
+    """Master gates ``[BP]`` and the unit tiles ``[BP, BC]`` of row ``b``: everything one step needs."""
+    k = tl.arange(0, BP)
+    k_ok = k < P
+    row = g_ptr + b * G
+    cf, pf = _row_cumax(row, k, k_ok)
+    cum_i, pi = _row_cumax(row + P, k, k_ok)
+    ci = 1.0 - cum_i
+    j = tl.arange(0, BC)[None, :]
+    unit = k[:, None] * C + j
+    ok = k_ok[:, None] & (j < C)
+    zf = tl.load(row + 2 * P + unit, mask=ok, other=0.0).to(tl.float32)
+    zi = tl.load(row + 2 * P + H + unit, mask=ok, other=0.0).to(tl.float32)
+    zo = tl.load(row + 2 * P + 2 * H + unit, mask=ok, other=0.0).to(tl.float32)
+    zg = tl.load(row + 2 * P + 3 * H + unit, mask=ok, other=0.0).to(tl.float32)
+    c = tl.load(c_ptr + b * H + unit, mask=ok, other=0.0).to(tl.float32)
+    f = tl.sigmoid(zf)
+    i = tl.sigmoid(zi)
+    o = tl.sigmoid(zo)
+    cell = _tanh(zg)
+    return k, k_ok, unit, ok, cf, pf, ci, pi, f, i, o, cell, c
+
+
+@triton.jit
+def _onlstm_cell_fwd_kernel(
+    g_ptr, c_ptr, h_ptr, cn_ptr, cf_ptr, P, H, G, C, BP: tl.constexpr, BC: tl.constexpr
+):
+    b = tl.program_id(0).to(tl.int64)
+    k, k_ok, unit, ok, cf, pf, ci, pi, f, i, o, cell, c = _onlstm_cell_load(g_ptr, c_ptr, b, P, H, G, C, BP, BC)
+    cf2 = cf[:, None]
+    ci2 = ci[:, None]
+    w = cf2 * ci2
+    c_new = (f * w + cf2 - w) * c + (i * w + ci2 - w) * cell
+    h = o * _tanh(c_new)
+    tl.store(h_ptr + b * H + unit, h.to(h_ptr.dtype.element_ty), mask=ok)
+    tl.store(cn_ptr + b * H + unit, c_new.to(cn_ptr.dtype.element_ty), mask=ok)
+    tl.store(cf_ptr + b * P + k, cf.to(cf_ptr.dtype.element_ty), mask=k_ok)
+
+
+@triton.jit
+def _onlstm_cell_bwd_kernel(
+    g_ptr, c_ptr, gh_ptr, gcn_ptr, gcf_ptr, gg_ptr, gc_ptr, P, H, G, C,
+    HAS_GH: tl.constexpr, HAS_GCN: tl.constexpr, HAS_GCF: tl.constexpr, BP: tl.constexpr, BC: tl.constexpr,
+):
+    """Recomputes the step from ``gates`` and ``c`` and writes ``dL/dgates [B, G]``, ``dL/dc [B, H]``.
+
+    ``dc_t = gc_t + gh o (1 - tanh^2 c_t)``; ``f^ = f w + cf - w`` gives ``dcf = df^ (1 + (f - 1) ci)
+    + di^ (i - 1) ci`` per unit (likewise ``dci``), summed over each chunk; then the cumax backward
+    (``dL/dlogit = p (s - p.s)``, ``s`` the reverse running sum of ``dL/dcumax``; ``-dci`` for ``ci``).
+    """
+    b = tl.program_id(0).to(tl.int64)
+    k, k_ok, unit, ok, cf, pf, ci, pi, f, i, o, cell, c = _onlstm_cell_load(g_ptr, c_ptr, b, P, H, G, C, BP, BC)
+    cf2 = cf[:, None]
+    ci2 = ci[:, None]
+    w = cf2 * ci2
+    f_hat = f * w + cf2 - w
+    i_hat = i * w + ci2 - w
+    c_new = f_hat * c + i_hat * cell
+    tanh_c = _tanh(c_new)
+    g_c_new = tl.zeros([BP, BC], dtype=tl.float32)
+    g_o = tl.zeros([BP, BC], dtype=tl.float32)
+    if HAS_GCN:
+        g_c_new += tl.load(gcn_ptr + b * H + unit, mask=ok, other=0.0).to(tl.float32)
+    if HAS_GH:
+        gh = tl.load(gh_ptr + b * H + unit, mask=ok, other=0.0).to(tl.float32)
+        g_c_new += gh * o * (1.0 - tanh_c * tanh_c)
+        g_o = gh * tanh_c
+    g_f_hat = g_c_new * c
+    g_i_hat = g_c_new * cell
+    g_w = g_f_hat * (f - 1.0) + g_i_hat * (i - 1.0)
+    g_cf = tl.sum(tl.where(ok, g_f_hat + g_w * ci2, 0.0), axis=1)  # [BP]
+    g_ci = tl.sum(tl.where(ok, g_i_hat + g_w * cf2, 0.0), axis=1)
+    if HAS_GCF:
+        g_cf += tl.load(gcf_ptr + b * P + k, mask=k_ok, other=0.0).to(tl.float32)
+    # cumax backward; ci = 1 - cumax(v2) gets -g_ci
+    s_f = tl.cumsum(g_cf, axis=0, reverse=True)
+    g_v1 = pf * (s_f - tl.sum(pf * s_f, axis=0))
+    s_i = tl.cumsum(-g_ci, axis=0, reverse=True)
+    g_v2 = pi * (s_i - tl.sum(pi * s_i, axis=0))
+    out = gg_ptr + b * G
+    ty = gg_ptr.dtype.element_ty
+    tl.store(out + k, g_v1.to(ty), mask=k_ok)
+    tl.store(out + P + k, g_v2.to(ty), mask=k_ok)
+    tl.store(out + 2 * P + unit, (g_f_hat * w * f * (1.0 - f)).to(ty), mask=ok)
+    tl.store(out + 2 * P + H + unit, (g_i_hat * w * i * (1.0 - i)).to(ty), mask=ok)
+    tl.store(out + 2 * P + 2 * H + unit, (g_o * o * (1.0 - o)).to(ty), mask=ok)
+    tl.store(out + 2 * P + 3 * H + unit, (g_c_new * i_hat * (1.0 - cell * cell)).to(ty), mask=ok)
+    tl.store(gc_ptr + b * H + unit, (g_c_new * f_hat).to(gc_ptr.dtype.element_ty), mask=ok)
+
+
+def _onlstm_cell_launch(P: int, C: int):
+    """``(BP, BC, num_warps)``: the ``[BP, BC]`` unit tile (powers of two) and warps for it."""
+    bp, bc = _pow2(P, 2), _pow2(C, 2)
+    return bp, bc, min(8, max(1, bp * bc // 512))
+
+
+class _ONLSTMCell(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, gates: torch.Tensor, c: torch.Tensor, n_chunks: int):  # type: ignore[override]
+        B, H = c.shape
+        P, C, G = n_chunks, H // n_chunks, gates.shape[1]
+        h, c_new = torch.empty_like(c), torch.empty_like(c)
+        cf = torch.empty(B, P, dtype=c.dtype, device=c.device)
+        bp, bc, warps = _onlstm_cell_launch(P, C)
+        if B:
+            _onlstm_cell_fwd_kernel[(B,)](gates, c, h, c_new, cf, P, H, G, C, BP=bp, BC=bc, num_warps=warps)
+        ctx.save_for_backward(gates, c)
+        ctx.n_chunks = n_chunks
+        return h, c_new, cf
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_h, grad_c_new, grad_cf):  # type: ignore[override]
+        gates, c = ctx.saved_tensors
+        B, H = c.shape
+        P = ctx.n_chunks
+        C, G = H // P, gates.shape[1]
+        grad_gates, grad_c = torch.empty_like(gates), torch.empty_like(c)
+        bp, bc, warps = _onlstm_cell_launch(P, C)
+        given = lambda g: None if g is None else g.contiguous()  # noqa: E731
+        grad_h, grad_c_new, grad_cf = given(grad_h), given(grad_c_new), given(grad_cf)
+        if B:
+            _onlstm_cell_bwd_kernel[(B,)](
+                gates, c, grad_h if grad_h is not None else c, grad_c_new if grad_c_new is not None else c,
+                grad_cf if grad_cf is not None else c, grad_gates, grad_c, P, H, G, C,
+                HAS_GH=grad_h is not None, HAS_GCN=grad_c_new is not None, HAS_GCF=grad_cf is not None,
+                BP=bp, BC=bc, num_warps=warps,
+            )
+        return grad_gates, grad_c, None
+
+
+def onlstm_cell(gates: torch.Tensor, c: torch.Tensor, n_chunks: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The fused ON-LSTM step (convention on :func:`induce.kernels.onlstm_cell`): one kernel forward,
+    one backward (which recomputes the step from ``gates`` and ``c`` instead of storing it)."""
+    return _ONLSTMCell.apply(gates.contiguous(), c.contiguous(), n_chunks)
+
+
 # ============================================================================ stick-breaking
 @triton.jit
 def _alpha_at(d_ptr, q, b, t, k, T, tau, valid):
@@ -125,7 +293,7 @@ def _linear_combine(a1, b1, a2, b2):
     return a1 * a2, a2 * b1 + b2
 
 
-@triton.jit
+@_length_free_jit('T')
 def _stick_fwd_kernel(d_ptr, q_ptr, g_ptr, T, W, tau, BT: tl.constexpr, BW: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     t = (tl.program_id(1) * BT + tl.arange(0, BT))[:, None]
@@ -138,7 +306,7 @@ def _stick_fwd_kernel(d_ptr, q_ptr, g_ptr, T, W, tau, BT: tl.constexpr, BW: tl.c
     tl.store(g_ptr + (b * T + t) * W + (W - 1 - k), gate.to(g_ptr.dtype.element_ty), mask=row_ok & (k < W))
 
 
-@triton.jit
+@_length_free_jit('T')
 def _stick_bwd_kernel(
     d_ptr, q_ptr, gg_ptr, gq_ptr, gd_ptr, T, W, tau, BT: tl.constexpr, BW: tl.constexpr
 ):
@@ -230,7 +398,7 @@ def _scan_chunk(a_ptr, b_ptr, b, step, T, D, d, d_ok, A_OFFSET: tl.constexpr, RE
     return t, ok, a_ok, log_a, x
 
 
-@triton.jit
+@_length_free_jit('T')
 def _scan_kernel(
     a_ptr, b_ptr, c0_ptr, out_ptr, c_ptr, glf_ptr, T, D,
     A_OFFSET: tl.constexpr, HAS_C0: tl.constexpr, REVERSE: tl.constexpr, GRAD_LOGF: tl.constexpr,
@@ -410,7 +578,7 @@ def _flush_local(gc_ptr, acc_local, b, t, d, T, D, REVERSE: tl.constexpr):
         tl.atomic_add(gc_ptr + (b * T + t) * D + d, acc_local, mask=(t < T) & (d < D))
 
 
-@triton.jit
+@_length_free_jit('T')
 def _span_repr_fwd_kernel(c_ptr, lf_ptr, out_ptr, T, D, M, REVERSE: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     t = (tl.program_id(1) * BT + tl.arange(0, BT))[:, None]
@@ -420,7 +588,7 @@ def _span_repr_fwd_kernel(c_ptr, lf_ptr, out_ptr, T, D, M, REVERSE: tl.constexpr
         tl.store(out_ptr + ((b * T + t) * M + k) * D + d, rep.to(out_ptr.dtype.element_ty), mask=(t < T) & (d < D))
 
 
-@triton.jit
+@_length_free_jit('T')
 def _span_repr_bwd_kernel(
     c_ptr, lf_ptr, gout_ptr, gc_ptr, glf_ptr, T, D, M, REVERSE: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr
 ):
@@ -541,7 +709,7 @@ def _span_block(c_ptr, lf_ptr, pos, k, t, valid, first, d, T, D, REVERSE: tl.con
     return tl.where(ok, head - other * decay, 0.0)
 
 
-@triton.jit
+@_length_free_jit('pos0', 'pos_end', 'T')
 def _span_mlp_kernel(
     q_ptr, cf_ptr, lff_ptr, cb_ptr, lfb_ptr, w_ptr, v_ptr, ds_ptr, out_ptr, gv_ptr,
     pos0, pos_end, T, D, A, M, NA,
@@ -584,7 +752,7 @@ def _span_mlp_kernel(
         tl.store(out_ptr + (pos * M + k) * NA + a_block, partial, mask=row_ok)
 
 
-@triton.jit
+@_length_free_jit('NPOS', 'T')
 def _span_context_kernel(
     cf_ptr, lff_ptr, cb_ptr, lfb_ptr, p_ptr, gctx_ptr, out_ptr, NPOS, T, D, M,
     BACKWARD: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr,
@@ -630,7 +798,7 @@ def _span_context_kernel(
         tl.store(out_ptr + pos * (2 * D) + D + d, acc_b.to(out_ptr.dtype.element_ty), mask=ok)
 
 
-@triton.jit
+@_length_free_jit('pos0', 'pos_end', 'T')
 def _span_grad_kernel(
     c_ptr, lf_ptr, w_ptr, dh_ptr, p_ptr, gctx_ptr, gc_ptr, glf_ptr, gw_ptr,
     pos0, pos_end, T, D, A, M, offset,
@@ -699,7 +867,7 @@ def _span_grad_kernel(
         tl.atomic_add(gc_ptr + pos * D + d, shared_sum, mask=last, sem="relaxed")
 
 
-@triton.jit
+@_length_free_jit('pos0', 'pos_end', 'T', 'n_tiles')
 def _span_dw_kernel(
     c_ptr, lf_ptr, dh_ptr, gw_ptr, pos0, pos_end, T, D, A, M, offset, n_tiles,
     REVERSE: tl.constexpr, P: tl.constexpr, R: tl.constexpr, BD: tl.constexpr, BA: tl.constexpr,

@@ -223,6 +223,30 @@ class RecurrentProjection:
         return _RecurrentAddmm.apply(bias, h, self.weight, self, first)
 
 
+def weights_in_one_chunk(weights: list[torch.Tensor], dtype: Optional[torch.dtype] = None) -> list[torch.Tensor]:
+    """``[W_ih, W_hh, b_ih, b_hh]`` as views of one new buffer (of ``dtype``, default the weights'),
+    in that order, differentiably.
+
+    cuDNN wants an LSTM's weights in one contiguous chunk laid out as its weight buffer; given
+    separate tensors it warns ("RNN module weights are not part of single contiguous chunk of
+    memory") and copies them into such a buffer on every call. With DropConnect the dropped
+    ``W_hh`` is a new tensor each forward, so the parameters cannot simply be flattened once (as
+    ``nn.LSTM.flatten_parameters`` does). Instead the four are concatenated here: the same one copy
+    cuDNN would make, but done by us, so that the op finds one chunk and uses it as it is, with no
+    warning. For one unidirectional layer cuDNN's layout is, to our reading of PyTorch's
+    ``try_get_weight_buf``, exactly this concatenation. Not verified on a GPU in this session: if
+    cuDNN still warns, the layout differs and it copies once more (correct values either way; the
+    copy is ~2x the weight bytes per layer per forward, well under 1% of a step).
+
+    Under autocast the buffer is cast as a whole (``dtype``): the op's autocast wrapper then finds
+    the weights already in its dtype and leaves them (and their one chunk) alone.
+    """
+    flat = torch.cat([w.reshape(-1) for w in weights])
+    if dtype is not None:
+        flat = flat.to(dtype)
+    return [part.view_as(w) for part, w in zip(flat.split([w.numel() for w in weights]), weights)]
+
+
 class WeightDropLSTM(nn.Module):
     """One batch-first LSTM layer with DropConnect (``wdrop``) on the hidden-to-hidden matrix.
 
@@ -241,9 +265,11 @@ class WeightDropLSTM(nn.Module):
     forward: ``x [B, T, I]``, ``(h0 [B, H], c0 [B, H])`` -> ``(out [B, T, H], (h [B, H], c [B, H]))``.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, wdrop: float = 0.0, fused: Optional[bool] = None):
+    def __init__(self, input_size: int, hidden_size: int, wdrop: float = 0.0, fused: Optional[bool] = None,
+                 one_chunk: Optional[bool] = None):
         super().__init__()
         self.input_size, self.hidden_size, self.wdrop, self.fused = input_size, hidden_size, wdrop, fused
+        self.one_chunk = one_chunk  # None: on CUDA (weights_in_one_chunk)
         self.weight_ih = nn.Parameter(torch.empty(4 * hidden_size, input_size))
         self.weight_hh = nn.Parameter(torch.empty(4 * hidden_size, hidden_size))
         self.bias_ih = nn.Parameter(torch.empty(4 * hidden_size))
@@ -259,6 +285,11 @@ class WeightDropLSTM(nn.Module):
             return True
         return x.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
 
+    @staticmethod
+    def _one_chunk_by_default(x: torch.Tensor) -> bool:
+        """On CUDA (cuDNN's weight buffer, see :func:`weights_in_one_chunk`); oneDNN on CPU has none."""
+        return x.is_cuda
+
     def effective_weight_hh(self) -> torch.Tensor:
         """``[4H, H]`` hidden-to-hidden matrix this forward uses (dropped in training mode)."""
         return dropconnect(self.weight_hh, self.wdrop, self.training)
@@ -268,18 +299,29 @@ class WeightDropLSTM(nn.Module):
         weight_hh = self.effective_weight_hh()
         fused = self._fused_by_default(x) if self.fused is None else self.fused
         if fused:
+            # The carried state keeps the dtype it came in with (fp32 from ``init_state``): under
+            # autocast the fused op returns h, c in the autocast dtype, and a state that left an
+            # autocast step in bf16/fp16 made the next full-precision step fail ("input and hidden
+            # tensors are not the same dtype"). Outside autocast the op needs state and input alike.
+            state_dtype = h0.dtype
+            if autocast_dtype(x.device.type) is None:
+                h0, c0 = h0.to(x.dtype), c0.to(x.dtype)
             weights = [self.weight_ih, weight_hh, self.bias_ih, self.bias_hh]
+            one_chunk = self._one_chunk_by_default(x) if self.one_chunk is None else self.one_chunk
+            if one_chunk:
+                weights = weights_in_one_chunk(weights, autocast_dtype(x.device.type))
             out, h, c = _VF.lstm(
                 x, (h0.unsqueeze(0).contiguous(), c0.unsqueeze(0).contiguous()), weights,
                 True, 1, 0.0, self.training, False, True,
             )
-            return out, (h.squeeze(0), c.squeeze(0))
+            return out, (h.squeeze(0).to(state_dtype), c.squeeze(0).to(state_dtype))
         batch, steps, _ = x.shape
         hidden = self.hidden_size
         pre = torch.addmm(self.bias_ih + self.bias_hh, x.transpose(0, 1).reshape(steps * batch, -1), self.weight_ih.t())
         pre = pre.float().view(steps, batch, 4 * hidden).unbind(0)
         recurrent = RecurrentProjection(weight_hh.t().contiguous())
-        h, c = h0, c0
+        state_dtype = h0.dtype
+        h, c = h0.float(), c0.float()  # the loop's state is fp32 (pre is fp32), whatever came in
         outputs = []
         for t in range(steps):
             # chunk, not slicing: the backward of a slice fills a full-size zero tensor per slice.
@@ -287,7 +329,7 @@ class WeightDropLSTM(nn.Module):
             c = torch.addcmul(torch.sigmoid(forget_gate) * c, torch.sigmoid(in_gate), torch.tanh(candidate))
             h = torch.sigmoid(out_gate) * torch.tanh(c)
             outputs.append(h)
-        return torch.stack(outputs, 1), (h, c)
+        return torch.stack(outputs, 1), (h.to(state_dtype), c.to(state_dtype))
 
 
 class TiedLanguageModel(LanguageModel):

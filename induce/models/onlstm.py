@@ -46,7 +46,7 @@ import pydantic
 import torch
 from torch import nn
 
-from induce.kernels import cumax
+from induce.kernels import onlstm_cell
 
 from .awd import AWDConfig, RecurrentProjection, TiedLanguageModel, dropconnect, locked_dropout
 from .base import LMOutput
@@ -109,7 +109,7 @@ class ONLSTMLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]):
         batch, steps, _ = x.shape
-        p, chunk, hidden = self.n_chunks, self.chunk_size, self.hidden_size
+        p = self.n_chunks
         # Input projections of all time steps in one matmul; time-major for cheap per-step slices.
         pre = torch.addmm(self.bias, x.transpose(0, 1).reshape(steps * batch, -1), self.weight_ih.t()).float()
         # unbind (not pre[t]): its backward stacks the step gradients once instead of filling a
@@ -120,29 +120,18 @@ class ONLSTMLayer(nn.Module):
         weight_hh = dropconnect(self.weight_hh, self.wdrop, self.training, scale_at_eval=self.scale_at_eval)
         recurrent = RecurrentProjection(weight_hh.t().contiguous())
         h, c = state
-        c = c.view(batch, p, chunk)
         outputs, distances = [], []
-        split_sizes = [p, p, 3 * hidden, hidden]
         for t in range(steps):
-            gates = recurrent(pre[t], h)
-            forget_logits, input_logits, sig_logits, cell_logits = gates.split(split_sizes, 1)
-            master_forget = cumax(forget_logits)  # [B, p]
-            master_input = 1.0 - cumax(input_logits)
-            # unbind, not indexing: the backward of each index would fill a full-size zero tensor.
-            forget_gate, input_gate, output_gate = torch.sigmoid(sig_logits).view(batch, 3, p, chunk).unbind(1)
-            cell = torch.tanh(cell_logits).view(batch, p, chunk)
-            cf, ci = master_forget.unsqueeze(-1), master_input.unsqueeze(-1)
-            overlap = cf * ci
-            forget = forget_gate * overlap + (cf - overlap)
-            inp = input_gate * overlap + (ci - overlap)
-            c = forget * c + inp * cell
-            h = (output_gate * torch.tanh(c)).view(batch, hidden)
+            # The cell step (both cumax, the gates, the state update): on CUDA one fused Triton
+            # kernel forward and one backward; on CPU, or with --kernels torch, the same step as
+            # separate PyTorch ops (induce.kernels.onlstm_cell; the kernels option picks the tier).
+            h, c, master_forget = onlstm_cell(recurrent(pre[t], h), c, p)  # [B, H], [B, H], [B, p]
             outputs.append(h)
             distances.append(master_forget)
         out = torch.stack(outputs, 1)
         # 1 - mean over chunks of cf: expected breaking point / p (computed once for all steps).
         dist = 1.0 - torch.stack(distances, 1).mean(-1)
-        return out, (h, c.reshape(batch, hidden)), dist
+        return out, (h, c), dist
 
 
 @register

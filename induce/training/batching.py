@@ -47,16 +47,43 @@ def next_segment_length(
     std: float = 5.0,
     min_length: int = 5,
     max_extra: int = 20,
+    bucket: int = 0,
 ) -> int:
     """AWD-LSTM's random BPTT length: ``bptt`` (p = 0.95) or ``bptt / 2``, plus ``N(0, std)`` noise.
 
     ``rng=None`` gives the fixed length ``bptt``. The result lies in ``[min_length, bptt + max_extra]``.
+    ``bucket > 0`` rounds the drawn length with :func:`bucket_length` (same random draws, so a run
+    with and without bucketing consumes the generator identically).
     """
     if rng is None:
-        return bptt
-    mean = bptt if rng.random() < 0.95 else bptt / 2.0
-    length = max(min_length, int(rng.normal(mean, std)))
-    return min(length, bptt + max_extra)
+        length = bptt
+    else:
+        mean = bptt if rng.random() < 0.95 else bptt / 2.0
+        length = min(max(min_length, int(rng.normal(mean, std))), bptt + max_extra)
+    if bucket > 0:
+        length = bucket_length(length, bucket, min_length, bptt + max_extra)
+    return length
+
+
+def bucket_length(length: int, bucket: int, min_length: int, max_length: int) -> int:
+    """``length`` rounded to the nearest multiple of ``bucket`` (ties round up) inside the bounds.
+
+    The bucketing: variable BPTT draws ~40 distinct lengths per epoch at ``bptt = 70``; every new
+    length is a new static shape for CUDA graphs / compiled kernels. Rounded to multiples of
+    ``bucket = 8`` (and kept in ``[min_length, max_length]``, widened to the nearest multiples
+    inside) they take ~10 values: 24..48 for the ``bptt / 2`` draws, 56..88 for the others, plus the
+    last, clipped segment of each epoch. Nothing is padded or masked: the stream is still read
+    once, in order, in consecutive segments with the state carried over, so each step's loss is the
+    eager step's loss on that segment; only where the segments end changes (the mean length moves
+    by less than ``bucket / 2``). The learning-rate rescaling follows the actual length.
+    Bounds with no multiple of ``bucket`` between them leave ``length`` unchanged.
+    """
+    low = -(-min_length // bucket) * bucket
+    high = (max_length // bucket) * bucket
+    if low > high:
+        return length
+    rounded = ((length + bucket // 2) // bucket) * bucket
+    return min(max(rounded, low), high)
 
 
 def segment(data: torch.Tensor, start: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:

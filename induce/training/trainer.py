@@ -594,7 +594,8 @@ class Trainer:
         interval_start, interval_tokens = time.monotonic(), 0
         while self.position < length - 2:
             seq_len = batching.next_segment_length(
-                self.bptt_rng, cfg.data.bptt, cfg.data.bptt_std, cfg.data.min_bptt, cfg.data.max_bptt_extra
+                self.bptt_rng, cfg.data.bptt, cfg.data.bptt_std, cfg.data.min_bptt, cfg.data.max_bptt_extra,
+                bucket=cfg.data.bptt_bucket,
             )
             inputs, targets = batching.segment(data, self.position, seq_len)
             steps = inputs.size(1)
