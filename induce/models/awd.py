@@ -321,7 +321,10 @@ class WeightDropLSTM(nn.Module):
         pre = pre.float().view(steps, batch, 4 * hidden).unbind(0)
         recurrent = RecurrentProjection(weight_hh.t().contiguous())
         state_dtype = h0.dtype
-        h, c = h0.float(), c0.float()  # the loop's state is fp32 (pre is fp32), whatever came in
+        # The loop's state is at least fp32 (pre is fp32): a bf16 state from an autocast step is
+        # widened; a float64 state (gradient checks) stays float64, as before.
+        loop_dtype = torch.promote_types(torch.float32, h0.dtype)
+        h, c = h0.to(loop_dtype), c0.to(loop_dtype)
         outputs = []
         for t in range(steps):
             # chunk, not slicing: the backward of a slice fills a full-size zero tensor per slice.
