@@ -31,11 +31,21 @@ TINY = ["model.emb_size=8", "model.hidden_size=12", "model.rrnn_size=4", "model.
         "data.eval_batch_size=2", "optim.optimizer=sgd", "optim.asgd=never", "optim.lr=1", "train.log_interval=5", "train.dev_f1=false", "train.seed=3"]
 
 
+def python_path(existing):
+    """This checkout first, then whatever PYTHONPATH the caller had (extended, not replaced)."""
+    return os.pathsep.join([str(REPO), *(existing.split(os.pathsep) if existing else [])])
+
+
+def test_python_path_extends_the_callers():
+    assert python_path(None) == str(REPO)
+    assert python_path(os.pathsep.join(["/a", "/b"])).split(os.pathsep) == [str(REPO), "/a", "/b"]
+
+
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
 def test_two_cpu_processes_match_one_process(tmp_path):
     corpus = make_corpus(tmp_path / "corpora", train=80, valid=10, test=5)
     overrides = TINY + NO_DROPOUT
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": python_path(os.environ.get("PYTHONPATH"))}
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
         "-m", "cli.main", "train", "--model", MODEL, "--corpus", str(corpus), "--out", str(tmp_path / "ddp"),

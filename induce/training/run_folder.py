@@ -138,6 +138,22 @@ class RunLock:
         if self._create():
             self.held = True
             return
+        pid = self._refuse_if_owned()
+        # A dead owner (or an unreadable lock): take it over.
+        self.note(f"{self.path.parent}: taking over the lock of a training that is gone"
+                  + (f" (PID {pid})" if pid is not None else ""))
+        self.path.unlink(missing_ok=True)
+        if not self._create():
+            raise RunFolderError(f"{self.path.parent} is in use: another training took its lock just now")
+        self.held = True
+
+    def check_free(self) -> None:
+        """Raise :class:`RunFolderError` when a live training holds the lock (nothing is written)."""
+        if self.path.exists():
+            self._refuse_if_owned()
+
+    def _refuse_if_owned(self) -> Optional[int]:
+        """Raise when the lock's owner is alive (or on another host); else its PID (None if unreadable)."""
         try:
             owner = json.loads(self.path.read_text(encoding="utf-8"))
             pid, host = int(owner["pid"]), str(owner.get("host", ""))
@@ -155,13 +171,7 @@ class RunLock:
                 f"{self.path.parent} is in use by a training on host {host} (PID {pid}); if that run is gone, "
                 f"delete {self.path} and try again"
             )
-        # A dead owner (or an unreadable lock): take it over.
-        self.note(f"{self.path.parent}: taking over the lock of a training that is gone"
-                  + (f" (PID {pid})" if pid is not None else ""))
-        self.path.unlink(missing_ok=True)
-        if not self._create():
-            raise RunFolderError(f"{self.path.parent} is in use: another training took its lock just now")
-        self.held = True
+        return pid
 
     def release(self) -> None:
         if self.held:
@@ -178,10 +188,3 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
-
-
-def describe_status(status: dict) -> Optional[str]:
-    """A one-line summary of a run's state for messages (``None`` when unknown)."""
-    if not status:
-        return None
-    return status.get("state")

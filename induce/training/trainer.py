@@ -133,6 +133,8 @@ class Trainer(CheckpointState):
         self.resume_meta: Optional[dict] = None
         self.resume_tensors: Optional[dict] = None
         if resume:
+            if ddp.env_is_main():
+                RunLock(self.run_dir).check_free()  # "in use" says more than a missing checkpoint would
             self.resume_tensors, self.resume_meta = load_checkpoint(self.run_dir / LAST)
             stored = validate_config(self.resume_meta["config"], source=str(self.run_dir / (LAST + ".json")))
             keep = {"epochs", "time_budget", "device", "kernels", "log_interval"}
@@ -311,7 +313,7 @@ class Trainer(CheckpointState):
         self.interrupt_requested = True
         if self.ctx.is_main:
             self.console.print("interrupted: stopping after this batch and writing a checkpoint "
-                               "(Ctrl-C again to stop at once, without one)", highlight=False)
+                               "(Ctrl-C again to stop at once, without one)", highlight=False, soft_wrap=True)
 
     def _should_stop(self) -> bool:
         """SIGINT seen (rank 0's flag decides under DDP, so that every process stops after the same step)."""
@@ -483,11 +485,13 @@ class Trainer(CheckpointState):
             return None
         lock = RunLock(self.run_dir, note=lambda message: self.console.print(f"[yellow]note:[/] {message}",
                                                                                  highlight=False))
-        if self.resume:
-            lock.acquire()
-            return lock
-        claim_for_new_run(self.run_dir, self.force, self.allow_foreign)  # before the lock: it may create the folder
-        lock.acquire()
+        lock.acquire()  # first: a forced claim must not remove the files of a run that is still going
+        if not self.resume:
+            try:
+                claim_for_new_run(self.run_dir, self.force, self.allow_foreign)
+            except BaseException:
+                lock.release()
+                raise
         return lock
 
     def _install_sigint(self):
@@ -631,6 +635,11 @@ def resume(run_dir: Path, updates: Optional[dict] = None, **kwargs) -> TrainResu
     """Continue the run in ``run_dir`` from ``last.*``; ``updates`` may change ``train.epochs``,
     ``train.time_budget``, ``train.device``, ``train.kernels``, ``train.log_interval``."""
     run_dir = Path(run_dir)
+    if ddp.env_is_main():
+        RunLock(run_dir).check_free()
+    if not (run_dir / CONFIG_FILE).is_file():
+        what = "no such folder" if not run_dir.is_dir() else f"no {CONFIG_FILE}: not a run folder"
+        raise InduceError(f"--resume {run_dir}: {what}")
     config = load_config_file(run_dir / CONFIG_FILE)
     if updates:
         config = config.model_copy(update={"train": config.train.model_copy(update=updates)})
