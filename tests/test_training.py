@@ -344,3 +344,52 @@ def test_dev_f1_is_logged_and_selects_the_best_checkpoint(tmp_path, corpus):
     trees = predict_trees(load_run(tmp_path / "f1"), [w for w, _ in pairs])
     result = evaluate(trees, [g for _, g in pairs], EvalConvention())
     assert math.isclose(result.sentence_f1, best["dev_f1"], abs_tol=1e-9)
+
+
+# ------------------------------------------------------------------------------ sidecar vs weights
+
+
+def _relabel(sidecar, **changes):
+    meta = json.loads(sidecar.read_text())
+    for key, value in changes.items():
+        if key == "config_model_name":
+            meta["config"]["model_name"] = value
+        else:
+            meta[key] = value
+    sidecar.write_text(json.dumps(meta))
+
+
+def test_a_sidecar_that_names_another_model_is_refused(tmp_path, corpus):
+    """PaLM weights relabelled palm-rb (same tensor names and shapes) or prpn, a vocabulary swapped:
+    refused with a clear error; an untouched copy and a version-1 sidecar (no model hash) load."""
+    import shutil
+
+    from induce.inference import load_run
+
+    cfg = load_config("palm", overrides=[
+        f"data.corpus={corpus}", "model.emb_size=6", "model.hidden_size=8", "model.rrnn_size=4",
+        "model.attention_size=4", "model.max_span_length=3", "data.batch_size=4", "data.bptt=6",
+        "data.eval_batch_size=2", "train.epochs=1", "train.device=cpu", "train.dev_f1=false"])
+    run = tmp_path / "palm"
+    train(cfg, run, console=QUIET, progress=False)
+    assert load_run(run).meta["model_name"] == "palm"
+    cases = {
+        "palm-rb": dict(model_name="palm-rb", config_model_name="palm-rb"),
+        "name only": dict(model_name="prpn"),
+        "config only": dict(config_model_name="palm-s"),
+        "vocab": dict(vocab={**json.loads((run / "best.json").read_text())["vocab"], "itos": ["x"] * 3}),
+    }
+    for name, changes in cases.items():
+        copy = tmp_path / name
+        shutil.copytree(run, copy)
+        _relabel(copy / "best.json", **changes)
+        with pytest.raises(CheckpointError, match="does not describe these weights"):
+            load_run(copy)
+    # a checkpoint written before the model hash (format version 1) is read with the weights hash only
+    legacy = tmp_path / "legacy"
+    shutil.copytree(run, legacy)
+    meta = json.loads((legacy / "best.json").read_text())
+    del meta["model_sha256"]
+    meta["format_version"] = 1
+    (legacy / "best.json").write_text(json.dumps(meta))
+    assert load_run(legacy).meta["model_name"] == "palm"
