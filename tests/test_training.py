@@ -393,3 +393,53 @@ def test_a_sidecar_that_names_another_model_is_refused(tmp_path, corpus):
     meta["format_version"] = 1
     (legacy / "best.json").write_text(json.dumps(meta))
     assert load_run(legacy).meta["model_name"] == "palm"
+
+
+# ------------------------------------------------------------------------------- large runs, the bar
+
+
+def test_a_large_cpu_run_is_announced_with_an_estimate_and_a_cpu_sized_command(tmp_path, corpus, monkeypatch):
+    from induce.training import advice
+
+    monkeypatch.setattr(advice, "LARGE_RUN_WORK", 0)  # this tiny run counts as "large"
+    console = Console(record=True, width=400)
+    cfg = load_config("palm", overrides=[
+        f"data.corpus={corpus}", "model.emb_size=6", "model.hidden_size=8", "model.rrnn_size=4",
+        "model.attention_size=4", "model.max_span_length=3", "data.batch_size=4", "data.bptt=6",
+        "data.eval_batch_size=2", "train.epochs=3", "train.device=cpu", "train.dev_f1=false"])
+    seen = []
+    train(cfg, tmp_path / "run", console=console, progress=False,
+          on_batch=lambda t, e, b: seen.append(console.export_text(clear=False)) if (e, b) == (1, 4) else None)
+    text = seen[0]  # what was printed by the end of the 4th batch
+    n_params = sum(t.numel() for t in model_tensors(tmp_path / "run", "best").values())
+    assert f"{n_params / 1e6:.1f}M parameters" in text and "training tokens per epoch, 3 epochs" in text
+    assert "estimate (measured on batches 2-4: " in text and " per epoch, ~" in text and "for 3 epochs" in text
+    # the exact CPU-sized command: --model palm with the sizes of configs/cpu/palm.yaml, which load
+    command = advice.cpu_sized_command("palm")
+    assert f"    {command}\n" in text
+    words = command.split()
+    assert words[:4] == ["induce", "train", "--model", "palm"] and words[-2] == "--time-budget"
+    sized = load_config("palm", overrides=words[4:-2])
+    assert sized.model["hidden_size"] == 256 and sized.model["emb_size"] == 128
+    # a normal-sized run says nothing of the kind
+    monkeypatch.setattr(advice, "LARGE_RUN_WORK", 1e30)
+    quiet = Console(record=True, width=400)
+    train(tiny_config(corpus, "train.epochs=1"), tmp_path / "small", console=quiet, progress=False)
+    assert "large run" not in quiet.export_text() and "estimate" not in quiet.export_text()
+
+
+def test_the_bar_shows_eta_and_loss_from_the_first_batch(tmp_path, corpus):
+    from rich.progress import TimeRemainingColumn
+
+    seen = []
+
+    def look(trainer, epoch, batch):
+        if batch == 1:
+            task = trainer.progress.tasks[0]
+            seen.append((task.fields["loss"], [type(c) for c in trainer.progress.columns]))
+
+    train(tiny_config(corpus, "train.epochs=1", "train.log_interval=1000"), tmp_path / "run",
+          console=Console(quiet=True), progress=True, on_batch=look)
+    loss, columns = seen[0]
+    assert loss.startswith("loss ") and "ppl" in loss  # before the first log interval
+    assert TimeRemainingColumn in columns

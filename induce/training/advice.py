@@ -65,7 +65,7 @@ def size_message(model_name: str, n_params: int, tokens_per_epoch: int, epochs: 
     """The warning printed before the first step of a large run on ``device``."""
     lines = [
         f"[yellow]note:[/] this is a large run for {device}: {n_params / 1e6:.1f}M parameters, "
-        f"{tokens_per_epoch:,} training tokens per epoch, {epochs} epochs (time estimate after the first batch)."
+        f"{tokens_per_epoch:,} training tokens per epoch, {epochs} epochs (time estimate after the first batches)."
     ]
     if device == "cpu":
         command = cpu_sized_command(model_name)
@@ -76,9 +76,9 @@ def size_message(model_name: str, n_params: int, tokens_per_epoch: int, epochs: 
     return "\n".join(lines)
 
 
-def estimate_message(seconds_per_batch: float, batches_per_epoch: int, epochs_left: int, batches: int) -> str:
-    """``~T per epoch, ~T for the N epochs`` from the time of the first ``batches`` batches."""
+def estimate_message(seconds_per_batch: float, batches_per_epoch: int, epochs_left: int, batches: str) -> str:
+    """``~T per epoch, ~T for the N epochs`` from the mean time of the named ``batches`` (e.g. ``"2-4"``)."""
     epoch = seconds_per_batch * batches_per_epoch
-    return (f"estimate (measured on the first {batches} batch{'es' if batches > 1 else ''}): "
+    return (f"estimate (measured on batches {batches}: {seconds_per_batch:.2g} s each): "
             f"~{format_duration(epoch)} per epoch, ~{format_duration(epoch * epochs_left)} for "
             f"{epochs_left} epoch{'s' if epochs_left != 1 else ''} (validation not included)")

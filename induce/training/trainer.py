@@ -399,10 +399,14 @@ class Trainer(CheckpointState):
                 # ... and after batches 1, 2, 4, ... of this invocation, so that the bar shows a loss
                 # (and the ETA a rate) from the start.
                 self._show_loss(task, interval_start, interval_tokens)
-            if self.batches_this_run == 1 and self.warn_large:
-                seconds = time.monotonic() - self.first_batch_started
-                epochs_left = cfg.train.epochs - self.epoch + 1
-                self._log(advice.estimate_message(seconds, batches_per_epoch, epochs_left, 1))
+            if self.warn_large and self.batches_this_run in (1, 4):
+                # Timed on batches 2-4 (the first one pays for warm-up); both ends follow a host sync.
+                if self.batches_this_run == 1:
+                    self.timing_started = time.monotonic()
+                else:
+                    seconds = (time.monotonic() - self.timing_started) / 3
+                    epochs_left = cfg.train.epochs - self.epoch + 1
+                    self._log(advice.estimate_message(seconds, batches_per_epoch, epochs_left, "2-4"))
             if cfg.train.checkpoint_every and self.batch % cfg.train.checkpoint_every == 0:
                 self._save_last()
             if self.on_batch is not None:
@@ -514,6 +518,14 @@ class Trainer(CheckpointState):
             self._log(advice.size_message(cfg.model_name, n_params, tokens_per_epoch, cfg.train.epochs,
                                           self.device.type))
 
+    def _make_progress(self) -> Progress:
+        """The epoch bar: batches, elapsed time, ETA and the running loss (shown from the first batch)."""
+        return Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[loss]}"),
+            console=self.console, transient=True,
+        )
+
     def _stop_interrupted(self) -> None:
         """After SIGINT: ``last`` holds this exact position; say how to continue."""
         self._save_last()
@@ -540,16 +552,10 @@ class Trainer(CheckpointState):
             self.started = time.monotonic()
             self.batches_this_run = 0
             stop_reason = "epochs"
-            progress = None
-            if self.show_progress and ctx.is_main:
-                progress = Progress(
-                    TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[loss]}"),
-                    console=self.console, transient=True,
-                )
+            progress = self._make_progress() if self.show_progress and ctx.is_main else None
+            if progress is not None:
                 progress.start()
             try:
-                self.first_batch_started = time.monotonic()
                 while self.epoch <= cfg.train.epochs:
                     epoch_started = time.monotonic()
                     self.epoch_tokens_at_start = int(
