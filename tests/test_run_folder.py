@@ -157,3 +157,45 @@ def test_sigint_writes_a_checkpoint_and_prints_the_resume_command(tmp_path, corp
     assert done.returncode == 0, done.stderr[-2000:]
     assert read_status(run)["state"] == "finished"
     assert len((run / "metrics.jsonl").read_text().splitlines()) == status["epoch"]
+
+
+def test_kill_9_mid_epoch_then_resume_equals_an_uninterrupted_run(tmp_path, corpus):
+    """A real process killed with SIGKILL after a mid-epoch checkpoint: the stale lock is taken over
+    and the resumed run (another process) ends with the weights of an uninterrupted run, bit for bit."""
+    import torch
+
+    from induce.training import load_checkpoint
+
+    run = tmp_path / "killed"
+    overrides = ["model.emb_size=8", "model.hidden_size=8", "model.chunk_size=4", "data.batch_size=2",
+                 "data.bptt=5", "data.variable_bptt=true", "data.bptt_std=2", "data.min_bptt=2",
+                 "train.dev_f1=false", "train.checkpoint_every=3", "train.log_interval=1000", "train.seed=4"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    base = [sys.executable, "-m", "cli.main", "train", "--no-progress"]
+    child = subprocess.Popen([*base, "--model", "onlstm", "--corpus", str(corpus), "--out", str(run), "--device",
+                              "cpu", "--max-epochs", "2", *overrides], cwd=tmp_path, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "last.json").is_file():  # the first mid-epoch checkpoint (epoch 1, batch 3)
+            assert child.poll() is None and time.monotonic() < deadline, "training did not start"
+            time.sleep(0.01)
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=60)
+    finally:
+        child.kill()
+    _, meta = load_checkpoint(run / "last")
+    assert meta["trainer"]["epoch"] == 1 and meta["trainer"]["batch"] > 0  # mid-epoch
+    assert read_status(run)["state"] == "running" and (run / LOCK_FILE).is_file()
+    done = subprocess.run([*base, "--resume", str(run)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "taking over the lock of a training that is gone" in done.stderr
+    straight = tmp_path / "straight"
+    cfg = load_config("onlstm", overrides=[*overrides, f"data.corpus={corpus}", "train.epochs=2", "train.device=cpu"])
+    train(cfg, straight, console=QUIET, progress=False)
+    a, _ = load_checkpoint(straight / "last")
+    b, _ = load_checkpoint(run / "last")
+    keys = [k for k in a if k.startswith(("model.", "optim."))]
+    assert keys and all(torch.equal(a[k], b[k]) for k in keys)
