@@ -35,7 +35,8 @@ def train_command(
         None, "--resume", help="Continue the run in this folder exactly where it stopped (its config is kept)."
     ),
     force: bool = typer.Option(
-        False, "--force", help="Train into --out even if it holds a run (its run files are removed first) or other files."
+        False, "--force",
+        help="Train into --out even if it holds a run (its run files are removed first) or other files.",
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
 ) -> None:
@@ -78,8 +79,9 @@ def train_command(
     except InduceError as err:
         console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2)
-    if result.stop_reason == "interrupted":
-        raise typer.Exit(code=130)  # the trainer said where the checkpoint is and how to resume
+    except KeyboardInterrupt:
+        # The trainer has said where the checkpoint is and printed the `--resume` command.
+        raise typer.Exit(code=130)
     console.print(
         f"{result.run_dir}: {result.epochs_done} epochs ({result.stop_reason}), best valid ppl {result.best_valid_ppl:.2f}",
         highlight=False,

@@ -21,7 +21,7 @@ from rich.console import Console
 
 from induce.config import load_config
 from induce.training import load_checkpoint
-from induce.training.trainer import read_status, resume, train
+from induce.training.trainer import TrainingInterrupted, read_status, resume, train
 
 from test_training_standin import make_corpus
 
@@ -117,8 +117,10 @@ def test_resume_is_exact_with_dropout_and_variable_bptt(tmp_path, corpus, model)
             os.kill(os.getpid(), signal.SIGINT)
 
     interrupted = tmp_path / "interrupted"
-    result = train(cfg, interrupted, console=QUIET, progress=False, on_batch=interrupt)
-    assert result.stop_reason == "interrupted"
+    with pytest.raises(TrainingInterrupted) as stopped:
+        train(cfg, interrupted, console=QUIET, progress=False, on_batch=interrupt)
+    assert stopped.value.result.stop_reason == "interrupted" and (stopped.value.epoch, stopped.value.batch) == (2, mid)
+    assert stopped.value.resume_command == f"induce train --resume {interrupted}"
     assert read_status(interrupted)["state"] == "interrupted"
     _, meta = load_checkpoint(interrupted / "last")
     assert (meta["trainer"]["epoch"], meta["trainer"]["batch"]) == (2, mid)

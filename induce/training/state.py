@@ -166,7 +166,8 @@ class CheckpointState:
         optim_state = join_optimizer_state(tensors, meta["optimizer"])
         # Fresh (aligned) copies, not views into the file's buffer: see the recurrent state below.
         optim_state["state"] = {
-            i: {k: v.to(self.device, copy=True) if isinstance(v, torch.Tensor) and v.dim() > 0 else v for k, v in s.items()}
+            i: {k: v.to(self.device, copy=True) if isinstance(v, torch.Tensor) and v.dim() > 0 else v
+                for k, v in s.items()}
             for i, s in optim_state["state"].items()
         }
         self.optimizer.load_state_dict(optim_state)

@@ -73,8 +73,8 @@ from .state import CheckpointState, detach_state, map_state, seed_everything
 
 __all__ = [
     "BEST", "CONFIG_FILE", "DEV_LENGTHS", "LAST", "LMLoss", "METRICS_FILE", "STATUS_FILE", "TrainResult",
-    "Trainer", "detach_state", "dev_parse_metrics", "evaluate_lm", "map_state", "read_status", "resolve_corpus",
-    "resume", "train",
+    "Trainer", "TrainingInterrupted", "detach_state", "dev_parse_metrics", "evaluate_lm", "map_state",
+    "read_status", "resolve_corpus", "resume", "train",
 ]
 
 
@@ -93,6 +93,16 @@ class TrainResult:
     history: list = field(default_factory=list)
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+    """Raised by :meth:`Trainer.run` after SIGINT once ``last`` is written at the interrupted step and
+    the resume command printed: still a ``KeyboardInterrupt`` for callers (``induce reproduce`` stops)."""
+
+    def __init__(self, result: "TrainResult", epoch: int, batch: int):
+        super().__init__(f"{result.run_dir}: interrupted at epoch {epoch}, batch {batch}")
+        self.result, self.epoch, self.batch = result, epoch, batch
+        self.resume_command = resume_command(result.run_dir)
+
+
 class Trainer(CheckpointState):
     """Trains ``config`` into ``run_dir``.
 
@@ -105,7 +115,8 @@ class Trainer(CheckpointState):
     run's files first); ``allow_foreign=False`` also refuses a non-empty folder that is not a run
     (the CLI's ``--out``). Every run holds the folder's lock (``train.lock``) while it writes.
     SIGINT (Ctrl-C) stops after the batch in progress: ``last`` is written there, the status says
-    ``interrupted`` and the ``--resume`` command is printed; a second SIGINT stops at once.
+    ``interrupted``, the ``--resume`` command is printed and :class:`TrainingInterrupted` raised; a
+    second SIGINT stops at once (``KeyboardInterrupt``, no new checkpoint).
     """
 
     def __init__(
@@ -613,8 +624,13 @@ class Trainer(CheckpointState):
                     "finished", finished_at=now(), stop_reason=stop_reason, epochs_done=len(self.history),
                     best_valid_ppl=self.best_valid_ppl,
                 )
-            return TrainResult(self.run_dir, len(self.history), stop_reason, self.best_valid_ppl,
-                               self.best_metric if self.best_metric is not None else math.nan, list(self.history))
+            result = TrainResult(self.run_dir, len(self.history), stop_reason, self.best_valid_ppl,
+                                 self.best_metric if self.best_metric is not None else math.nan, list(self.history))
+            if stop_reason == "interrupted":
+                raise TrainingInterrupted(result, self.epoch, self.batch)
+            return result
+        except TrainingInterrupted:
+            raise
         except KeyboardInterrupt:
             # A second Ctrl-C (or one during setup): no new checkpoint; say what there is.
             if hasattr(self, "ctx") and self.ctx.is_main and self.run_dir.is_dir():
