@@ -80,3 +80,29 @@ def test_two_cpu_processes_match_one_process(tmp_path):
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5)
         assert a["valid_loss"] == pytest.approx(b["valid_loss"], rel=1e-5)
     assert one_lines[-1]["train_loss"] < one_lines[0]["train_loss"]
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
+def test_resume_under_two_processes_is_exact_with_dropout(tmp_path):
+    """Dropout on (a different mask stream per process) and variable BPTT: 1 epoch + `--resume` to 2
+    under torchrun gives the weights of a straight 2-epoch torchrun run, bit for bit."""
+    corpus = make_corpus(tmp_path / "corpora", train=40, valid=6, test=2)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": python_path(os.environ.get("PYTHONPATH"))}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                "-m", "cli.main", "train", "--no-progress"]
+    fresh = ["--model", "onlstm", "--corpus", str(corpus), "--device", "cpu", "model.emb_size=8", "model.hidden_size=8",
+             "model.chunk_size=4", "data.batch_size=4", "data.bptt=5", "data.variable_bptt=true", "data.bptt_std=2",
+             "data.min_bptt=2", "train.dev_f1=false", "train.seed=3"]
+
+    def run(*args):
+        done = subprocess.run([*torchrun, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    run(*fresh, "--out", str(tmp_path / "straight"), "--max-epochs", "2")
+    run(*fresh, "--out", str(tmp_path / "resumed"), "--max-epochs", "1")
+    run("--resume", str(tmp_path / "resumed"), "--max-epochs", "2")
+    a, meta = load_checkpoint(tmp_path / "straight" / "last")
+    b, _ = load_checkpoint(tmp_path / "resumed" / "last")
+    assert meta["trainer"]["world_size"] == 2 and meta["config"]["model"]["dropout"] > 0
+    keys = [k for k in a if k.startswith(("model.", "optim."))]
+    assert keys and [k for k in keys if not torch.equal(a[k], b[k])] == []
