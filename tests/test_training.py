@@ -267,7 +267,7 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path, corpus):
     killed = tmp_path / "killed"
     with pytest.raises(Killed):
         train(cfg, killed, console=QUIET, progress=False, on_batch=kill)
-    assert read_status(killed)["state"] == "running"
+    assert read_status(killed)["state"] == "failed" and "Killed" in read_status(killed)["error"]
     _, meta = load_checkpoint(killed / "last")
     assert (meta["trainer"]["epoch"], meta["trainer"]["batch"]) == (2, 3) and meta["optimizer_kind"] == "ASGD"
     resume(killed, console=QUIET, progress=False)
@@ -321,6 +321,7 @@ def test_missing_corpus_is_a_clear_error(tmp_path):
     cfg = tiny_config(tmp_path / "nowhere")
     with pytest.raises(InduceError, match="induce preprocess"):
         train(cfg, tmp_path / "x", console=QUIET, progress=False)
+    assert not (tmp_path / "x").exists()  # nothing started: no folder (and no lock) left behind
 
 
 def test_dev_f1_is_logged_and_selects_the_best_checkpoint(tmp_path, corpus):

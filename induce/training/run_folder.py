@@ -1,6 +1,7 @@
 """The run folder's own files: status, metrics, the lock, and the claim that refuses to overwrite.
 
-* ``status.json`` — ``{"state": "running" | "interrupted" | "finished", "stop_reason", ...}``;
+* ``status.json`` — ``{"state": "running" | "interrupted" | "failed" | "finished", "stop_reason", ...}``
+  ("running" with no live lock: the process was killed; continue with ``--resume``);
 * ``metrics.jsonl`` — one JSON line per epoch;
 * ``train.lock`` — ``{"pid", "host", "started_at"}`` of the process training into the folder.
   Created with ``O_EXCL`` (two runs cannot both create it); a lock left by a process that no longer

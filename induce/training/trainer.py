@@ -9,7 +9,7 @@ A run folder ``runs/RUN/`` holds::
     best.json          its sidecar: model name, config, vocabulary, metrics
     last.safetensors   everything to continue: weights, optimiser tensors, RNG states, carried state
     last.json          its sidecar: optimiser / schedule / trainer state, RNG states, history
-    status.json        {"state": "running" | "interrupted" | "finished", "stop_reason", ...}
+    status.json        {"state": "running" | "interrupted" | "failed" | "finished", "stop_reason", ...}
     train.lock         the PID of the training writing into the folder (while it runs)
 
 The folder's own files (status, metrics, lock, overwrite refusal) are :mod:`induce.training.run_folder`;
@@ -388,12 +388,18 @@ class Trainer(TrainerSetup, CheckpointState):
         self._log(f"interrupted at epoch {self.epoch}, batch {self.batch}: checkpoint written to "
                   f"{self.run_dir / LAST}.safetensors\ncontinue with: {resume_command(self.run_dir)}")
 
+    def _started(self) -> bool:
+        """Whether this run has written its folder (config and status), i.e. there is a run to report on."""
+        return hasattr(self, "ctx") and self.ctx.is_main and (self.run_dir / CONFIG_FILE).is_file()
+
     def run(self) -> TrainResult:
+        created = not self.run_dir.exists()
         lock = self._claim_folder()
         previous_handler = None
         try:
-            previous_handler = self._install_sigint()
             self._setup()
+            # From here Ctrl-C means "stop after this batch" (during setup it stops at once).
+            previous_handler = self._install_sigint()
             ctx, cfg = self.ctx, self.config
             if ctx.is_main:
                 self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -475,11 +481,15 @@ class Trainer(TrainerSetup, CheckpointState):
             raise
         except KeyboardInterrupt:
             # A second Ctrl-C (or one during setup): no new checkpoint; say what there is.
-            if hasattr(self, "ctx") and self.ctx.is_main and self.run_dir.is_dir():
+            if self._started():
                 self._write_status("interrupted", interrupted_at=now(), stop_reason="interrupted")
                 if (self.run_dir / f"{LAST}.json").is_file():
                     self.console.print(f"stopped; the last checkpoint is older than this point. continue with: "
                                        f"{resume_command(self.run_dir)}", highlight=False)
+            raise
+        except Exception as err:
+            if self._started():
+                self._write_status("failed", failed_at=now(), error=f"{type(err).__name__}: {err}")
             raise
         finally:
             if previous_handler is not None:
@@ -488,6 +498,8 @@ class Trainer(TrainerSetup, CheckpointState):
                 ddp.shutdown(self.ctx)
             if lock is not None:
                 lock.release()
+                if created and self.run_dir.is_dir() and not any(self.run_dir.iterdir()):
+                    self.run_dir.rmdir()  # nothing was written: leave no empty folder behind
 
 
 def train(config: RunConfig, run_dir: Path, **kwargs) -> TrainResult:
