@@ -32,7 +32,7 @@ PALM_TINY = ["model.emb_size=6", "model.hidden_size=8", "model.rrnn_size=4", "mo
              "model.max_span_length=3"]
 RELMEM_TINY = ["model.emb_size=6", "model.hidden_size=8", "model.attention_size=4", "model.nu=3", "model.rho=2"]
 TINY = {
-    "prpn": ["model.emb_size=6", "model.hidden_size=8", "model.n_slots=3", "model.n_lookback=2"],
+    "prpn": ["model.emb_size=6", "model.hidden_size=8", "model.n_slots=3", "model.n_lookback=2", "model.dropoute=0.1"],
     "onlstm": ["model.emb_size=8", "model.hidden_size=8", "model.chunk_size=4"],
     "palm": PALM_TINY,
     "palm-s": PALM_TINY,
@@ -41,8 +41,9 @@ TINY = {
     "relrnn": RELMEM_TINY,
     "memlstm": RELMEM_TINY,
 }
-# Variable BPTT (AWD-LSTM's random lengths) on for every model, AR/TAR on; the models' own dropout
-# defaults (all non-zero for PRPN, ON-LSTM and PaLM) stay.
+# Variable BPTT (AWD-LSTM's random lengths) on for every model; the models' own dropout defaults stay
+# (all non-zero for ON-LSTM and PaLM; PRPN's embedding dropout, 0 by default, is switched on above).
+# RelLSTM / RelRNN / MemLSTM have no dropout: they check the carried state and the optimiser.
 COMMON = ["data.batch_size=3", "data.eval_batch_size=2", "data.bptt=6", "data.variable_bptt=true",
           "data.bptt_std=2", "data.min_bptt=2", "train.dev_f1=false", "train.log_interval=2", "train.epochs=2",
           "train.device=cpu", "train.seed=11"]
