@@ -137,3 +137,27 @@ def test_first_forward_leaves_the_global_rng_alone():
     before = torch.get_rng_state()
     awd._onednn_packing_available()
     assert torch.equal(before, torch.get_rng_state())
+
+
+def test_sigint_during_the_end_of_epoch_evaluation(tmp_path, corpus, monkeypatch):
+    """Ctrl-C while epoch 1 is evaluated: the epoch ends normally (metrics, best, last), the run stops
+    there marked interrupted, and resuming gives the uninterrupted run."""
+    from induce.training import trainer as trainer_module
+
+    cfg = config("onlstm", corpus)
+    train(cfg, tmp_path / "straight", console=QUIET, progress=False)
+    evaluate = trainer_module.Trainer._evaluate
+
+    def interrupted_evaluation(self):
+        if self.epoch == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+        return evaluate(self)
+
+    monkeypatch.setattr(trainer_module.Trainer, "_evaluate", interrupted_evaluation)
+    with pytest.raises(TrainingInterrupted) as stopped:
+        train(cfg, tmp_path / "run", console=QUIET, progress=False)
+    assert (stopped.value.epoch, stopped.value.batch) == (2, 0)
+    assert read_status(tmp_path / "run")["state"] == "interrupted" and len(metrics(tmp_path / "run")) == 1
+    monkeypatch.setattr(trainer_module.Trainer, "_evaluate", evaluate)
+    resume(tmp_path / "run", console=QUIET, progress=False)
+    assert_same_run(tmp_path / "straight", tmp_path / "run")

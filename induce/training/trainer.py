@@ -380,7 +380,8 @@ class Trainer(TrainerSetup, CheckpointState):
         )
 
     def _stop_interrupted(self) -> None:
-        """After SIGINT: ``last`` holds this exact position; say how to continue."""
+        """After SIGINT: write ``last`` at this exact position (again, after an epoch end: the same
+        state), mark the run interrupted and say how to continue."""
         self._save_last()
         self._write_metrics_file()
         self._write_status("interrupted", interrupted_at=now(), stop_reason="interrupted",
@@ -452,21 +453,12 @@ class Trainer(TrainerSetup, CheckpointState):
                         reason = self._stop_reason()
                         if reason:
                             stop_reason = reason
-                            if reason == "interrupted":
-                                self._write_status("interrupted", interrupted_at=now(), stop_reason=reason,
-                                                   epoch=self.epoch, batch=self.batch)
-                                self._log(f"interrupted after epoch {self.epoch - 1}: checkpoint written to "
-                                          f"{self.run_dir / LAST}.safetensors\ncontinue with: "
-                                          f"{resume_command(self.run_dir)}")
-                                stop_reason = "interrupted_at_epoch_end"
                             break
             finally:
                 if progress is not None:
                     progress.stop()
             if stop_reason == "interrupted":
                 self._stop_interrupted()
-            elif stop_reason == "interrupted_at_epoch_end":
-                stop_reason = "interrupted"
             else:
                 self._write_status(
                     "finished", finished_at=now(), stop_reason=stop_reason, epochs_done=len(self.history),
