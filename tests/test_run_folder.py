@@ -121,6 +121,9 @@ def test_cli_refuses_finished_runs_and_foreign_folders(tmp_path, corpus, monkeyp
     assert result.exit_code == 2 and "not empty and is not a run folder (thesis.tex)" in result.output
     result = runner.invoke(app, [*args, "--out", "notes", "--force"])
     assert result.exit_code == 0 and (notes / "thesis.tex").read_text() == "precious"
+    (tmp_path / "file").write_text("x")
+    result = runner.invoke(app, [*args, "--out", "file"])
+    assert result.exit_code == 2 and "file: a file, not a run folder" in result.output
     result = runner.invoke(app, ["train", "--resume", "runs/a", "--force"])
     assert result.exit_code == 2 and "--force does not apply" in result.output
 

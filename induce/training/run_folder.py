@@ -79,8 +79,6 @@ def claim_for_new_run(run_dir: Path, force: bool, allow_foreign: bool = False) -
     """Refuse to start a new run in ``run_dir`` when it holds one (or, unless ``allow_foreign``,
     when it is a non-empty folder that is not a run); with ``force`` the old run's files go first."""
     run_dir = Path(run_dir)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise RunFolderError(f"--out {run_dir}: a file, not a folder")
     if not run_dir.is_dir():
         return
     if is_run_folder(run_dir):
@@ -135,7 +133,10 @@ class RunLock:
         return True
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        folder = self.path.parent
+        if folder.exists() and not folder.is_dir():
+            raise RunFolderError(f"{folder}: a file, not a run folder")
+        folder.mkdir(parents=True, exist_ok=True)
         if self._create():
             self.held = True
             return
