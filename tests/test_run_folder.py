@@ -112,7 +112,7 @@ def test_cli_refuses_finished_runs_and_foreign_folders(tmp_path, corpus, monkeyp
     result = runner.invoke(app, [*args, "--out", "runs/a"])
     assert result.exit_code == 2
     assert "runs/a already holds a run (state: finished)" in result.output
-    assert "induce train --resume runs/a" in result.output and "--force" in result.output
+    assert "induce train --resume runs/a --max-epochs N" in result.output and "--force" in result.output
     assert runner.invoke(app, [*args, "--out", "runs/a", "--force"]).exit_code == 0
     notes = tmp_path / "notes"
     notes.mkdir()
@@ -202,3 +202,10 @@ def test_kill_9_mid_epoch_then_resume_equals_an_uninterrupted_run(tmp_path, corp
     b, _ = load_checkpoint(run / "last")
     keys = [k for k in a if k.startswith(("model.", "optim."))]
     assert keys and all(torch.equal(a[k], b[k]) for k in keys)
+
+
+def test_resume_command_is_quoted_for_the_shell():
+    from induce.training.run_folder import resume_command
+
+    assert resume_command(Path("runs/a")) == "induce train --resume runs/a"
+    assert resume_command(Path("my runs/it's")) == "induce train --resume 'my runs/it'\"'\"'s'"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 from datetime import datetime, timezone
 from pathlib import Path
@@ -72,7 +73,8 @@ def is_run_folder(path: Path) -> bool:
 
 
 def resume_command(run_dir: Path) -> str:
-    return f"induce train --resume {run_dir}"
+    """The exact command that continues the run (the path quoted for a POSIX shell)."""
+    return f"induce train --resume {shlex.quote(str(run_dir))}"
 
 
 def claim_for_new_run(run_dir: Path, force: bool, allow_foreign: bool = False) -> None:
@@ -84,8 +86,12 @@ def claim_for_new_run(run_dir: Path, force: bool, allow_foreign: bool = False) -
     if is_run_folder(run_dir):
         state = read_status(run_dir).get("state", "unknown")
         if not force:
-            how = (f"continue it with `{resume_command(run_dir)}`" if (run_dir / f"{LAST}.json").is_file()
-                   else "it has no checkpoint to continue from")
+            if not (run_dir / f"{LAST}.json").is_file():
+                how = "it has no checkpoint to continue from"
+            elif state == "finished":
+                how = f"train it for more epochs with `{resume_command(run_dir)} --max-epochs N`"
+            else:
+                how = f"continue it with `{resume_command(run_dir)}`"
             raise RunFolderError(
                 f"{run_dir} already holds a run (state: {state}); {how}, choose another --out, "
                 f"or replace it with --force"
