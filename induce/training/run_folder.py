@@ -72,9 +72,10 @@ def is_run_folder(path: Path) -> bool:
     return any((Path(path) / name).exists() for name in RUN_FILES)
 
 
-def resume_command(run_dir: Path) -> str:
+def resume_command(run_dir: Path, world_size: int = 1) -> str:
     """The exact command that continues the run (the path quoted for a POSIX shell)."""
-    return f"induce train --resume {shlex.quote(str(run_dir))}"
+    command = f"induce train --resume {shlex.quote(str(run_dir))}"
+    return command + (f" (under torchrun, {world_size} processes, as before)" if world_size > 1 else "")
 
 
 def claim_for_new_run(run_dir: Path, force: bool, allow_foreign: bool = False) -> None:

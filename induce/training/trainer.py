@@ -1,5 +1,5 @@
 """The training loop: variable-length BPTT, AR/TAR, clipping, SGD/Adam -> ASGD, evaluation, selection,
-early stopping, time budget, interruption (SIGINT), exact resume and DistributedDataParallel.
+early stopping, time budget, interruption (SIGINT / SIGTERM), exact resume and DistributedDataParallel.
 
 A run folder ``runs/RUN/`` holds::
 
@@ -17,7 +17,7 @@ what ``last`` holds and how it is restored is :mod:`induce.training.state`; the 
 are :mod:`induce.training.lm`.
 
 **Exact resume.** ``last`` is written at every epoch end, every ``train.checkpoint_every`` batches
-and when SIGINT (Ctrl-C) stops the run (after the batch in progress). Resuming from it replays the
+and when SIGINT (Ctrl-C) or SIGTERM stops the run (after the batch in progress). Resuming from it replays the
 rest of the run bit for bit on CPU, dropout and variable BPTT included.
 
 **Speed.** The step does no host synchronisation: the running loss is summed on the device and
@@ -92,6 +92,10 @@ class TrainResult:
     history: list = field(default_factory=list)
 
 
+#: Under DDP, SIGINT / SIGTERM and the time budget are checked every this many batches (and at logs).
+STOP_CHECK_BATCHES = 10
+
+
 class TrainingInterrupted(KeyboardInterrupt):
     """Raised by :meth:`Trainer.run` after SIGINT once ``last`` is written at the interrupted step and
     the resume command printed: still a ``KeyboardInterrupt`` for callers (``induce reproduce`` stops)."""
@@ -113,7 +117,8 @@ class Trainer(TrainerSetup, CheckpointState):
     A new run refuses a ``run_dir`` that already holds a run unless ``force`` (which removes the old
     run's files first); ``allow_foreign=False`` also refuses a non-empty folder that is not a run
     (the CLI's ``--out``). Every run holds the folder's lock (``train.lock``) while it writes.
-    SIGINT (Ctrl-C) stops after the batch in progress: ``last`` is written there, the status says
+    SIGINT (Ctrl-C) or SIGTERM stops after the batch in progress (under DDP: within
+    ``STOP_CHECK_BATCHES`` batches, all processes at the same step): ``last`` is written there, the status says
     ``interrupted``, the ``--resume`` command is printed and :class:`TrainingInterrupted` raised; a
     second SIGINT stops at once (``KeyboardInterrupt``, no new checkpoint).
     """
@@ -168,12 +173,17 @@ class Trainer(TrainerSetup, CheckpointState):
 
     # ------------------------------------------------------------------------------------- interrupt
 
-    def _on_sigint(self, signum, frame) -> None:
+    def _on_signal(self, signum, frame) -> None:
+        """SIGINT / SIGTERM: stop after this batch with a checkpoint. A second SIGINT stops at once; a
+        second SIGTERM does not (torchrun sends one to its workers after the terminal's SIGINT)."""
         if self.interrupt_requested:
-            raise KeyboardInterrupt
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            return
         self.interrupt_requested = True
         if self.ctx.is_main:
-            self.console.print("interrupted: stopping after this batch and writing a checkpoint "
+            when = "this batch" if not self.ctx.distributed else "at most a few batches"
+            self.console.print(f"interrupted: stopping after {when} and writing a checkpoint "
                                "(Ctrl-C again to stop at once, without one)", highlight=False, soft_wrap=True)
 
     def _time_over(self) -> bool:
@@ -241,6 +251,12 @@ class Trainer(TrainerSetup, CheckpointState):
             self.batches_this_run += 1
             if task is not None:
                 progress.update(task, advance=1)
+            if self.ctx.distributed and self.batch % STOP_CHECK_BATCHES == 0 and self.batch % cfg.train.log_interval:
+                # Under DDP the processes agree on stopping through a broadcast (a host sync), so it
+                # is checked every few batches rather than every batch.
+                reason = self._stop_reason()
+                if reason:
+                    return reason
             if self.batch % cfg.train.log_interval == 0:
                 # The loop's host syncs: the running loss every log_interval batches ...
                 self._show_loss(task, interval_start, interval_tokens)
@@ -351,10 +367,11 @@ class Trainer(TrainerSetup, CheckpointState):
                 raise
         return lock
 
-    def _install_sigint(self):
+    def _install_signal_handlers(self) -> dict:
+        """Our handler for SIGINT and SIGTERM; returns the previous ones (none off the main thread)."""
         if threading.current_thread() is not threading.main_thread():
-            return None
-        return signal.signal(signal.SIGINT, self._on_sigint)
+            return {}
+        return {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def _announce(self) -> None:
         cfg, ctx = self.config, self.ctx
@@ -387,7 +404,8 @@ class Trainer(TrainerSetup, CheckpointState):
         self._write_status("interrupted", interrupted_at=now(), stop_reason="interrupted",
                            epoch=self.epoch, batch=self.batch)
         self._log(f"interrupted at epoch {self.epoch}, batch {self.batch}: checkpoint written to "
-                  f"{self.run_dir / LAST}.safetensors\ncontinue with: {resume_command(self.run_dir)}")
+                  f"{self.run_dir / LAST}.safetensors\ncontinue with: "
+                  f"{resume_command(self.run_dir, self.ctx.world_size)}")
 
     def _started(self) -> bool:
         """Whether this run has written its folder (config and status), i.e. there is a run to report on."""
@@ -396,11 +414,11 @@ class Trainer(TrainerSetup, CheckpointState):
     def run(self) -> TrainResult:
         created = not self.run_dir.exists()
         lock = self._claim_folder()
-        previous_handler = None
+        previous_handlers: dict = {}
         try:
             self._setup()
             # From here Ctrl-C means "stop after this batch" (during setup it stops at once).
-            previous_handler = self._install_sigint()
+            previous_handlers = self._install_signal_handlers()
             ctx, cfg = self.ctx, self.config
             if ctx.is_main:
                 self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -484,8 +502,8 @@ class Trainer(TrainerSetup, CheckpointState):
                 self._write_status("failed", failed_at=now(), error=f"{type(err).__name__}: {err}")
             raise
         finally:
-            if previous_handler is not None:
-                signal.signal(signal.SIGINT, previous_handler)
+            for sig, handler in previous_handlers.items():
+                signal.signal(sig, handler)
             if hasattr(self, "ctx"):
                 ddp.shutdown(self.ctx)
             if lock is not None:
