@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -11,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli import CHECKPOINT_HELP, DEVICE_HELP, LATEST_RUN_HELP, PROGRESS_HELP, ProgressSteps, pick_run
+from cli import DEVICE_HELP, LATEST_RUN_HELP, PROGRESS_HELP, ProgressSteps, pick_run
 from induce.errors import InduceError
 
 CONVENTION_HELP = (

@@ -34,11 +34,17 @@ def train_command(
     resume: Optional[Path] = typer.Option(
         None, "--resume", help="Continue the run in this folder exactly where it stopped (its config is kept)."
     ),
+    force: bool = typer.Option(
+        False, "--force",
+        help="Train into --out even if it holds a run (its run files are removed first) or other files.",
+    ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
 ) -> None:
     """Train a language model; writes config.yaml, metrics.jsonl, best/last checkpoints into the run folder.
 
     Under `torchrun --nproc_per_node N` the same command trains with DistributedDataParallel.
+    Ctrl-C stops after the current batch, writes a checkpoint and prints the `--resume` command
+    (exit code 130). A folder that holds a run, or another training's lock, is refused.
     """
     from induce.config import load_config, parse_duration
     from induce.training import resume as resume_run
@@ -58,9 +64,9 @@ def train_command(
         if time_budget is not None:
             cli_train["time_budget"] = parse_duration(time_budget)
         if resume is not None:
-            if model or config or overrides or corpus or seed is not None:
+            if model or config or overrides or corpus or seed is not None or force:
                 raise InduceError("--resume keeps the run's config: only --max-epochs, --time-budget, --device, "
-                                  "--kernels may change")
+                                  "--kernels may change (and --force does not apply)")
             result = resume_run(resume, cli_train, console=console, progress=progress)
         else:
             extra = [f"train.{key}={value}" for key, value in cli_train.items()]
@@ -69,10 +75,13 @@ def train_command(
             run_config = load_config(model, config, list(overrides or []), flag_overrides=extra)
             stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
             run_dir = out or Path("runs") / f"{run_config.model_name}-{stamp}"
-            result = train(run_config, run_dir, console=console, progress=progress)
+            result = train(run_config, run_dir, console=console, progress=progress, force=force, allow_foreign=False)
     except InduceError as err:
         console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2)
+    except KeyboardInterrupt:
+        # The trainer has said where the checkpoint is and printed the `--resume` command.
+        raise typer.Exit(code=130)
     console.print(
         f"{result.run_dir}: {result.epochs_done} epochs ({result.stop_reason}), best valid ppl {result.best_valid_ppl:.2f}",
         highlight=False,

@@ -267,7 +267,7 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path, corpus):
     killed = tmp_path / "killed"
     with pytest.raises(Killed):
         train(cfg, killed, console=QUIET, progress=False, on_batch=kill)
-    assert read_status(killed)["state"] == "running"
+    assert read_status(killed)["state"] == "failed" and "Killed" in read_status(killed)["error"]
     _, meta = load_checkpoint(killed / "last")
     assert (meta["trainer"]["epoch"], meta["trainer"]["batch"]) == (2, 3) and meta["optimizer_kind"] == "ASGD"
     resume(killed, console=QUIET, progress=False)
@@ -321,6 +321,7 @@ def test_missing_corpus_is_a_clear_error(tmp_path):
     cfg = tiny_config(tmp_path / "nowhere")
     with pytest.raises(InduceError, match="induce preprocess"):
         train(cfg, tmp_path / "x", console=QUIET, progress=False)
+    assert not (tmp_path / "x").exists()  # nothing started: no folder (and no lock) left behind
 
 
 def test_dev_f1_is_logged_and_selects_the_best_checkpoint(tmp_path, corpus):
@@ -344,3 +345,102 @@ def test_dev_f1_is_logged_and_selects_the_best_checkpoint(tmp_path, corpus):
     trees = predict_trees(load_run(tmp_path / "f1"), [w for w, _ in pairs])
     result = evaluate(trees, [g for _, g in pairs], EvalConvention())
     assert math.isclose(result.sentence_f1, best["dev_f1"], abs_tol=1e-9)
+
+
+# ------------------------------------------------------------------------------ sidecar vs weights
+
+
+def _relabel(sidecar, **changes):
+    meta = json.loads(sidecar.read_text())
+    for key, value in changes.items():
+        if key == "config_model_name":
+            meta["config"]["model_name"] = value
+        else:
+            meta[key] = value
+    sidecar.write_text(json.dumps(meta))
+
+
+def test_a_sidecar_that_names_another_model_is_refused(tmp_path, corpus):
+    """PaLM weights relabelled palm-rb (same tensor names and shapes) or prpn, a vocabulary swapped:
+    refused with a clear error; an untouched copy and a version-1 sidecar (no model hash) load."""
+    import shutil
+
+    from induce.inference import load_run
+
+    cfg = load_config("palm", overrides=[
+        f"data.corpus={corpus}", "model.emb_size=6", "model.hidden_size=8", "model.rrnn_size=4",
+        "model.attention_size=4", "model.max_span_length=3", "data.batch_size=4", "data.bptt=6",
+        "data.eval_batch_size=2", "train.epochs=1", "train.device=cpu", "train.dev_f1=false"])
+    run = tmp_path / "palm"
+    train(cfg, run, console=QUIET, progress=False)
+    assert load_run(run).meta["model_name"] == "palm"
+    cases = {
+        "palm-rb": dict(model_name="palm-rb", config_model_name="palm-rb"),
+        "name only": dict(model_name="prpn"),
+        "config only": dict(config_model_name="palm-s"),
+        "vocab": dict(vocab={**json.loads((run / "best.json").read_text())["vocab"], "itos": ["x"] * 3}),
+    }
+    for name, changes in cases.items():
+        copy = tmp_path / name
+        shutil.copytree(run, copy)
+        _relabel(copy / "best.json", **changes)
+        with pytest.raises(CheckpointError, match="does not describe these weights"):
+            load_run(copy)
+    # a checkpoint written before the model hash (format version 1) is read with the weights hash only
+    legacy = tmp_path / "legacy"
+    shutil.copytree(run, legacy)
+    meta = json.loads((legacy / "best.json").read_text())
+    del meta["model_sha256"]
+    meta["format_version"] = 1
+    (legacy / "best.json").write_text(json.dumps(meta))
+    assert load_run(legacy).meta["model_name"] == "palm"
+
+
+# ------------------------------------------------------------------------------- large runs, the bar
+
+
+def test_a_large_cpu_run_is_announced_with_an_estimate_and_a_cpu_sized_command(tmp_path, corpus, monkeypatch):
+    from induce.training import advice
+
+    monkeypatch.setattr(advice, "LARGE_RUN_WORK", 0)  # this tiny run counts as "large"
+    console = Console(record=True, width=400)
+    cfg = load_config("palm", overrides=[
+        f"data.corpus={corpus}", "model.emb_size=6", "model.hidden_size=8", "model.rrnn_size=4",
+        "model.attention_size=4", "model.max_span_length=3", "data.batch_size=4", "data.bptt=6",
+        "data.eval_batch_size=2", "train.epochs=3", "train.device=cpu", "train.dev_f1=false"])
+    seen = []
+    train(cfg, tmp_path / "run", console=console, progress=False,
+          on_batch=lambda t, e, b: seen.append(console.export_text(clear=False)) if (e, b) == (1, 4) else None)
+    text = seen[0]  # what was printed by the end of the 4th batch
+    n_params = sum(t.numel() for t in model_tensors(tmp_path / "run", "best").values())
+    assert f"{n_params / 1e6:.1f}M parameters" in text and "training tokens per epoch, 3 epochs" in text
+    assert "estimate (measured on batches 2-4: " in text and " per epoch, ~" in text and "for 3 epochs" in text
+    # the exact CPU-sized command: --model palm with the sizes of configs/cpu/palm.yaml, which load
+    command = advice.cpu_sized_command("palm")
+    assert f"    {command}\n" in text
+    words = command.split()
+    assert words[:4] == ["induce", "train", "--model", "palm"] and words[-2] == "--time-budget"
+    sized = load_config("palm", overrides=words[4:-2])
+    assert sized.model["hidden_size"] == 256 and sized.model["emb_size"] == 128
+    # a normal-sized run says nothing of the kind
+    monkeypatch.setattr(advice, "LARGE_RUN_WORK", 1e30)
+    quiet = Console(record=True, width=400)
+    train(tiny_config(corpus, "train.epochs=1"), tmp_path / "small", console=quiet, progress=False)
+    assert "large run" not in quiet.export_text() and "estimate" not in quiet.export_text()
+
+
+def test_the_bar_shows_eta_and_loss_from_the_first_batch(tmp_path, corpus):
+    from rich.progress import TimeRemainingColumn
+
+    seen = []
+
+    def look(trainer, epoch, batch):
+        if batch == 1:
+            task = trainer.progress.tasks[0]
+            seen.append((task.fields["loss"], [type(c) for c in trainer.progress.columns]))
+
+    train(tiny_config(corpus, "train.epochs=1", "train.log_interval=1000"), tmp_path / "run",
+          console=Console(quiet=True), progress=True, on_batch=look)
+    loss, columns = seen[0]
+    assert loss.startswith("loss ") and "ppl" in loss  # before the first log interval
+    assert TimeRemainingColumn in columns

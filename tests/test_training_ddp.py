@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -31,11 +33,21 @@ TINY = ["model.emb_size=8", "model.hidden_size=12", "model.rrnn_size=4", "model.
         "data.eval_batch_size=2", "optim.optimizer=sgd", "optim.asgd=never", "optim.lr=1", "train.log_interval=5", "train.dev_f1=false", "train.seed=3"]
 
 
+def python_path(existing):
+    """This checkout first, then whatever PYTHONPATH the caller had (extended, not replaced)."""
+    return os.pathsep.join([str(REPO), *(existing.split(os.pathsep) if existing else [])])
+
+
+def test_python_path_extends_the_callers():
+    assert python_path(None) == str(REPO)
+    assert python_path(os.pathsep.join(["/a", "/b"])).split(os.pathsep) == [str(REPO), "/a", "/b"]
+
+
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
 def test_two_cpu_processes_match_one_process(tmp_path):
     corpus = make_corpus(tmp_path / "corpora", train=80, valid=10, test=5)
     overrides = TINY + NO_DROPOUT
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": python_path(os.environ.get("PYTHONPATH"))}
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
         "-m", "cli.main", "train", "--model", MODEL, "--corpus", str(corpus), "--out", str(tmp_path / "ddp"),
@@ -70,3 +82,50 @@ def test_two_cpu_processes_match_one_process(tmp_path):
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5)
         assert a["valid_loss"] == pytest.approx(b["valid_loss"], rel=1e-5)
     assert one_lines[-1]["train_loss"] < one_lines[0]["train_loss"]
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
+def test_ctrl_c_under_torchrun_then_resume_is_exact_with_dropout(tmp_path):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) mid-epoch under torchrun with
+    2 CPU processes: every process stops at the same step, `last` is written with both processes'
+    RNG states and carried rows, and `--resume` (dropout on, a different mask stream per process,
+    variable BPTT) ends with the weights of a straight 2-epoch torchrun run, bit for bit."""
+    corpus = make_corpus(tmp_path / "corpora", train=300, valid=6, test=2)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": python_path(os.environ.get("PYTHONPATH"))}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                "-m", "cli.main", "train", "--no-progress"]
+    fresh = ["--model", "onlstm", "--corpus", str(corpus), "--device", "cpu", "--max-epochs", "2",
+             "model.emb_size=8", "model.hidden_size=8", "model.chunk_size=4", "data.batch_size=4", "data.bptt=5",
+             "data.variable_bptt=true", "data.bptt_std=2", "data.min_bptt=2", "train.dev_f1=false", "train.seed=3",
+             "train.checkpoint_every=20"]
+
+    def run(*args):
+        done = subprocess.run([*torchrun, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    run(*fresh, "--out", str(tmp_path / "straight"))
+    stopped = tmp_path / "stopped"
+    child = subprocess.Popen([*torchrun, *fresh, "--out", str(stopped)], cwd=REPO, env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (stopped / "last.json").is_file():  # the first periodic checkpoint: training is under way
+            assert child.poll() is None and time.monotonic() < deadline, "training did not start"
+            time.sleep(0.02)
+        os.killpg(child.pid, signal.SIGINT)
+        _, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+    assert f"continue with: induce train --resume {stopped} (under torchrun, 2 processes" in err
+    status = json.loads((stopped / "status.json").read_text())
+    assert status["state"] == "interrupted" and status["world_size"] == 2
+    assert status["epoch"] == 1 and status["batch"] > 20  # mid-epoch (~130 batches), after the periodic checkpoint
+    _, meta = load_checkpoint(stopped / "last")
+    assert (meta["trainer"]["epoch"], meta["trainer"]["batch"]) == (status["epoch"], status["batch"])
+    run("--resume", str(stopped))
+    a, meta = load_checkpoint(tmp_path / "straight" / "last")
+    b, _ = load_checkpoint(stopped / "last")
+    assert meta["trainer"]["world_size"] == 2 and meta["config"]["model"]["dropout"] > 0
+    keys = [k for k in a if k.startswith(("model.", "optim."))]
+    assert keys and [k for k in keys if not torch.equal(a[k], b[k])] == []

@@ -108,7 +108,11 @@ def _onednn_packing_available() -> bool:
         return False
     try:
         with torch.no_grad():
-            x, weight = torch.randn(3, 5), torch.randn(7, 5)
+            # A private generator: a draw from the global one here, at the first training forward of
+            # a process, would shift every later dropout mask (a resumed run would part from the
+            # uninterrupted one after its first batch).
+            generator = torch.Generator().manual_seed(0)
+            x, weight = torch.randn(3, 5, generator=generator), torch.randn(7, 5, generator=generator)
             packed = ops._reorder_linear_weight(weight, 3)
             got = ops._linear_pointwise(x, packed, None, "none", [], "")
             return bool(torch.allclose(got, x @ weight.t(), rtol=1e-4, atol=1e-5))

@@ -4,15 +4,22 @@
 * :mod:`~induce.training.optim` — SGD/Adam, the ASGD switch, lr plateaus;
 * :mod:`~induce.training.checkpoint` — safetensors + JSON sidecar, atomic, hash-checked;
 * :mod:`~induce.training.ddp` — torchrun / DistributedDataParallel setup;
-* :mod:`~induce.training.trainer` — the loop, evaluation, selection, resume.
+* :mod:`~induce.training.lm` — the training loss, validation loss, dev F1;
+* :mod:`~induce.training.state` — what ``last`` holds (every RNG, carried state) and its restore;
+* :mod:`~induce.training.run_folder` — status, metrics, the folder lock, no silent overwrite;
+* :mod:`~induce.training.advice` — the size and time estimate of runs too large for the machine;
+* :mod:`~induce.training.trainer` — the loop, evaluation, selection, interruption, resume.
 """
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from .trainer import Trainer, TrainResult, evaluate_lm, resume, train
+from .run_folder import RunFolderError
+from .trainer import Trainer, TrainingInterrupted, TrainResult, evaluate_lm, resume, train
 
 __all__ = [
     "CheckpointError",
+    "RunFolderError",
     "TrainResult",
     "Trainer",
+    "TrainingInterrupted",
     "evaluate_lm",
     "load_checkpoint",
     "resume",

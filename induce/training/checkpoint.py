@@ -6,15 +6,21 @@ A checkpoint ``STEM`` is two files written side by side:
   (``optim.state.<param index>.<key>``), RNG states as uint8 tensors (``rng.<name>``) and any
   extra tensors the caller adds (e.g. the carried recurrent state, ``hidden.<i>``);
 * ``STEM.json``: format name and version, model name, full config, vocabulary, the non-tensor
-  optimiser / trainer state and the sha256 of the ``.safetensors`` file.
+  optimiser / trainer state, the sha256 of the ``.safetensors`` file and ``model_sha256``: the
+  sha256 of that hash together with what decides which model the weights are (``model_name``,
+  ``config``, ``vocab``), so a sidecar whose model name, config or vocabulary was changed after
+  the weights were written (a PRPN checkpoint relabelled ``onlstm``, PaLM weights relabelled
+  ``palm-rb``, which has the same tensor names and shapes) is refused.
 
 Writing is atomic: both files go to temporary names in the same folder, are flushed to disk and
 renamed (weights first, then the sidecar that vouches for them). Loading checks the format,
-version and the hash before reading a single tensor, so a damaged (truncated, edited) or foreign
-file is refused with a :class:`CheckpointError` instead of being half-loaded.
+version and the hashes before reading a single tensor, so a damaged (truncated, edited) or foreign
+file is refused with a :class:`CheckpointError` instead of being half-loaded. Version 1 sidecars
+(before ``model_sha256``) are still read, with the weights hash only.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -28,7 +34,11 @@ from induce.errors import InduceError
 from induce.files import sha256_file
 
 FORMAT = "induce-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: Versions this code reads (1: no ``model_sha256``).
+READABLE_VERSIONS = (1, 2)
+#: The sidecar fields that decide which model the weights are (covered by ``model_sha256``).
+IDENTITY_FIELDS = ("model_name", "config", "vocab")
 WEIGHTS_SUFFIX = ".safetensors"
 SIDECAR_SUFFIX = ".json"
 
@@ -73,17 +83,28 @@ def _unshare(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
+def model_identity_sha256(weights_sha256: str, meta: dict) -> str:
+    """sha256 of the weights hash and the canonical JSON of the sidecar's identity fields."""
+    identity = {name: meta.get(name) for name in IDENTITY_FIELDS}
+    text = json.dumps([weights_sha256, identity], sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def save_checkpoint(path: Union[str, Path], tensors: dict[str, torch.Tensor], meta: dict) -> tuple[Path, Path]:
     """Write ``tensors`` and ``meta`` (JSON-serialisable) atomically; returns the two paths."""
     weights_path, sidecar_path = checkpoint_paths(path)
     weights_path.parent.mkdir(parents=True, exist_ok=True)
     tensors = _unshare(tensors)
     _write_atomic(weights_path, lambda tmp: save_file(tensors, str(tmp)))
+    weights_sha256 = sha256_file(weights_path)
+    # Through JSON first: the hash must be computed on what a reader will parse (tuples -> lists).
+    meta = json.loads(json.dumps(meta, allow_nan=True))
     sidecar = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "weights_file": weights_path.name,
-        "weights_sha256": sha256_file(weights_path),
+        "weights_sha256": weights_sha256,
+        "model_sha256": model_identity_sha256(weights_sha256, meta),
         **meta,
     }
     text = json.dumps(sidecar, indent=1, allow_nan=True)
@@ -102,10 +123,10 @@ def read_sidecar(path: Union[str, Path]) -> dict:
         raise CheckpointError(f"{sidecar_path}: damaged checkpoint sidecar (not JSON: {err})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"{sidecar_path}: not an induce checkpoint (format {meta.get('format') if isinstance(meta, dict) else None!r})")
-    if meta.get("format_version") != FORMAT_VERSION:
+    if meta.get("format_version") not in READABLE_VERSIONS:
         raise CheckpointError(
             f"{sidecar_path}: checkpoint format version {meta.get('format_version')!r}; "
-            f"this version of induce reads version {FORMAT_VERSION}"
+            f"this version of induce reads versions {', '.join(map(str, READABLE_VERSIONS))}"
         )
     return meta
 
@@ -121,6 +142,13 @@ def load_checkpoint(path: Union[str, Path], device: Union[str, torch.device] = "
         raise CheckpointError(
             f"{weights_path}: damaged checkpoint (sha256 {actual[:16]}... does not match the sidecar's "
             f"{str(meta.get('weights_sha256'))[:16]}...); the file was truncated or modified"
+        )
+    if meta["format_version"] >= 2 and meta.get("model_sha256") != model_identity_sha256(actual, meta):
+        config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+        raise CheckpointError(
+            f"{sidecar_path}: the sidecar does not describe these weights: its model name, config or vocabulary "
+            f"(model_name {meta.get('model_name')!r}, config model_name {config.get('model_name')!r}) differ "
+            f"from those the weights were written with; the sidecar was edited or belongs to another checkpoint"
         )
     try:
         tensors = load_file(str(weights_path), device=str(device))

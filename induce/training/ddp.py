@@ -51,6 +51,11 @@ def resolve_device(device: str, local_rank: int = 0) -> torch.device:
     return resolved
 
 
+def env_is_main() -> bool:
+    """Whether this process is rank 0 (or alone), from torchrun's environment, before any setup."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def init_distributed(device: str = "auto") -> DistContext:
     """Join the torchrun process group if the environment says so; return this process's context."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))

@@ -1,0 +1,179 @@
+"""Building a run before its first step: process group, corpus and vocabulary, model, training rows
+(sharded per process), gold spans (PaLM-S), dev sentences for the per-epoch F1, the loss module
+(DDP-wrapped under torchrun), schedule, optimiser, BPTT-length generator, and the trainer state
+(restored from ``last`` when resuming).
+
+:class:`TrainerSetup` is the :class:`~induce.training.trainer.Trainer`'s setup half (a mixin that
+fills the trainer's attributes); the loop is in :mod:`induce.training.trainer`.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+import torch
+from rich.console import Console
+from torch import nn
+
+from induce.errors import InduceError
+
+from . import batching, ddp
+from .checkpoint import CheckpointError
+from .lm import DEV_LENGTHS, LMLoss, resolve_corpus
+from .optim import Schedule, build_optimizer
+from .state import seed_everything
+
+
+class TrainerSetup:
+    """Mixin of :class:`~induce.training.trainer.Trainer`: everything :meth:`_setup` builds."""
+
+    def _setup(self) -> None:
+        from induce.data.corpus import PreparedCorpus
+        from induce.kernels import set_backend
+        from induce.models.registry import get_model_class
+
+        cfg = self.config
+        self.ctx = ddp.init_distributed(cfg.train.device)
+        ctx = self.ctx
+        set_backend(cfg.train.kernels)
+        if cfg.data.batch_size % ctx.world_size:
+            raise InduceError(
+                f"data.batch_size={cfg.data.batch_size} is not divisible by {ctx.world_size} processes"
+            )
+        # Rank 0 prepares the default corpus first (a cache on disk); the others then just read it.
+        if ctx.is_main:
+            corpus_path = resolve_corpus(cfg.data.corpus, self.corpora_dir, self.console)
+        ddp.barrier(ctx)
+        if not ctx.is_main:
+            corpus_path = resolve_corpus(cfg.data.corpus, self.corpora_dir, Console(quiet=True))
+        if cfg.data.corpus is None:
+            cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"corpus": str(corpus_path)})})
+            self.config = cfg
+        self.corpus = PreparedCorpus(corpus_path)
+        vocab = self.corpus.vocab
+        if self.resume_meta is not None and self.resume_meta.get("vocab", {}).get("itos") != vocab.itos:
+            raise CheckpointError(f"{self.run_dir}: the corpus vocabulary changed since the checkpoint was written")
+        self.vocab = vocab
+        self.model_cls = get_model_class(cfg.model_name)
+        if "valid" not in self.corpus.splits:
+            raise InduceError(f"{corpus_path}: the corpus has no valid split (needed for model selection)")
+
+        seed_everything(cfg.train.seed)
+        self.device = ctx.device
+        self.model = self.model_cls(len(vocab), cfg.model_config_object()).to(self.device)
+        if ctx.distributed:
+            # Same initial weights everywhere (seeded above); different dropout masks per process.
+            torch.manual_seed(cfg.train.seed + 1_000_003 * ctx.rank)
+
+        train_stream = batching.stream_ids(self.corpus.lm_sentences("train"), vocab)
+        self.train_data = batching.shard_rows(
+            batching.batchify(train_stream, cfg.data.batch_size), ctx.rank, ctx.world_size
+        ).to(self.device)
+        valid_stream = batching.stream_ids(self.corpus.lm_sentences("valid"), vocab)
+        self.valid_data = batching.batchify(valid_stream, cfg.data.eval_batch_size)
+        self.train_gold = None
+        if getattr(self.model_cls, "supervised", False):
+            self.train_gold = self._gold_spans(train_stream.numel())
+        self._prepare_dev()
+        if cfg.train.select_by == "dev_f1" and not self._model_parses():
+            raise InduceError(
+                f"train.select_by=dev_f1: model {cfg.model_name!r} has no syntactic structure (parser_kind 'none'), "
+                f"so there is no dev F1; use train.select_by=valid_ppl"
+            )
+        if cfg.train.select_by == "dev_f1" and self.dev is None:
+            raise InduceError(
+                "train.select_by=dev_f1 needs dev trees (a corpus with trees, train.dev_f1=true and induce.evaluation)"
+            )
+
+        self.loss_module: nn.Module = LMLoss(self.model, cfg.train.alpha, cfg.train.beta)
+        if ctx.distributed:
+            from torch.nn.parallel import DistributedDataParallel
+
+            self.loss_module = DistributedDataParallel(
+                self.loss_module, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+                find_unused_parameters=bool(self._unused_parameters()),
+            )
+        self.schedule = Schedule(cfg.optim)
+        self.optimizer = build_optimizer(self.model.parameters(), cfg.optim)
+        self.bptt_rng = np.random.default_rng(cfg.train.seed) if cfg.data.variable_bptt else None
+        # Trainer state (all JSON-serialisable except the carried recurrent state).
+        self.epoch = 1  # the epoch in progress
+        self.batch = 0  # optimiser steps done in this epoch
+        self.position = 0  # next segment start in the epoch
+        self.hidden = None
+        self.epoch_loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.epoch_tokens = 0
+        self.steps_total = 0
+        self.best_metric: Optional[float] = None
+        self.best_valid_ppl = math.inf
+        self.bad_epochs = 0
+        self.history: list[dict] = []
+        if self.resume_meta is not None:
+            self._restore()
+
+    def _unused_parameters(self) -> list[str]:
+        """Parameters the training loss does not reach (e.g. PaLM-RB's span scorer), found with one
+        probe step in eval mode (no dropout RNG draws, no batch-norm updates); DDP must be told."""
+        model = self.model
+        was_training = model.training
+        model.eval()
+        try:
+            inputs, targets = batching.segment(self.train_data, 0, min(4, self.train_data.size(1) - 1))
+            gold = None if self.train_gold is None else self.train_gold[:, : inputs.size(1)]
+            probe = LMLoss(model, self.config.train.alpha, self.config.train.beta)
+            loss, _, _ = probe(inputs, targets, model.init_state(inputs.size(0), self.device), gold)
+            loss.backward()
+            unused = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
+        finally:
+            model.zero_grad(set_to_none=True)
+            model.train(was_training)
+        return unused
+
+    def _gold_spans(self, n_tokens: int) -> torch.Tensor:
+        """PaLM-S targets ``[B/W, L, m]`` aligned with the training rows."""
+        from induce.parsing import gold_span_targets
+
+        if not self.corpus.has_trees:
+            raise InduceError(f"{self.corpus.path}: {self.config.model_name} needs a corpus with trees (gold spans)")
+        targets = gold_span_targets(self.corpus.nopunct_trees("train"), self.config.model["max_span_length"])
+        if targets.size(0) != n_tokens:
+            raise InduceError(
+                f"{self.corpus.path}: train trees give {targets.size(0)} gold-span rows but the LM text has {n_tokens} tokens"
+            )
+        rows = batching.batchify(targets, self.config.data.batch_size)
+        return batching.shard_rows(rows, self.ctx.rank, self.ctx.world_size).to(self.device)
+
+    def _model_parses(self) -> bool:
+        """Whether the model has a parser (``parser_kind`` other than ``"none"``, e.g. not rellstm)."""
+        return getattr(self.model_cls, "parser_kind", "none") != "none"
+
+    def _prepare_dev(self) -> None:
+        """Dev sentences for the per-epoch F1 (valid trees without punctuation, 2..40 words); none for a
+        model that does not parse (``parser_kind = "none"``)."""
+        self.dev = None
+        cfg = self.config.train
+        if not (cfg.dev_f1 and self.corpus.has_trees):
+            return
+        if not self._model_parses():
+            self._log(f"note: {self.config.model_name} has no syntactic structure (parser_kind 'none'): no dev F1")
+            return
+        try:
+            import induce.evaluation  # noqa: F401
+        except ImportError:
+            return
+        # Line i of every file of a split is the same sentence: the no-punctuation tree gives the
+        # original words, the LM text their ids, the gold tree (with POS tags) the reference.
+        nopunct = self.corpus.nopunct_trees("valid")
+        gold_trees = self.corpus.gold_trees("valid")
+        sentences = self.corpus.lm_sentences("valid")
+        words, ids, gold = [], [], []
+        for tree, gold_tree, tokens in zip(nopunct, gold_trees, sentences):
+            if 2 <= len(tokens) <= max(DEV_LENGTHS.values()) and len(tree.leaves()) == len(tokens):
+                words.append(tree.leaves())
+                ids.append(self.vocab.encode(tokens))
+                gold.append(gold_tree)
+            if len(ids) >= cfg.dev_f1_max_sentences:
+                break
+        self.dev = (words, ids, gold)
+

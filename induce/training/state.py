@@ -1,0 +1,202 @@
+"""What a resumable checkpoint holds and how the trainer writes and restores it.
+
+``last`` stores the optimiser state (incl. ASGD's averages), the schedule, the validation history,
+the best metric, the batch position inside the epoch, the recurrent state carried to the next
+segment, the epoch's running loss sums and every RNG state (python ``random``, numpy's global
+generator, the BPTT-length generator, torch CPU and CUDA per process). Nothing else may draw from
+these generators between a checkpoint and the next step (a draw that happens only once per process,
+e.g. a lazy probe inside the first forward, would make a resumed process drift from the
+uninterrupted one).
+
+:class:`CheckpointState` is the :class:`~induce.training.trainer.Trainer`'s checkpoint half (a mixin:
+it reads and writes the trainer's attributes); the loop is in :mod:`induce.training.trainer`.
+"""
+from __future__ import annotations
+
+import random
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+
+from . import batching, ddp
+from .checkpoint import (
+    CheckpointError,
+    flatten_state,
+    join_optimizer_state,
+    prefixed,
+    save_checkpoint,
+    split_optimizer_state,
+    unflatten_state,
+)
+from .optim import averaged_parameters, build_optimizer
+from .run_folder import BEST, LAST, now
+
+
+def detach_state(state: Any) -> Any:
+    """The recurrent state with every tensor detached (truncated BPTT)."""
+    if isinstance(state, torch.Tensor):
+        return state.detach()
+    if isinstance(state, tuple):
+        return tuple(detach_state(x) for x in state)
+    if isinstance(state, list):
+        return [detach_state(x) for x in state]
+    if isinstance(state, dict):
+        return {k: detach_state(v) for k, v in state.items()}
+    return state
+
+
+def map_state(state: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """Apply ``fn`` to every tensor of a nested recurrent state."""
+    if isinstance(state, torch.Tensor):
+        return fn(state)
+    if isinstance(state, tuple):
+        return tuple(map_state(x, fn) for x in state)
+    if isinstance(state, list):
+        return [map_state(x, fn) for x in state]
+    if isinstance(state, dict):
+        return {k: map_state(v, fn) for k, v in state.items()}
+    return state
+
+
+def _rng_json_state(bptt_rng: Optional[np.random.Generator]) -> dict:
+    version, internal, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "python": [version, list(internal), gauss],
+        "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+        "bptt": None if bptt_rng is None else bptt_rng.bit_generator.state,
+    }
+
+
+def _restore_rng_json(state: dict, bptt_rng: Optional[np.random.Generator]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    if bptt_rng is not None and state.get("bptt") is not None:
+        bptt_rng.bit_generator.state = state["bptt"]
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+class CheckpointState:
+    """Mixin of :class:`~induce.training.trainer.Trainer`: the ``last`` / ``best`` checkpoints."""
+
+    def _trainer_state(self) -> dict:
+        return {
+            "epoch": self.epoch,
+            "batch": self.batch,
+            "position": self.position,
+            "epoch_loss_sum": float(ddp.all_reduce_sum(self.ctx, self.epoch_loss_sum).item()),
+            "epoch_tokens": int(ddp.all_reduce_sum(self.ctx, torch.tensor(float(self.epoch_tokens))).item()),
+            "steps_total": self.steps_total,
+            "best_metric": self.best_metric,
+            "best_valid_ppl": self.best_valid_ppl,
+            "bad_epochs": self.bad_epochs,
+            "world_size": self.ctx.world_size,
+        }
+
+    def _save_last(self) -> None:
+        """The resumable checkpoint (a collective under DDP: every rank must call it)."""
+        ctx = self.ctx
+        tensors = {f"model.{k}": v for k, v in self.model.state_dict().items()}
+        optim_tensors, optim_json = split_optimizer_state(self.optimizer.state_dict())
+        tensors.update(optim_tensors)
+        for rank, state in enumerate(ddp.gather_bytes(ctx, torch.get_rng_state())):
+            tensors[f"rng.torch_cpu.{rank}"] = state
+        if self.device.type == "cuda":
+            for rank, state in enumerate(ddp.gather_bytes(ctx, torch.cuda.get_rng_state(self.device))):
+                tensors[f"rng.cuda.{rank}"] = state
+        hidden_skeleton = None
+        if self.hidden is not None:
+            # Stored as the global batch (rows of all ranks concatenated), like a 1-process run.
+            full = map_state(self.hidden, lambda t: ddp.gather_rows(ctx, t))
+            hidden_tensors, hidden_skeleton = flatten_state(full, "hidden")
+            tensors.update(hidden_tensors)
+        trainer_state = self._trainer_state()
+        if not ctx.is_main:
+            return
+        meta = self._meta("last")
+        meta.update(
+            optimizer=optim_json,
+            optimizer_kind=type(self.optimizer).__name__,
+            schedule=self.schedule.state_dict(),
+            trainer=trainer_state,
+            rng=_rng_json_state(self.bptt_rng),
+            hidden=hidden_skeleton,
+            history=self.history,
+        )
+        save_checkpoint(self.run_dir / LAST, tensors, meta)
+
+    def _save_best(self, metrics: dict) -> None:
+        if not self.ctx.is_main:
+            return
+        with averaged_parameters(self.model, self.optimizer):
+            tensors = {f"model.{k}": v.detach().clone() for k, v in self.model.state_dict().items()}
+        meta = self._meta("best")
+        meta["metrics"] = metrics
+        save_checkpoint(self.run_dir / BEST, tensors, meta)
+
+    def _meta(self, kind: str) -> dict:
+        return {
+            "kind": kind,
+            "model_name": self.config.model_name,
+            "config": self.config.to_dict(),
+            "vocab": self.vocab.to_json(),
+            "epoch": self.epoch,
+            "written_at": now(),
+        }
+
+    def _restore(self) -> None:
+        tensors, meta = self.resume_tensors, self.resume_meta
+        ctx = self.ctx
+        self.model.load_state_dict(prefixed(tensors, "model"))
+        self.schedule.load_state_dict(meta["schedule"])
+        if self.schedule.asgd_active:
+            self.optimizer = build_optimizer(self.model.parameters(), self.config.optim, asgd=True)
+        if meta.get("optimizer_kind") != type(self.optimizer).__name__:
+            raise CheckpointError(
+                f"{self.run_dir}: checkpoint optimiser {meta.get('optimizer_kind')} does not match {type(self.optimizer).__name__}"
+            )
+        optim_state = join_optimizer_state(tensors, meta["optimizer"])
+        # Fresh (aligned) copies, not views into the file's buffer: see the recurrent state below.
+        optim_state["state"] = {
+            i: {k: v.to(self.device, copy=True) if isinstance(v, torch.Tensor) and v.dim() > 0 else v
+                for k, v in s.items()}
+            for i, s in optim_state["state"].items()
+        }
+        self.optimizer.load_state_dict(optim_state)
+        state = meta["trainer"]
+        self.epoch, self.batch, self.position = state["epoch"], state["batch"], state["position"]
+        self.steps_total = state["steps_total"]
+        self.best_metric = state["best_metric"]
+        self.best_valid_ppl = state["best_valid_ppl"]
+        self.bad_epochs = state["bad_epochs"]
+        # The running sums are global; rank 0 carries them so that the all-reduce gives them back.
+        self.epoch_loss_sum.fill_(state["epoch_loss_sum"] if ctx.is_main else 0.0)
+        self.epoch_tokens = state["epoch_tokens"] if ctx.is_main else 0
+        self.history = list(meta.get("history", []))
+        if meta.get("hidden") is not None:
+            full = unflatten_state(tensors, meta["hidden"])
+            # Fresh copies: a tensor read from the file may sit at an address with another alignment than
+            # a fresh allocation, and CPU kernels pick their vector paths (hence their rounding) by it.
+            self.hidden = map_state(
+                full, lambda t: batching.shard_rows(t, ctx.rank, ctx.world_size).to(self.device, copy=True)
+            )
+        _restore_rng_json(meta["rng"], self.bptt_rng)
+        if state.get("world_size", 1) != ctx.world_size:
+            self._log(
+                f"[yellow]note:[/] checkpoint written by {state.get('world_size')} processes, resuming with "
+                f"{ctx.world_size}: dropout masks will differ from an uninterrupted run"
+            )
+        cpu_key = f"rng.torch_cpu.{ctx.rank}"
+        if cpu_key in tensors:
+            torch.set_rng_state(tensors[cpu_key].cpu())
+        cuda_key = f"rng.cuda.{ctx.rank}"
+        if self.device.type == "cuda" and cuda_key in tensors:
+            torch.cuda.set_rng_state(tensors[cuda_key].cpu(), self.device)
