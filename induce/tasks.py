@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from induce.errors import InduceError, InputError
+from induce.files import honour_umask
 
 BLANK, MARKER = 0, 9
 N_SYMBOLS = 10  # alphabet size (vocabulary of the models)
@@ -189,6 +190,7 @@ def save_checkpoint(path: str | Path, model, meta: dict) -> tuple[Path, Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     weights = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     save_file(weights, str(path))
+    honour_umask(path)  # safetensors writes 0600; an output like any other (mode as open() + umask)
     sidecar = path.with_suffix(".json")
     record = {"model": model.name, "config": model.config.model_dump(), "vocab_size": model.vocab_size, **meta}
     sidecar.write_text(json.dumps(record, indent=2))

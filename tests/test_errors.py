@@ -267,6 +267,33 @@ def test_atomic_writes_and_corpora_honour_the_umask(tmp_path, tree_file, gold_fi
     assert {mode(path) for path in corpus.iterdir()} == {0o666 & ~mask}
 
 
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+@pytest.mark.parametrize("mask", [0o022, 0o077])
+def test_checkpoints_honour_the_umask(tmp_path, mask):
+    """safetensors writes its files 0600: the trainer's checkpoints and the task checkpoints get the
+    mode a plain open() gives, like every other output."""
+    import torch
+
+    from induce.tasks import save_checkpoint as save_task_checkpoint
+    from induce.training.checkpoint import save_checkpoint
+
+    class Tiny(torch.nn.Module):
+        name, vocab_size = "tiny", 3
+
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(2, 2)
+            self.config = type("Config", (), {"model_dump": lambda self: {}})()
+
+    old = os.umask(mask)
+    try:
+        paths = save_checkpoint(tmp_path / "last", {"w": torch.ones(2)}, {"model": "prpn"})
+        paths += save_task_checkpoint(tmp_path / "task.safetensors", Tiny(), {})
+    finally:
+        os.umask(old)
+    assert {stat.S_IMODE(path.stat().st_mode) for path in paths} == {0o666 & ~mask}
+
+
 # ------------------------------------------------------------------ item 10: leftovers of a killed preprocess
 
 

@@ -31,7 +31,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from induce.errors import InduceError
-from induce.files import sha256_file
+from induce.files import honour_umask, sha256_file
 
 FORMAT = "induce-checkpoint"
 FORMAT_VERSION = 2
@@ -61,6 +61,8 @@ def _write_atomic(path: Path, write) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         write(tmp)
+        # safetensors writes 0600; a checkpoint is an output like any other (mode as open() + umask).
+        honour_umask(tmp)
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
