@@ -146,3 +146,14 @@ def test_errors_name_the_source_of_the_bad_value(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config("onlstm", overrides=["model.chunk_size=7"])
     assert "onlstm.yaml" in str(info.value) and "override model.chunk_size=7" in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["prpn", "onlstm", "palm", "palm-s", "palm-rb"])
+@pytest.mark.parametrize("override", ["model.hidden_size=-3", "model.emb_size=0", "model.n_layers=0",
+                                      "model.dropout=1.5", "model.wdrop=-0.1"])
+def test_model_sizes_and_rates_keep_their_bounds_in_every_model(name, override):
+    """Each model's config redeclares the shared AWD fields with its own defaults; the bounds stay
+    (a negative size used to reach the model and end in a RuntimeError traceback)."""
+    with pytest.raises(ConfigError) as info:
+        load_config(name, overrides=[override])
+    assert f"override {override}" in str(info.value)

@@ -18,7 +18,7 @@ All tensors are batch-first: tokens ``[B, T]``, states ``[B, T, H]``.
 from __future__ import annotations
 
 import functools
-from typing import Optional
+from typing import Annotated, Optional
 
 import pydantic
 import torch
@@ -26,6 +26,12 @@ import torch.nn.functional as F
 from torch import _VF, nn
 
 from .base import LanguageModel, ModelConfig
+
+
+# Field types that keep their bounds when a model's config overrides only the default (pydantic drops
+# a parent's Field(gt=...) constraints when a subclass redeclares the field with a plain default).
+PositiveInt = Annotated[int, pydantic.Field(gt=0)]
+DropoutRate = Annotated[float, pydantic.Field(ge=0, lt=1)]
 
 
 class AWDConfig(ModelConfig):

@@ -48,7 +48,7 @@ from torch import nn
 
 from induce.kernels import onlstm_cell
 
-from .awd import AWDConfig, RecurrentProjection, TiedLanguageModel, dropconnect, locked_dropout
+from .awd import AWDConfig, DropoutRate, PositiveInt, RecurrentProjection, TiedLanguageModel, dropconnect, locked_dropout
 from .base import LMOutput
 from .registry import register
 
@@ -56,15 +56,15 @@ from .registry import register
 class ONLSTMConfig(AWDConfig):
     """ON-LSTM hyper-parameters (defaults: Shen et al. 2019, PTB)."""
 
-    emb_size: int = 400
-    hidden_size: int = 1150
+    emb_size: PositiveInt = 400
+    hidden_size: PositiveInt = 1150
     n_layers: int = pydantic.Field(3, ge=2)
     chunk_size: int = pydantic.Field(10, ge=1, description="units per chunk (C); sizes must be multiples")
-    dropout: float = 0.45
-    dropouth: float = 0.3
-    dropouti: float = 0.5
-    dropoute: float = 0.1
-    wdrop: float = 0.45
+    dropout: DropoutRate = 0.45
+    dropouth: DropoutRate = 0.3
+    dropouti: DropoutRate = 0.5
+    dropoute: DropoutRate = 0.1
+    wdrop: DropoutRate = 0.45
     distance_layer: int = pydantic.Field(1, ge=0, description="layer (0-based) whose distances parse")
     ar_target: Literal["raw", "dropped"] = pydantic.Field(
         "raw", description="AR on the last layer's raw output (ON-LSTM code) or after the output dropout (AWD-LSTM)"

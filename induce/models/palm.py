@@ -104,7 +104,7 @@ from torch import nn
 from induce.kernels import linear_scan, span_attention, span_representations
 from induce.relevancy import gather_relevant, relevant_indices
 
-from .awd import AWDConfig, TiedLanguageModel, WeightDropLSTM, locked_dropout
+from .awd import AWDConfig, DropoutRate, PositiveInt, TiedLanguageModel, WeightDropLSTM, locked_dropout
 from .base import LMOutput
 from .registry import register
 
@@ -115,14 +115,14 @@ SCORER_MARK = "induce_span_scorer"
 class PaLMConfig(AWDConfig):
     """PaLM hyper-parameters (defaults: Table 5 and Appendix A, PTB)."""
 
-    emb_size: int = 400
-    hidden_size: int = 1020
-    n_layers: int = 3
-    dropout: float = 0.4
-    dropouth: float = 0.2
-    dropouti: float = 0.4
-    dropoute: float = 0.1
-    wdrop: float = 0.45
+    emb_size: PositiveInt = 400
+    hidden_size: PositiveInt = 1020
+    n_layers: PositiveInt = 3
+    dropout: DropoutRate = 0.4
+    dropouth: DropoutRate = 0.2
+    dropouti: DropoutRate = 0.4
+    dropoute: DropoutRate = 0.1
+    wdrop: DropoutRate = 0.45
     attention_after: int = pydantic.Field(2, ge=1, description="span attention after this many LSTM layers")
     rrnn_size: int = pydantic.Field(200, gt=0, description="rational RNN size per direction (context = 2x)")
     # The paper does not give the scoring MLP's size; 100 is ``parser_size`` in the authors' released

@@ -90,7 +90,7 @@ from torch import nn
 from induce.kernels import stick_breaking_gates
 from induce.relevancy import EMPTY_RELEVANCE
 
-from .awd import AWDConfig, RecurrentProjection, TiedLanguageModel, dropconnect, locked_dropout
+from .awd import AWDConfig, DropoutRate, PositiveInt, RecurrentProjection, TiedLanguageModel, dropconnect, locked_dropout
 from .base import LMOutput
 from .registry import register
 
@@ -98,13 +98,13 @@ from .registry import register
 class PRPNConfig(AWDConfig):
     """PRPN hyper-parameters (defaults: Shen et al. 2018, PTB language model)."""
 
-    emb_size: int = 800
-    hidden_size: int = 1200
-    n_layers: int = 2
+    emb_size: PositiveInt = 800
+    hidden_size: PositiveInt = 1200
+    n_layers: PositiveInt = 2
     dropout: float = pydantic.Field(0.7, ge=0, lt=1, description="dropout before the tied output layer")
     dropouth: float = pydantic.Field(0.5, ge=0, lt=1, description="dropout on inputs of layers >= 2")
     dropouti: float = pydantic.Field(0.7, ge=0, lt=1, description="dropout on the first layer's input")
-    dropoute: float = 0.0
+    dropoute: DropoutRate = 0.0
     wdrop: float = pydantic.Field(
         0.0, ge=0, lt=1, description="DropConnect on the attention key projections (Stratos' ADrop; the code: 0)"
     )
