@@ -23,7 +23,8 @@ def parse_command(
     ),
     style: str = typer.Option(
         "ptb", "--format", help="ptb: one bracketed tree per line, in which ( and ) are written -LRB- and -RRB- "
-        "(a bracketed line cannot hold them); pretty: ASCII drawings with the tokens as they are."
+        "(a bracketed line cannot hold them); pretty: ASCII drawings with the tokens as they are; json: one "
+        "JSON array per line, the tree as nested arrays of the tokens exactly as they are."
     ),
     decoder: Optional[str] = typer.Option(
         None, "--decoder", help="Distance models: peel (default, as in the papers) or unbiased. PaLM: span."
@@ -56,8 +57,8 @@ def parse_command(
     console = Console(stderr=True)
     try:
         check_output_file(out, "--out")
-        if style not in ("ptb", "pretty"):
-            raise InduceError(f"--format {style!r}: use ptb or pretty")
+        if style not in ("ptb", "pretty", "json"):
+            raise InduceError(f"--format {style!r}: use ptb, pretty or json")
         checkpoint = pick_run(checkpoint, console, runs_dir)
         lines = read_text_lines(text)
         run = load_run(checkpoint, device)

@@ -339,8 +339,16 @@ def format_tree(tree: nltk.Tree, style: str = "ptb") -> str:
     ``ptb``: one bracketed line whose leaves are the tokens as they are, except round brackets,
     which a bracketed line cannot hold: ``(`` and ``)`` (as tokens or inside one) are written as
     the treebank writes them, ``-LRB-`` and ``-RRB-``. ``pretty``: nltk's ASCII drawing, with the
-    tokens exactly.
+    tokens exactly. ``json``: one JSON array per line, the tree as nested arrays whose strings are
+    the tokens exactly (brackets included): ``[["The", "dog"], "barked"]``.
     """
+    if style == "json":
+        import json
+
+        def nested(node):
+            return [nested(child) for child in node] if isinstance(node, nltk.Tree) else node
+
+        return json.dumps(nested(tree), ensure_ascii=False)
     if style == "pretty":
         if not tree.leaves():
             return "(S )"
@@ -352,7 +360,7 @@ def format_tree(tree: nltk.Tree, style: str = "ptb") -> str:
             indexed[position] = index
         return TreePrettyPrinter(indexed, sentence=tree.leaves()).text().rstrip("\n")
     if style != "ptb":
-        raise InduceError(f"unknown format {style!r}; use ptb or pretty")
+        raise InduceError(f"unknown format {style!r}; use ptb, pretty or json")
     escaped = tree.copy(deep=True)
     for position in escaped.treepositions("leaves"):
         escaped[position] = escaped[position].replace("(", "-LRB-").replace(")", "-RRB-")

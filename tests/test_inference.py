@@ -164,6 +164,11 @@ def test_parse_lines_leaves_are_the_tokens(trained):
     pretty = parse_lines(run, [brackets], pretokenized=True, style="pretty")[0]
     assert pretty.splitlines()[-1].split() == brackets.split()
     assert predict_trees(run, [brackets.split()])[0].leaves() == brackets.split()
+    # json: lossless in one line per sentence, brackets included, for both tokenisations
+    for text, pretokenized in ((brackets, True), (lines[0], False)):
+        nested = json.loads(parse_lines(run, [text], pretokenized=pretokenized, style="json")[0])
+        flat = lambda node: [leaf for child in node for leaf in flat(child)] if isinstance(node, list) else [node]  # noqa: E731
+        assert flat(nested) == (text.split() if pretokenized else tokenize(text))
     with pytest.raises(InduceError, match="decoder"):
         parse_lines(run, ["a b"], decoder="span")
 
