@@ -1,8 +1,8 @@
 """The reproduction report: ``results.json``, ``REPORT.md`` and the figures it embeds.
 
-The published figures quoted here are the ones in the paper texts under ``shared/papers/``
-(:data:`PUBLISHED`, each with its table); ``tests/test_reproduce.py`` checks them against those
-texts when they are present. Nothing else is quoted: where a paper's table is not in the texts
+The published figures quoted here are the ones in the PaLM paper's text (:data:`PUBLISHED`, each
+with its table); ``tests/test_reproduce.py`` checks them against that text when the developers'
+copy of it is present. Nothing else is quoted: where a paper's table is not in the texts
 (PaLM's Table 1 perplexities, ON-LSTM's and Kim et al.'s F1 and label recall) the report says so.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from induce.findings import all_findings
 PAPER_FILE = "palm-peng-schwartz-smith-2019.txt"
 PALM = "Peng, Schwartz and Smith (2019), PaLM"
 
-#: Published figures, from ``shared/papers/palm-peng-schwartz-smith-2019.txt``.
+#: Published figures, from the text of the PaLM paper (``palm-peng-schwartz-smith-2019.txt``).
 PUBLISHED = {
     "table3": {
         "source": f"{PALM}, Table 3: unlabeled unsupervised parsing F1 on WSJ-40 (test, punctuation removed)",
@@ -33,12 +33,12 @@ PUBLISHED = {
     "table1": {
         "source": f"{PALM}, Table 1: PTB language-model perplexity",
         "rows": {},
-        "missing": "the values of PaLM's Table 1 are not in the paper texts available here "
-                   f"(shared/papers/{PAPER_FILE} and its second extraction hold Tables 3, 4 and 5 only); none is quoted",
+        "missing": "the values of PaLM's Table 1 are not quoted: this report quotes only the tables checked "
+                   "against the paper's text (Tables 3, 4 and 5)",
     },
     "kim_onlstm": {
         "missing": "ON-LSTM's (Shen et al. 2019) and Kim et al.'s (2019) WSJ10 / full-test F1 and per-label recall are "
-                   "not in the paper texts available here; none is quoted",
+                   "not quoted in this report",
     },
 }
 
@@ -50,7 +50,7 @@ PUBLISHED["lm"] = {
         "prpn": {"value": 61.98, "source": "Shen et al. 2018, PRPN, Table 2, PTB test"},
     },
     "note": "test perplexities on Mikolov's PTB text (`ptb.test.txt`, his 10k vocabulary), quoted from the papers' "
-            "LM tables (not from the paper texts shipped with this toolkit, which do not include them).",
+            "LM tables.",
 }
 
 NAMES = {"prpn": "PRPN", "onlstm": "ON-LSTM", "palm": "PaLM-U", "palm-s": "PaLM-S", "palm-rb": "PaLM-RB",

@@ -9,7 +9,7 @@ Inside a data root, :func:`find_treebank` recognises, best first:
 
 1. ``ldc``: the LDC Treebank-3 layout ``.../parsed/mrg/wsj/SS/wsj_SSNN.mrg`` (standard
    sections: train 02-21, valid 22, test 23);
-2. ``wsj-files``: ``wsj/02-21.mrg`` + ``wsj/22.mrg`` [+ ``wsj/23.mrg``] (as in ``shared/data``);
+2. ``wsj-files``: ``wsj/02-21.mrg`` + ``wsj/22.mrg`` [+ ``wsj/23.mrg``];
 3. ``nltk-sample``: the NLTK sample ``wsj_0001.mrg`` .. ``wsj_0199.mrg`` (in
    ``nltk_treebank/``, ``treebank/combined/``, ``corpora/treebank/combined/`` or the root),
    split by file number (:data:`induce.data.preprocess.NLTK_SAMPLE_SPLIT`).
