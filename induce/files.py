@@ -104,3 +104,16 @@ def check_output_file(path: Optional[PathLike], option: str) -> None:
         raise InputError(f"{option}: permission denied (the file is read-only)", target)
     if not target.exists() and parent.exists() and not os.access(parent, os.W_OK | os.X_OK):
         raise InputError(f"{option}: cannot create files in {parent} (permission denied)", target)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host (the owner recorded in a lock or build-owner file)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    except (OverflowError, ValueError):  # not a possible pid
+        return False
+    return True

@@ -35,7 +35,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from induce.data import mikolov, synthetic
 from induce.data.corpus import META_FILE, SPLITS, UNK, VOCAB_FILE, Vocab
 from induce.errors import InduceError, InputError
-from induce.files import honour_umask, os_error_message, sha256_file
+from induce.files import honour_umask, os_error_message, process_alive, sha256_file
 from induce.ptb import TRACE_TAG, clean_tree
 from induce.treeio import read_trees, tree_to_line
 
@@ -231,18 +231,6 @@ def _owner_text() -> str:
     return f"{socket.gethostname()} {os.getpid()}"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    except (OverflowError, ValueError):
-        return False
-    return True
-
-
 def _make_build_dir(parent: Path, name: str, mark: str) -> Path:
     """``parent/.NAME.tmp-XXXX`` (or ``.old-``), marked with :data:`OWNER_FILE`, mode as under the umask."""
     folder = Path(tempfile.mkdtemp(prefix=f".{name}{mark}", dir=parent))
@@ -269,7 +257,7 @@ def remove_stale_build_dirs(parent: Path, log: LogFn) -> list[Path]:
             pid = int(pid)
         except (OSError, ValueError):
             continue  # not ours, or being created right now
-        if owner_host != host or _pid_alive(pid):
+        if owner_host != host or process_alive(pid):
             continue
         shutil.rmtree(folder, ignore_errors=True)
         if not folder.exists():

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Optional
 
 from induce.errors import InduceError
+from induce.files import process_alive
 
 STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.jsonl"
@@ -109,15 +110,6 @@ def claim_for_new_run(run_dir: Path, force: bool, allow_foreign: bool = False) -
         )
 
 
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
-
 
 class RunLock:
     """``train.lock`` held while a training writes into a run folder (use as a context manager).
@@ -169,7 +161,7 @@ class RunLock:
         except (OSError, ValueError, KeyError, TypeError):
             owner, pid, host = {}, None, ""
         same_host = host == socket.gethostname()
-        if pid is not None and same_host and (pid == os.getpid() or _process_alive(pid)):
+        if pid is not None and same_host and (pid == os.getpid() or process_alive(pid)):
             raise RunFolderError(
                 f"{self.path.parent} is in use: another training (PID {pid}, started {owner.get('started_at', '?')}) "
                 f"writes into it; wait for it to end or stop it, then continue with "
