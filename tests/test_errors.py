@@ -12,8 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
-from rich.console import Console
 from typer.testing import CliRunner
 
 from cli.main import app
@@ -21,7 +19,7 @@ from induce.files import check_output_file, new_file_mode, sha256_file
 from induce.errors import InputError
 from induce.treeio import atomic_write_text
 
-from test_training_standin import STANDIN, make_corpus
+from test_training_standin import train_tiny_run
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[1]
@@ -63,22 +61,7 @@ def tree_file(tmp_path):
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A tiny trained run (test-only stand-in model, one epoch): ~2 s."""
-    from induce.config import load_config
-    from induce.training import train
-
-    root = tmp_path_factory.mktemp("errors")
-    corpus = make_corpus(root / "corpora", train=40, valid=5, test=5)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        cfg = load_config(STANDIN, overrides=[
-            f"data.corpus={corpus}", "data.batch_size=4", "data.bptt=8", "optim.asgd=never",
-            "train.epochs=1", "train.device=cpu", "train.dev_f1=false",
-        ])
-        train(cfg, root / "runs" / "tiny", console=Console(quiet=True), progress=False)
-    finally:
-        torch.set_num_threads(threads)
-    return root / "runs" / "tiny"
+    return train_tiny_run(tmp_path_factory.mktemp("errors"))
 
 
 # ------------------------------------------------------------------ item 5: a filter that keeps nothing

@@ -9,20 +9,18 @@ in a correct result, checked against what the input holds. Bounded examples, no 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import nltk
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rich.console import Console
 from typer.testing import CliRunner
 
 from cli.main import app
 from induce.evaluation import EvalConvention, prepare_gold
 
-from test_training_standin import STANDIN, make_corpus
+from test_training_standin import train_tiny_run
 
 runner = CliRunner()
 FUZZ = settings(max_examples=40, deadline=None, derandomize=True, database=None,
@@ -237,22 +235,7 @@ def test_preprocess_fuzzed_tree_file(fuzz_dir, data):
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A tiny trained run (test-only stand-in model, one epoch): ~2 s."""
-    from induce.config import load_config
-    from induce.training import train
-
-    root = tmp_path_factory.mktemp("fuzz_run")
-    corpus = make_corpus(root / "corpora", train=40, valid=5, test=5)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        cfg = load_config(STANDIN, overrides=[
-            f"data.corpus={corpus}", "data.batch_size=4", "data.bptt=8", "optim.asgd=never",
-            "train.epochs=1", "train.device=cpu", "train.dev_f1=false",
-        ])
-        train(cfg, root / "runs" / "tiny", console=Console(quiet=True), progress=False)
-    finally:
-        torch.set_num_threads(threads)
-    return root / "runs" / "tiny"
+    return train_tiny_run(tmp_path_factory.mktemp("fuzz_run"))
 
 
 SENTENCE_PIECES = st.one_of(

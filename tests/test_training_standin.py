@@ -79,6 +79,27 @@ def make_corpus(folder: Path, train: int = 120, valid: int = 20, test: int = 10,
     return preprocess_synthetic(Path(folder), "tiny", {"train": train, "valid": valid, "test": test}, seed=seed)
 
 
+def train_tiny_run(root: Path) -> Path:
+    """A tiny trained run of the stand-in model under ``root/runs/tiny`` (one epoch, one thread): ~2 s."""
+    from rich.console import Console
+
+    from induce.config import load_config
+    from induce.training import train
+
+    corpus = make_corpus(root / "corpora", train=40, valid=5, test=5)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cfg = load_config(STANDIN, overrides=[
+            f"data.corpus={corpus}", "data.batch_size=4", "data.bptt=8", "optim.asgd=never",
+            "train.epochs=1", "train.device=cpu", "train.dev_f1=false",
+        ])
+        train(cfg, root / "runs" / "tiny", console=Console(quiet=True), progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    return root / "runs" / "tiny"
+
+
 def test_standin_forward_shapes():
     model = TinyLSTM(11)
     tokens = torch.randint(0, 11, (3, 5))
