@@ -29,6 +29,12 @@ rows of models not in this run are kept, so the models can be measured one run a
 ``--device cpu --tiny`` runs the same code paths with tiny models (used by the tests; its numbers
 mean nothing and are refused for ``bench/gpu_training.json``).
 
+``--cuda-graphs`` also times each model's step through ``train.cuda_graphs``'s
+:class:`induce.training.graphs.StaticSteps` (entry ``MODEL+graphs``, same model, optimiser and loss,
+interleaved with the eager step; captured in a CUDA graph after its warm-up on CUDA, eager elsewhere):
+
+    python bench/models.py --device cuda --models onlstm prpn palm --steps 20 --warmup 5 --cuda-graphs --epochs 0
+
 ``--external NAME=PATH`` times someone else's training step in the same run, interleaved with
 ours: PATH defines ``make_trainer()`` (see :class:`ExternalTrainer`; on CUDA it is called as
 ``make_trainer(device="cuda")`` when it takes a ``device`` argument). That is how the original
@@ -53,6 +59,7 @@ from rich.table import Table
 
 from induce.models.awd import RecurrentProjection, WeightDropLSTM
 from induce.models.registry import get_model_class
+from induce.training.graphs import WARMUP_STEPS
 from induce.parsing import parse_batch
 
 VOCAB = 10_000
@@ -183,6 +190,27 @@ class Trainer:
         return self.batch * self.bptt / statistics.median(self.timer.seconds())
 
 
+class GraphedTrainer(Trainer):
+    """``--cuda-graphs``: the same model, optimiser and loss (cross-entropy, clipping at 0.25), each step
+    through :class:`induce.training.graphs.StaticSteps` (one static shape: captured once on CUDA)."""
+
+    def step(self, bf16: bool, record: bool) -> None:
+        from induce.training.graphs import StaticSteps
+        from induce.training.lm import LMLoss
+
+        if not hasattr(self, "graphs"):
+            self.graphs = StaticSteps(LMLoss(self.model, 0.0, 0.0), self.model, 0.25, self.device,
+                                      autocast=bf16 and self.device.type == "cuda", note=print)
+            self.params = list(self.model.parameters())
+        tokens = torch.randint(0, VOCAB, (self.batch, self.bptt + 1), device=self.device)
+        if record:
+            self.timer.start()
+        with packing(self.packing):
+            _, _, self.state = self.graphs.step(self.optimiser, self.params, tokens[:, :-1], tokens[:, 1:], self.state)
+        if record:
+            self.timer.stop()
+
+
 def flops_per_token(entry: str) -> float:
     """Matrix-product FLOPs of one training step (forward + backward) per token.
 
@@ -259,10 +287,13 @@ class ExternalTrainer:
 
 
 def train_speeds(entries: list[str], steps: int, warmup: int, bf16: bool,
-                 externals: dict[str, str] | None = None, device: str = "cpu") -> dict[str, "Trainer"]:
+                 externals: dict[str, str] | None = None, device: str = "cpu",
+                 cuda_graphs: bool = False) -> dict[str, "Trainer"]:
     """The trainers after ``warmup`` untimed and ``steps`` timed steps each, interleaved (round robin);
-    ``.tokens_per_second()`` is the median over the timed steps."""
+    ``.tokens_per_second()`` is the median over the timed steps. ``cuda_graphs``: also ``ENTRY+graphs``."""
     trainers = {entry: Trainer(entry, device) for entry in entries}
+    if cuda_graphs:
+        trainers.update({f"{entry}+graphs": GraphedTrainer(entry, device) for entry in entries})
     trainers.update({name: ExternalTrainer(path, device) for name, path in (externals or {}).items()})
     for step in range(warmup + steps):
         for trainer in trainers.values():
@@ -372,6 +403,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="config override for the `induce train` runs; repeatable")
     parser.add_argument("--training-json", type=Path,
                         help="write the per-model training rows here (default on CUDA: bench/gpu_training.json)")
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="also time each model's step through train.cuda_graphs (MODEL+graphs rows)")
     parser.add_argument("--tiny", action="store_true", help="tiny models (tests of this script; numbers mean nothing)")
     args = parser.parse_args(argv)
     _tiny = args.tiny
@@ -399,7 +432,9 @@ def main(argv: list[str] | None = None) -> None:
     load_before = os.getloadavg()
     roofline = not args.tiny
     peak_before = gemm_peak(device=args.device) if roofline else None
-    trainers = train_speeds(args.models, args.steps, args.warmup, args.bf16, externals, args.device)
+    if args.cuda_graphs and args.warmup <= WARMUP_STEPS:
+        args.warmup = WARMUP_STEPS + 2  # the graphed step is captured after its own warm-up: time replays only
+    trainers = train_speeds(args.models, args.steps, args.warmup, args.bf16, externals, args.device, args.cuda_graphs)
     speeds = {name: trainer.tokens_per_second() for name, trainer in trainers.items()}
     peak = max(peak_before, gemm_peak(device=args.device)) if roofline else None  # before and after the steps
     rows = []
@@ -420,6 +455,12 @@ def main(argv: list[str] | None = None) -> None:
                       dash(flops, f"{100 * speeds[entry] * (flops or 0) / (peak or 1):.0f}%"),
                       dash(flops, f"{(peak or 0) / (flops or 1):.0f}"),
                       "n/a" if sentences_per_s is None else f"{sentences_per_s:.1f}")
+    for entry in args.models if args.cuda_graphs else []:
+        name = f"{entry}+graphs"
+        ratio = speeds[name] / speeds[entry]
+        rows.append({"model": name, "threads": args.threads, "device": args.device, "train_tokens_per_s": speeds[name],
+                     "ratio_to_eager": ratio})
+        table.add_row(name, "", f"{speeds[name]:.0f} ({ratio:.2f}x eager)", "-", "-", "-", "-", "n/a")
     for name, path in externals.items():
         rows.append({"model": name, "external": path, "threads": args.threads, "device": args.device,
                      "train_tokens_per_s": speeds[name]})

@@ -115,6 +115,10 @@ class TrainConfig(_Section):
     device: str = pydantic.Field("auto", description="auto, cpu, cuda, cuda:N")
     kernels: str = pydantic.Field("auto", description="kernel backend: auto, reference, torch, triton")
     amp: bool = pydantic.Field(False, description="bfloat16 autocast on CUDA")
+    cuda_graphs: bool = pydantic.Field(
+        False, description="capture each training step (per segment length) in a CUDA graph; off CUDA the same "
+        "static-buffer step runs eagerly (induce.training.graphs)"
+    )
 
 
 class RunConfig(_Section):

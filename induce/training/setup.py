@@ -94,6 +94,15 @@ class TrainerSetup:
                 self.loss_module, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
                 find_unused_parameters=bool(self._unused_parameters()),
             )
+        self.static_steps = None
+        if cfg.train.cuda_graphs:
+            from .graphs import StaticSteps
+
+            self.static_steps = StaticSteps(
+                self.loss_module, self.model, cfg.optim.clip, self.device,
+                autocast=cfg.train.amp and self.device.type == "cuda", distributed=ctx.distributed,
+                note=lambda message: self._log(f"[yellow]note:[/] {message}"),
+            )
         self.schedule = Schedule(cfg.optim)
         self.optimizer = build_optimizer(self.model.parameters(), cfg.optim)
         self.bptt_rng = np.random.default_rng(cfg.train.seed) if cfg.data.variable_bptt else None

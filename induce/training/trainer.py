@@ -236,12 +236,17 @@ class Trainer(TrainerSetup, CheckpointState):
                 gold = self.train_gold[:, self.position : self.position + steps]
             self.hidden = detach_state(self.hidden)
             self.schedule.step_lr(self.optimizer, steps / cfg.data.bptt)
-            self.optimizer.zero_grad(set_to_none=True)
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=autocast):
-                loss, cross_entropy, self.hidden = self.loss_module(inputs, targets, self.hidden, gold)
-            loss.backward()
-            clip_gradients(self.optimizer, params, cfg.optim.clip)  # per part for optim.scorer_optimizer=adam
-            self.optimizer.step()
+            if self.static_steps is not None:
+                # train.cuda_graphs: the same step on static buffers, captured per shape on CUDA (graphs.py).
+                loss, cross_entropy, self.hidden = self.static_steps.step(
+                    self.optimizer, params, inputs, targets, self.hidden, gold)
+            else:
+                self.optimizer.zero_grad(set_to_none=True)
+                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=autocast):
+                    loss, cross_entropy, self.hidden = self.loss_module(inputs, targets, self.hidden, gold)
+                loss.backward()
+                clip_gradients(self.optimizer, params, cfg.optim.clip)  # per part for optim.scorer_optimizer=adam
+                self.optimizer.step()
             self.epoch_loss_sum += cross_entropy.double() * targets.numel()
             self.epoch_tokens += targets.numel()
             interval_tokens += targets.numel()

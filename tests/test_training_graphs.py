@@ -1,0 +1,315 @@
+"""The graph-captured training step (``train.cuda_graphs``) against the plain eager step, on CPU.
+
+On CPU a :class:`~induce.training.graphs.StaticStep` runs its body eagerly on its static buffers: the
+losses, gradients and weights must equal the trainer's eager step *bit for bit* (same operations in
+the same order on copies of the same values; the copies are fresh, aligned allocations like the
+eager tensors, so CPU kernels take the same vector paths). The replay plumbing (copy-in, replay,
+static outputs, gradients pointed back at the graph's) is checked with a stand-in graph whose
+"replay" runs the body; a failing capture falls back to eager. The real capture is tested only
+where CUDA is available (never in CI).
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from rich.console import Console
+
+from induce.config import ConfigError, load_config
+from induce.training import batching, load_checkpoint
+from induce.training.graphs import StaticSteps, capture_plan, state_signature
+from induce.training.optim import build_optimizer, clip_gradients
+from induce.training.state import detach_state
+from induce.training.trainer import Trainer
+
+from test_training_standin import make_corpus
+
+QUIET = Console(quiet=True)
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+PALM_TINY = ["model.emb_size=6", "model.hidden_size=8", "model.rrnn_size=4", "model.attention_size=4",
+             "model.max_span_length=3"]
+TINY = {
+    "onlstm": ["model.emb_size=8", "model.hidden_size=8", "model.chunk_size=4"],
+    "prpn": ["model.emb_size=6", "model.hidden_size=8", "model.n_slots=3", "model.n_lookback=2", "model.dropoute=0.1"],
+    "palm": PALM_TINY,
+}
+# Every model's dropout on (PRPN's embedding dropout switched on above), variable BPTT in buckets of 2.
+COMMON = ["data.batch_size=3", "data.eval_batch_size=2", "data.bptt=6", "data.variable_bptt=true",
+          "data.bptt_std=2", "data.min_bptt=2", "data.bptt_bucket=2", "train.dev_f1=false",
+          "train.log_interval=2", "train.epochs=2", "train.device=cpu", "train.seed=11"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return make_corpus(tmp_path_factory.mktemp("corpora"), train=24, valid=4, test=2)
+
+
+def config(model, corpus, *extra):
+    return load_config(model, overrides=[*TINY[model], *COMMON, f"data.corpus={corpus}", *extra])
+
+
+def set_up(cfg, folder):
+    trainer = Trainer(cfg, folder, console=QUIET, progress=False)
+    trainer._setup()
+    trainer.model.train()
+    return trainer
+
+
+def eager_step(trainer, inputs, targets, state, gold=None):
+    """The trainer's eager step (``Trainer._train_epoch`` without the flag), for step-by-step checks."""
+    trainer.optimizer.zero_grad(set_to_none=True)
+    loss, cross_entropy, new_state = trainer.loss_module(inputs, targets, state, gold)
+    loss.backward()
+    clip_gradients(trainer.optimizer, trainer._params, trainer.config.optim.clip)
+    trainer.optimizer.step()
+    return loss.detach(), cross_entropy, new_state
+
+
+def segments(trainer, n):
+    """``n`` (inputs, targets, gold) segments as the trainer draws them (its BPTT-length generator)."""
+    cfg, data, position = trainer.config, trainer.train_data, 0
+    for _ in range(n):
+        length = batching.next_segment_length(trainer.bptt_rng, cfg.data.bptt, cfg.data.bptt_std, cfg.data.min_bptt,
+                                              cfg.data.max_bptt_extra, bucket=cfg.data.bptt_bucket)
+        if position + length >= data.size(1) - 1:
+            position = 0
+        inputs, targets = batching.segment(data, position, length)
+        gold = None if trainer.train_gold is None else trainer.train_gold[:, position : position + inputs.size(1)]
+        yield inputs, targets, gold
+        position += inputs.size(1)
+
+
+def assert_same(a, b):
+    """Losses, every weight and every gradient of two trainers: equal bit for bit."""
+    for (name, pa), pb in zip(a.model.named_parameters(), b.model.parameters()):
+        assert torch.equal(pa, pb), name
+        assert (pa.grad is None) == (pb.grad is None), name
+        if pa.grad is not None:
+            assert torch.equal(pa.grad, pb.grad), name
+
+
+def run_pair(corpus, tmp_path, model, n, *extra, capture_fn=None, warmup=None):
+    """``n`` steps of the eager step and of StaticSteps on the same data and dropout masks (the torch
+    RNG state is replayed for the second); compared after every step."""
+    cfg = config(model, corpus, *extra)
+    a, b = set_up(cfg, tmp_path / "a"), set_up(cfg, tmp_path / "b")
+    notes = []
+    steps = StaticSteps(b.loss_module, b.model, cfg.optim.clip, b.device, note=notes.append)
+    if capture_fn is not None:
+        steps.capture, steps.capture_fn = True, capture_fn
+    if warmup is not None:
+        steps.warmup = warmup
+    for trainer in (a, b):
+        trainer._params = [p for p in trainer.model.parameters() if p.requires_grad]
+        trainer.hidden = trainer.model.init_state(trainer.train_data.size(0), trainer.device)
+    lengths = []
+    for inputs, targets, gold in segments(a, n):
+        lengths.append(inputs.size(1))
+        for trainer in (a, b):
+            trainer.schedule.step_lr(trainer.optimizer, inputs.size(1) / cfg.data.bptt)
+        rng = torch.get_rng_state()
+        loss_a, ce_a, a.hidden = eager_step(a, inputs, targets, detach_state(a.hidden), gold)
+        torch.set_rng_state(rng)
+        loss_b, ce_b, b.hidden = steps.step(b.optimizer, b._params, inputs, targets, detach_state(b.hidden), gold)
+        assert torch.equal(loss_a, loss_b) and torch.equal(ce_a, ce_b)
+        assert_same(a, b)
+        assert state_signature(a.hidden) == state_signature(b.hidden)
+    return a, b, steps, lengths, notes
+
+
+# --------------------------------------------------------------------------------------------- config
+
+
+def test_the_flag_is_off_by_default_and_validated():
+    assert load_config("onlstm").train.cuda_graphs is False
+    assert load_config("onlstm", overrides=["train.cuda_graphs=true"]).train.cuda_graphs is True
+    with pytest.raises(ConfigError) as err:
+        load_config("onlstm", overrides=["train.cuda_graphs=sometimes"])
+    assert "train.cuda_graphs" in str(err.value) and "sometimes" in str(err.value)
+
+
+def test_capture_plan_says_why_not():
+    from induce.models.onlstm import ONLSTM
+
+    model = ONLSTM(10, ONLSTM.Config(emb_size=8, hidden_size=8, chunk_size=4))
+    capture, reason = capture_plan(model, torch.device("cpu"), distributed=False)
+    assert not capture and "no CUDA device" in reason and "eagerly" in reason
+    # The checks below only read types: no GPU needed.
+    assert capture_plan(model, torch.device("cuda"), distributed=False) == (True, None)
+    capture, reason = capture_plan(model, torch.device("cuda"), distributed=True)
+    assert not capture and "torchrun" in reason
+
+    class SyncingONLSTM(ONLSTM):
+        graph_capturable = False  # e.g. a forward that calls .item()
+
+    capture, reason = capture_plan(SyncingONLSTM(10, model.config), torch.device("cuda"), distributed=False)
+    assert not capture and "'onlstm'" in reason and "host syncs" in reason
+
+
+# -------------------------------------------------------------------------------- eager equivalence
+
+
+@pytest.mark.parametrize("model", ["onlstm", "prpn", "palm"])
+def test_static_steps_equal_the_eager_step_bit_for_bit(corpus, tmp_path, model):
+    a, b, steps, lengths, notes = run_pair(corpus, tmp_path, model, 10)
+    assert len(set(lengths)) > 1  # variable BPTT: several buckets were used
+    assert notes and "no CUDA device" in notes[0]
+    # one StaticStep per static shape (PaLM: the first segment's span memory is None, a shape of its own)
+    assert steps.builds == len(steps.steps) >= len(set(lengths))
+
+
+def test_buffers_are_reused_and_a_new_length_gets_its_own_step(corpus, tmp_path):
+    cfg = config("onlstm", corpus, "data.variable_bptt=false")
+    trainer = set_up(cfg, tmp_path / "t")
+    steps = StaticSteps(trainer.loss_module, trainer.model, cfg.optim.clip, trainer.device, note=lambda m: None)
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    state = trainer.model.init_state(3, trainer.device)
+    data = trainer.train_data
+    pointers = None
+    for start in (0, 6, 12):
+        inputs, targets = batching.segment(data, start, 6)
+        _, _, state = steps.step(trainer.optimizer, params, inputs, targets, detach_state(state))
+        (static,) = steps.steps.values()
+        now = [static.inputs.data_ptr(), static.targets.data_ptr(), *(t.data_ptr() for hc in static.state for t in hc)]
+        assert pointers is None or now == pointers
+        pointers = now
+        assert torch.equal(static.inputs, inputs)  # the batch was copied in
+    assert steps.builds == 1
+    inputs, targets = batching.segment(data, 18, 4)
+    steps.step(trainer.optimizer, params, inputs, targets, detach_state(state))
+    assert steps.builds == 2 and len(steps.steps) == 2
+    assert {key[0] for key in steps.steps} == {(3, 6), (3, 4)}
+
+
+def test_a_new_optimizer_or_lr_rebuilds_the_steps(corpus, tmp_path):
+    cfg = config("onlstm", corpus, "data.variable_bptt=false")
+    trainer = set_up(cfg, tmp_path / "t")
+    steps = StaticSteps(trainer.loss_module, trainer.model, cfg.optim.clip, trainer.device, note=lambda m: None)
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    state = trainer.model.init_state(3, trainer.device)
+    inputs, targets = batching.segment(trainer.train_data, 0, 6)
+    steps.step(trainer.optimizer, params, inputs, targets, state)
+    first = next(iter(steps.steps.values()))
+    steps.step(trainer.optimizer, params, inputs, targets, state)
+    assert steps.builds == 1 and next(iter(steps.steps.values())) is first
+    # a plateau lowers the lr: the shape's step is rebuilt (a graph bakes the lr in)
+    for group in trainer.optimizer.param_groups:
+        group["lr"] *= 0.5
+    steps.step(trainer.optimizer, params, inputs, targets, state)
+    assert steps.builds == 2 and len(steps.steps) == 1 and next(iter(steps.steps.values())) is not first
+    # the switch to ASGD builds a new optimiser: every cached step goes
+    other_inputs, other_targets = batching.segment(trainer.train_data, 6, 4)
+    steps.step(trainer.optimizer, params, other_inputs, other_targets, state)
+    assert len(steps.steps) == 2
+    asgd = build_optimizer(trainer.model.parameters(), cfg.optim, asgd=True)
+    steps.step(asgd, params, inputs, targets, state)
+    assert len(steps.steps) == 1 and steps.builds == 4
+    assert next(iter(steps.steps.values())).optimizer is asgd
+
+
+class FakeGraph:
+    """Stands in for a CUDA graph on CPU: capture runs nothing and hands out static outputs; each
+    replay runs the body and writes its results (outputs and gradients) into the captured tensors,
+    which is what a CUDA graph's replay does."""
+
+    captured = 0
+
+    def __init__(self, step):
+        self.step = step
+
+    @classmethod
+    def capture(cls, step):
+        cls.captured += 1
+        dummy = torch.zeros(())
+        outputs = (dummy.clone(), dummy.clone(), [(h.clone(), c.clone()) for h, c in step.state])
+        for param in step.params:  # "allocated during capture"
+            param.grad = torch.zeros_like(param)
+        return cls(step), outputs
+
+    def replay(self):
+        step = self.step
+        before = [p.grad for p in step.params]
+        loss, ce, state = step.body()
+        static_loss, static_ce, static_state = step.outputs
+        static_loss.copy_(loss)
+        static_ce.copy_(ce)
+        for (h, c), (nh, nc) in zip(static_state, state):
+            h.copy_(nh)
+            c.copy_(nc)
+        for grad, param in zip(before, step.params):
+            grad.copy_(param.grad)
+        for param in step.params:  # another bucket's capture would leave .grad elsewhere
+            param.grad = None
+
+
+def test_replay_path_equals_eager_with_a_stand_in_graph(corpus, tmp_path):
+    FakeGraph.captured = 0
+    a, b, steps, lengths, notes = run_pair(corpus, tmp_path, "onlstm", 12, "data.variable_bptt=false",
+                                           capture_fn=FakeGraph.capture, warmup=2)
+    (static,) = steps.steps.values()
+    assert FakeGraph.captured == 1 and static.graph is not None and static.calls == 12
+    # from the capture on, the outputs are the same static tensors every step
+    assert b.hidden[0][0] is static.outputs[2][0][0]
+
+
+def test_a_failed_capture_falls_back_to_eager_with_one_note(corpus, tmp_path):
+    tries = []
+
+    def failing_capture(step):
+        tries.append(step)
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nmore detail")
+
+    a, b, steps, lengths, notes = run_pair(corpus, tmp_path, "onlstm", 8, capture_fn=failing_capture, warmup=1)
+    assert len(tries) == 1 and not steps.capture
+    failures = [n for n in notes if "failed" in n]
+    assert len(failures) == 1 and "operation not permitted" in failures[0] and "more detail" not in failures[0]
+
+
+# ------------------------------------------------------------------------------------ whole trainer
+
+
+def test_a_run_with_the_flag_equals_a_run_without(corpus, tmp_path):
+    """Two epochs through the trainer's hook, the switch to ASGD after epoch 1 included (a new
+    optimiser: the cached steps are dropped): identical weights, optimiser tensors and metrics."""
+    extra = ["optim.asgd=epoch", "optim.asgd_after_epochs=1"]
+    runs = {}
+    for flag in ("false", "true"):
+        trainer = Trainer(config("onlstm", corpus, *extra, f"train.cuda_graphs={flag}"), tmp_path / flag,
+                          console=QUIET, progress=False)
+        trainer.run()
+        runs[flag] = trainer
+    tensors = {flag: load_checkpoint(tmp_path / flag / "last")[0] for flag in runs}
+    assert tensors["false"].keys() == tensors["true"].keys()
+    different = [k for k in tensors["false"] if k.startswith(("model.", "optim."))
+                 and not torch.equal(tensors["false"][k], tensors["true"][k])]
+    assert not different
+    timing = ("epoch_seconds", "train_seconds", "tokens_per_s")
+    metrics = {flag: [{k: v for k, v in json.loads(line).items() if k not in timing}
+                      for line in (tmp_path / flag / "metrics.jsonl").read_text().splitlines()] for flag in runs}
+    assert metrics["false"] == metrics["true"] and metrics["true"][-1]["optimizer"] == "ASGD"
+    assert runs["false"].static_steps is None
+    assert isinstance(runs["true"].optimizer, torch.optim.ASGD)
+    assert runs["true"].static_steps.optimizer is runs["true"].optimizer  # rebuilt for the ASGD phase
+
+
+# ------------------------------------------------------------------------------------------ CUDA only
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (capture itself)")
+def test_captured_steps_match_eager_on_cuda(corpus, tmp_path):
+    """The real thing: steps captured in CUDA graphs and replayed, against the eager step. Not bit for
+    bit (capturable Adam/ASGD, cuBLAS choices): close, and the graphs must have been captured."""
+    extra = ["train.device=cuda", "optim.asgd=epoch", "optim.asgd_after_epochs=1", "train.epochs=3"]
+    runs = {}
+    for flag in ("false", "true"):
+        trainer = Trainer(config("onlstm", corpus, *extra, f"train.cuda_graphs={flag}"), tmp_path / flag,
+                          console=QUIET, progress=False)
+        runs[flag] = trainer.run()
+        if flag == "true":
+            assert trainer.static_steps.capture, "capture fell back to eager"
+            assert any(step.graph is not None for step in trainer.static_steps.steps.values())
+    for eager, graphed in zip(runs["false"].history, runs["true"].history):
+        assert graphed["train_loss"] == pytest.approx(eager["train_loss"], rel=1e-4)
+        assert graphed["valid_loss"] == pytest.approx(eager["valid_loss"], rel=1e-4)
