@@ -140,14 +140,14 @@ def test_linear_scan_prefetch_many_chunks():
 def test_span_attention_small_tiles_and_chunks(monkeypatch, fixed, split_dw):
     """Many row tiles (positions of several sequences in one tile), a backward in several chunks,
     dW by the split-K kernel (several row tiles per program) or fused into the gradient kernel."""
-    from induce.kernels import triton_impl
+    from induce.kernels import triton_span
 
-    monkeypatch.setattr(triton_impl, "_MLP_R", 16)
-    monkeypatch.setattr(triton_impl, "_GRAD_R", 16)
-    monkeypatch.setattr(triton_impl, "_DW_R", 16)
-    monkeypatch.setattr(triton_impl, "_DW_PROGRAMS", 2)
-    monkeypatch.setattr(triton_impl, "_DW_SPLIT", split_dw)
-    monkeypatch.setattr(triton_impl, "_DH_CHUNK_BYTES", 7 * 5 * 6 * 4)  # 7 positions of m=5, A=6
+    monkeypatch.setattr(triton_span, "_MLP_R", 16)
+    monkeypatch.setattr(triton_span, "_GRAD_R", 16)
+    monkeypatch.setattr(triton_span, "_DW_R", 16)
+    monkeypatch.setattr(triton_span, "_DW_PROGRAMS", 2)
+    monkeypatch.setattr(triton_span, "_DW_SPLIT", split_dw)
+    monkeypatch.setattr(triton_span, "_DH_CHUNK_BYTES", 7 * 5 * 6 * 4)  # 7 positions of m=5, A=6
     inputs = span_attention_inputs(3, 11, 35, 6, seed=4)
     kwargs = {}
     if fixed:
@@ -159,10 +159,10 @@ def test_span_attention_small_tiles_and_chunks(monkeypatch, fixed, split_dw):
 
 def test_span_attention_max_len_over_tile(monkeypatch):
     """max_len above the row tile: the tile grows to a power of two >= m (one position per tile)."""
-    from induce.kernels import triton_impl
+    from induce.kernels import triton_span
 
-    monkeypatch.setattr(triton_impl, "_MLP_R", 8)
-    monkeypatch.setattr(triton_impl, "_GRAD_R", 8)
+    monkeypatch.setattr(triton_span, "_MLP_R", 8)
+    monkeypatch.setattr(triton_span, "_GRAD_R", 8)
     check("span_attention", TIER, span_attention_inputs(1, 12, 5, 3, seed=2), max_len=12, rtol=2e-5, atol=2e-5)
 
 
@@ -207,9 +207,10 @@ def test_kernels_do_not_specialise_on_the_segment_length():
     specialisation, so that variable-length segments reuse one compiled kernel."""
     import inspect
 
-    from induce.kernels import triton_impl
+    from induce.kernels import triton_impl, triton_span
 
-    kernels = {name: obj for name, obj in vars(triton_impl).items() if name.endswith("_kernel")}
+    kernels = {name: obj for module in (triton_impl, triton_span) for name, obj in vars(module).items()
+               if name.endswith("_kernel")}
     assert len(kernels) >= 12
     for name, kernel in kernels.items():
         params = inspect.signature(kernel.fn).parameters.values()

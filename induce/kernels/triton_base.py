@@ -1,0 +1,31 @@
+"""Shared pieces of the Triton tier (:mod:`induce.kernels.triton_impl`, :mod:`induce.kernels.triton_span`):
+launch-size helpers, the length-free ``triton.jit`` and jit helpers used by several kernels."""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+def _pow2(n: int, minimum: int = 16) -> int:
+    return max(minimum, triton.next_power_of_2(max(int(n), 1)))
+
+
+# Arguments that change with the segment length (T, and the row / position counts derived from it)
+# are not specialised on: Triton otherwise compiles a kernel again for each new value class of an
+# integer argument (divisible by 16 or not, equal to 1), so AWD-LSTM's random BPTT lengths made
+# epoch 1 stall on recompilations. Feature sizes (D, A, M, N) stay specialised: they never change.
+
+
+def _length_free_jit(*names: str):
+    """``triton.jit`` with ``do_not_specialize`` on the named (length-dependent) integer arguments."""
+
+    def decorate(fn):
+        return triton.jit(fn, do_not_specialize=list(names))
+
+    return decorate
+
+
+@triton.jit
+def _tanh(x):
+    # 1 - 2 / (exp(2x) + 1): saturates cleanly to +-1 (exp overflow gives inf -> 1)
+    return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
