@@ -75,6 +75,9 @@ SETUPS = {
     # the same models with the per-step recurrent products as plain torch.mm (no oneDNN packing)
     "onlstm-mm": (20, 70, "sgd", {}),
     "prpn-mm": (64, 35, "adam", {}),
+    # PRPN with the regularisation used before the fidelity fixes of issue 11 (locked masks, DropConnect
+    # on the key matrices): the same model cost, for speed comparisons with older figures
+    "prpn-locked": (64, 35, "adam", {"dropout_masks": "locked", "key_dropout": 0.0, "wdrop": 0.5}),
 }
 
 
@@ -89,7 +92,7 @@ _tiny = False  # set by --tiny
 
 
 def model_name(entry: str) -> str:
-    return "palm" if entry.startswith(("palm-m", "palm-h")) else entry.removesuffix("-mm")
+    return "palm" if entry.startswith(("palm-m", "palm-h")) else entry.removesuffix("-mm").removesuffix("-locked")
 
 
 def model_for(entry: str):
