@@ -100,9 +100,13 @@ def _print_summary(results: dict, console: Console) -> None:
 
     source = results["corpus"]["eval"]
     where = split_label(results["split"], source.get("source_kind") or source.get("kind"))
-    table = Table(title=f"induce reproduce ({results['profile']['name']} profile), {where}")
-    for column in ("model", "perplexity", "WSJ10 F1", "WSJ40 F1", "all F1", "% left / right (WSJ40)"):
-        table.add_column(column, justify="left" if column == "model" else "right", no_wrap=column == "model")
+    # Short headers, explained in the caption, and no wrapping: the table fits an 80-column terminal
+    # (or log file) with every cell on one line.
+    table = Table(title=f"induce reproduce ({results['profile']['name']} profile), {where}",
+                  caption="ppl: perplexity; WSJ10 / WSJ40 / all: sentence F1 by length; "
+                          "% L / R: left / right splits on WSJ40")
+    for column in ("model", "ppl", "WSJ10", "WSJ40", "all", "% L / R"):
+        table.add_column(column, justify="left" if column == "model" else "right", no_wrap=True)
     for name in results["models_order"]:
         s = results["models"][name]["summary"]
         table.add_row(display(name), fmt(s["perplexity"]), fmt(s["sentence_f1_wsj10"]), fmt(s["sentence_f1_wsj40"]),
