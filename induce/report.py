@@ -280,7 +280,7 @@ def render_markdown(results: dict) -> str:
         "children count as neither (n-ary). On WSJ40 sentences.")
     add("* **Untrained models** (Table 4's first row): freshly initialised models (one per init seed) parse "
         + (f"the first {profile['random_init_sentences']:,} " if profile.get("random_init_sentences") else "all ")
-        + f"WSJ40 sentences of the split; mean ± std over the inits.")
+        + "WSJ40 sentences of the split; mean ± std over the inits.")
     add("* **Seeds**: where several seeds ran, figures are mean ± sample standard deviation over them.")
     add("")
 

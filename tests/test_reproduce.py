@@ -70,6 +70,9 @@ def test_pipeline_writes_the_report_tables_and_figures(pipeline):
     # untrained: PaLM-RB (weights do not matter) and PaLM-S (same model as PaLM) are left out
     assert {name.split()[1] for name in statuses if name.startswith("untrained")} == {"prpn", "onlstm", "palm"}
     assert {f"baseline {b}" for b in ("left", "right", "balanced", "random")} <= set(statuses)
+    # every step's detail is formatted (a string missing its f once printed "{scores['all'][...]:.1f}")
+    details = {step["name"]: step.get("detail", "") for step in json.loads((out / "results.json").read_text())["steps"]}
+    assert not [name for name, detail in details.items() if "{" in detail], details
 
     results = json.loads((out / "results.json").read_text())
     for model in models:

@@ -397,7 +397,8 @@ class Reproduction:
                    "run": run_summary(run_dir, loaded.model), "trees": str(trees_path),
                    "parse_seconds": round(parse_seconds, 2), "seconds": round(time.monotonic() - started, 2)}
         _write_json(path, payload)
-        return "ran", (f"ppl {ppl:.1f}" + (f" (Mikolov text {mikolov_ppl:.1f})" if mikolov_ppl else "") + ", F1 all {scores['all']['sentence_f1']:.1f} / WSJ10 "
+        mikolov = f" (Mikolov text {mikolov_ppl:.1f})" if mikolov_ppl else ""
+        return "ran", (f"ppl {ppl:.1f}{mikolov}, F1 all {scores['all']['sentence_f1']:.1f} / WSJ10 "
                        f"{scores['wsj10']['sentence_f1']:.1f} / WSJ40 {scores['wsj40']['sentence_f1']:.1f}")
 
     def baseline(self, kind: str) -> tuple[str, str]:
