@@ -62,6 +62,7 @@ import torch
 from torch import nn
 
 from .optim import clip_gradients
+from .state import detach_state
 
 #: Eager calls of a new step before it is captured (torch's notes use 3; DDP would need 11).
 WARMUP_STEPS = 3
@@ -103,18 +104,6 @@ def _copy_tree(dst: Any, src: Any) -> None:
     elif isinstance(dst, dict):
         for key in dst:
             _copy_tree(dst[key], src[key])
-
-
-def _detach_tree(state: Any) -> Any:
-    if isinstance(state, torch.Tensor):
-        return state.detach()
-    if isinstance(state, tuple):
-        return tuple(_detach_tree(x) for x in state)
-    if isinstance(state, list):
-        return [_detach_tree(x) for x in state]
-    if isinstance(state, dict):
-        return {k: _detach_tree(v) for k, v in state.items()}
-    return state
 
 
 def _torch_optimizers(optimizer) -> list[torch.optim.Optimizer]:
@@ -199,7 +188,7 @@ class StaticStep:
         loss.backward()
         clip_gradients(self.optimizer, self.params, owner.clip)
         self.optimizer.step()
-        return loss.detach(), cross_entropy, _detach_tree(new_state)
+        return loss.detach(), cross_entropy, detach_state(new_state)
 
     def copy_in(self, inputs, targets, state, gold) -> None:
         self.inputs.copy_(inputs)
