@@ -119,8 +119,14 @@ def eval_command(
             kept = [sentence.words for sentence in gold_sentences]
             wanted = [i for i, words in enumerate(kept)
                       if len(words) >= convention.min_length and not (convention.max_length and len(words) > convention.max_length)]
+            # The gold words have already been through the convention's filter: by default the word-tag
+            # filter that also made the training text, so every word is one the model was trained on
+            # and none may be taken for punctuation again (a possessive ' would be attached instead of
+            # parsed, unlike the trainer's dev F1 and `induce reproduce`). With --keep-punct the
+            # punctuation is hidden from the model and attached afterwards, as for raw text.
             parsed = predict_trees(run_dir, [kept[i] for i in wanted], batch_size=batch_size, decoder=decoder,
-                                   device=device, progress=steps.bar("parsing"))
+                                   device=device, keep_punct=not convention.keep_punct,
+                                   progress=steps.bar("parsing"))
             pred_trees = [None] * len(gold_sentences)  # sentences outside the length filter are skipped unparsed
             for i, tree in zip(wanted, parsed):
                 pred_trees[i] = tree

@@ -79,3 +79,48 @@ def test_gold_against_itself_is_100_on_the_nltk_sample():
         assert summary["n_sentences"] > 10
         assert summary["sentence_f1"] == pytest.approx(100.0) and summary["corpus_f1"] == pytest.approx(100.0)
         assert all(v in (None, 100.0) for v in summary["label_recall"].values())
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("keep_punct", [False, True])
+def test_eval_checkpoint_parses_the_filtered_gold_words_as_words(tmp_path, monkeypatch, keep_punct):
+    """The gold words of `eval --checkpoint` have been through the convention's filter already: by
+    default the word-tag filter that made the training text, so none may be taken for punctuation
+    again (a possessive ' was attached instead of parsed, unlike the trainer's dev F1 and
+    `induce reproduce`); with --keep-punct the punctuation is hidden from the model as for raw text.
+    The scores equal those of the same trees written to a file and scored."""
+    import induce.inference as inference
+    from induce.evaluation import EvalConvention, prepare_gold
+    from induce.treeio import read_trees
+    from test_training_standin import train_tiny_run
+
+    run = train_tiny_run(tmp_path)
+    gold = tmp_path / "gold.mrg"
+    gold.write_text("(S (NP (NP (NNS dogs) (POS ')) (NN food)) (VP (VBZ is) (ADJP (RB very) (JJ good))) (. .))\n"
+                    "(S (NP (DT the) (NN cat) (POS 's) (NN toy)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))))\n")
+    seen = []
+    original = inference.predict_trees
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["keep_punct"])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(inference, "predict_trees", spy)
+    flags = ["--keep-punct"] if keep_punct else []
+    result = runner.invoke(app, ["eval", "--checkpoint", str(run), "--gold", str(gold), "--json", "--device", "cpu",
+                                 "--no-progress", *flags])
+    assert result.exit_code == 0, result.output
+    assert seen == [not keep_punct]
+    via_checkpoint = json.loads(result.stdout)
+
+    convention = EvalConvention(keep_punct=keep_punct)
+    words = [prepare_gold(item.tree, convention).words for item in read_trees(gold)]
+    assert "'" in words[0]  # the possessive is a word here (tag POS)
+    trees = original(run, words, device="cpu", keep_punct=not keep_punct)
+    pred = tmp_path / "pred.txt"
+    pred.write_text("".join(inference.format_tree(tree) + "\n" for tree in trees))
+    result = runner.invoke(app, ["eval", str(pred), "--gold", str(gold), "--json", *flags])
+    assert result.exit_code == 0, result.output
+    via_file = json.loads(result.stdout)
+    assert via_checkpoint["sentence_f1"] == via_file["sentence_f1"]
+    assert via_checkpoint["corpus_f1"] == via_file["corpus_f1"]
