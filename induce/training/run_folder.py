@@ -23,6 +23,7 @@ from typing import Optional
 
 from induce.errors import InduceError
 from induce.files import process_alive
+from induce.treeio import atomic_write_text
 
 STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.jsonl"
@@ -43,12 +44,6 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
 def read_status(run_dir: Path) -> dict:
     """``status.json`` of a run folder (``{}`` when missing or unreadable)."""
     try:
@@ -61,12 +56,12 @@ def write_status(run_dir: Path, state: str, **fields) -> None:
     """Update ``status.json`` (kept fields merged with the new ones), atomically."""
     status = read_status(run_dir)
     status.update(state=state, updated_at=now(), **fields)
-    _write_text_atomic(Path(run_dir) / STATUS_FILE, json.dumps(status, indent=1))
+    atomic_write_text(Path(run_dir) / STATUS_FILE, json.dumps(status, indent=1))
 
 
 def write_metrics(run_dir: Path, history: list[dict]) -> None:
     """Rewrite ``metrics.jsonl`` from the whole history, atomically."""
-    _write_text_atomic(Path(run_dir) / METRICS_FILE, "".join(json.dumps(line) + "\n" for line in history))
+    atomic_write_text(Path(run_dir) / METRICS_FILE, "".join(json.dumps(line) + "\n" for line in history))
 
 
 def is_run_folder(path: Path) -> bool:
