@@ -62,7 +62,7 @@ import torch
 from torch import nn
 
 from .optim import clip_gradients
-from .state import detach_state
+from .state import detach_state, map_state
 
 #: Eager calls of a new step before it is captured (torch's notes use 3; DDP would need 11).
 WARMUP_STEPS = 3
@@ -80,18 +80,6 @@ def state_signature(state: Any) -> Any:
     if state is None:
         return None
     raise TypeError(f"cannot make a static buffer for a recurrent state of type {type(state).__name__}")
-
-
-def _empty_like_tree(state: Any) -> Any:
-    if isinstance(state, torch.Tensor):
-        return torch.empty_like(state, memory_format=torch.contiguous_format)
-    if isinstance(state, tuple):
-        return tuple(_empty_like_tree(x) for x in state)
-    if isinstance(state, list):
-        return [_empty_like_tree(x) for x in state]
-    if isinstance(state, dict):
-        return {k: _empty_like_tree(v) for k, v in state.items()}
-    return state
 
 
 def _copy_tree(dst: Any, src: Any) -> None:
@@ -167,7 +155,7 @@ class StaticStep:
         self.inputs = torch.empty_like(inputs, memory_format=torch.contiguous_format)
         self.targets = torch.empty_like(targets, memory_format=torch.contiguous_format)
         self.gold = None if gold is None else torch.empty_like(gold, memory_format=torch.contiguous_format)
-        self.state = _empty_like_tree(state)
+        self.state = map_state(state, lambda t: torch.empty_like(t, memory_format=torch.contiguous_format))
         self.lrs = _group_lrs(optimizer)
         self.capture = capture
         self.calls = 0
