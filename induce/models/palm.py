@@ -80,9 +80,35 @@ parsing script ``eval_parsing.py`` only in its first commit 0888e06) differs fro
   (:meth:`PaLMBase.parse_stream`; the first sentence from a fresh state after an ``<eos>``, where the
   released script starts from a zero state without it).
 
+**Initialisation** (both variants: the paper states none, so the released code's, read in
+``model.py`` ``init_weights``, ``span_parser.py`` ``SpanScorer.__init__`` and ``rrnn.py``
+``RRNNCell.init_weights``): the (tied) embedding from ``U(+-sqrt(3 / emb_size))`` (``init_range``'s
+default; an explicit value wins), an untied decoder drawn likewise on its own, decoder bias 0; each
+gate block of every LSTM's ``W_ih`` and ``W_hh`` orthogonal on its own, LSTM biases 0
+(:class:`~induce.models.awd.WeightDropLSTM` ``init="orthogonal"``); the span block's Glorot-uniform
+weights with the released fans and gains and all its biases 0
+(:meth:`~induce.models.palm_attention.SpanAttention.reset_parameters`). Drawn at construction only (a
+checkpoint replaces them). The earlier draw (every LSTM parameter, biases included, from
+``U(+-1/sqrt(H))``; ``nn.Linear``'s random biases in the span gate and query; embedding ``U(+-0.1)``)
+left the second layer's output dominated by its mean over tokens, so untrained models split all-left
+or mostly-right (``bench/RESULTS.md``, issue 18); it matched no source and is gone. The paper variant
+keeps Eq. 1b's update bias inside the ``tanh`` ("bias terms are suppressed for clarity"), zero at
+initialisation like every released bias; the released code has no update bias (``rrnn.py`` uses only
+the forget half of its bias).
+
+**Backward layout** (``backward_layout``, default ``correct``): ``released`` reproduces how the
+released ``rrnn.py`` lays out the backward rational RNN's states at batch > 1: stacked ``[B, L, D]``
+and read back with ``.view(L, B, -1)``, so that the state used at ``[t, b]`` is the true state of
+position ``(tB + b) mod L`` of batch row ``(tB + b) div L``
+(:func:`~induce.models.palm_attention.released_backward_layout`); the forget gates and the forward
+direction are not moved. The authors trained (batch 20) and validated (batch 10) with it and parsed at
+batch 1, where it is the identity. Our ``L`` is the number of positions the rational RNN runs over in
+one forward (the carried memory, up to ``m`` positions, plus the segment, less its last position); the
+released ``L`` is ``m + 1 + T`` (a memory of ``m + 1`` positions, zeros at the start): the same rule,
+moving the same positions only where the lengths agree.
+
 Not reproduced: the released code scores, at the start of training, spans that reach into its zero
-initial span memory (we mask them, as the paper variant does); its initialisations
-(block-orthogonal LSTM weights, xavier gains); ``main.py``'s fine-tuning restart at epoch 400. The
+initial span memory (we mask them, as the paper variant does); ``main.py``'s fine-tuning restart at epoch 400. The
 released training schedule (SGD lr 30 for the LM, the scorer in its own Adam, nonmono 15) is
 ``optim.scorer_optimizer: adam`` (:mod:`induce.training.optim`). Which variant shows the paper's
 Table 3/4 behaviour (strongly right-branching attention) needs full-size GPU runs: not measured.
@@ -94,6 +120,7 @@ scores to ``s[t, k] = k + 1`` (longer spans score higher) so that the greedy par
 """
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar, Literal, Optional
 
 import pydantic
@@ -134,14 +161,28 @@ class PaLMConfig(AWDConfig):
         "paper",
         description="paper: Eqs. 1-3 and 6 of the paper; released: the authors' code (Noahs-ARK/PaLM), see the module docstring",
     )
+    init_range: float = pydantic.Field(
+        math.sqrt(3 / 400), gt=0,
+        description="uniform init range of the embedding; default sqrt(3 / emb_size) (released model.py init_weights)",
+    )
+    backward_layout: Literal["correct", "released"] = pydantic.Field(
+        "correct",
+        description="released: the backward rational RNN states scrambled across batch rows and positions at "
+        "batch > 1, as the released rrnn.py lays them out (identical at batch 1); see the module docstring",
+    )
 
     @pydantic.model_validator(mode="before")
     @classmethod
-    def _released_defaults(cls, data: Any) -> Any:
-        """``variant: released`` also changes the defaults of the sizes the released ``train.sh`` uses
-        (a value given explicitly still wins)."""
-        if isinstance(data, dict) and data.get("variant") == "released":
+    def _derived_defaults(cls, data: Any) -> Any:
+        """``variant: released`` also changes the defaults of the sizes the released ``train.sh`` uses,
+        and ``init_range`` defaults to ``sqrt(3 / emb_size)`` (a value given explicitly still wins)."""
+        if not isinstance(data, dict):
+            return data
+        if data.get("variant") == "released":
             data = {**RELEASED_DEFAULTS, **data}
+        emb_size = data.get("emb_size", cls.model_fields["emb_size"].default)
+        if data.get("init_range") is None and isinstance(emb_size, int) and not isinstance(emb_size, bool) and emb_size > 0:
+            data = {**data, "init_range": math.sqrt(3 / emb_size)}
         return data
 
     @pydantic.model_validator(mode="after")
@@ -176,10 +217,15 @@ class PaLMBase(TiedLanguageModel):
         super().__init__(vocab_size, config)
         cfg = self.config
         sizes = [cfg.emb_size] + [cfg.hidden_size] * (cfg.n_layers - 1) + [cfg.emb_size]
-        self.layers = nn.ModuleList(WeightDropLSTM(sizes[l], sizes[l + 1], cfg.wdrop) for l in range(cfg.n_layers))
+        # The released initialisation (module docstring): block-orthogonal gates and zero biases here,
+        # the embedding from U(+-init_range) = U(+-sqrt(3 / emb_size)) in TiedLanguageModel.
+        self.layers = nn.ModuleList(WeightDropLSTM(sizes[l], sizes[l + 1], cfg.wdrop, init="orthogonal")
+                                    for l in range(cfg.n_layers))
+        if self.output_weight is not None:  # untied: the released decoder weight is drawn on its own
+            nn.init.uniform_(self.output_weight, -cfg.init_range, cfg.init_range)
         self.span_attention = SpanAttention(
             sizes[cfg.attention_after], cfg.rrnn_size, cfg.attention_size, relevant_set=cfg.relevant_set,
-            variant=cfg.variant, dropout=cfg.dropouth,
+            variant=cfg.variant, dropout=cfg.dropouth, backward_layout=cfg.backward_layout,
         )
         # Marks the span scorer for ``optim.scorer_optimizer: adam`` (induce.training.optim reads the
         # mark: the optimiser only ever sees the parameter objects).

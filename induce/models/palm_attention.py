@@ -78,20 +78,40 @@ def relevant_span_representations(c_fwd, logf_fwd, c_bwd, logf_bwd, index, valid
     return fwd, bwd
 
 
+def released_backward_layout(states: torch.Tensor) -> torch.Tensor:
+    """The backward rational RNN's states ``[B, L, D]`` as the released code lays them out at batch > 1.
+
+    ``rrnn.py`` (``RRNN_Compute_CPU``, ``bw=True``) stacks the backward states on dim 1, ``[B, L, D]``,
+    and ``RRNNCell.forward`` reads them back time-major with ``cs.view(length, batch, -1)``: the view's
+    entry ``[t, b]`` is row ``t * B + b`` of the batch-major buffer. Returned batch-first, entry
+    ``[b, t]`` is the true state ``[(t * B + b) // L, (t * B + b) % L]`` (batch row, position): for
+    ``B > 1`` states move across batch rows and positions. At ``B = 1`` it is the identity. The forget
+    gates are not affected (``RRNNCell.forward`` returns them in the right layout), nor the forward
+    direction (stacked on dim 0).
+    """
+    batch, length, dim = states.shape
+    return states.contiguous().view(length, batch, dim).transpose(0, 1)
+
+
 class SpanAttention(nn.Module):
     """Span attention block of PaLM: ``h [B, T, H]`` -> ``(h_hat [B, T, H], scores [B, T, m])``.
 
-    See the module docstring for the equations, the time alignment, ``relevant_set`` and the two
-    variants. With ``relevant_set > 0`` the last forward's screening is kept (detached) in
+    See :mod:`induce.models.palm` for the equations, the time alignment, ``relevant_set``, the two
+    variants and the initialisation (:meth:`reset_parameters`). With ``relevant_set > 0`` the last forward's screening is kept (detached) in
     ``last_relevant``: ``{"beta": [B, R], "index", "valid": [B, R - first_row, rho], "first_row": int}``
     over the kernel rows (sequence positions of ``[memory; h]``), or ``None`` when no start was beyond
     the window. ``dropout`` is the released variant's locked dropout (``dropouth``); the paper variant
-    has none inside the block.
+    has none inside the block. ``backward_layout``: ``correct``, or ``released`` for the released
+    code's scrambled backward states at batch > 1 (:func:`released_backward_layout`).
     """
 
     def __init__(self, hidden_size: int, rrnn_size: int, attention_size: int, relevant_set: int = 0,
-                 variant: str = "paper", dropout: float = 0.0):
+                 variant: str = "paper", dropout: float = 0.0, backward_layout: str = "correct"):
         super().__init__()
+        if backward_layout not in ("correct", "released"):
+            raise ValueError(f"backward_layout {backward_layout!r}: use correct or released")
+        self.hidden_size, self.attention_size = hidden_size, attention_size
+        self.backward_layout = backward_layout
         self.rrnn_size = rrnn_size
         self.relevant_set = relevant_set
         self.variant = variant
@@ -109,8 +129,6 @@ class SpanAttention(nn.Module):
         self.query = nn.Linear(hidden_size, attention_size)
         self.w_span = nn.Parameter(torch.empty(2 * rrnn_size, attention_size))
         self.v = nn.Parameter(torch.empty(attention_size))
-        nn.init.xavier_uniform_(self.w_span)
-        nn.init.uniform_(self.v, -attention_size**-0.5, attention_size**-0.5)
         if released:
             # h_hat = g * h + (1 - g) * tanh(W a), g = sigmoid(W_g [h; a]) (model.py, RNNModel.forward)
             self.mix_gate = nn.Linear(hidden_size + 2 * rrnn_size, hidden_size)
@@ -118,6 +136,44 @@ class SpanAttention(nn.Module):
         else:
             # [MLP | residual gate] of h_bar = [h; a], one matmul.
             self.mix = nn.Linear(hidden_size + 2 * rrnn_size, 2 * hidden_size)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """The released code's initialisation, for both variants (the paper states none). Called once, at
+        construction; a loaded checkpoint replaces the values. With ``H`` the input size, ``D`` the
+        rational RNN size per direction, ``A`` the scoring MLP's size, ``U(+-xavier(fan_in, fan_out, gain))``
+        (:func:`induce.models.init.xavier_bound`), every bias zero:
+
+        * ``rrnn.weight [4D, H]`` (both directions, forget and update rows): ``xavier(H, D, gain 5/3)``
+          (``rrnn.py`` ``RRNNCell.init_weights``: fan_out = the cell's output size, gain of ``tanh``,
+          the cell's ``nl``); its bias (paper) / ``rrnn_forget_bias`` (released) zero;
+        * ``span_gate [2D, H]`` (released): ``xavier(H, D)`` (``span_parser.py`` ``_w_gate_``: fan_out
+          = the size per direction, gain of ``sigmoid`` = 1); bias zero;
+        * ``query [A, H]`` and ``w_span [2D, A]``: ``xavier(2D + H, A)`` (``_w1_token_`` and
+          ``_w1_span_``, whose fan_in is the whole MLP input); query bias zero (``_b1_``);
+        * ``v [A]``: ``xavier(A, 1)`` (``_w2_``);
+        * released mixing (``model.py`` ``init_weights``): ``mix_mlp [H, 2D]`` ``xavier(2D, H)``,
+          ``mix_gate [H, H + 2D]`` ``xavier(H + 2D, H)`` (gain of ``sigmoid`` = 1), biases zero;
+          paper mixing ``mix [2H, H + 2D]`` (Eq. 6's ``W_m`` and ``W_g`` over ``[h; a]``, one matmul):
+          each half ``xavier(H + 2D, H)``, the same rule on the paper's shapes; bias zero.
+        """
+        from .init import xavier_uniform_
+
+        hidden, two_d, attention = self.hidden_size, 2 * self.rrnn_size, self.attention_size
+        tanh_gain = nn.init.calculate_gain("tanh")
+        xavier_uniform_(self.rrnn.weight, hidden, self.rrnn_size, tanh_gain)
+        xavier_uniform_(self.query.weight, two_d + hidden, attention)
+        xavier_uniform_(self.w_span, two_d + hidden, attention)
+        xavier_uniform_(self.v, attention, 1)
+        if self.variant == "released":
+            xavier_uniform_(self.span_gate.weight, hidden, self.rrnn_size)
+            xavier_uniform_(self.mix_mlp.weight, two_d, hidden)
+            xavier_uniform_(self.mix_gate.weight, hidden + two_d, hidden)
+        else:
+            xavier_uniform_(self.mix.weight, hidden + two_d, hidden)  # both halves: U(+-a) is entrywise
+        for name, param in self.named_parameters():
+            if name.endswith("bias"):  # rrnn.bias / rrnn_forget_bias, span_gate, query, mix_* biases
+                nn.init.zeros_(param)
 
     def scorer_parameters(self) -> list[nn.Parameter]:
         """The span scorer (what the released ``main.py`` gives its own Adam): the rational RNN, the
@@ -143,6 +199,8 @@ class SpanAttention(nn.Module):
         u_bwd = torch.sigmoid(-f_bwd) * u_bwd
         c_fwd = linear_scan(logf_fwd, u_fwd)
         c_bwd = linear_scan(logf_bwd, u_bwd, reverse=True)
+        if self.backward_layout == "released":
+            c_bwd = released_backward_layout(c_bwd)
         return c_fwd, logf_fwd, c_bwd, logf_bwd
 
     def released_attention(self, row_query: torch.Tensor, row_gate: torch.Tensor, span_states, max_len: int,
