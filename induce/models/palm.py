@@ -300,28 +300,48 @@ class PaLMBase(TiedLanguageModel):
         return {"span_scores": scores}
 
     @torch.no_grad()
-    def parse_stream(self, sentences, eos_id: int) -> list[torch.Tensor]:
+    def parse_stream(self, sentences, eos_id: int, chunk_tokens: int = 4096) -> list[torch.Tensor]:
         """Span scores of consecutive sentences read as one stream ``<eos> s_1 <eos> s_2 <eos> ...``.
 
-        ``sentences``: token ids per sentence (no ``<eos>``), in corpus order. Each sentence runs as
-        its own segment, ``s_i <eos>`` (the first one ``<eos> s_1 <eos>``), starting from the LSTM
-        states the previous segment ended with; the span memory starts empty for every sentence, so
+        ``sentences``: token ids per sentence (no ``<eos>``), in corpus order. Each sentence is its
+        own segment, ``s_i <eos>`` (the first one ``<eos> s_1 <eos>``), read by the LSTM layers from
+        the states the previous segment ended with; the span memory starts empty for every sentence, so
         no span reaches into the previous sentence (as the released ``eval_parsing.py``, which carries
         ``hidden`` and resets ``c_hidden``). Returns per sentence of ``n`` words the table
         ``[n, m']`` whose row ``i`` scores the spans ending at word ``i`` (for
-        :func:`induce.parsing.span_tree`). Batch of one sentence at a time, eval mode assumed.
+        :func:`induce.parsing.span_tree`). Batch of one stream, eval mode assumed.
+
+        Since the layers below the span attention carry their state from segment to segment, they run
+        over consecutive segments of up to ``chunk_tokens`` tokens in one call per layer (the same
+        recurrence as segment by segment; one layer's recurrent matrix stays in cache: about 2x faster
+        at PaLM's size, where each step reads it whole); the span attention then runs per segment.
         """
         device = self.embedding.weight.device
-        state = self.init_state(1, device)
-        tables = []
-        for index, sentence in enumerate(sentences):
-            ids = ([eos_id] if index == 0 else []) + list(sentence) + [eos_id]
-            offset = 1 if index == 0 else 0
-            tokens = torch.as_tensor(ids, dtype=torch.long, device=device).unsqueeze(0)
-            _, (new_states, _), _, _, scores = self._run(tokens, state, self._parse_span_count(len(ids)), scores_only=True)
-            # layers above the span attention do not run when parsing: their state stays as it was
-            state = (new_states + state[0][len(new_states):], None)
-            tables.append(scores[0, offset : offset + len(sentence)])
+        below = self.layers[: self.config.attention_after]
+        states = self.init_state(1, device)[0][: len(below)]
+        segments = [([eos_id] if index == 0 else []) + list(sentence) + [eos_id]
+                    for index, sentence in enumerate(sentences)]
+        tables: list[torch.Tensor] = []
+        start = 0
+        while start < len(segments):
+            end, size = start, 0
+            while end < len(segments) and (end == start or size + len(segments[end]) <= chunk_tokens):
+                size += len(segments[end])
+                end += 1
+            ids = [token for segment in segments[start:end] for token in segment]
+            x = self.embed(torch.as_tensor(ids, dtype=torch.long, device=device).unsqueeze(0))  # [1, N, E]
+            for l, layer in enumerate(below):
+                x, states[l] = layer(x, states[l])
+            position = 0
+            for index in range(start, end):
+                length = len(segments[index])
+                h = x[:, position : position + length]  # [1, length, H]
+                max_len = self._parse_span_count(length)
+                _, scores = self.span_attention(h, None, max_len, self._fixed_scores(max_len, h), residual=h)
+                offset = 1 if index == 0 else 0
+                tables.append(scores[0, offset : offset + len(sentences[index])])
+                position += length
+            start = end
         return tables
 
 
