@@ -38,10 +38,24 @@ def eval_command(
         None, "--baseline", help="Evaluate a baseline instead: right, left, balanced, or random "
         "(uniformly random split point at each span, seeded by --seed)."
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of --baseline random."),
+    seed: int = typer.Option(0, "--seed", help="Seed of --baseline random; with --untrained, init k (1..N) is drawn "
+                             "with torch seed SEED + k."),
     checkpoint: Optional[Path] = typer.Option(
         None, "--checkpoint", help="Parse the gold sentences with this trained run and evaluate its trees. "
         f"Without a predicted file, --baseline or --checkpoint: {LATEST_RUN_HELP}."
+    ),
+    untrained: Optional[str] = typer.Option(
+        None, "--untrained", metavar="MODEL", help="Parse the gold sentences with --inits freshly initialised, untrained "
+        "MODELs (configs/MODEL.yaml: the papers' sizes; change them with --set) and report mean ± std over the inits "
+        "(PaLM Table 4's first row). Vocabulary: that of the prepared corpus when the gold trees come from one "
+        "(--corpus or the default corpus), else every word of the gold sentences; never a run folder's."
+    ),
+    inits: Optional[int] = typer.Option(
+        None, "--inits", min=1, help="With --untrained: how many untrained models (default 5; PaLM Table 4: 25)."
+    ),
+    sets: list[str] = typer.Option(
+        [], "--set", metavar="KEY=VALUE", help="With --untrained: a model config override as `induce train` takes it, "
+        "e.g. --set model.hidden_size=1020 (repeatable; model.* keys only)."
     ),
     lm: bool = typer.Option(False, "--lm", help="With a checkpoint: report the language-model perplexity of --split."),
     decoder: Optional[str] = typer.Option(None, "--decoder", help="Tree decoder for distance models: peel or unbiased."),
@@ -63,7 +77,7 @@ def eval_command(
     """Unlabeled bracketing F1 (sentence and corpus level), per-label recall and branching statistics.
 
     Examples: `induce eval pred.txt --gold 22.mrg`, `induce eval --baseline right --wsj40`,
-    `induce eval --checkpoint runs/RUN --wsj10`.
+    `induce eval --checkpoint runs/RUN --wsj10`, `induce eval --untrained palm --inits 25 --wsj40`.
     """
     from cli.messages import error_text
     from induce.evaluation import EvalConvention, baseline_predictions, evaluate, require_sentences
@@ -82,8 +96,28 @@ def eval_command(
             keep_punct=keep_punct, count_root=count_root, multiset=multiset, max_length=min(limits) if limits else None
         )
         length_option = min(named_limits)[1] if named_limits else "--max-length"
-        if sum(x is not None for x in (predicted, baseline, checkpoint)) > 1:
-            raise InduceError("give only one of: a predicted file, --baseline, --checkpoint")
+        if sum(x is not None for x in (predicted, baseline, checkpoint, untrained)) > 1:
+            raise InduceError("give only one of: a predicted file, --baseline, --checkpoint, --untrained")
+        if untrained is None and (sets or inits is not None):
+            raise InduceError(f"{f'--set {sets[0]}' if sets else '--inits'}: applies to --untrained only")
+        if untrained is not None:
+            if lm or per_sentence is not None:
+                raise InduceError(f"--untrained: {'--lm' if lm else '--per-sentence'} needs a trained run (--checkpoint)")
+            from induce.evaluation.untrained import evaluate_untrained, untrained_config, untrained_vocabulary
+
+            run_config = untrained_config(untrained, sets)  # config errors before the gold is read
+            gold_sentences, gold_label, corpus_dir = _load_gold(gold, corpus, data, split, console, convention, steps)
+            vocab, vocab_label = untrained_vocabulary(gold_sentences, corpus_dir)
+            summary = evaluate_untrained(untrained, run_config.model, gold_sentences, vocab, convention, inits=inits or 5,
+                                         seed=seed, batch_size=batch_size, decoder=decoder, device=device,
+                                         progress=steps.bar(f"untrained {untrained} models"))
+            summary.update({"gold": gold_label, "vocabulary": vocab_label})
+            steps.stop()
+            if as_json:
+                typer.echo(json.dumps(summary, sort_keys=True))
+            else:
+                _print_untrained(summary, Console())
+            return
         gold_sentences, gold_label, corpus_dir = _load_gold(gold, corpus, data, split, console, convention, steps)
         run_dir = None
         if predicted is None and baseline is None:
@@ -216,6 +250,26 @@ def _print_table(summary: dict, console: Console) -> None:
         )
     console.print(table)
     console.print(f"convention: {summary['convention']['description']}")
+
+
+def _print_untrained(summary: dict, console: Console) -> None:
+    """Mean ± std over the inits, then one row per init (seed, F1, % left / right splits)."""
+    table = Table(title=f"{summary['inits']} untrained {summary['model']}  vs  {summary['gold']}")
+    table.add_column("metric")
+    table.add_column("mean ± std over the inits", justify="right")
+    for name, label in (("sentence_f1", "sentence F1"), ("corpus_f1", "corpus F1"),
+                        ("left_split_pct", "% left splits"), ("right_split_pct", "% right splits")):
+        stats = summary["summary"][name]
+        table.add_row(label, _fmt(stats["mean"]) + ("" if stats["std"] is None else f" ± {stats['std']:.1f}"))
+    table.add_row("sentences evaluated / skipped", f"{summary['n_sentences']} / {summary['n_skipped']}")
+    table.add_row("largest share of one direction (one init)", _fmt(summary["max_one_direction_pct"]))
+    console.print(table)
+    inits = Table("init", "seed", "sentence F1", "corpus F1", "% left", "% right", title="per init")
+    for row in summary["per_init"]:
+        inits.add_row(str(row["init"]), str(row["seed"]), *(_fmt(row[k]) for k in
+                      ("sentence_f1", "corpus_f1", "left_split_pct", "right_split_pct")))
+    console.print(inits)
+    console.print(f"vocabulary: {summary['vocabulary']}; convention: {summary['convention']['description']}")
 
 
 def _write_per_sentence(path: Path, result) -> None:
