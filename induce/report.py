@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Optional
 
 from induce.findings import all_findings
+from induce.names import NAMES, display  # noqa: F401 (re-exported: the names the report's readers use)
 
 PAPER_FILE = "palm-peng-schwartz-smith-2019.txt"
 PALM = "Peng, Schwartz and Smith (2019), PaLM"
@@ -53,13 +55,7 @@ PUBLISHED["lm"] = {
             "LM tables.",
 }
 
-NAMES = {"prpn": "PRPN", "onlstm": "ON-LSTM", "palm": "PaLM-U", "palm-s": "PaLM-S", "palm-rb": "PaLM-RB",
-         "right": "right-branching", "left": "left-branching", "balanced": "balanced", "random": "random trees"}
 LABELS = ("NP", "VP", "PP", "SBAR", "ADJP", "ADVP")
-
-
-def display(name: str) -> str:
-    return NAMES.get(name, name)
 
 
 def fmt(stat, digits: int = 1) -> str:
@@ -137,7 +133,28 @@ def _minutes(seconds) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
-def render_markdown(results: dict) -> str:
+@dataclass(frozen=True)
+class ReportContext:
+    """What the sections of the report read: the results and the values derived from them once
+    (:func:`report_context`)."""
+
+    results: dict
+    profile: dict
+    split: str  # valid or test
+    where: str  # the split as the report names it, e.g. "dev (WSJ 22)"
+    models: list  # model names in report order
+    per_model: dict  # results["models"]
+    baselines: dict
+    eval_corpus: dict
+    train_corpus: dict
+    budget: Optional[float]  # seconds per model and seed, when one budget applies to all
+    budgets: dict  # model -> seconds, the models that have their own budget
+    seeds: list
+    eval_counts: dict  # the evaluation split's counts (meta.json)
+    synthetic: bool  # evaluated on the synthetic treebank
+
+
+def report_context(results: dict) -> ReportContext:
     profile = results["profile"]
     split = results["split"]
     where = split_name(results)
@@ -150,9 +167,30 @@ def render_markdown(results: dict) -> str:
     seeds = results["seeds"]
     eval_counts = (eval_corpus.get("splits") or {}).get(split, {})
     synthetic = eval_corpus.get("kind") == "synthetic" or eval_corpus.get("source_kind") == "synthetic"
+    return ReportContext(results=results, profile=profile, split=split, where=where, models=models,
+                         per_model=per_model, baselines=baselines, eval_corpus=eval_corpus, train_corpus=train_corpus,
+                         budget=budget, budgets=budgets, seeds=seeds, eval_counts=eval_counts, synthetic=synthetic)
+
+
+def render_markdown(results: dict) -> str:
+    """``REPORT.md``: the sections of :data:`SECTIONS` (one function each), one after the other."""
+    context = report_context(results)
+    return "\n".join(line for section in SECTIONS for line in section(context))
+
+
+def _preamble(context: ReportContext) -> list[str]:
+    """Title, the read-this-first warning, the findings, unfinished / diverged runs, failed steps."""
+    results = context.results
+    profile = context.profile
+    where = context.where
+    models = context.models
+    per_model = context.per_model
+    eval_corpus = context.eval_corpus
+    budget = context.budget
+    budgets = context.budgets
+    synthetic = context.synthetic
     lines: list[str] = []
     add = lines.append
-
     add(f"# Reproduction report (profile `{profile['name']}`)")
     add("")
     add(f"Generated {results['generated_at']} by `{results.get('command') or 'induce reproduce'}`.")
@@ -210,8 +248,25 @@ def render_markdown(results: dict) -> str:
         add("**Failed steps.** Their figures are missing below (`—`): "
             + "; ".join(f"{s['name']}: {s['detail']}" for s in failed))
         add("")
+    return lines
 
-    # ---------------------------------------------------------------- setup
+
+def _setup(context: ReportContext) -> list[str]:
+    """``## Setup``: profile, data, budget, machine; the models' sizes."""
+    results = context.results
+    profile = context.profile
+    split = context.split
+    where = context.where
+    models = context.models
+    per_model = context.per_model
+    eval_corpus = context.eval_corpus
+    train_corpus = context.train_corpus
+    budget = context.budget
+    budgets = context.budgets
+    seeds = context.seeds
+    eval_counts = context.eval_counts
+    lines: list[str] = []
+    add = lines.append
     add("## Setup")
     add("")
     machine = results.get("machine", {})
@@ -256,8 +311,15 @@ def render_markdown(results: dict) -> str:
         sizes.append([display(m), f"{params[m]:,.0f}" if params[m] else "—", ", ".join(bits)])
     lines += _table(["model", "parameters", "size"], sizes, ["---", "---:", "---"])
     add("")
+    return lines
 
-    # ---------------------------------------------------------------- convention
+
+def _convention(context: ReportContext) -> list[str]:
+    """``## Evaluation convention``."""
+    results = context.results
+    profile = context.profile
+    lines: list[str] = []
+    add = lines.append
     add("## Evaluation convention")
     add("")
     conv = results.get("convention", {})
@@ -283,8 +345,17 @@ def render_markdown(results: dict) -> str:
         + "WSJ40 sentences of the split; mean ± std over the inits.")
     add("* **Seeds**: where several seeds ran, figures are mean ± sample standard deviation over them.")
     add("")
+    return lines
 
-    # ---------------------------------------------------------------- table 1
+
+def _language_modelling(context: ReportContext) -> list[str]:
+    """``## 1. Language modelling`` (PaLM Table 1 style)."""
+    results = context.results
+    where = context.where
+    models = context.models
+    per_model = context.per_model
+    lines: list[str] = []
+    add = lines.append
     add(f"## 1. Language modelling (PaLM Table 1 style), {where}")
     add("")
     mikolov = results.get("mikolov")
@@ -315,8 +386,17 @@ def render_markdown(results: dict) -> str:
     add("")
     add(f"Published column: {pub_lm['note']} PaLM: {PUBLISHED['table1']['missing']}.")
     add("")
+    return lines
 
-    # ---------------------------------------------------------------- table 3
+
+def _parsing_wsj40(context: ReportContext) -> list[str]:
+    """``## 2. Unsupervised parsing, WSJ40`` (PaLM Table 3)."""
+    where = context.where
+    models = context.models
+    per_model = context.per_model
+    baselines = context.baselines
+    lines: list[str] = []
+    add = lines.append
     add(f"## 2. Unsupervised parsing, WSJ40 (PaLM Table 3), {where}")
     add("")
     pub3 = PUBLISHED["table3"]["rows"]
@@ -339,8 +419,17 @@ def render_markdown(results: dict) -> str:
     add(f"Published: {PUBLISHED['table3']['source']}. Compare the last two columns: both count the whole-sentence "
         "span (which every tree gets right, so they are higher than ours on short sentences).")
     add("")
+    return lines
 
-    # ---------------------------------------------------------------- table 4
+
+def _branching(context: ReportContext) -> list[str]:
+    """``## 3. Branching, WSJ40`` (PaLM Table 4)."""
+    results = context.results
+    where = context.where
+    models = context.models
+    per_model = context.per_model
+    lines: list[str] = []
+    add = lines.append
     add(f"## 3. Branching, WSJ40 (PaLM Table 4), {where}")
     add("")
     pub4 = PUBLISHED["table4"]
@@ -367,8 +456,17 @@ def render_markdown(results: dict) -> str:
         "nor PaLM-S when PaLM is (untrained, they are the same model)."
         + (f" Gold: {gold['nary_split_pct']:.1f}% of the gold splits are n-ary." if gold else ""))
     add("")
+    return lines
 
-    # ---------------------------------------------------------------- Kim / ON-LSTM table
+
+def _wsj10_and_labels(context: ReportContext) -> list[str]:
+    """``## 4. WSJ10, all lengths and per-label recall`` (ON-LSTM / Kim et al. style)."""
+    where = context.where
+    models = context.models
+    per_model = context.per_model
+    baselines = context.baselines
+    lines: list[str] = []
+    add = lines.append
     add(f"## 4. WSJ10, all lengths and per-label recall (ON-LSTM / Kim et al. style), {where}")
     add("")
     rows = []
@@ -396,8 +494,14 @@ def render_markdown(results: dict) -> str:
         f"that the induced tree has. ON-LSTM's convention keeps one-word sentences, each scoring F1 = 1 (ours skips "
         f"them). Published: {PUBLISHED['kim_onlstm']['missing']}.")
     add("")
+    return lines
 
-    # ---------------------------------------------------------------- figures
+
+def _figures(context: ReportContext) -> list[str]:
+    """``## 5. Figures``."""
+    results = context.results
+    lines: list[str] = []
+    add = lines.append
     figs = results.get("figures", {})
     add("## 5. Figures")
     add("")
@@ -455,8 +559,14 @@ def render_markdown(results: dict) -> str:
         for key in distances:
             add(f"![{key}]({figs[key]})")
             add("")
+    return lines
 
-    # ---------------------------------------------------------------- steps
+
+def _steps_and_files(context: ReportContext) -> list[str]:
+    """``## 6. Steps`` and ``## 7. Files and commands``."""
+    results = context.results
+    lines: list[str] = []
+    add = lines.append
     add("## 6. Steps")
     add("")
     rows = []
@@ -477,7 +587,21 @@ def render_markdown(results: dict) -> str:
     add(f"* Re-run: `{results.get('command') or 'induce reproduce'}` (finished steps are skipped; an interrupted "
         "training run continues from its last checkpoint with the rest of its budget).")
     add("")
-    return "\n".join(lines)
+    return lines
+
+
+#: The sections of ``REPORT.md``, in order.
+SECTIONS = (
+    _preamble,
+    _setup,
+    _convention,
+    _language_modelling,
+    _parsing_wsj40,
+    _branching,
+    _wsj10_and_labels,
+    _figures,
+    _steps_and_files,
+)
 
 
 def _budget_text(budget, budgets: dict, models: list, chunk) -> str:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from induce.report import display, split_name
+from induce.names import display
+from induce.report import split_name
 
 
 def choose_examples(kept: list, count: int, shortest: int = 8, longest: int = 15) -> list[int]:
