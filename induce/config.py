@@ -19,6 +19,7 @@ names the dotted key it is about.
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
@@ -38,7 +39,9 @@ class ConfigError(InduceError):
 
 
 class _Section(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: every float must be a finite number (nan failed "greater than 0" with a
+    # misleading message, and lr=inf trained forever on nan losses).
+    model_config = pydantic.ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class DataConfig(_Section):
@@ -212,6 +215,15 @@ class Origins:
         return " + ".join(inside) if inside else self.default
 
 
+def _non_finite_text(value: Any) -> str:
+    """``nan`` is "not a number", ``inf`` "infinite" (pydantic says "should be a finite number" for both)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return f"{value!r} is not a finite number"
+    return f"{value} is not a number" if math.isnan(number) else f"{value} is infinite"
+
+
 def _format_validation_error(err: pydantic.ValidationError, prefix: str = "",
                              origins: Optional[Origins] = None) -> str:
     """``source: key: message`` per error (``source`` only when ``origins`` is given), joined by ``; ``."""
@@ -222,6 +234,8 @@ def _format_validation_error(err: pydantic.ValidationError, prefix: str = "",
         message = item["msg"]
         if item["type"] == "extra_forbidden":
             message = "unknown key"
+        elif item["type"] == "finite_number":
+            message = f"{_non_finite_text(item.get('input'))}; give a finite number"
         where = f"{origins.of(key if key != '(config)' else '')}: " if origins is not None else ""
         lines.append(f"{where}{key}: {message}")
     return "; ".join(lines)
@@ -386,8 +400,12 @@ def parse_duration(text: str) -> float:
         seconds = float(number) * (unit or 1.0)
     except ValueError:
         raise ConfigError(f"time budget {text!r}: expected seconds or a number with s, m, h or d") from None
+    if math.isnan(seconds):
+        raise ConfigError(f"time budget {text!r}: not a number")
     if not seconds > 0:
         raise ConfigError(f"time budget {text!r}: must be positive")
+    if math.isinf(seconds):
+        raise ConfigError(f"time budget {text!r}: infinite (leave it out to train for train.epochs)")
     return seconds
 
 

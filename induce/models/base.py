@@ -21,7 +21,7 @@ class ModelConfig(pydantic.BaseModel):
     Subclasses add their own fields with defaults; unknown keys are errors that name the key.
     """
 
-    model_config = pydantic.ConfigDict(extra="forbid")
+    model_config = pydantic.ConfigDict(extra="forbid", allow_inf_nan=False)  # floats are finite numbers
 
 
 @dataclass
