@@ -22,7 +22,10 @@ def _sentence(sentence, index, pretokenized, corpus, data, split, console):
     """``(tokens, gold tree or None)`` from the argument or from sentence ``index`` of a corpus split."""
     from induce.inference import tokenize
 
-    if (sentence is None) == (index is None):
+    if sentence is None and index is None:
+        raise InduceError("no sentence: give one (e.g. \"The dog barked .\") or --index N (sentence N of the "
+                          "prepared corpus)")
+    if sentence is not None and index is not None:
         raise InduceError("give a sentence or --index N (a sentence of the prepared corpus), not both")
     if sentence is not None:
         tokens = tokenize(sentence, pretokenized)
