@@ -120,14 +120,22 @@ def ldc_split_files(wsj_dir: Path, sections: dict[str, Sequence[int]]) -> dict[s
 
 
 def nltk_sample_split_files(folder: Path) -> dict[str, list[Path]]:
-    """The NLTK sample's files by :data:`NLTK_SAMPLE_SPLIT` (file number)."""
+    """The NLTK sample's files by :data:`NLTK_SAMPLE_SPLIT` (file number). A sample with a file
+    missing (an interrupted download or copy) is an :class:`InputError` naming the missing files:
+    its splits would silently hold fewer sentences than everyone else's."""
     by_number = {}
     for path in folder.glob("wsj_*.mrg"):
         match = re.fullmatch(r"wsj_(\d{4})\.mrg", path.name)
         if match:
             by_number[int(match.group(1))] = path
-    files = {split: [by_number[n] for n in numbers if n in by_number] for split, numbers in NLTK_SAMPLE_SPLIT.items()}
-    return {split: paths for split, paths in files.items() if paths}
+    expected = [n for numbers in NLTK_SAMPLE_SPLIT.values() for n in numbers]
+    missing = [f"wsj_{n:04d}.mrg" for n in expected if n not in by_number]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise InputError(f"the NLTK treebank sample is incomplete: {len(missing)} of its {len(expected)} files are "
+                         f"missing ({shown}); get it again (`python -m nltk.downloader treebank`) or point --data "
+                         "or INDUCE_DATA at a complete copy", folder)
+    return {split: [by_number[n] for n in numbers] for split, numbers in NLTK_SAMPLE_SPLIT.items()}
 
 
 def parse_sections(text: str) -> tuple[int, ...]:
