@@ -76,8 +76,10 @@ def train_command(
             stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
             run_dir = out or Path("runs") / f"{run_config.model_name}-{stamp}"
             result = train(run_config, run_dir, console=console, progress=progress, force=force, allow_foreign=False)
-    except InduceError as err:
-        console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+    except (InduceError, OSError) as err:  # OSError: a file operation outside the run (its own are messages)
+        from cli.messages import error_text
+
+        console.print(f"[bold red]error:[/] {error_text(err)}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2)
     except KeyboardInterrupt:
         # The trainer has said where the checkpoint is and printed the `--resume` command.

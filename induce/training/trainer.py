@@ -49,7 +49,7 @@ from rich.progress import (
 from induce.config import RunConfig, load_config_file, save_config, validate_config
 from induce.errors import InduceError
 
-from . import advice, batching, ddp
+from . import advice, batching, ddp, failures
 from .checkpoint import load_checkpoint
 from .lm import DEV_LENGTHS, LMLoss, dev_parse_metrics, evaluate_lm, resolve_corpus
 from .optim import averaged_parameters, build_optimizer, clip_gradients
@@ -504,7 +504,14 @@ class Trainer(TrainerSetup, CheckpointState):
             raise
         except Exception as err:
             if self._started():
-                self._write_status("failed", failed_at=now(), error=f"{type(err).__name__}: {err}")
+                try:
+                    self._write_status("failed", failed_at=now(), error=f"{type(err).__name__}: {err}")
+                except OSError:  # e.g. the disk that is full: the error to report is still err
+                    pass
+            message = failures.user_error(err, self.run_dir, self.config, started=self._started(),
+                                          world_size=getattr(getattr(self, "ctx", None), "world_size", 1))
+            if message is not None:  # a full disk, no memory: one line, not a traceback
+                raise message from err
             raise
         finally:
             for sig, handler in previous_handlers.items():
