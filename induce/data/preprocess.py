@@ -35,7 +35,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from induce.data import mikolov, synthetic
 from induce.data.corpus import META_FILE, SPLITS, UNK, VOCAB_FILE, Vocab
 from induce.errors import InduceError, InputError
-from induce.files import honour_umask, os_error_message, process_alive, sha256_file
+from induce.files import check_output_folder, honour_umask, os_error_message, process_alive, sha256_file
 from induce.ptb import TRACE_TAG, clean_tree
 from induce.treeio import read_trees, tree_to_line
 
@@ -276,14 +276,7 @@ def remove_stale_build_dirs(parent: Path, log: LogFn) -> list[Path]:
 
 def _check_out_dir(parent: Path) -> None:
     """Refuse an output folder that is a file, lies under a file, or cannot be written (before any work)."""
-    existing = parent
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if existing.exists() and not existing.is_dir():
-        what = "is a file" if existing == parent else f"lies under {existing}, which is a file"
-        raise InduceError(f"the corpora folder {parent} {what}, not a folder (choose another --out-dir)")
-    if existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):
-        raise InduceError(f"cannot create the corpus folder in {existing}: permission denied (choose another --out-dir)")
+    check_output_folder(parent, "--out-dir", "the corpora folder")
 
 
 def _prepare(
