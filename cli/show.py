@@ -82,7 +82,8 @@ def tree_command(
 def attention_command(
     sentence: Optional[str] = typer.Argument(None, help=SENTENCE_HELP),
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help=CHECKPOINT_HELP),
-    out: Path = typer.Option(Path("attention.png"), "--out", "-o", help="PNG to write."),
+    out: Path = typer.Option(Path("attention.png"), "--out", "-o", help="Image to write: a PNG (or .svg, .pdf, ...: "
+                             "the suffix decides)."),
     index: Optional[int] = typer.Option(None, "--index", "-i", help="Sentence N (0-based) of --split of the prepared corpus."),
     pretokenized: bool = typer.Option(False, "--pretokenized", help="Tokens are separated by spaces."),
     corpus: Optional[Path] = typer.Option(None, "--corpus", help="Prepared corpus for --index (default: the default corpus)."),
@@ -91,15 +92,18 @@ def attention_command(
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
 ) -> None:
     """Plot what the parser reads for one sentence: PaLM's span attention (heat map) or the ON-LSTM / PRPN syntactic distances (bars), as a PNG; the numbers are printed too."""  # noqa: E501
+    from cli.messages import error_text
+    from induce.figures import check_image_path
     from induce.show import plot_structure, sentence_structure
 
     console = Console(stderr=True)
     try:
+        check_image_path(out, "--out")
         tokens, _ = _sentence(sentence, index, pretokenized, corpus, data, split, console)
         structure = sentence_structure(pick_run(checkpoint, console), tokens, device=device)
         path = plot_structure(structure, out)
-    except InduceError as err:
-        console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+    except (InduceError, OSError) as err:  # OSError: the figure could not be written
+        console.print(f"[bold red]error:[/] {error_text(err)}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2)
     table = Table(title=f"{structure.model_name}: " + ("span attention" if structure.kind == "span" else "distances"))
     table.add_column("word")

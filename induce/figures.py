@@ -34,6 +34,28 @@ def pyplot():
     return plt
 
 
+def image_formats() -> list[str]:
+    """File name suffixes (without the dot) matplotlib can write a figure as: png, svg, pdf, ..."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    return sorted(FigureCanvasAgg.get_supported_filetypes())
+
+
+def check_image_path(path: PathLike, option: str) -> None:
+    """Refuse, before any work, an output path that is not an image file name matplotlib can write
+    or that cannot be written (:func:`induce.files.check_output_file`); ``option`` names the flag."""
+    from induce.errors import InputError
+    from induce.files import check_output_file
+
+    suffix = Path(path).suffix.lower().lstrip(".")
+    formats = image_formats()
+    if suffix not in formats:
+        what = f"'.{suffix}' is not an image format" if suffix else "no file name suffix to tell the image format"
+        raise InputError(f"{option}: {what}; give a name ending in .png (or .{', .'.join(f for f in formats if f != 'png')})",
+                         path)
+    check_output_file(path, option)
+
+
 def save_figure(fig, path: PathLike, dpi: int = 100) -> Path:
     """Write ``fig`` to ``path`` (parent folders created), close it, return the path."""
     plt = pyplot()
