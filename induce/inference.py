@@ -400,8 +400,11 @@ def generate(
     ``n_words`` tokens, finished hypotheses ranked by mean log-probability per token (raw sums
     would favour the shortest sentence). The context is ``<eos>`` followed by the normalised prompt.
     """
-    if temperature <= 0:
-        raise InduceError("--temperature must be positive")
+    if math.isnan(temperature):
+        raise InduceError(f"--temperature {temperature}: not a number; give a positive number (1 samples the "
+                          "model's own distribution)")
+    if not 0 < temperature < math.inf:
+        raise InduceError(f"--temperature {temperature}: must be positive and finite")
     if beam is not None and beam < 1:
         raise InduceError("--beam must be at least 1")
     loaded = _as_loaded(run, device)
