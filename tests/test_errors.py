@@ -474,3 +474,39 @@ def test_a_full_disk_during_training_fails_the_run_and_keeps_the_last_checkpoint
     assert result.exit_code == 0, result.output
     assert read_status(run)["state"] == "finished"
     assert [json.loads(line)["epoch"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+
+
+def test_option_values_that_used_to_end_in_a_traceback_or_silently(tmp_path, run_dir, gold_file, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    # show attention -o: not an image name, under a file, and an image writer that fails (a read-only place)
+    out = clean_failure(runner.invoke(app, ["show", "attention", "a b", "-c", str(run_dir), "-o", "fig.txt"]))
+    assert "fig.txt: --out: '.txt' is not an image format; give a name ending in .png" in out
+    out = clean_failure(runner.invoke(app, ["show", "attention", "a b", "-c", str(run_dir), "-o", str(a_file / "f.png")]))
+    assert f"{a_file} is a file, not a folder" in out
+    import induce.figures
+
+    def read_only(fig, path, dpi=100):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(induce.figures, "save_figure", read_only)
+    out = clean_failure(runner.invoke(app, ["show", "attention", "a b", "-c", str(run_dir), "-o", "f.png"]))
+    assert out == "error: f.png: permission denied"
+    # generate -t nan / inf
+    for value, says in (("nan", "not a number"), ("inf", "must be positive and finite")):
+        out = clean_failure(runner.invoke(app, ["generate", "-c", str(run_dir), "-t", value]))
+        assert f"--temperature {value}: {says}" in out
+    # reproduce --models nosuch, --out under a file or not writable (root ignores modes: os.access stands in)
+    out = clean_failure(runner.invoke(app, ["reproduce", "--profile", "toy", "--models", "prpn,nosuch"]))
+    assert out.startswith("error: --models prpn,nosuch: unknown model 'nosuch'")
+    out = clean_failure(runner.invoke(app, ["reproduce", "--profile", "toy", "--out", str(a_file / "results")]))
+    assert "(choose another --out)" in out
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    out = clean_failure(runner.invoke(app, ["reproduce", "--profile", "toy", "--out", "results"]))
+    assert out == f"error: cannot create folders in {tmp_path}: permission denied (choose another --out)"
+    monkeypatch.undo()
+    assert not (tmp_path / "results").exists()
+    # eval --wsj10 --wsj40 silently used the smaller limit
+    out = clean_failure(runner.invoke(app, ["eval", "--baseline", "right", "--gold", str(gold_file), "--wsj10", "--wsj40"]))
+    assert "--wsj10 and --wsj40 together: choose one" in out
