@@ -122,6 +122,10 @@ class TrainConfig(_Section):
         False, description="capture each training step (per segment length) in a CUDA graph; off CUDA the same "
         "static-buffer step runs eagerly (induce.training.graphs)"
     )
+    tensorboard: bool = pydantic.Field(
+        False, description="write TensorBoard event files into RUN/tensorboard/ (needs the tensorboard package: "
+        "pip install 'induce[tensorboard]'; induce.training.tensorboard)"
+    )
 
 
 class RunConfig(_Section):
@@ -274,7 +278,7 @@ def deep_merge(base: dict, update: dict) -> dict:
 #: The command-line flags of ``induce train`` that set config keys (named in errors about them).
 FLAG_OF_KEY = {
     "train.seed": "--seed", "train.device": "--device", "train.kernels": "--kernels", "train.epochs": "--max-epochs",
-    "train.time_budget": "--time-budget", "data.corpus": "--corpus",
+    "train.time_budget": "--time-budget", "data.corpus": "--corpus", "train.tensorboard": "--tensorboard",
 }
 
 

@@ -55,7 +55,7 @@ STEPS_FILE = "steps.json"
 #: Bumped when the content of the evaluation JSON files changes (forces re-evaluation).
 EVAL_VERSION = 2
 #: Config keys that may differ without making a finished run stale.
-VOLATILE_TRAIN_KEYS = ("device", "kernels", "log_interval")
+VOLATILE_TRAIN_KEYS = ("device", "kernels", "log_interval", "tensorboard")
 SPLITS = ("valid", "test")
 
 

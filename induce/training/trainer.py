@@ -68,6 +68,7 @@ from .run_folder import (
     write_status,
 )
 from .setup import TrainerSetup
+from .tensorboard import TensorBoardLog, require_tensorboard
 from .state import CheckpointState, detach_state, map_state
 
 __all__ = [
@@ -111,7 +112,7 @@ class Trainer(TrainerSetup, CheckpointState):
 
     ``resume=True`` continues from ``run_dir/last.*`` (the config stored there wins over
     ``config`` except ``train.epochs``, ``train.time_budget``, ``train.device``, ``train.kernels``,
-    ``train.log_interval``). ``on_batch(trainer, epoch, batch)`` is called after every optimiser
+    ``train.log_interval``, ``train.tensorboard``). ``on_batch(trainer, epoch, batch)`` is called after every optimiser
     step (tests use it to kill a run). ``progress=False`` hides the progress bars.
 
     A new run refuses a ``run_dir`` that already holds a run unless ``force`` (which removes the old
@@ -152,10 +153,13 @@ class Trainer(TrainerSetup, CheckpointState):
                 RunLock(self.run_dir).check_free()  # "in use" says more than a missing checkpoint would
             self.resume_tensors, self.resume_meta = load_checkpoint(self.run_dir / LAST)
             stored = validate_config(self.resume_meta["config"], source=str(self.run_dir / (LAST + ".json")))
-            keep = {"epochs", "time_budget", "device", "kernels", "log_interval"}
+            keep = {"epochs", "time_budget", "device", "kernels", "log_interval", "tensorboard"}
             updates = {k: getattr(config.train, k) for k in keep}
             config = stored.model_copy(update={"train": stored.train.model_copy(update=updates)})
         self.config = config
+        self.tensorboard: Optional[TensorBoardLog] = None
+        if config.train.tensorboard:
+            require_tensorboard()  # the missing package is an error before anything is done
 
     # ---------------------------------------------------------------------------------------- setup
 
@@ -205,6 +209,8 @@ class Trainer(TrainerSetup, CheckpointState):
         speed = interval_tokens * self.ctx.world_size / max(time.monotonic() - interval_start, 1e-9)
         if task is not None:
             self.progress.update(task, loss=f"loss {mean:.3f} ppl {math.exp(min(mean, 50)):.1f} {speed:,.0f} tok/s")
+        if self.tensorboard is not None:
+            self.tensorboard.interval(mean, self.steps_total)
 
     def _train_epoch(self, progress: Optional[Progress]) -> Optional[str]:
         """Run (the rest of) the current epoch; returns None when it is complete, else why it stopped
@@ -431,6 +437,8 @@ class Trainer(TrainerSetup, CheckpointState):
                 self._write_metrics_file()
                 status = {"started_at": now()} if not self.resume else {"resumed_at": now()}
                 self._write_status("running", world_size=ctx.world_size, pid=os.getpid(), **status)
+                if cfg.train.tensorboard:
+                    self.tensorboard = TensorBoardLog(self.run_dir, self.steps_total if self.resume else None)
             self._announce()
             self.started = time.monotonic()
             self.batches_this_run = 0
@@ -452,6 +460,8 @@ class Trainer(TrainerSetup, CheckpointState):
                         break
                     complete = reason is None
                     metrics = self._end_of_epoch(complete, epoch_started)
+                    if self.tensorboard is not None:
+                        self.tensorboard.epoch(metrics, self.steps_total)
                     self._log(
                         f"epoch {metrics['epoch']:3d} | train ppl {metrics['train_ppl']:8.2f} | valid ppl "
                         f"{metrics['valid_ppl']:8.2f}"
@@ -514,6 +524,8 @@ class Trainer(TrainerSetup, CheckpointState):
                 raise message from err
             raise
         finally:
+            if self.tensorboard is not None:
+                self.tensorboard.close()
             for sig, handler in previous_handlers.items():
                 signal.signal(sig, handler)
             if hasattr(self, "ctx"):
@@ -531,7 +543,7 @@ def train(config: RunConfig, run_dir: Path, **kwargs) -> TrainResult:
 
 def resume(run_dir: Path, updates: Optional[dict] = None, **kwargs) -> TrainResult:
     """Continue the run in ``run_dir`` from ``last.*``; ``updates`` may change ``train.epochs``,
-    ``train.time_budget``, ``train.device``, ``train.kernels``, ``train.log_interval``."""
+    ``train.time_budget``, ``train.device``, ``train.kernels``, ``train.log_interval``, ``train.tensorboard``."""
     run_dir = Path(run_dir)
     if ddp.env_is_main():
         RunLock(run_dir).check_free()
