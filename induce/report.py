@@ -272,8 +272,7 @@ def _setup(context: ReportContext) -> list[str]:
     machine = results.get("machine", {})
     train_splits = train_corpus.get("splits") or {}
     subset = train_corpus.get("subset") or {}
-    train_text = (f"`{train_corpus['path']}`: {train_splits.get('train', {}).get('lm_sentences', '?'):,} sentences, "
-                  f"{train_splits.get('train', {}).get('lm_tokens', 0):,} LM tokens")
+    train_text = f"`{train_corpus['path']}`: {_text_size(train_splits.get('train', {}))}"
     if subset.get("train_sentences"):
         train_text += f" (the first {subset['train_sentences']:,} training sentences of `{subset.get('of')}`, its vocabulary)"
     monitor = train_splits.get("valid", {})
@@ -286,10 +285,9 @@ def _setup(context: ReportContext) -> list[str]:
         ["vocabulary", f"{eval_corpus.get('vocab_size', '?'):,} types (including `<unk>`, `<eos>`)"
          if isinstance(eval_corpus.get("vocab_size"), int) else "?"],
         ["model selection", f"best validation perplexity on `{train_corpus['path']}` valid "
-                            f"({monitor.get('lm_sentences', '?'):,} sentences, {monitor.get('lm_tokens', 0):,} tokens), "
-                            "checked each epoch"],
-        ["evaluation", f"{where}: `{eval_corpus['path']}` {split}, {eval_counts.get('trees', '?'):,} trees, "
-                       f"{eval_counts.get('lm_tokens', 0):,} LM tokens"],
+                            f"({_text_size(monitor)}), checked each epoch"],
+        ["evaluation", f"{where}: `{eval_corpus['path']}` {split}, {_count(eval_counts.get('trees'))} trees; "
+                       f"LM text {_text_size(eval_counts)}"],
         ["configs", "`configs/<model>.yaml`" + (f" < `{results.get('profile_folder')}/<model>.yaml`" if profile else "")
          + " < profile overrides: " + (", ".join(f"`{o}`" for o in profile.get("overrides", [])) or "none")],
         ["profile's model changes", "; ".join(
@@ -372,10 +370,12 @@ def _language_modelling(context: ReportContext) -> list[str]:
                      f"perplexity, our {results['split']} text", f"perplexity, Mikolov's {results['split']} text",
                      "published (Mikolov's PTB test text)"], rows)
     add("")
+    add(_tokens_trained_note(results, models))
+    add("")
     if mikolov:
-        add(f"Mikolov's text: `{mikolov['path']}`, {mikolov['tokens']:,} tokens. **The vocabularies differ**: ours is "
+        add(f"Mikolov's text: `{mikolov['path']}`, {mikolov['tokens']:,} words. **The vocabularies differ**: ours is "
             f"built from the training trees (WSJ 02-21), Mikolov's from sections 00-20; {mikolov['our_unk']:,} of its "
-            f"tokens ({100 * mikolov['our_unk'] / max(mikolov['tokens'], 1):.1f}%) are `<unk>` for our models, against "
+            f"words ({100 * mikolov['our_unk'] / max(mikolov['tokens'], 1):.1f}%) are `<unk>` for our models, against "
             f"{mikolov['their_unk']:,} ({100 * mikolov['their_unk'] / max(mikolov['tokens'], 1):.1f}%) in the file "
             "itself. More `<unk>` makes the text easier to predict, so this column is not strictly comparable with the "
             "published one either, which is also on the test text.")
@@ -602,6 +602,41 @@ SECTIONS = (
     _figures,
     _steps_and_files,
 )
+
+
+def _count(value) -> str:
+    return f"{value:,}" if isinstance(value, int) else "?"
+
+
+def _text_size(counts: dict) -> str:
+    """A split's LM text from its ``meta.json`` counts, saying what each number counts: ``N sentences:
+    W words + N sentence ends = T tokens`` (the model reads and predicts the sentence ends too)."""
+    sentences, words = counts.get("lm_sentences"), counts.get("lm_tokens")
+    if isinstance(sentences, int) and isinstance(words, int):
+        return f"{sentences:,} sentences: {words:,} words + {sentences:,} sentence ends = {words + sentences:,} tokens"
+    return f"{_count(sentences)} sentences, {_count(words)} words"
+
+
+def _tokens_trained_note(results: dict, models: list) -> str:
+    """What the "tokens trained" column counts, with the tokens one epoch predicts per batch size."""
+    from induce.training.batching import predicted_per_epoch
+
+    counts = ((results["corpus"]["train"].get("splits") or {}).get("train") or {})
+    text = ("*Tokens trained*: the tokens the model predicted in training, all epochs together (`train_tokens` of "
+            "`metrics.jsonl`). An epoch predicts the tokens of the training text (setup: words + sentence ends) but "
+            "the first of each of the `data.batch_size` parallel streams and the tail that does not fill them")
+    if not (isinstance(counts.get("lm_sentences"), int) and isinstance(counts.get("lm_tokens"), int)):
+        return text + "."
+    tokens = counts["lm_sentences"] + counts["lm_tokens"]
+    sizes = {}
+    for m in models:
+        batch = ((results.get("configs") or {}).get(m, {}).get("data") or {}).get("batch_size")
+        if isinstance(batch, int):
+            sizes.setdefault(batch, []).append(display(m))
+    parts = [f"{predicted_per_epoch(tokens, batch):,} with {batch} streams" + (f" ({', '.join(names)})" if len(sizes) > 1
+                                                                             else "")
+             for batch, names in sizes.items()]
+    return text + (": up to " + "; ".join(parts) + " per epoch here." if parts else ".")
 
 
 def _budget_text(budget, budgets: dict, models: list, chunk) -> str:

@@ -54,3 +54,19 @@ if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     for variant, results in variants().items():
         (DATA / f"REPORT-{variant}.md").write_text(render(results), encoding="utf-8")
+
+
+def test_the_report_says_what_each_token_count_counts():
+    """Words, tokens with the sentence ends, and tokens predicted per epoch: one count of the training text
+    each, named (the toy report had 6,335 "LM tokens" and 6,624 "tokens trained" for the same 300 sentences)."""
+    results = fixture_results()
+    counts = results["corpus"]["train"]["splits"]["train"]
+    words, sentences = counts["lm_tokens"], counts["lm_sentences"]
+    text = render(results)
+    assert (f"{sentences:,} sentences: {words:,} words + {sentences:,} sentence ends = {words + sentences:,} tokens"
+            in text)
+    per_epoch = {run["train_tokens"] for model in results["models"].values() for seed in model["seeds"].values()
+                 for run in seed["history"]}
+    assert per_epoch == {((words + sentences) // 8 - 1) * 8}  # batch size 8: as the note says
+    assert f"up to {per_epoch.pop():,} with 8 streams per epoch here" in text
+    assert "LM tokens" not in text

@@ -388,9 +388,16 @@ class Trainer(TrainerSetup, CheckpointState):
         cfg, ctx = self.config, self.ctx
         n_params = sum(p.numel() for p in self.model.parameters())
         tokens_per_epoch = self.train_data.size(1) * cfg.data.batch_size
+        sentences = self.corpus.lm_sentences("train")
+        words = sum(len(sentence) for sentence in sentences)
+        # One count, said what it counts: the words, the tokens with the sentence ends (what the model
+        # reads), and the tokens an epoch predicts (metrics.jsonl's train_tokens, the report's
+        # "tokens trained"): the first of each row and the tail that does not fill the rows are not.
+        predicted = batching.predicted_per_epoch(words + len(sentences), cfg.data.batch_size)
         self._log(
-            f"{cfg.model_name}: {n_params:,} parameters, {self.corpus.name} ({len(self.vocab)} types, "
-            f"{tokens_per_epoch:,} train tokens), device {self.device}"
+            f"{cfg.model_name}: {n_params:,} parameters, {self.corpus.name} ({len(self.vocab)} types; train text: "
+            f"{words:,} words + {len(sentences):,} sentence ends = {words + len(sentences):,} tokens, an epoch "
+            f"predicts up to {predicted:,} of them in {cfg.data.batch_size} streams), device {self.device}"
             + (f", {ctx.world_size} processes" if ctx.distributed else "")
             + (f", resuming epoch {self.epoch} at batch {self.batch}" if self.resume else "")
         )
