@@ -57,13 +57,15 @@ def tree_command(
     from induce.inference import format_tree
     from induce.show import sentence_structure, tree_f1
 
+    from cli.messages import error_text
+
     console = Console(stderr=True)
     out = Console()
     try:
         tokens, gold = _sentence(sentence, index, pretokenized, corpus, data, split, console)
         structure = sentence_structure(pick_run(checkpoint, console), tokens, device=device)
-    except InduceError as err:
-        console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+    except (InduceError, OSError) as err:  # OSError: an unreadable checkpoint or corpus
+        console.print(f"[bold red]error:[/] {error_text(err)}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2)
     # soft_wrap: a wide tree runs past the terminal's edge instead of being wrapped into garbage
     out.rule(f"[bold]{structure.model_name}[/]", align="left")
