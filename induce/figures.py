@@ -51,8 +51,8 @@ def check_image_path(path: PathLike, option: str) -> None:
     formats = image_formats()
     if suffix not in formats:
         what = f"'.{suffix}' is not an image format" if suffix else "no file name suffix to tell the image format"
-        raise InputError(f"{option}: {what}; give a name ending in .png (or .{', .'.join(f for f in formats if f != 'png')})",
-                         path)
+        others = ", .".join(f for f in formats if f != "png")
+        raise InputError(f"{option}: {what}; give a name ending in .png (or .{others})", path)
     check_output_file(path, option)
 
 
@@ -169,9 +169,10 @@ def plot_training_curves(histories: dict, path: PathLike, epoch_tokens: Union[No
 
 def perplexity_axis(ax, values: Sequence[float]) -> None:
     """Log scale with labelled ticks among the data: over a decade or more, the powers of ten and
-    2, 3, 5 times them, the limits on the ones just outside the data; within less than a decade (a short or early run: matplotlib's log axis then
-    often has no labelled tick in the data's range at all), four to six round values, with the limits
-    put on the round values just outside the data, so that every point lies between labelled ticks."""
+    2, 3, 5 times them, the limits on the ones just outside the data; within less than a decade (a
+    short or early run: matplotlib's log axis then often has no labelled tick in the data's range at
+    all), four to six round values, with the limits put on the round values just outside the data,
+    so that every point lies between labelled ticks."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullLocator
 
     ax.set_yscale("log")

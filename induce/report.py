@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Optional
 
 from induce.findings import all_findings
@@ -173,22 +173,16 @@ def report_context(results: dict) -> ReportContext:
 
 
 def render_markdown(results: dict) -> str:
-    """``REPORT.md``: the sections of :data:`SECTIONS` (one function each), one after the other."""
+    """``REPORT.md``: the sections of :data:`SECTIONS` (one function each, taking the fields of
+    :class:`ReportContext` it reads as keyword arguments), one after the other."""
     context = report_context(results)
-    return "\n".join(line for section in SECTIONS for line in section(context))
+    values = {field.name: getattr(context, field.name) for field in fields(context)}
+    return "\n".join(line for section in SECTIONS for line in section(**values))
 
 
-def _preamble(context: ReportContext) -> list[str]:
+def _preamble(*, results, profile, where, models, per_model, eval_corpus, budget, budgets, synthetic,
+              **_) -> list[str]:
     """Title, the read-this-first warning, the findings, unfinished / diverged runs, failed steps."""
-    results = context.results
-    profile = context.profile
-    where = context.where
-    models = context.models
-    per_model = context.per_model
-    eval_corpus = context.eval_corpus
-    budget = context.budget
-    budgets = context.budgets
-    synthetic = context.synthetic
     lines: list[str] = []
     add = lines.append
     add(f"# Reproduction report (profile `{profile['name']}`)")
@@ -251,20 +245,9 @@ def _preamble(context: ReportContext) -> list[str]:
     return lines
 
 
-def _setup(context: ReportContext) -> list[str]:
+def _setup(*, results, profile, split, where, models, per_model, eval_corpus, train_corpus, budget, budgets, seeds,
+           eval_counts, **_) -> list[str]:
     """``## Setup``: profile, data, budget, machine; the models' sizes."""
-    results = context.results
-    profile = context.profile
-    split = context.split
-    where = context.where
-    models = context.models
-    per_model = context.per_model
-    eval_corpus = context.eval_corpus
-    train_corpus = context.train_corpus
-    budget = context.budget
-    budgets = context.budgets
-    seeds = context.seeds
-    eval_counts = context.eval_counts
     lines: list[str] = []
     add = lines.append
     add("## Setup")
@@ -312,10 +295,8 @@ def _setup(context: ReportContext) -> list[str]:
     return lines
 
 
-def _convention(context: ReportContext) -> list[str]:
+def _convention(*, results, profile, **_) -> list[str]:
     """``## Evaluation convention``."""
-    results = context.results
-    profile = context.profile
     lines: list[str] = []
     add = lines.append
     add("## Evaluation convention")
@@ -346,12 +327,8 @@ def _convention(context: ReportContext) -> list[str]:
     return lines
 
 
-def _language_modelling(context: ReportContext) -> list[str]:
+def _language_modelling(*, results, where, models, per_model, **_) -> list[str]:
     """``## 1. Language modelling`` (PaLM Table 1 style)."""
-    results = context.results
-    where = context.where
-    models = context.models
-    per_model = context.per_model
     lines: list[str] = []
     add = lines.append
     add(f"## 1. Language modelling (PaLM Table 1 style), {where}")
@@ -389,12 +366,8 @@ def _language_modelling(context: ReportContext) -> list[str]:
     return lines
 
 
-def _parsing_wsj40(context: ReportContext) -> list[str]:
+def _parsing_wsj40(*, where, models, per_model, baselines, **_) -> list[str]:
     """``## 2. Unsupervised parsing, WSJ40`` (PaLM Table 3)."""
-    where = context.where
-    models = context.models
-    per_model = context.per_model
-    baselines = context.baselines
     lines: list[str] = []
     add = lines.append
     add(f"## 2. Unsupervised parsing, WSJ40 (PaLM Table 3), {where}")
@@ -422,12 +395,8 @@ def _parsing_wsj40(context: ReportContext) -> list[str]:
     return lines
 
 
-def _branching(context: ReportContext) -> list[str]:
+def _branching(*, results, where, models, per_model, **_) -> list[str]:
     """``## 3. Branching, WSJ40`` (PaLM Table 4)."""
-    results = context.results
-    where = context.where
-    models = context.models
-    per_model = context.per_model
     lines: list[str] = []
     add = lines.append
     add(f"## 3. Branching, WSJ40 (PaLM Table 4), {where}")
@@ -459,12 +428,8 @@ def _branching(context: ReportContext) -> list[str]:
     return lines
 
 
-def _wsj10_and_labels(context: ReportContext) -> list[str]:
+def _wsj10_and_labels(*, where, models, per_model, baselines, **_) -> list[str]:
     """``## 4. WSJ10, all lengths and per-label recall`` (ON-LSTM / Kim et al. style)."""
-    where = context.where
-    models = context.models
-    per_model = context.per_model
-    baselines = context.baselines
     lines: list[str] = []
     add = lines.append
     add(f"## 4. WSJ10, all lengths and per-label recall (ON-LSTM / Kim et al. style), {where}")
@@ -497,9 +462,8 @@ def _wsj10_and_labels(context: ReportContext) -> list[str]:
     return lines
 
 
-def _figures(context: ReportContext) -> list[str]:
+def _figures(*, results, **_) -> list[str]:
     """``## 5. Figures``."""
-    results = context.results
     lines: list[str] = []
     add = lines.append
     figs = results.get("figures", {})
@@ -562,9 +526,8 @@ def _figures(context: ReportContext) -> list[str]:
     return lines
 
 
-def _steps_and_files(context: ReportContext) -> list[str]:
+def _steps_and_files(*, results, **_) -> list[str]:
     """``## 6. Steps`` and ``## 7. Files and commands``."""
-    results = context.results
     lines: list[str] = []
     add = lines.append
     add("## 6. Steps")
@@ -633,9 +596,8 @@ def _tokens_trained_note(results: dict, models: list) -> str:
         batch = ((results.get("configs") or {}).get(m, {}).get("data") or {}).get("batch_size")
         if isinstance(batch, int):
             sizes.setdefault(batch, []).append(display(m))
-    parts = [f"{predicted_per_epoch(tokens, batch):,} with {batch} streams" + (f" ({', '.join(names)})" if len(sizes) > 1
-                                                                             else "")
-             for batch, names in sizes.items()]
+    parts = [f"{predicted_per_epoch(tokens, batch):,} with {batch} streams"
+             + (f" ({', '.join(names)})" if len(sizes) > 1 else "") for batch, names in sizes.items()]
     return text + (": up to " + "; ".join(parts) + " per epoch here." if parts else ".")
 
 
