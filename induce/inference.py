@@ -23,7 +23,7 @@ import nltk
 import torch
 
 from induce.errors import InduceError
-from induce.treeio import flat_tree_text, tree_to_line
+from induce.treeio import copy_tree, flat_tree_text, tree_to_line
 from induce.training.checkpoint import checkpoint_paths, load_checkpoint, prefixed
 from induce.training.trainer import STATUS_FILE, map_state, read_status
 
@@ -187,7 +187,8 @@ def _attach_punctuation(words: Sequence[str], content_tree: Optional[nltk.Tree],
     if content_tree is None:  # nothing but punctuation: right-branching over the tokens
         return _join_right(list(words)) if len(words) > 1 else nltk.Tree("S", list(words))
     # A one-word tree (S w) is the bare leaf here, so that attaching gives (S w .), not (S (S w) .).
-    top = content_tree[0] if len(content) == 1 else content_tree
+    # The marks are attached to a copy: the caller's tree is left as it was.
+    top = content_tree[0] if len(content) == 1 else copy_tree(content_tree)
     holder = [top]  # the root's slot
     slot_of: dict[int, tuple[list, int]] = {}  # position -> slot of the highest node ending there
     leaf_index = 0

@@ -199,6 +199,21 @@ def flat_tree_text(
     return "".join(parts)
 
 
+def copy_tree(tree: nltk.Tree) -> nltk.Tree:
+    """A copy of ``tree``'s nodes (the leaves are shared: strings), without recursion (nltk's
+    ``copy(deep=True)`` recurses once per level)."""
+    root = nltk.Tree(tree.label(), list(tree))
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        for index, child in enumerate(list(node)):
+            if isinstance(child, nltk.Tree):
+                copied = nltk.Tree(child.label(), list(child))
+                list.__setitem__(node, index, copied)
+                stack.append(copied)
+    return root
+
+
 def _bracket_open(node: nltk.Tree) -> str:
     label = node.label()
     return f"({label if isinstance(label, str) else repr(label)} "

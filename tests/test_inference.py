@@ -294,8 +294,10 @@ def test_attach_punctuation_matches_a_brute_force_search(case):
     from induce.inference import _attach_punctuation
 
     words, tree, content = case
+    before = tree.copy(deep=True)
     expected = attach_by_search(words, tree.copy(deep=True), content)
     assert _attach_punctuation(words, tree, content) == expected
+    assert tree == before  # the caller's tree is not changed
 
 
 def test_a_200k_token_line_is_attached_and_formatted_without_recursion():

@@ -150,6 +150,17 @@ def test_tree_to_line_is_nltks_one_line_format(tree):
     assert tree_to_line(tree, str.upper) == tree_to_line(tree_upper_leaves(tree))
 
 
+@settings(max_examples=100, deadline=None, derandomize=True, database=None)
+@given(nltk_trees())
+def test_copy_tree_copies_every_node(tree):
+    from induce.treeio import copy_tree
+
+    copied = copy_tree(tree)
+    assert copied == tree
+    nodes = lambda t: [t[p] for p in t.treepositions() if isinstance(t[p], nltk.Tree)]  # noqa: E731
+    assert not {id(node) for node in nodes(copied)} & {id(node) for node in nodes(tree)}
+
+
 def tree_upper_leaves(tree):
     copy = tree.copy(deep=True)
     for position in copy.treepositions("leaves"):
