@@ -9,14 +9,16 @@ overcommitted: an allocation larger than what is free succeeds and the process d
   PyTorch's ``meta`` device (no memory used), times what training keeps per parameter (weights,
   gradients, optimiser state), against the free memory; the message gives the largest
   ``model.emb_size`` / ``model.hidden_size`` that fit with the other settings as they are;
-* :func:`check_step_fits` — the memory of a training step: the activations one batch row keeps for
-  the backward pass (measured on one row of the longest segment, counted with
-  ``torch.autograd.graph.saved_tensors_hooks``) times the rows, on top of the parameters; the
-  message gives the largest ``data.batch_size`` that fits.
+* :func:`check_step_fits` — the memory of a training step: what a step keeps for the backward pass
+  (measured on steps of 1 and 2 rows of the longest segment, counted with
+  ``torch.autograd.graph.saved_tensors_hooks``: a part per step and a part per row), for this
+  run's rows, beside the model, its gradients and optimiser state; the message gives the largest
+  ``data.batch_size`` that fits.
 
-Both memory checks are lower bounds of what a run needs (temporary buffers are not counted): a run
-they refuse cannot fit, and one they accept may still run out (then PyTorch's own error is turned
-into a message by :func:`out_of_memory_message`).
+Both memory checks count less than a run needs (temporary buffers, and what custom autograd
+functions keep outside the saved tensors, are not counted): a run they refuse cannot fit, and one
+they accept may still run out (then PyTorch's own error is turned into a message by
+:func:`out_of_memory_message` and :mod:`induce.training.failures`).
 """
 from __future__ import annotations
 
