@@ -68,35 +68,33 @@ def test_an_infinite_learning_rate_stops_the_run_as_diverged(tmp_path, corpus, g
         latest_run(tmp_path)
 
 
-def test_nan_after_the_early_log_points_is_caught_at_the_epoch_end(tmp_path, corpus):
-    """Batches 1, 2, 4, 8 are logged; the weights turn NaN after batch 9, so the epoch's running sum is
-    what catches it (no extra host sync per batch)."""
+def train_poisoned(run: Path, corpus: Path, when) -> None:
+    """Train (logging only at batches 1, 2, 4, 8 and epoch ends) with the weights set to NaN after the
+    batch where ``when(trainer, epoch, batch)`` holds; it must stop as diverged."""
     def poison(trainer, epoch, batch):
-        if epoch == 1 and batch == 9:
+        if when(trainer, epoch, batch):
             with torch.no_grad():
                 next(trainer.model.parameters()).fill_(math.nan)
 
-    run = tmp_path / "run"
     with pytest.raises(TrainingDiverged):
         train(tiny(corpus, "train.log_interval=1000"), run, console=Console(quiet=True), progress=False,
               on_batch=poison)
-    check_diverged(run, "training loss nan in epoch 1")
-    assert not (run / "best.json").exists()
+
+
+def test_nan_after_the_early_log_points_is_caught_at_the_epoch_end(tmp_path, corpus):
+    """The weights turn NaN after batch 9, past the early log points: the epoch's running sum is what
+    catches it (no extra host sync per batch)."""
+    train_poisoned(tmp_path / "run", corpus, lambda trainer, epoch, batch: epoch == 1 and batch == 9)
+    check_diverged(tmp_path / "run", "training loss nan in epoch 1")
+    assert not (tmp_path / "run" / "best.json").exists()
 
 
 def test_nan_weights_after_the_last_batch_are_caught_by_the_validation_loss(tmp_path, corpus):
-    batches = []
-
-    def poison_last(trainer, epoch, batch):
-        batches.append(batch)
-        if epoch == 2 and trainer.position >= trainer.train_data.size(1) - 2:  # the epoch's last batch
-            with torch.no_grad():
-                next(trainer.model.parameters()).fill_(math.nan)
+    def last_batch_of_epoch_2(trainer, epoch, batch):
+        return epoch == 2 and trainer.position >= trainer.train_data.size(1) - 2
 
     run = tmp_path / "run"
-    with pytest.raises(TrainingDiverged):
-        train(tiny(corpus, "train.log_interval=1000"), run, console=Console(quiet=True), progress=False,
-              on_batch=poison_last)
+    train_poisoned(run, corpus, last_batch_of_epoch_2)
     check_diverged(run, "validation loss nan after epoch 2")
     # epoch 1 was fine and stays the selected checkpoint; the broken epoch 2 is not recorded
     best = json.loads((run / "best.json").read_text())
