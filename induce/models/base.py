@@ -52,6 +52,9 @@ class LanguageModel(nn.Module):
     #: "distance" (ON-LSTM, PRPN: greedy split at the largest distance) or "span" (PaLM).
     parser_kind: ClassVar[str]
     Config: ClassVar[type[ModelConfig]] = ModelConfig
+    #: A control (e.g. PaLM-RB, whose trees are right-branching whatever it learns): trained and reported
+    #: beside the real models, never chosen as the default run of ``induce parse``, ``eval``, ``show``.
+    control: ClassVar[bool] = False
 
     def init_state(self, batch_size: int, device: torch.device | str = "cpu") -> Any:
         """A fresh recurrent state for ``batch_size`` sequences."""
