@@ -90,7 +90,7 @@ def resolve_device(device: Union[str, torch.device, None]) -> torch.device:
 def load_run(path: Union[str, Path], device: Union[str, torch.device] = "auto") -> LoadedRun:
     """Model and vocabulary of a run folder (its ``best`` checkpoint) or of a checkpoint file/stem,
     on ``device`` (``auto``: CUDA when available, see :func:`resolve_device`)."""
-    from induce.config import validate_config
+    from induce.config import stored_config, validate_config
     from induce.data.corpus import Vocab
     from induce.models.registry import get_model_class
 
@@ -98,7 +98,7 @@ def load_run(path: Union[str, Path], device: Union[str, torch.device] = "auto") 
     if not path.exists() and not any(p.exists() for p in checkpoint_paths(path)):
         raise InduceError(f"{path}: no such run folder or checkpoint")
     tensors, meta = load_checkpoint(path, device="cpu")
-    config = validate_config(meta["config"], source=str(checkpoint_paths(path)[1]))
+    config = validate_config(stored_config(meta["config"]), source=str(checkpoint_paths(path)[1]))
     vocab = Vocab.from_json(meta["vocab"])
     model = get_model_class(config.model_name)(len(vocab), config.model_config_object())
     missing, unexpected = model.load_state_dict(prefixed(tensors, "model"), strict=False)
