@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from induce.models import prpn as prpn_module
+from induce.models import prpn_reading
 from induce.models.prpn import PRPN, PRPNConfig, ReadingLayer, drop, step_masks
 
 VOCAB = 23
@@ -190,20 +190,20 @@ def test_attention_key_input_dropout_per_step():
         layer.key_x.bias.zero_()
     calls = []
 
-    class Recording(prpn_module.RecurrentProjection):
+    class Recording(prpn_reading.RecurrentProjection):
         def __call__(self, bias, h):
             calls.append((self, bias.detach(), h.detach()))
             return super().__call__(bias, h)
 
-    original = prpn_module.RecurrentProjection
-    prpn_module.RecurrentProjection = Recording
+    original = prpn_reading.RecurrentProjection
+    prpn_reading.RecurrentProjection = Recording
     try:
         batch, steps = 3, 5
         key_input = torch.rand(batch, steps, d) + 0.5
         memory = (torch.rand(batch, 3, d) + 0.5, torch.zeros(batch, 3, d))
         out, _ = layer(torch.zeros(batch, steps, d), torch.ones(batch, steps, 3), memory, key_input=key_input)
     finally:
-        prpn_module.RecurrentProjection = original
+        prpn_reading.RecurrentProjection = original
     key_calls = [(bias, h) for projection, bias, h in calls if projection is calls[0][0]]  # key_h is made first
     assert len(key_calls) == steps
     h_prev = torch.cat([memory[0][:, -1:], out[:, :-1]], 1).detach()
