@@ -40,8 +40,31 @@ what produced the published perplexity and F1:
   on the key matrix (``ADrop_0.5``) instead: ``wdrop: 0.5, key_dropout: 0``. The key's outer
   dropout is ``rdropout`` here (the code's ``idropout``; both 0.5 in the configs).
 * ``init_range: 0.01`` — ``PRPN.init_weights`` draws the (tied) embedding from ``U(-0.01, 0.01)``
-  (AWD-LSTM and the other models here: 0.1). Other parameters keep PyTorch's default init, as
-  in the code.
+  (AWD-LSTM and the other models here: 0.1) and sets the decoder bias to 0; untied, the decoder
+  weight is its own draw from the same range (not a copy of the embedding).
+
+**Initialisation (issue 18).** Every other parameter of the code keeps its module's PyTorch
+default, and the code ran on PyTorch 0.3 (README), whose defaults differ from today's for two of
+its modules. Read from ``ParsingNetwork.py``, ``ReadingNetwork.py``, ``PredictNetwork.py``,
+``LSTMCell.py`` and ``model_PRPN.py``:
+
+* ``nn.Linear`` (the LSTM cell's ``ih`` and ``hh``, with biases; ``projector_pred``; ``ffd``'s
+  projection): weight and bias ``U(+-1/sqrt(fan_in))`` in 0.3 and now alike. Its ``LayerNorm``
+  (own class): scale 1, shift 0, as ``nn.LayerNorm`` here.
+* The attention key (fixed, no option): ``projector_summ`` is *one* ``nn.Linear`` over
+  ``[x_t; h_{t-1}]``, so weight and bias are ``U(+-1/sqrt(I + d))``. Here the key is split into
+  ``key_x`` (input half, with the bias) and ``key_h`` (recurrent half) for speed; they had the
+  bounds of their halves (``1/sqrt(I)``, ``1/sqrt(d)``), and now have the joint one.
+* ``nn.Conv1d(E, d, Q + 1)`` (the distance convolution): ``U(+-1/sqrt(E (Q + 1)))`` for weight and
+  bias in 0.3 and now alike.
+* ``module_defaults: torch-0.3`` (default) — the two modules whose default changed in PyTorch 1.0:
+  ``nn.BatchNorm1d`` (the parsing network's and the predict network's) had its scale drawn from
+  ``U(0, 1)`` (1 since PyTorch 1.0; shift 0 in both); the grouped ``nn.Conv1d(d, 2, 1, groups=2)``
+  that gives ``d_t`` and ``d^_{t+1}`` drew from ``U(+-1/sqrt(d))``: 0.3's bound counted all ``d``
+  input channels, where PyTorch >= 1.0 counts the ``d / 2`` of a group (``1/sqrt(d/2)``, sqrt 2
+  wider). ``torch-1`` keeps the installed PyTorch's defaults (scale 1, the group's bound): this
+  module before issue 18, and what checkpoints written before the option were initialised with
+  (``PRPNConfig.stored_defaults``).
 
 Left as they are (not part of the fidelity issue): the code's ``LayerNorm`` divides by the
 unbiased standard deviation plus ``1e-6`` (``nn.LayerNorm`` here: biased variance, ``eps`` inside
@@ -68,7 +91,7 @@ the layer-normalised cell, the relevant set's screening and its gate 1) lives in
 from __future__ import annotations
 
 import math
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 import pydantic
 import torch
@@ -117,21 +140,55 @@ class PRPNConfig(AWDConfig):
     relevant_set: int = pydantic.Field(
         0, ge=0, description="rho: states screened by relevance when they leave the tape, read with gate 1 (0 = off)"
     )
+    module_defaults: Literal["torch-0.3", "torch-1"] = pydantic.Field(
+        "torch-0.3",
+        description="init of BatchNorm scales and the grouped distance conv: PyTorch 0.3's defaults, which the PRPN "
+        "code ran with (scale U(0,1); bound 1/sqrt(all input channels)), or PyTorch >= 1.0's (scale 1; group's channels)",
+    )
+
+    #: Checkpoints written before ``module_defaults`` existed were initialised with PyTorch >= 1.0's defaults.
+    stored_defaults: ClassVar[dict] = {"module_defaults": "torch-1"}
+
+
+def torch_03_batch_norm_init(norm: nn.BatchNorm1d) -> None:
+    """PyTorch 0.3's ``_BatchNorm.reset_parameters``: scale ``U(0, 1)``, shift 0 (the scale is 1
+    since PyTorch 1.0)."""
+    with torch.no_grad():
+        norm.weight.uniform_(0.0, 1.0)
+        norm.bias.zero_()
+
+
+def torch_03_conv_init(conv: nn.Conv1d) -> None:
+    """PyTorch 0.3's ``_ConvNd.reset_parameters``: weight and bias ``U(+-1/sqrt(n))`` with ``n =
+    in_channels * kernel size``, *all* input channels even when the convolution is grouped
+    (PyTorch >= 1.0 counts ``in_channels / groups``; the same bound when ``groups = 1``)."""
+    bound = 1.0 / math.sqrt(conv.in_channels * math.prod(conv.kernel_size))
+    with torch.no_grad():
+        conv.weight.uniform_(-bound, bound)
+        if conv.bias is not None:
+            conv.bias.uniform_(-bound, bound)
 
 
 class ParsingNetwork(nn.Module):
     """Distances from a convolution over ``Q + 1`` embeddings.
 
     forward: ``emb [B, T, E]``, ``history [B, Q, E]`` -> ``(d [B, T], d_next [B, T])`` in ``(0, 1)``.
+
+    ``module_defaults="torch-0.3"``: the batch norm's scale ``U(0, 1)`` and the grouped output
+    convolution ``U(+-1/sqrt(hidden_size))`` (PyTorch 0.3's defaults; see the module docstring).
     """
 
-    def __init__(self, emb_size: int, hidden_size: int, n_lookback: int, dropout: float):
+    def __init__(self, emb_size: int, hidden_size: int, n_lookback: int, dropout: float,
+                 module_defaults: str = "torch-0.3"):
         super().__init__()
         self.n_lookback, self.dropout = n_lookback, dropout
         self.conv = nn.Conv1d(emb_size, hidden_size, n_lookback + 1)
         self.norm = nn.BatchNorm1d(hidden_size)
         # groups=2: d_t and d^_{t+1} each read their own half of the hidden channels.
         self.out = nn.Conv1d(hidden_size, 2, 1, groups=2)
+        if module_defaults == "torch-0.3":
+            torch_03_batch_norm_init(self.norm)
+            torch_03_conv_init(self.out)
 
     def forward(self, emb: torch.Tensor, history: torch.Tensor):
         x = torch.cat([history, emb], 1)  # [B, Q + T, E]
@@ -150,11 +207,13 @@ class PRPN(TiedLanguageModel):
     description = "PRPN (Shen et al., 2018): convolutional distances gate attention over a memory tape"
     parser_kind = "distance"
     Config = PRPNConfig
+    untied_output_init = "uniform"  # init_weights: the decoder weight U(+-initrange), its own draw
 
     def __init__(self, vocab_size: int, config: PRPNConfig | None = None):
         super().__init__(vocab_size, config)
         cfg = self.config
-        self.parser = ParsingNetwork(cfg.emb_size, cfg.hidden_size, cfg.n_lookback, cfg.parser_dropout)
+        self.parser = ParsingNetwork(cfg.emb_size, cfg.hidden_size, cfg.n_lookback, cfg.parser_dropout,
+                                     module_defaults=cfg.module_defaults)
         sizes = [cfg.emb_size] + [cfg.hidden_size] * cfg.n_layers
         self.layers = nn.ModuleList(
             ReadingLayer(sizes[l], cfg.hidden_size, cfg.wdrop, cfg.rdropout, cfg.relevant_set,
@@ -165,6 +224,8 @@ class PRPN(TiedLanguageModel):
         self.output_key = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.output_proj = nn.Linear(2 * cfg.hidden_size, cfg.emb_size)
         self.output_norm = nn.BatchNorm1d(cfg.emb_size)
+        if cfg.module_defaults == "torch-0.3":
+            torch_03_batch_norm_init(self.output_norm)
 
     def init_state(self, batch_size: int, device="cpu"):
         """Dict: ``emb_history [B, Q, E]`` (zeros), ``distances [B, P]`` of previous positions (P = 0

@@ -100,9 +100,15 @@ class ReadingLayer(nn.Module):
         self.key_dropout, self.per_step = key_dropout, dropout_masks == "per_step"
         self.relevant_set = relevant_set
         self.last_relevant: Optional[dict] = None
-        # Attention key A [h_{t-1}; x_t] + b, split into the recurrent and the input halves.
+        # Attention key A [h_{t-1}; x_t] + b, split into the recurrent and the input halves. Both
+        # halves and the bias drawn as the code's one nn.Linear over [x_t; h_{t-1}] (projector_summ):
+        # U(+-1/sqrt(I + d)), not with the bounds of the halves.
         self.key_h = nn.Linear(hidden_size, hidden_size, bias=False)
         self.key_x = nn.Linear(input_size, hidden_size)
+        key_bound = 1.0 / math.sqrt(input_size + hidden_size)
+        with torch.no_grad():
+            for tensor in (self.key_x.weight, self.key_h.weight, self.key_x.bias):
+                tensor.uniform_(-key_bound, key_bound)
         self.ih = nn.Linear(input_size, 4 * hidden_size)
         self.hh = nn.Linear(hidden_size, 4 * hidden_size)
         self.norm_ih = nn.LayerNorm(4 * hidden_size)
