@@ -329,6 +329,24 @@ def validate_config(raw: dict, source: str = "config", origins: Optional[Origins
         raise ConfigError(_format_validation_error(err, "", origins)) from None
 
 
+def stored_config(raw: dict) -> dict:
+    """A config read back from a checkpoint sidecar, upgraded: model fields added since it was
+    written are filled in with the value its run used (the model Config's ``stored_defaults``), not
+    with today's default, which may build another model (ON-LSTM's second gate bias) or misstate
+    how the weights were initialised. Other configs and unknown models are returned unchanged."""
+    from induce.models.registry import get_model_class
+
+    model = raw.get("model")
+    try:
+        cls = get_model_class(str(raw.get("model_name")))
+    except KeyError:
+        return raw
+    if not isinstance(model, dict):
+        return raw
+    missing = {key: value for key, value in cls.Config.stored_defaults.items() if key not in model}
+    return {**raw, "model": {**model, **missing}} if missing else raw
+
+
 def model_config_path(model_name: str) -> Path:
     return CONFIG_DIR / f"{model_name}.yaml"
 

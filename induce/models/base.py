@@ -19,9 +19,15 @@ class ModelConfig(pydantic.BaseModel):
     """Base of every model's hyper-parameter block (the ``model:`` section of a config).
 
     Subclasses add their own fields with defaults; unknown keys are errors that name the key.
+
+    ``stored_defaults``: fields added after checkpoints were first written, each with the value the
+    runs behind those checkpoints used (which may differ from today's default). A config read back
+    from a checkpoint sidecar that lacks such a field gets this value (:func:`induce.config.stored_config`),
+    so an old checkpoint builds the model it was trained as: it loads, and resumes exactly.
     """
 
     model_config = pydantic.ConfigDict(extra="forbid")
+    stored_defaults: ClassVar[dict[str, Any]] = {}
 
 
 @dataclass

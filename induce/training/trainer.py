@@ -53,7 +53,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from induce.config import RunConfig, load_config_file, save_config, validate_config
+from induce.config import RunConfig, load_config_file, save_config, stored_config, validate_config
 from induce.errors import InduceError
 
 from . import advice, batching, ddp
@@ -164,7 +164,8 @@ class Trainer(TrainerSetup, CheckpointState):
             if ddp.env_is_main():
                 RunLock(self.run_dir).check_free()  # "in use" says more than a missing checkpoint would
             self.resume_tensors, self.resume_meta = load_checkpoint(self.run_dir / LAST)
-            stored = validate_config(self.resume_meta["config"], source=str(self.run_dir / (LAST + ".json")))
+            stored = validate_config(stored_config(self.resume_meta["config"]),
+                                     source=str(self.run_dir / (LAST + ".json")))
             keep = {"epochs", "time_budget", "device", "kernels", "log_interval"}
             updates = {k: getattr(config.train, k) for k in keep}
             config = stored.model_copy(update={"train": stored.train.model_copy(update=updates)})
