@@ -40,8 +40,10 @@ def probe(spec: dict) -> dict:
             problems.append(f"no CUDA device (torch {torch.__version__}: torch.cuda.is_available() is False): "
                             "`make gpu-check` measures a GPU; here, `make gpu-check DRY=1` checks that every "
                             "step starts")
-    except Exception:  # noqa: BLE001 -- already reported as an import problem
-        pass
+    except ImportError:
+        pass  # already reported with the imports
+    except Exception as err:  # noqa: BLE001 -- e.g. a driver that does not answer
+        problems.append(f"CUDA check: {type(err).__name__}: {err}")
     for name in ("triton", "nltk", "pydantic", "numpy"):
         module = sys.modules.get(name)
         info[name] = getattr(module, "__version__", None)
