@@ -222,12 +222,17 @@ class GraphedTrainer(Trainer):
                                       autocast=bf16 and self.device.type == "cuda", note=print)
             self.params = list(self.model.parameters())
         tokens = torch.randint(0, VOCAB, (self.batch, self.bptt + 1), device=self.device)
+        cuda = self.device.type == "cuda"
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
         if record:
             self.timer.start()
         with packing(self.packing):
             _, _, self.state = self.graphs.step(self.optimiser, self.params, tokens[:, :-1], tokens[:, 1:], self.state)
         if record:
             self.timer.stop()
+        if cuda:  # the capture's pool included (its memory stays allocated between replays)
+            self.peak_bytes = max(self.peak_bytes, torch.cuda.max_memory_allocated(self.device))
 
 
 def flops_per_token(entry: str) -> float:
@@ -555,7 +560,8 @@ def main(argv: list[str] | None = None) -> None:
         name = f"{entry}+graphs"
         ratio = speeds[name] / speeds[entry]
         rows.append({"model": name, "threads": args.threads, "device": args.device, "train_tokens_per_s": speeds[name],
-                     "ratio_to_eager": ratio})
+                     "ratio_to_eager": ratio,
+                     "gpu_mem_gib": round(trainers[name].peak_bytes / 2**30, 3) if cuda else None})
         table.add_row(name, "", f"{speeds[name]:.0f} ({ratio:.2f}x eager)", "-", "-", "-", "-", "n/a")
     for name, path in externals.items():
         rows.append({"model": name, "external": path, "threads": args.threads, "device": args.device,
