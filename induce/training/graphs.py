@@ -42,7 +42,7 @@ run's ``config.yaml`` (a resumed run keeps it, on any device). Why a divisor: ``
 were: on ~3,400 draws (5 epochs of PTB at batch 20) the mean length is 67.83 against 67.79 unbucketed
 (a bucket of 8 gives 68.33), the standard deviation 9.45 against 9.27, and the steps per epoch 685.2
 against 685.6. Why ``1.5 * bptt_std``: wider buckets would visibly coarsen the ``N(bptt, std)`` mode
-(a bucket of ``w`` adds variance ``w^2 / 12``: +17% at 7 and std 5). The buckets in practice at 70 / 5:
+(a bucket of ``w`` adds variance ``w^2 / 12``: +16% at 7 and std 5). The buckets in practice at 70 / 5:
 28, 35, 42 and 56, 63, 70, 77, 84 (8 graphs; the setup prints them once). Nothing is padded or
 masked: the stream is still read once, in order, in consecutive segments with the state carried
 over; only where segments end changes. The learning rate keeps following the *actual* length
