@@ -1,8 +1,8 @@
 """The graph-captured training step (``train.cuda_graphs``, on by default on CUDA) and its eager twin.
 
-On a GPU our recurrent models are launch-bound: one ON-LSTM step launches ~1,400-12,900 small kernels
-(a Python time loop, per-step cells, per-parameter optimiser ops; ``bench/models.py`` counts them per
-model and tier), so the CPU that issues them, not the GPU, sets the pace. A CUDA graph records the
+On a GPU our recurrent models are launch-bound: one ON-LSTM step launches ~1,400 (fused cell) to
+~12,900 (torch tier) small kernels (a Python time loop, per-step cells; ``bench/models.py`` counts them
+per model and tier), so the CPU that issues them, not the GPU, sets the pace. A CUDA graph records the
 kernels of a whole step once and replays them with one launch.
 
 **The setting.** ``train.cuda_graphs: auto`` (the default) captures where it can: on CUDA, in a single
@@ -26,7 +26,7 @@ per *static shape* — the segment length ``T``, the layout of the carried state
 On CUDA the body runs eagerly for ``warmup`` calls (3, as in torch's notes on CUDA graphs: lazy
 initialisation — cuBLAS handles, Triton compilation, the optimiser's state — must not happen during
 capture), then is captured and replayed from then on. Warm-ups and captures run on **one side
-stream**, the one that captures (:attr:`StaticSteps.stream`): cuDNN keeps its workspaces per stream,
+stream**, the one that captures (:meth:`StaticSteps.capture_stream`): cuDNN keeps its workspaces per stream,
 so PRPN's convolution and PaLM's LSTM size theirs during the warm-up on the stream the capture then
 uses. Replays run on the current stream. On every other device, and wherever capture is not
 possible, the *same* body runs eagerly on the same buffers: that is what the CPU tests compare with
