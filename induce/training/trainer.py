@@ -258,8 +258,9 @@ class Trainer(TrainerSetup, CheckpointState):
                 gold = self.train_gold[:, self.position : self.position + steps]
             self.hidden = detach_state(self.hidden)
             self.schedule.step_lr(self.optimizer, steps / cfg.data.bptt)
-            if self.static_steps is not None:
-                # train.cuda_graphs: the same step on static buffers, captured per shape on CUDA (graphs.py).
+            if self.static_steps is not None and steps == seq_len:
+                # train.cuda_graphs: the same step on static buffers, captured per shape on CUDA (graphs.py);
+                # not the epoch's last segment, clipped at the end of the rows (a one-off length).
                 loss, cross_entropy, self.hidden = self.static_steps.step(
                     self.optimizer, params, inputs, targets, self.hidden, gold)
             else:
