@@ -50,6 +50,11 @@ def train_command(
     Under `torchrun --nproc_per_node N` the same command trains with DistributedDataParallel.
     Ctrl-C stops after the current batch, writes a checkpoint and prints the `--resume` command
     (exit code 130). A folder that holds a run, or another training's lock, is refused.
+
+    On a CUDA device (one process) the training step is captured in CUDA graphs by default
+    (train.cuda_graphs=auto), one per segment length, with the random BPTT lengths rounded to a few
+    values (data.bptt_bucket, chosen and printed at the start); train.cuda_graphs=false turns it
+    off. On a CPU nothing changes.
     """
     from induce.config import load_config, parse_duration
     from induce.training import resume as resume_run

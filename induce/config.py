@@ -57,7 +57,11 @@ class DataConfig(_Section):
     bptt_std: float = pydantic.Field(5.0, ge=0, description="std of the random segment length")
     min_bptt: int = pydantic.Field(5, ge=1, description="shortest random segment")
     max_bptt_extra: int = pydantic.Field(20, ge=0, description="segments are at most bptt + this long")
-    bptt_bucket: int = pydantic.Field(0, ge=0, description="round random segment lengths to multiples of this (0: off)")
+    bptt_bucket: Optional[int] = pydantic.Field(
+        None, ge=0, description="round random segment lengths to multiples of this (0: off); null: automatic, "
+        "i.e. with CUDA graphs on (train.cuda_graphs) the largest divisor of bptt not above 1.5 x bptt_std, else off; "
+        "a run's config.yaml stores the value used"
+    )
 
 
 class OptimConfig(_Section):
@@ -118,9 +122,10 @@ class TrainConfig(_Section):
     device: str = pydantic.Field("auto", description="auto, cpu, cuda, cuda:N")
     kernels: str = pydantic.Field("auto", description="kernel backend: auto, reference, torch, triton")
     amp: bool = pydantic.Field(False, description="bfloat16 autocast on CUDA")
-    cuda_graphs: bool = pydantic.Field(
-        False, description="capture each training step (per segment length) in a CUDA graph; off CUDA the same "
-        "static-buffer step runs eagerly (induce.training.graphs)"
+    cuda_graphs: Literal["auto", True, False] = pydantic.Field(
+        "auto", description="capture the training step (one graph per segment length) in CUDA graphs: auto (on "
+        "where it can be captured: CUDA, one process; brings data.bptt_bucket with it), true (the static-buffer "
+        "step everywhere: eager off CUDA), false (off); induce.training.graphs"
     )
     tensorboard: bool = pydantic.Field(
         False, description="write TensorBoard event files into RUN/tensorboard/ (needs the tensorboard package: "
@@ -345,6 +350,24 @@ def validate_config(raw: dict, source: str = "config", origins: Optional[Origins
         return RunConfig(**raw)
     except pydantic.ValidationError as err:
         raise ConfigError(_format_validation_error(err, "", origins)) from None
+
+
+def stored_config(raw: dict) -> dict:
+    """A config read back from a checkpoint sidecar, upgraded: model fields added since it was
+    written are filled in with the value its run used (the model Config's ``stored_defaults``), not
+    with today's default, which may build another model (ON-LSTM's second gate bias) or misstate
+    how the weights were initialised. Other configs and unknown models are returned unchanged."""
+    from induce.models.registry import get_model_class
+
+    model = raw.get("model")
+    try:
+        cls = get_model_class(str(raw.get("model_name")))
+    except KeyError:
+        return raw
+    if not isinstance(model, dict):
+        return raw
+    missing = {key: value for key, value in cls.Config.stored_defaults.items() if key not in model}
+    return {**raw, "model": {**model, **missing}} if missing else raw
 
 
 def model_config_path(model_name: str) -> Path:

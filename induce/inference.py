@@ -1,12 +1,14 @@
 """Using a trained run: load it, parse raw sentences, score a corpus, generate text.
 
-* :func:`latest_run` — the most recent *finished* run under ``runs/`` or ``results/runs/`` (what
-  ``induce parse``, ``eval``, ``show`` and ``generate`` use without ``--checkpoint``);
-* :func:`load_run` — model + vocabulary from a run folder or checkpoint (hash-checked, no pickle);
+* :func:`load_run` — model + vocabulary from a run folder or checkpoint (hash-checked, no pickle;
+  a folder without ``best`` says what it holds instead, and a checkpoint that is not the model its
+  folder's ``config.yaml`` describes is refused);
 * :func:`predict_trees` — raw tokens -> binary trees whose leaves are the original tokens (the
   tokens are normalised as in training: lower case, numbers -> ``N``, unknown -> ``<unk>``);
 * :func:`lm_perplexity` — perplexity of a prepared corpus split;
 * :func:`generate` — sampling with a temperature, or beam search.
+
+Which run the commands use by default (:func:`induce.runs.latest_run`) is :mod:`induce.runs`.
 """
 from __future__ import annotations
 
@@ -23,9 +25,10 @@ import nltk
 import torch
 
 from induce.errors import InduceError
+from induce.runs import DEFAULT_RUN_DIRS, latest_run, read_run_sidecar  # noqa: F401 (latest_run re-exported)
+from induce.training.checkpoint import CheckpointError, checkpoint_paths, load_checkpoint, prefixed
+from induce.training.trainer import CONFIG_FILE, map_state
 from induce.treeio import copy_tree, flat_tree_text, tree_to_line
-from induce.training.checkpoint import checkpoint_paths, load_checkpoint, prefixed
-from induce.training.trainer import STATUS_FILE, map_state, read_status
 
 #: Sentences longer than this are parsed in pieces (see :func:`predict_trees`).
 DEFAULT_MAX_LENGTH = 300
@@ -49,36 +52,6 @@ class LoadedRun:
         return self.meta["config"]
 
 
-#: Where :func:`latest_run` looks by default: ``induce train``'s default output folder and that of
-#: ``make reproduce`` / ``induce reproduce`` (``OUT=results``).
-DEFAULT_RUN_DIRS = (Path("runs"), Path("results") / "runs")
-
-
-def latest_run(runs_dir: Union[str, Path, Sequence[Union[str, Path]], None] = None) -> Path:
-    """The most recently finished run folder (``status.json`` says finished and ``best.json``
-    exists) under ``runs_dir`` (one folder or several; default :data:`DEFAULT_RUN_DIRS`);
-    an :class:`InduceError` when there is none."""
-    if runs_dir is None:
-        folders = list(DEFAULT_RUN_DIRS)
-    elif isinstance(runs_dir, (str, Path)):
-        folders = [Path(runs_dir)]
-    else:
-        folders = [Path(folder) for folder in runs_dir]
-    candidates = []
-    for folder in folders:
-        if not folder.is_dir():
-            continue
-        for child in folder.iterdir():
-            status = read_status(child)
-            if status.get("state") == "finished" and (child / "best.json").is_file():
-                candidates.append(((child / STATUS_FILE).stat().st_mtime_ns, str(child), child))
-    if not candidates:
-        where = " or ".join(f"{folder}/" for folder in folders)
-        raise InduceError(f"no finished run under {where}; train one (`induce train --model NAME`, "
-                          "or `make reproduce`, which writes results/runs/) or pass --checkpoint")
-    return max(candidates)[2]
-
-
 def resolve_device(device: Union[str, torch.device, None]) -> torch.device:
     """``auto`` (or None) -> ``cuda`` when CUDA is available, else ``cpu``; other names are checked
     (a clear error for ``cuda`` without CUDA or a name that is not a device)."""
@@ -92,15 +65,18 @@ def resolve_device(device: Union[str, torch.device, None]) -> torch.device:
 def load_run(path: Union[str, Path], device: Union[str, torch.device] = "auto") -> LoadedRun:
     """Model and vocabulary of a run folder (its ``best`` checkpoint) or of a checkpoint file/stem,
     on ``device`` (``auto``: CUDA when available, see :func:`resolve_device`)."""
-    from induce.config import validate_config
+    from induce.config import stored_config, validate_config
     from induce.data.corpus import Vocab
     from induce.models.registry import get_model_class
 
     path = Path(path)
-    if not path.exists() and not any(p.exists() for p in checkpoint_paths(path)):
+    weights, sidecar = checkpoint_paths(path)
+    if not path.exists() and not any(p.exists() for p in (weights, sidecar)):
         raise InduceError(f"{path}: no such run folder or checkpoint")
+    read_run_sidecar(path)  # a run folder without `best` says what it holds instead
     tensors, meta = load_checkpoint(path, device="cpu")
-    config = validate_config(meta["config"], source=str(checkpoint_paths(path)[1]))
+    config = validate_config(stored_config(meta["config"]), source=str(sidecar))
+    _check_folder_config(sidecar, config)
     vocab = Vocab.from_json(meta["vocab"])
     model = get_model_class(config.model_name)(len(vocab), config.model_config_object())
     missing, unexpected = model.load_state_dict(prefixed(tensors, "model"), strict=False)
@@ -109,6 +85,34 @@ def load_run(path: Union[str, Path], device: Union[str, torch.device] = "auto") 
                           f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
     model.to(resolve_device(device)).eval()
     return LoadedRun(model, vocab, meta, path)
+
+
+def _check_folder_config(sidecar: Path, config) -> None:
+    """Refuse a checkpoint whose model is not the one its run folder's ``config.yaml`` describes (weights
+    and sidecar of another run copied in: each is intact, so their hashes agree). Model name and
+    ``model`` section are compared; the ``train`` keys a resume may change are not. An unreadable
+    ``config.yaml`` is not this check's business (the checkpoint is self-contained)."""
+    from induce.config import read_yaml, stored_config, validate_config
+
+    folder_config = sidecar.parent / CONFIG_FILE
+    if not folder_config.is_file():
+        return
+    try:
+        # read with the stored defaults, so that a run written before a model field existed compares equal
+        expected = validate_config(stored_config(read_yaml(folder_config)), source=str(folder_config))
+    except InduceError:
+        return
+    if expected.model_name == config.model_name and expected.model == config.model:
+        return
+    if expected.model_name != config.model_name:
+        what = f"a {config.model_name} model but {folder_config} says {expected.model_name}"
+    else:
+        keys = sorted(k for k in set(expected.model) | set(config.model)
+                      if expected.model.get(k) != config.model.get(k))
+        shown = ", ".join(f"model.{k} {config.model.get(k)!r} vs {expected.model.get(k)!r}" for k in keys[:3])
+        what = f"a {config.model_name} model of another size than {folder_config} says ({shown})"
+    raise CheckpointError(f"{sidecar}: this checkpoint is {what}: the checkpoint files come from another run; "
+                          "put them back in their own folder, or pass the checkpoint that belongs here")
 
 
 def _as_loaded(run: Union[str, Path, LoadedRun], device="auto") -> LoadedRun:
@@ -311,6 +315,29 @@ def read_text_lines(path: Union[str, Path]) -> list[str]:
     return text.splitlines()
 
 
+def parse_texts(
+    run: Union[str, Path, LoadedRun],
+    lines: Sequence[str],
+    pretokenized: bool = False,
+    decoder: Optional[str] = None,
+    batch_size: int = 64,
+    max_length: int = DEFAULT_MAX_LENGTH,
+    device: Union[str, torch.device] = "auto",
+    keep_punct: bool = False,
+    progress: Optional[Callable[[int], None]] = None,
+) -> list[nltk.Tree]:
+    """One tree per raw line, its leaves the line's tokens as typed (:func:`tokenize`, then
+    :func:`predict_trees`): what ``induce parse`` and :meth:`induce.api.Run.parse` do. An item that is a
+    list of tokens (the library's) is taken as it is."""
+    sentences = [tokenize(line, pretokenized) if isinstance(line, str) else [str(token) for token in line]
+                 for line in lines]
+    try:
+        return predict_trees(run, sentences, batch_size=batch_size, decoder=decoder, max_length=max_length,
+                             device=device, keep_punct=keep_punct, progress=progress)
+    except ValueError as err:  # e.g. a decoder that does not fit the model
+        raise InduceError(str(err)) from None
+
+
 def parse_lines(
     run: Union[str, Path, LoadedRun],
     lines: Sequence[str],
@@ -323,13 +350,9 @@ def parse_lines(
     keep_punct: bool = False,
     progress: Optional[Callable[[int], None]] = None,
 ) -> list[str]:
-    """One formatted tree per input line (see :func:`predict_trees` and :func:`format_tree`)."""
-    sentences = [tokenize(line, pretokenized) for line in lines]
-    try:
-        trees = predict_trees(run, sentences, batch_size=batch_size, decoder=decoder, max_length=max_length,
-                              device=device, keep_punct=keep_punct, progress=progress)
-    except ValueError as err:  # e.g. a decoder that does not fit the model
-        raise InduceError(str(err)) from None
+    """One formatted tree per input line (see :func:`parse_texts` and :func:`format_tree`)."""
+    trees = parse_texts(run, lines, pretokenized=pretokenized, decoder=decoder, batch_size=batch_size,
+                        max_length=max_length, device=device, keep_punct=keep_punct, progress=progress)
     return [format_tree(tree, style) for tree in trees]
 
 

@@ -7,7 +7,6 @@ copy of it is present. Nothing else is quoted: where a paper's table is not in t
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from dataclasses import dataclass, fields
@@ -96,6 +95,7 @@ def split_name(results: dict) -> str:
 
 def write_results(results: dict, out: Path) -> tuple[Path, Path]:
     """``out/results.json`` and ``out/REPORT.md``."""
+    from induce.files import strict_json
     from induce.treeio import atomic_write_text
 
     out = Path(out)
@@ -103,21 +103,10 @@ def write_results(results: dict, out: Path) -> tuple[Path, Path]:
     results = dict(results, published=PUBLISHED)
     json_path = out / "results.json"
     # strict JSON: NaN / infinity (a diverged run) become null; "diverged_seeds" says which
-    atomic_write_text(json_path, json.dumps(_strict(results), indent=1, sort_keys=True, default=str,
-                                            allow_nan=False) + "\n")
+    atomic_write_text(json_path, strict_json(results, indent=1, sort_keys=True, default=str) + "\n")
     md_path = out / "REPORT.md"
     atomic_write_text(md_path, render_markdown(results))
     return json_path, md_path
-
-
-def _strict(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _strict(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_strict(item) for item in value]
-    return value
 
 
 def _table(header: list[str], rows: list[list[str]], align: Optional[list[str]] = None) -> list[str]:

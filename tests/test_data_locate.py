@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 from pathlib import Path
 
@@ -144,3 +145,40 @@ def test_an_nltk_sample_with_files_missing_is_an_error_naming_them(tmp_path, mis
     message = str(info.value)
     assert message.startswith(f"{folder}: the NLTK treebank sample is incomplete: {len(missing)} of its 199 files")
     assert f"wsj_{missing[0]:04d}.mrg" in message and ("more" in message) == (len(missing) > 5)
+
+
+def test_a_prepared_treebank_in_corpora_is_the_default_without_its_sources(clean_env, tmp_path):
+    """After `make reproduce` (or `induce preprocess` with INDUCE_DATA set) has prepared corpora/ptb-wsj,
+    the bare commands use it: not "no Penn Treebank found" and the synthetic grammar."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    root = make_wsj_files(tmp_path / "data")
+    clean_env.setenv(locate.ENV_VAR, str(root))
+    work = tmp_path / "work"
+    work.mkdir()
+    clean_env.chdir(work)
+    prepared = locate.default_corpus(None, Path("corpora"), Console(file=io.StringIO()))
+    assert prepared == Path("corpora") / "ptb-wsj"
+    clean_env.delenv(locate.ENV_VAR)  # a new shell: the data root is no longer named anywhere
+    log = io.StringIO()
+    assert locate.default_corpus(None, Path("corpora"), Console(file=log, width=300)) == prepared
+    assert "prepared in corpora/ptb-wsj" in log.getvalue() and "SYNTHETIC" not in log.getvalue()
+    assert not (work / "corpora" / "synthetic").exists()
+    # another folder of prepared corpora (a reproduction's OUT/corpora) may fall back on ./corpora
+    assert locate.default_corpus(None, tmp_path / "elsewhere", Console(file=io.StringIO()),
+                                 also_prepared_in=[Path("corpora")]) == prepared
+    result = CliRunner().invoke(app, ["eval", "--baseline", "right", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["gold"] == "corpora/ptb-wsj/valid.gold.txt"
+    # the full treebank before the sample; a subset of it, or a corpus only named so, does not count
+    sample = locate.preprocess.preprocess_tree_files(
+        {"train": [root / "wsj" / "02-21.mrg"]}, Path("corpora"), "ptb-sample", source_kind="nltk-sample")
+    assert locate.find_prepared(Path("corpora")).path == prepared
+    (prepared / "meta.json").unlink()
+    assert locate.find_prepared(Path("corpora")).path == sample
+    meta = json.loads((sample / "meta.json").read_text())
+    meta["subset"] = {"of": "elsewhere"}
+    (sample / "meta.json").write_text(json.dumps(meta))
+    assert locate.find_prepared(Path("corpora")) is None

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from functools import cached_property
 from pathlib import Path
-from typing import Iterable, Sequence, Union
+from typing import Iterable, Optional, Sequence, Union
 
 import nltk
 
@@ -121,6 +121,13 @@ class PreparedCorpus:
     def splits(self) -> list[str]:
         """The splits present, in the order train, valid, test."""
         return [split for split in SPLITS if (self.path / f"{split}.txt").is_file()]
+
+    @property
+    def source_kind(self) -> Optional[str]:
+        """What the corpus was made from (``ldc``, ``wsj-files``, ``nltk-sample``, ``synthetic``, ``files``,
+        ``lm-text``...), as ``meta.json`` records it."""
+        source = self.meta.get("source")
+        return source.get("kind") if isinstance(source, dict) else None
 
     @property
     def has_trees(self) -> bool:

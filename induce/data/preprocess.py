@@ -35,7 +35,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from induce.data import mikolov, synthetic
 from induce.data.corpus import META_FILE, SPLITS, UNK, VOCAB_FILE, Vocab
 from induce.errors import InduceError, InputError
-from induce.files import check_output_folder, honour_umask, os_error_message, process_alive, sha256_file
+from induce.files import (check_not_input, check_output_folder, honour_umask, os_error_message, process_alive,
+                          sha256_file)
 from induce.ptb import TRACE_TAG, clean_tree
 from induce.treeio import read_trees, tree_to_line
 
@@ -279,6 +280,12 @@ def _check_out_dir(parent: Path) -> None:
     check_output_folder(parent, "--out-dir", "the corpora folder")
 
 
+def _check_not_replacing_inputs(target: Path, inputs: list[Path]) -> None:
+    """Refuse to build ``target`` when an input file lies in it: a rebuild replaces the folder as a whole
+    (the old one is removed), so the source would be lost (:func:`induce.files.check_not_input`)."""
+    check_not_input(target, {"the input": inputs}, "the output corpus folder (--out-dir/--name)", holding=True)
+
+
 def _prepare(
     target: Path,
     fingerprint: dict,
@@ -440,6 +447,7 @@ def preprocess_tree_files(
                 raise InputError("no such file", path)
             check_tags_are_gold(Path(path), allow_predicted_tags)
     split_files = {split: [Path(p) for p in split_files[split]] for split in SPLITS if split in split_files}
+    _check_not_replacing_inputs(Path(out_dir) / name, [p for files in split_files.values() for p in files])
     records = {split: [_file_record(path) for path in files] for split, files in split_files.items()}
     source = {"kind": source_kind, "files": records, **(extra_source or {})}
     fingerprint = {
@@ -493,6 +501,7 @@ def preprocess_lm_text(
     files = {split: lm_dir / f"ptb.{split}.txt" for split in SPLITS if (lm_dir / f"ptb.{split}.txt").is_file()}
     if "train" not in files:
         raise InputError("no ptb.train.txt here (expected ptb.train.txt, ptb.valid.txt [, ptb.test.txt])", lm_dir)
+    _check_not_replacing_inputs(Path(out_dir) / name, list(files.values()))
     records = {split: [_file_record(path)] for split, path in files.items()}
     source = {"kind": "lm-text", "files": records}
     fingerprint = {

@@ -18,7 +18,7 @@ All tensors are batch-first: tokens ``[B, T]``, states ``[B, T, H]``.
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Optional
+from typing import Annotated, ClassVar, Optional
 
 import pydantic
 import torch
@@ -351,7 +351,15 @@ class TiedLanguageModel(LanguageModel):
     Subclasses build their recurrent layers in ``__init__`` after calling this one and implement
     ``init_state`` / ``forward`` / ``parse_structure``. Constructor contract for every model:
     ``Model(vocab_size, config=None)`` (``config`` defaults to ``Model.Config()``).
+
+    Initialisation: embedding ``U(+-init_range)``, output bias 0. An untied output weight (``tie_weights:
+    false``) starts as a copy of the embedding, or, in a model that sets ``untied_output_init =
+    "uniform"``, as its own draw from ``U(+-init_range)`` (what ``init_weights`` does to the decoder
+    in the PRPN and ON-LSTM code).
     """
+
+    #: "copy": an untied output weight starts as a copy of the embedding; "uniform": its own draw.
+    untied_output_init: ClassVar[str] = "copy"
 
     def __init__(self, vocab_size: int, config: Optional[AWDConfig] = None):
         super().__init__()
@@ -362,7 +370,11 @@ class TiedLanguageModel(LanguageModel):
         nn.init.uniform_(self.embedding.weight, -cfg.init_range, cfg.init_range)
         self.output_bias = nn.Parameter(torch.zeros(vocab_size))
         # Untied output layer only when asked for; tied is the default of all three papers.
-        self.output_weight = None if cfg.tie_weights else nn.Parameter(self.embedding.weight.detach().clone())
+        self.output_weight = None
+        if not cfg.tie_weights:
+            self.output_weight = nn.Parameter(self.embedding.weight.detach().clone())
+            if self.untied_output_init == "uniform":
+                nn.init.uniform_(self.output_weight, -cfg.init_range, cfg.init_range)
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         """``tokens [B, T]`` -> embeddings ``[B, T, E]`` after embedding dropout (no locked dropout)."""

@@ -573,3 +573,4 @@ class PaLMRightBranching(PaLMBase):
     name = "palm-rb"
     description = "PaLM-RB: PaLM with span scores fixed to k+1 (longest span first: right-branching parses)"
     fixed_right_branching = True
+    control = True  # its trees do not depend on what it learns: a control, never a default parser

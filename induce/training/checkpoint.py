@@ -149,8 +149,9 @@ def read_sidecar(path: Union[str, Path]) -> dict:
     return meta
 
 
-def load_checkpoint(path: Union[str, Path], device: Union[str, torch.device] = "cpu") -> tuple[dict[str, torch.Tensor], dict]:
-    """``(tensors, meta)`` of a checkpoint after checking format, version and sha256."""
+def verify_checkpoint(path: Union[str, Path]) -> dict:
+    """The sidecar of a checkpoint after checking format, version, the weights' sha256 and (version 2)
+    ``model_sha256``; no tensor is read. A :class:`CheckpointError` says what is wrong."""
     weights_path, sidecar_path = checkpoint_paths(path)
     meta = read_sidecar(path)
     if not weights_path.is_file():
@@ -168,6 +169,13 @@ def load_checkpoint(path: Union[str, Path], device: Union[str, torch.device] = "
             f"(model_name {meta.get('model_name')!r}, config model_name {config.get('model_name')!r}) differ "
             f"from those the weights were written with; the sidecar was edited or belongs to another checkpoint"
         )
+    return meta
+
+
+def load_checkpoint(path: Union[str, Path], device: Union[str, torch.device] = "cpu") -> tuple[dict[str, torch.Tensor], dict]:
+    """``(tensors, meta)`` of a checkpoint after :func:`verify_checkpoint`."""
+    weights_path, _ = checkpoint_paths(path)
+    meta = verify_checkpoint(path)
     try:
         tensors = load_file(str(weights_path), device=str(device))
     except (SafetensorError, OSError, ValueError) as err:

@@ -98,15 +98,8 @@ class TrainerSetup:
                 self.loss_module, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
                 find_unused_parameters=bool(self._unused_parameters()),
             )
-        self.static_steps = None
-        if cfg.train.cuda_graphs:
-            from .graphs import StaticSteps
-
-            self.static_steps = StaticSteps(
-                self.loss_module, self.model, cfg.optim.clip, self.device,
-                autocast=cfg.train.amp and self.device.type == "cuda", distributed=ctx.distributed,
-                note=lambda message: self._log(f"[yellow]note:[/] {message}"),
-            )
+        self._set_up_graphs()
+        cfg = self.config
         self.schedule = Schedule(cfg.optim)
         self.optimizer = build_optimizer(self.model.parameters(), cfg.optim)
         self.bptt_rng = np.random.default_rng(cfg.train.seed) if cfg.data.variable_bptt else None
@@ -124,6 +117,32 @@ class TrainerSetup:
         self.history: list[dict] = []
         if self.resume_meta is not None:
             self._restore()
+
+    def _set_up_graphs(self) -> None:
+        """``train.cuda_graphs`` (:func:`~induce.training.graphs.graphs_enabled`) and, with graphs on, the
+        segment-length bucket of an unset ``data.bptt_bucket`` (:func:`~induce.training.batching.auto_bucket`),
+        stored in the config (a resumed run keeps it) and stated once with the lengths it gives."""
+        from .graphs import StaticSteps, graphs_enabled
+
+        cfg, ctx = self.config, self.ctx
+        enabled = graphs_enabled(cfg.train.cuda_graphs, self.model, self.device, ctx.distributed)
+        if cfg.data.bptt_bucket is None:
+            bucket = batching.auto_bucket(cfg.data.bptt, cfg.data.bptt_std) if enabled and cfg.data.variable_bptt else 0
+            self.config = cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"bptt_bucket": bucket})})
+            if bucket and self.resume_meta is None:
+                lengths = batching.segment_length_distribution(cfg.data.bptt, cfg.data.bptt_std, cfg.data.min_bptt,
+                                                               cfg.data.max_bptt_extra, bucket)
+                common = ", ".join(str(length) for length, p in lengths.items() if p >= 0.005)
+                self._log(f"[yellow]note:[/] train.cuda_graphs: one captured step per segment length; "
+                          f"data.bptt_bucket={bucket} (automatic) rounds the random lengths to {common} "
+                          f"(and rarely other multiples of {bucket}); the lr follows each length")
+        self.static_steps = None
+        if enabled:
+            self.static_steps = StaticSteps(
+                self.loss_module, self.model, cfg.optim.clip, self.device,
+                autocast=cfg.train.amp and self.device.type == "cuda", distributed=ctx.distributed,
+                note=lambda message: self._log(f"[yellow]note:[/] {message}"),
+            )
 
     def _unused_parameters(self) -> list[str]:
         """Parameters the training loss does not reach (e.g. PaLM-RB's span scorer), found with one
