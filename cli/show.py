@@ -110,9 +110,9 @@ def attention_command(
 
     console = Console(stderr=True)
     try:
-        check_image_path(out, "--out")
         run = pick_run(checkpoint, console, need_parser=True)
         check_not_input(out, {"a file of the run": run_files(run)}, "--out")
+        check_image_path(out, "--out")
         tokens, _ = _sentence(sentence, index, pretokenized, corpus, data, split, console, run)
         structure = sentence_structure(run, tokens, device=device)
         path = plot_structure(structure, out)

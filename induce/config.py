@@ -38,10 +38,24 @@ class ConfigError(InduceError):
     """A config file or override is invalid; the message names the key."""
 
 
+#: The largest float32: the trainer computes in float32, and torch refuses a Python float beyond it
+#: (an lr of 1e300 ended in "value cannot be converted to type float without overflow").
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 class _Section(pydantic.BaseModel):
     # allow_inf_nan=False: every float must be a finite number (nan failed "greater than 0" with a
     # misleading message, and lr=inf trained forever on nan losses).
     model_config = pydantic.ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @pydantic.field_validator("*")
+    @classmethod
+    def _within_float32(cls, value):
+        numbers = value if isinstance(value, tuple) else (value,)
+        if any(isinstance(x, float) and abs(x) > FLOAT32_MAX for x in numbers):
+            raise ValueError(f"{value} is beyond float32's range (at most about 3.4e38 in size), which training "
+                             "computes in")
+        return value
 
 
 class DataConfig(_Section):
@@ -245,6 +259,8 @@ def _format_validation_error(err: pydantic.ValidationError, prefix: str = "",
             message = "unknown key"
         elif item["type"] == "finite_number":
             message = f"{_non_finite_text(item.get('input'))}; give a finite number"
+        elif item["type"] == "value_error":
+            message = message.removeprefix("Value error, ")
         where = f"{origins.of(key if key != '(config)' else '')}: " if origins is not None else ""
         lines.append(f"{where}{key}: {message}")
     return "; ".join(lines)

@@ -206,3 +206,12 @@ def test_time_budget_flag_refuses_nan_and_inf():
         parse_duration("nan")
     with pytest.raises(ConfigError, match="infinite"):
         parse_duration("inf")
+
+
+def test_floats_beyond_float32_are_refused():
+    """An lr of 1e300 passed validation and ended in torch's "value cannot be converted to type float
+    without overflow" traceback at the first optimiser step."""
+    for override in ("optim.lr=1e300", "optim.eps=1e39", "optim.betas=[1e300, 0.9]", "train.alpha=1e40"):
+        with pytest.raises(ConfigError, match=r"is beyond float32's range"):
+            load_config("onlstm", overrides=[override])
+    assert load_config("onlstm", overrides=["optim.lr=3e38"]).optim.lr == 3e38
