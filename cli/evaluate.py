@@ -54,7 +54,8 @@ def eval_command(
     split: str = typer.Option("valid", "--split", help="Split of the prepared corpus: valid (dev) or test."),
     wsj10: bool = typer.Option(False, "--wsj10", help="Only sentences of <= 10 words after punctuation removal."),
     wsj40: bool = typer.Option(False, "--wsj40", help="Only sentences of <= 40 words after punctuation removal."),
-    max_length: Optional[int] = typer.Option(None, "--max-length", help="Only sentences of <= N words after removal."),
+    max_length: Optional[int] = typer.Option(None, "--max-length", help="Only sentences of <= N words after removal "
+                                             "(with --wsj10 or --wsj40: the smaller limit)."),
     keep_punct: bool = typer.Option(False, "--keep-punct", help="Do not remove punctuation (traces are still removed)."),
     count_root: bool = typer.Option(False, "--count-root", help="Count the whole-sentence span."),
     multiset: bool = typer.Option(False, "--multiset", help="Count spans as a multiset (unary chains count repeatedly)."),
@@ -80,6 +81,8 @@ def eval_command(
     steps = ProgressSteps(console, progress)
     try:
         check_output_file(per_sentence, "--per-sentence")
+        if wsj10 and wsj40:
+            raise InduceError("--wsj10 and --wsj40 together: choose one (run the command twice for both figures)")
         named_limits = [(n, flag) for n, flag in ((10 if wsj10 else None, "--wsj10"), (40 if wsj40 else None, "--wsj40"),
                                                   (max_length, f"--max-length {max_length}")) if n is not None]
         limits = [n for n, _ in named_limits]

@@ -87,8 +87,10 @@ def reproduce_command(
             else "induce reproduce",
         )
         results = reproduce(options, console=console)
-    except InduceError as err:
-        console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+    except (InduceError, OSError) as err:  # OSError: a file that could not be written (a full disk)
+        from cli.messages import error_text
+
+        console.print(f"[bold red]error:[/] {error_text(err)}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2)
     except KeyboardInterrupt:
         console.print("\n[bold yellow]interrupted.[/] Run the same command again to continue where it stopped "

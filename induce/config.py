@@ -19,6 +19,7 @@ names the dotted key it is about.
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
@@ -37,8 +38,24 @@ class ConfigError(InduceError):
     """A config file or override is invalid; the message names the key."""
 
 
+#: The largest float32: the trainer computes in float32, and torch refuses a Python float beyond it
+#: (an lr of 1e300 ended in "value cannot be converted to type float without overflow").
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 class _Section(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: every float must be a finite number (nan failed "greater than 0" with a
+    # misleading message, and lr=inf trained forever on nan losses).
+    model_config = pydantic.ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @pydantic.field_validator("*")
+    @classmethod
+    def _within_float32(cls, value):
+        numbers = value if isinstance(value, tuple) else (value,)
+        if any(isinstance(x, float) and abs(x) > FLOAT32_MAX for x in numbers):
+            raise ValueError(f"{value} is beyond float32's range (at most about 3.4e38 in size), which training "
+                             "computes in")
+        return value
 
 
 class DataConfig(_Section):
@@ -123,6 +140,10 @@ class TrainConfig(_Section):
         "auto", description="capture the training step (one graph per segment length) in CUDA graphs: auto (on "
         "where it can be captured: CUDA, one process; brings data.bptt_bucket with it), true (the static-buffer "
         "step everywhere: eager off CUDA), false (off); induce.training.graphs"
+    )
+    tensorboard: bool = pydantic.Field(
+        False, description="write TensorBoard event files into RUN/tensorboard/ (needs the tensorboard package: "
+        "pip install 'induce[tensorboard]'; induce.training.tensorboard)"
     )
 
 
@@ -217,6 +238,15 @@ class Origins:
         return " + ".join(inside) if inside else self.default
 
 
+def _non_finite_text(value: Any) -> str:
+    """``nan`` is "not a number", ``inf`` "infinite" (pydantic says "should be a finite number" for both)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return f"{value!r} is not a finite number"
+    return f"{value} is not a number" if math.isnan(number) else f"{value} is infinite"
+
+
 def _format_validation_error(err: pydantic.ValidationError, prefix: str = "",
                              origins: Optional[Origins] = None) -> str:
     """``source: key: message`` per error (``source`` only when ``origins`` is given), joined by ``; ``."""
@@ -227,6 +257,10 @@ def _format_validation_error(err: pydantic.ValidationError, prefix: str = "",
         message = item["msg"]
         if item["type"] == "extra_forbidden":
             message = "unknown key"
+        elif item["type"] == "finite_number":
+            message = f"{_non_finite_text(item.get('input'))}; give a finite number"
+        elif item["type"] == "value_error":
+            message = message.removeprefix("Value error, ")
         where = f"{origins.of(key if key != '(config)' else '')}: " if origins is not None else ""
         lines.append(f"{where}{key}: {message}")
     return "; ".join(lines)
@@ -265,7 +299,7 @@ def deep_merge(base: dict, update: dict) -> dict:
 #: The command-line flags of ``induce train`` that set config keys (named in errors about them).
 FLAG_OF_KEY = {
     "train.seed": "--seed", "train.device": "--device", "train.kernels": "--kernels", "train.epochs": "--max-epochs",
-    "train.time_budget": "--time-budget", "data.corpus": "--corpus",
+    "train.time_budget": "--time-budget", "data.corpus": "--corpus", "train.tensorboard": "--tensorboard",
 }
 
 
@@ -409,8 +443,12 @@ def parse_duration(text: str) -> float:
         seconds = float(number) * (unit or 1.0)
     except ValueError:
         raise ConfigError(f"time budget {text!r}: expected seconds or a number with s, m, h or d") from None
+    if math.isnan(seconds):
+        raise ConfigError(f"time budget {text!r}: not a number")
     if not seconds > 0:
         raise ConfigError(f"time budget {text!r}: must be positive")
+    if math.isinf(seconds):
+        raise ConfigError(f"time budget {text!r}: infinite (leave it out to train for train.epochs)")
     return seconds
 
 

@@ -4,7 +4,7 @@
 * :func:`new_file_mode`, :func:`honour_umask` — the mode a plain ``open(path, "w")`` would give
   (temporary files from :mod:`tempfile` are 0600, which atomic writes must not keep);
 * :func:`check_output_file` — refuse an output path that is a folder, under a file, or not writable,
-  before any long work is done;
+  before any long work is done; :func:`check_output_folder` the same for an output folder;
 * :func:`check_not_input` — refuse an output (file or folder) that is one of the command's inputs, or a
   folder holding one, whatever path or link names it, before anything is read;
 * :func:`os_error_message` — a one-line user message for an ``OSError`` (path and reason);
@@ -110,6 +110,22 @@ def check_output_file(path: Optional[PathLike], option: str) -> None:
         raise InputError(f"{option}: permission denied (the file is read-only)", target)
     if not target.exists() and parent.exists() and not os.access(parent, os.W_OK | os.X_OK):
         raise InputError(f"{option}: cannot create files in {parent} (permission denied)", target)
+
+
+def check_output_folder(folder: PathLike, option: str, what: str = "the output folder") -> None:
+    """Refuse an output folder that is a file, lies under a file, or cannot be created or written in,
+    before any work is done (``option`` names the flag in the message). Raises :class:`InputError`."""
+    folder = Path(folder)
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        where = "is a file" if existing == folder else f"lies under {existing}, which is a file"
+        raise InputError(f"{what} {folder} {where}, not a folder (choose another {option})")
+    if existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):
+        verb = "write in" if existing == folder else "create folders in"
+        where = Path.cwd() if existing == Path(".") else existing  # (not a bare ".")
+        raise InputError(f"cannot {verb} {where}: permission denied (choose another {option})")
 
 
 def finite_or_none(value):

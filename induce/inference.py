@@ -12,6 +12,7 @@ Which run the commands use by default (:func:`induce.runs.latest_run`) is :mod:`
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 import sys
@@ -27,6 +28,7 @@ from induce.errors import InduceError
 from induce.runs import DEFAULT_RUN_DIRS, latest_run, read_run_sidecar  # noqa: F401 (latest_run re-exported)
 from induce.training.checkpoint import CheckpointError, checkpoint_paths, load_checkpoint, prefixed
 from induce.training.trainer import CONFIG_FILE, map_state
+from induce.treeio import copy_tree, flat_tree_text, tree_to_line
 
 #: Sentences longer than this are parsed in pieces (see :func:`predict_trees`).
 DEFAULT_MAX_LENGTH = 300
@@ -179,49 +181,47 @@ def _attach_punctuation(words: Sequence[str], content_tree: Optional[nltk.Tree],
     Each punctuation token joins, as a right sister, the highest constituent that ends just before
     it (so a final period attaches at the root); punctuation before the first word joins the
     whole tree as a left sister. Every node stays binary.
+
+    Linear in the number of words, without recursion: one post-order walk finds, for each content
+    word, the slot (parent node, child index) of the highest constituent ending at it; a mark then
+    wraps what is in the slot before it, and the wrapped node is the highest ending at the mark
+    (its old parent goes on past the mark, whose words come later). Descending from the root for
+    each mark instead costs the depth of the tree per mark: quadratic for a long right-branching line.
     """
     if content_tree is None:  # nothing but punctuation: right-branching over the tokens
         return _join_right(list(words)) if len(words) > 1 else nltk.Tree("S", list(words))
-    # Nodes as [start, end, children] over original positions; leaves are ints.
-    def build(node):
-        if not isinstance(node, nltk.Tree):
-            return content[next(counter)]
-        children = [build(child) for child in node]
-        first = children[0] if isinstance(children[0], int) else children[0][0]
-        last = children[-1] if isinstance(children[-1], int) else children[-1][1]
-        return [first, last, children]
-
-    counter = iter(range(len(content)))
     # A one-word tree (S w) is the bare leaf here, so that attaching gives (S w .), not (S (S w) .).
-    root = content[0] if len(content) == 1 else build(content_tree)
-    end = lambda node: node if isinstance(node, int) else node[1]  # noqa: E731
-    start = lambda node: node if isinstance(node, int) else node[0]  # noqa: E731
+    # The marks are attached to a copy: the caller's tree is left as it was.
+    top = content_tree[0] if len(content) == 1 else copy_tree(content_tree)
+    holder = [top]  # the root's slot
+    slot_of: dict[int, tuple[list, int]] = {}  # position -> slot of the highest node ending there
+    leaf_index = 0
+    # Post-order walk with an explicit stack of (parent, index): a node is finished after its
+    # children, so the last slot recorded for a word is that of the highest node ending at it.
+    stack: list[tuple[list, int, bool]] = [(holder, 0, False)]
+    while stack:
+        parent, index, children_done = stack.pop()
+        node = list.__getitem__(parent, index)  # (nltk's __getitem__ is slow; the index is a plain int)
+        if isinstance(node, nltk.Tree) and len(node) and not children_done:
+            stack.append((parent, index, True))
+            for child in range(len(node) - 1, -1, -1):
+                stack.append((node, child, False))
+            continue
+        if not isinstance(node, nltk.Tree):
+            leaf_index += 1
+        if leaf_index:  # (an empty subtree before the first word ends at no word)
+            slot_of[content[leaf_index - 1]] = (parent, index)
     is_content = set(content)
-    leading = list(range(content[0]))
     for position in range(content[0] + 1, len(words)):
         if position in is_content:
             continue
-        previous = position - 1
-        if end(root) == previous:
-            root = [start(root), position, [root, position]]
-            continue
-        node = root
-        while True:  # descend to the child holding `previous`; wrap the highest node ending there
-            index = max(k for k, child in enumerate(node[2]) if start(child) <= previous)
-            child = node[2][index]
-            if end(child) == previous:
-                node[2][index] = [start(child), position, [child, position]]
-                break
-            node = child
-    for position in reversed(leading):
-        root = [position, end(root), [position, root]]
-
-    def to_tree(node):
-        if isinstance(node, int):
-            return words[node]
-        return nltk.Tree("S", [to_tree(child) for child in node[2]])
-
-    return to_tree(root)
+        parent, index = slot_of[position - 1]
+        parent[index] = nltk.Tree("S", [parent[index], words[position]])
+        slot_of[position] = (parent, index)
+    root = holder[0]
+    for position in reversed(range(content[0])):
+        root = nltk.Tree("S", [words[position], root])
+    return root
 
 
 def predict_trees(
@@ -365,13 +365,8 @@ def format_tree(tree: nltk.Tree, style: str = "ptb") -> str:
     tokens exactly. ``json``: one JSON array per line, the tree as nested arrays whose strings are
     the tokens exactly (brackets included): ``[["The", "dog"], "barked"]``.
     """
-    if style == "json":
-        import json
-
-        def nested(node):
-            return [nested(child) for child in node] if isinstance(node, nltk.Tree) else node
-
-        return json.dumps(nested(tree), ensure_ascii=False)
+    if style == "json":  # what json.dumps(nested lists) writes, without recursion (see flat_tree_text)
+        return flat_tree_text(tree, lambda node: "[", _json_leaf, separator=", ", close_node="]")
     if style == "pretty":
         if not tree.leaves():
             return "(S )"
@@ -384,11 +379,15 @@ def format_tree(tree: nltk.Tree, style: str = "ptb") -> str:
         return TreePrettyPrinter(indexed, sentence=tree.leaves()).text().rstrip("\n")
     if style != "ptb":
         raise InduceError(f"unknown format {style!r}; use ptb, pretty or json")
-    escaped = tree.copy(deep=True)
-    for position in escaped.treepositions("leaves"):
-        escaped[position] = escaped[position].replace("(", "-LRB-").replace(")", "-RRB-")
-    with _recursion_limit(4 * len(escaped.leaves()) + 1000):
-        return escaped.pformat(margin=sys.maxsize)
+    return tree_to_line(tree, _escape_round_brackets)
+
+
+def _escape_round_brackets(token: str) -> str:
+    return token.replace("(", "-LRB-").replace(")", "-RRB-")
+
+
+def _json_leaf(token: str) -> str:
+    return json.dumps(token, ensure_ascii=False)
 
 
 def lm_perplexity(run: Union[str, Path, LoadedRun], corpus_dir: Union[str, Path], split: str = "valid",
@@ -425,8 +424,11 @@ def generate(
     ``n_words`` tokens, finished hypotheses ranked by mean log-probability per token (raw sums
     would favour the shortest sentence). The context is ``<eos>`` followed by the normalised prompt.
     """
-    if temperature <= 0:
-        raise InduceError("--temperature must be positive")
+    if math.isnan(temperature):
+        raise InduceError(f"--temperature {temperature}: not a number; give a positive number (1 samples the "
+                          "model's own distribution)")
+    if not 0 < temperature < math.inf:
+        raise InduceError(f"--temperature {temperature}: must be positive and finite")
     if beam is not None and beam < 1:
         raise InduceError("--beam must be at least 1")
     loaded = _as_loaded(run, device)

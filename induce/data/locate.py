@@ -20,6 +20,7 @@ Inside a data root, :func:`find_treebank` recognises, best first:
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -62,7 +63,9 @@ def _ldc_wsj_dir(root: Path) -> Optional[Path]:
 def _nltk_sample_dir(root: Path) -> Optional[Path]:
     candidates = [root / "nltk_treebank", root / "treebank" / "combined", root / "corpora" / "treebank" / "combined", root]
     for candidate in candidates:
-        if (candidate / "wsj_0001.mrg").is_file():
+        # any file of the sample (not only wsj_0001.mrg): a sample with files missing is reported as such
+        # (preprocess.nltk_sample_split_files), not taken for no treebank at all
+        if any(re.fullmatch(r"wsj_0(0\d\d|1\d\d)\.mrg", path.name) for path in candidate.glob("wsj_0*.mrg")):
             return candidate
     return None
 

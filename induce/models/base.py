@@ -26,7 +26,7 @@ class ModelConfig(pydantic.BaseModel):
     so an old checkpoint builds the model it was trained as: it loads, and resumes exactly.
     """
 
-    model_config = pydantic.ConfigDict(extra="forbid")
+    model_config = pydantic.ConfigDict(extra="forbid", allow_inf_nan=False)  # floats are finite numbers
     stored_defaults: ClassVar[dict[str, Any]] = {}
 
 

@@ -47,7 +47,8 @@ from typing import Callable, Optional
 import nltk
 from rich.console import Console
 
-from induce.errors import InduceError
+from induce.errors import InduceError, InputError
+from induce.files import check_output_folder, os_error_reason
 
 from .profiles import Profile, build_run_config, load_profile, resolve_profile_name
 from .results import SCORE_SETS, collect_results, convention, now, read_json, run_summary
@@ -59,7 +60,7 @@ STEPS_FILE = "steps.json"
 #: Bumped when the content of the evaluation JSON files changes (forces re-evaluation).
 EVAL_VERSION = 2
 #: Config keys that may differ without making a finished run stale.
-VOLATILE_TRAIN_KEYS = ("device", "kernels", "log_interval")
+VOLATILE_TRAIN_KEYS = ("device", "kernels", "log_interval", "tensorboard")
 SPLITS = ("valid", "test")
 
 
@@ -123,10 +124,19 @@ class Reproduction:
         if options.seeds:
             self.profile.seeds = list(options.seeds)
         if options.models:
-            self.profile = self.profile.model_copy(update={"models": Profile._known_models(list(options.models))})
+            try:
+                models = Profile._known_models(list(options.models))
+            except ValueError as err:  # an unknown model, or one that does not parse
+                raise InduceError(f"--models {','.join(options.models)}: {err}") from None
+            self.profile = self.profile.model_copy(update={"models": models})
         if options.split not in SPLITS:
             raise InduceError(f"--split {options.split!r}: use valid (dev) or test")
         self.out = Path(options.out)
+        check_output_folder(self.out, "--out")  # before hours of training, not when the report is written
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise InputError(f"--out: cannot create the output folder: {os_error_reason(err)}", self.out) from None
         self.steps: list[StepRecord] = []
         #: Training seconds per model and seed (None: the config's epochs decide).
         self.budgets = {model: options.time_per_model if options.time_per_model is not None

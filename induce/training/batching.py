@@ -34,6 +34,14 @@ def batchify(stream: torch.Tensor, batch_size: int) -> torch.Tensor:
     return stream[: length * batch_size].reshape(batch_size, length, *stream.shape[1:]).contiguous()
 
 
+def predicted_per_epoch(n_tokens: int, batch_size: int) -> int:
+    """Tokens an epoch predicts of a stream of ``n_tokens`` (sentence ends included) cut into
+    ``batch_size`` rows (:func:`batchify`): every token of a row but its first, the tail that does not
+    fill the rows dropped. At most: the loop may stop one token short of a row's end (AWD-LSTM's
+    ``i < length - 2``), when a segment ends there."""
+    return max(0, n_tokens // batch_size - 1) * batch_size
+
+
 def shard_rows(data: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
     """Rows ``[rank * B/W, (rank + 1) * B/W)`` of ``data [B, ...]`` (``B`` divisible by ``W``)."""
     if data.size(0) % world_size:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import socket
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,6 +36,8 @@ CONFIG_FILE = "config.yaml"
 LOCK_FILE = "train.lock"
 BEST = "best"
 LAST = "last"
+#: train.tensorboard's folder of event files (induce.training.tensorboard; ``force`` removes it too).
+TENSORBOARD_DIR = "tensorboard"
 #: The files a training writes (what ``force`` removes; any of them marks a folder as a run).
 RUN_FILES = (CONFIG_FILE, METRICS_FILE, STATUS_FILE, f"{BEST}.json", f"{BEST}.safetensors",
              f"{LAST}.json", f"{LAST}.safetensors")
@@ -101,6 +104,7 @@ def claim_for_new_run(run_dir: Path, force: bool, allow_foreign: bool = False) -
             )
         for name in RUN_FILES:
             (run_dir / name).unlink(missing_ok=True)
+        shutil.rmtree(run_dir / TENSORBOARD_DIR, ignore_errors=True)  # the old run's event files
         return
     others = [p.name for p in run_dir.iterdir() if p.name != LOCK_FILE]
     if others and not allow_foreign and not force:

@@ -18,7 +18,7 @@ from torch import nn
 
 from induce.errors import InduceError
 
-from . import batching, ddp
+from . import batching, ddp, fits
 from .checkpoint import CheckpointError
 from .lm import DEV_LENGTHS, LMLoss, resolve_corpus
 from .optim import Schedule, build_optimizer
@@ -61,6 +61,7 @@ class TrainerSetup:
 
         seed_everything(cfg.train.seed)
         self.device = ctx.device
+        fits.check_parameters_fit(self.model_cls, len(vocab), cfg, self.device)  # before any memory is taken
         self.model = self.model_cls(len(vocab), cfg.model_config_object()).to(self.device)
         if ctx.distributed:
             # Same initial weights everywhere (seeded above); different dropout masks per process.
@@ -68,13 +69,16 @@ class TrainerSetup:
 
         train_stream = batching.stream_ids(self.corpus.lm_sentences("train"), vocab)
         self.train_data = batching.shard_rows(
-            batching.batchify(train_stream, cfg.data.batch_size), ctx.rank, ctx.world_size
+            fits.batch_rows(train_stream, cfg.data.batch_size, "data.batch_size", "train"), ctx.rank, ctx.world_size
         ).to(self.device)
         valid_stream = batching.stream_ids(self.corpus.lm_sentences("valid"), vocab)
-        self.valid_data = batching.batchify(valid_stream, cfg.data.eval_batch_size)
+        self.valid_data = fits.batch_rows(valid_stream, cfg.data.eval_batch_size, "data.eval_batch_size", "valid")
         self.train_gold = None
         if getattr(self.model_cls, "supervised", False):
             self.train_gold = self._gold_spans(train_stream.numel())
+        fits.check_step_fits(LMLoss(self.model, cfg.train.alpha, cfg.train.beta), self.model, cfg, self.device,
+                             self.train_data.size(0), self.train_data.size(1),
+                             None if self.train_gold is None else self.train_gold.size(-1))
         self._prepare_dev()
         if cfg.train.select_by == "dev_f1" and not self._model_parses():
             raise InduceError(

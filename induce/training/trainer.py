@@ -56,7 +56,7 @@ from rich.progress import (
 from induce.config import RunConfig, load_config_file, save_config, stored_config, validate_config
 from induce.errors import InduceError
 
-from . import advice, batching, ddp
+from . import advice, batching, ddp, failures
 from .checkpoint import load_checkpoint
 from .lm import DEV_LENGTHS, LMLoss, dev_parse_metrics, evaluate_lm, resolve_corpus
 from .optim import averaged_parameters, build_optimizer, clip_gradients
@@ -75,6 +75,7 @@ from .run_folder import (
     write_status,
 )
 from .setup import TrainerSetup
+from .tensorboard import TensorBoardLog, require_tensorboard
 from .state import CheckpointState, detach_state, map_state
 
 __all__ = [
@@ -122,7 +123,7 @@ class Trainer(TrainerSetup, CheckpointState):
 
     ``resume=True`` continues from ``run_dir/last.*`` (the config stored there wins over
     ``config`` except ``train.epochs``, ``train.time_budget``, ``train.device``, ``train.kernels``,
-    ``train.log_interval``). ``on_batch(trainer, epoch, batch)`` is called after every optimiser
+    ``train.log_interval``, ``train.tensorboard``). ``on_batch(trainer, epoch, batch)`` is called after every optimiser
     step (tests use it to kill a run). ``progress=False`` hides the progress bars.
 
     A new run refuses a ``run_dir`` that already holds a run unless ``force`` (which removes the old
@@ -166,10 +167,13 @@ class Trainer(TrainerSetup, CheckpointState):
             self.resume_tensors, self.resume_meta = load_checkpoint(self.run_dir / LAST)
             stored = validate_config(stored_config(self.resume_meta["config"]),
                                      source=str(self.run_dir / (LAST + ".json")))
-            keep = {"epochs", "time_budget", "device", "kernels", "log_interval"}
+            keep = {"epochs", "time_budget", "device", "kernels", "log_interval", "tensorboard"}
             updates = {k: getattr(config.train, k) for k in keep}
             config = stored.model_copy(update={"train": stored.train.model_copy(update=updates)})
         self.config = config
+        self.tensorboard: Optional[TensorBoardLog] = None
+        if config.train.tensorboard:
+            require_tensorboard()  # the missing package is an error before anything is done
 
     # ---------------------------------------------------------------------------------------- setup
 
@@ -226,6 +230,8 @@ class Trainer(TrainerSetup, CheckpointState):
         speed = interval_tokens * self.ctx.world_size / max(time.monotonic() - interval_start, 1e-9)
         if task is not None:
             self.progress.update(task, loss=f"loss {mean:.3f} ppl {math.exp(min(mean, 50)):.1f} {speed:,.0f} tok/s")
+        if self.tensorboard is not None:
+            self.tensorboard.interval(mean, self.steps_total)
 
     def _train_epoch(self, progress: Optional[Progress]) -> Optional[str]:
         """Run (the rest of) the current epoch; returns None when it is complete, else why it stopped
@@ -415,9 +421,16 @@ class Trainer(TrainerSetup, CheckpointState):
         cfg, ctx = self.config, self.ctx
         n_params = sum(p.numel() for p in self.model.parameters())
         tokens_per_epoch = self.train_data.size(1) * cfg.data.batch_size
+        sentences = self.corpus.lm_sentences("train")
+        words = sum(len(sentence) for sentence in sentences)
+        # One count, said what it counts: the words, the tokens with the sentence ends (what the model
+        # reads), and the tokens an epoch predicts (metrics.jsonl's train_tokens, the report's
+        # "tokens trained"): the first of each row and the tail that does not fill the rows are not.
+        predicted = batching.predicted_per_epoch(words + len(sentences), cfg.data.batch_size)
         self._log(
-            f"{cfg.model_name}: {n_params:,} parameters, {self.corpus.name} ({len(self.vocab)} types, "
-            f"{tokens_per_epoch:,} train tokens), device {self.device}"
+            f"{cfg.model_name}: {n_params:,} parameters, {self.corpus.name} ({len(self.vocab)} types; train text: "
+            f"{words:,} words + {len(sentences):,} sentence ends = {words + len(sentences):,} tokens, an epoch "
+            f"predicts up to {predicted:,} of them in {cfg.data.batch_size} streams), device {self.device}"
             + (f", {ctx.world_size} processes" if ctx.distributed else "")
             + (f", resuming epoch {self.epoch} at batch {self.batch}" if self.resume else "")
         )
@@ -477,6 +490,8 @@ class Trainer(TrainerSetup, CheckpointState):
                 self._write_metrics_file()
                 status = {"started_at": now()} if not self.resume else {"resumed_at": now()}
                 self._write_status("running", world_size=ctx.world_size, pid=os.getpid(), **status)
+                if cfg.train.tensorboard:
+                    self.tensorboard = TensorBoardLog(self.run_dir, self.steps_total if self.resume else None)
             self._announce()
             self.started = time.monotonic()
             self.batches_this_run = 0
@@ -498,6 +513,8 @@ class Trainer(TrainerSetup, CheckpointState):
                         break
                     complete = reason is None
                     metrics = self._end_of_epoch(complete, epoch_started)
+                    if self.tensorboard is not None:
+                        self.tensorboard.epoch(metrics, self.steps_total)
                     if self.diverged is not None:
                         stop_reason = "diverged"
                         break
@@ -555,9 +572,18 @@ class Trainer(TrainerSetup, CheckpointState):
             raise
         except Exception as err:
             if self._started():
-                self._write_status("failed", failed_at=now(), error=f"{type(err).__name__}: {err}")
+                try:
+                    self._write_status("failed", failed_at=now(), error=f"{type(err).__name__}: {err}")
+                except OSError:  # e.g. the disk that is full: the error to report is still err
+                    pass
+            message = failures.user_error(err, self.run_dir, self.config, started=self._started(),
+                                          world_size=getattr(getattr(self, "ctx", None), "world_size", 1))
+            if message is not None:  # a full disk, no memory: one line, not a traceback
+                raise message from err
             raise
         finally:
+            if self.tensorboard is not None:
+                self.tensorboard.close()
             for sig, handler in previous_handlers.items():
                 signal.signal(sig, handler)
             if hasattr(self, "ctx"):
@@ -575,7 +601,7 @@ def train(config: RunConfig, run_dir: Path, **kwargs) -> TrainResult:
 
 def resume(run_dir: Path, updates: Optional[dict] = None, **kwargs) -> TrainResult:
     """Continue the run in ``run_dir`` from ``last.*``; ``updates`` may change ``train.epochs``,
-    ``train.time_budget``, ``train.device``, ``train.kernels``, ``train.log_interval``."""
+    ``train.time_budget``, ``train.device``, ``train.kernels``, ``train.log_interval``, ``train.tensorboard``."""
     run_dir = Path(run_dir)
     if ddp.env_is_main():
         RunLock(run_dir).check_free()
