@@ -19,6 +19,7 @@ if not torch.cuda.is_available():
 import math  # noqa: E402
 
 import pytest  # noqa: E402
+import torch.utils._python_dispatch  # noqa: E402
 
 import induce.kernels as K  # noqa: E402
 from induce.kernels.testing import (  # noqa: E402
@@ -187,6 +188,83 @@ def test_onlstm_cell_unused_outputs(used):
         grads[tier] = [torch.zeros_like(x).cpu() if g is None else g.cpu() for g, x in zip(found, leaves)]
     for got, want in zip(grads[TIER], grads["reference"]):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+class _ZeroFills(torch.utils._python_dispatch.TorchDispatchMode):
+    """Shapes of the zero-filled tensors made while active (autograd materialises unused gradients so)."""
+
+    def __init__(self):
+        super().__init__()
+        self.shapes = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.overloadpacket.__name__ in ("zeros", "zeros_like", "new_zeros", "zero_", "fill_", "full", "full_like"):
+            self.shapes.append(tuple(out.shape))
+        return out
+
+
+def test_onlstm_cell_unused_gradients_are_not_materialised():
+    """Only h in the loss: the backward gets None for c_t and cf, not zero tensors autograd made and
+    filled (a launch each per step and layer on a GPU), and runs its HAS_GCN/HAS_GCF=False form."""
+    inputs = onlstm_cell_inputs(3, 5, 2, seed=2)
+    leaves = [t.clone().to(DEVICE).requires_grad_() for t in inputs.values()]
+    h, c_new, cf = K.onlstm_cell(*leaves, 5, backend=TIER)
+    loss = (h * torch.linspace(-1, 1, h.numel(), device=h.device).view_as(h)).sum()
+    with _ZeroFills() as zeros:
+        loss.backward()
+    assert tuple(c_new.shape) not in zeros.shapes and tuple(cf.shape) not in zeros.shapes, zeros.shapes
+    reference = [t.clone().requires_grad_() for t in inputs.values()]
+    h_ref, _, _ = K.onlstm_cell(*reference, 5, backend="reference")
+    (h_ref * torch.linspace(-1, 1, h_ref.numel()).view_as(h_ref)).sum().backward()
+    for got, want in zip(leaves, reference):
+        torch.testing.assert_close(got.grad.cpu(), want.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_span_attention_unused_score_gradient_is_not_materialised():
+    """PaLM-U trains on the context only: the scores' gradient reaches the backward as None."""
+    inputs = span_attention_inputs(1, 6, 3, 4, seed=6)
+    leaves = {k: v.clone().to(DEVICE).requires_grad_() for k, v in inputs.items()}
+    context, scores = K.span_attention(**leaves, max_len=5, backend=TIER)
+    with _ZeroFills() as zeros:
+        context.sum().backward()
+    assert tuple(scores.shape) not in zeros.shapes, zeros.shapes
+    reference = {k: v.clone().requires_grad_() for k, v in inputs.items()}
+    K.span_attention(**reference, max_len=5, backend="reference")[0].sum().backward()
+    for name, want in reference.items():
+        torch.testing.assert_close(leaves[name].grad.cpu(), want.grad, rtol=2e-5, atol=2e-5, msg=lambda m: f"d/d{name}: {m}")
+
+
+def _small_case(name):
+    """Inputs and keyword arguments of a small call of kernel ``name``."""
+    gen = _gen(7)
+    scan = random_scan_inputs(2, 5, 3, generator=gen)
+    if name == "cumax":
+        return {"x": torch.randn(3, 6, generator=gen)}, {}
+    if name == "stick_breaking_gates":
+        return {"d": torch.rand(2, 6, generator=gen)}, {"window": 3}
+    if name == "linear_scan":
+        return scan, {}
+    if name == "span_representations":
+        return {"c": K.linear_scan(scan["log_f"], scan["u"], backend="torch"), "log_f": scan["log_f"]}, {"max_len": 3}
+    if name == "span_attention":
+        return span_attention_inputs(1, 5, 3, 2, seed=7), {"max_len": 3}
+    return onlstm_cell_inputs(2, 3, 2, seed=7), {"n_chunks": 3}
+
+
+@pytest.mark.parametrize("name", ["cumax", "stick_breaking_gates", "linear_scan", "span_representations",
+                                  "span_attention", "onlstm_cell"])
+def test_undefined_output_gradients_give_no_input_gradients(name):
+    """An undefined upstream gradient (what gradcheck's check_undefined_grad sends; the Functions do
+    not materialise zeros) reaches the backward as None: no input gets a nonzero gradient."""
+    inputs, kwargs = _small_case(name)
+    leaves = {k: v.clone().to(DEVICE).requires_grad_() for k, v in inputs.items()}
+    outs = getattr(K, name)(**leaves, **kwargs, backend=TIER)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    undefined = [torch._C._functions.UndefinedGrad()(o) for o in outs]
+    grads = torch.autograd.grad(undefined, list(leaves.values()), [torch.zeros_like(o) for o in undefined],
+                                allow_unused=True)
+    assert all(g is None or not g.any() for g in grads), name
 
 
 # ---------------------------------------------------------------- no recompilation per length

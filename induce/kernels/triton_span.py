@@ -121,6 +121,7 @@ _BT, _BD = 16, 32
 class _SpanRepresentations(torch.autograd.Function):
     @staticmethod
     def forward(ctx, c: torch.Tensor, log_f: torch.Tensor, max_len: int, reverse: bool):  # type: ignore[override]
+        ctx.set_materialize_grads(False)  # an unused or undefined gradient comes as None: see backward
         B, T, D = c.shape
         out = torch.empty(B, T, max_len, D, dtype=c.dtype, device=c.device)
         if B * T * D * max_len:
@@ -132,7 +133,9 @@ class _SpanRepresentations(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
+    def backward(ctx, grad_out: Optional[torch.Tensor]):  # type: ignore[override]
+        if grad_out is None:  # undefined upstream gradient (materialize_grads is off): none for the inputs
+            return None, None, None, None
         c, log_f = ctx.saved_tensors
         B, T, D = c.shape
         grad_c = torch.zeros(B, T, D, dtype=torch.float32, device=c.device)
@@ -420,6 +423,8 @@ class _SpanAttention(torch.autograd.Function):
     def forward(  # type: ignore[override]
         ctx, query, c_fwd, logf_fwd, c_bwd, logf_bwd, w_span, v, fixed_scores, max_len
     ):
+        # scores often feed no loss (PaLM-U, PaLM-RB): their gradient then reaches the backward as None
+        ctx.set_materialize_grads(False)
         B, T, D = c_fwd.shape
         M = max_len
         npos = B * T
