@@ -158,13 +158,23 @@ def test_span_attention_small_tiles_and_chunks(monkeypatch, fixed, split_dw):
     check("span_attention", TIER, inputs, max_len=5, rtol=2e-5, atol=2e-5, **kwargs)
 
 
-def test_span_attention_max_len_over_tile(monkeypatch):
-    """max_len above the row tile: the tile grows to a power of two >= m (one position per tile)."""
+@pytest.mark.parametrize("max_len,split_dw,fixed", [(11, True, False), (10, False, False), (9, True, True)])
+def test_span_attention_max_len_over_tile(monkeypatch, max_len, split_dw, fixed):
+    """max_len above the row tile (a parse scores every span of a sentence): each position's spans are
+    split over several tiles, the last one partly filled, in every kernel (scores, dh, gradient, dW);
+    rows before the sequence start too (t < k), and a second sequence."""
     from induce.kernels import triton_span
 
-    monkeypatch.setattr(triton_span, "_MLP_R", 8)
-    monkeypatch.setattr(triton_span, "_GRAD_R", 8)
-    check("span_attention", TIER, span_attention_inputs(1, 12, 5, 3, seed=2), max_len=12, rtol=2e-5, atol=2e-5)
+    for name in ("_MLP_R", "_GRAD_R", "_DW_R"):
+        monkeypatch.setattr(triton_span, name, 4)
+    monkeypatch.setattr(triton_span, "_DW_SPLIT", split_dw)
+    inputs = span_attention_inputs(2, 12, 3, 2, seed=max_len)
+    kwargs = {}
+    if fixed:
+        for name in ("query", "w_span", "v"):
+            inputs.pop(name)
+        kwargs = dict(query=None, w_span=None, v=None, fixed_scores=torch.linspace(-1.0, 2.0, max_len))
+    check("span_attention", TIER, inputs, max_len=max_len, rtol=2e-5, atol=2e-5, **kwargs)
 
 
 # ------------------------------------------------------------------------------ ON-LSTM cell
