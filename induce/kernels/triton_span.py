@@ -159,7 +159,9 @@ def span_representations(c: torch.Tensor, log_f: torch.Tensor, max_len: int, rev
 # rest padding), row ``i`` being span ``k`` of position ``pos0 + tile * P + i // M`` (positions
 # flattened over ``B * T``). Whole positions per tile keep every "over the spans of one position"
 # operation (the forget-gate window products, the gradient sums of the backward) inside a program,
-# as segmented scans along the rows. The span representations ``g [R, 2D]`` are formed on chip,
+# as segmented scans along the rows. A position with more spans than a tile has rows (``M > R``, a
+# parse of a long sentence) is split over several tiles (``CHUNKED``, see :func:`_row_tiling`), whose
+# scans continue the earlier tiles' sums. The span representations ``g [R, 2D]`` are formed on chip,
 # block of features by block of features, and never written to memory.
 #
 # forward:  scores (MLP kernel, grid rows x blocks of A: partial sums of ``v . tanh(q + g W)`` per
@@ -447,12 +449,18 @@ def _span_dw_kernel(
 
 
 # tile sizes: MLP kernel (rows x A block, D walked in blocks), gradient kernel (rows x D block,
-# A walked in blocks), context kernel (positions x D block)
+# A walked in blocks), context kernel (positions x D block). Register use per tile decides them as
+# much as speed: compiled for sm_90 (python3 -m induce.kernels.compile_check), the backward tiles
+# of the H100 tuning (gradient 128 x 64, dW 64 x 128, the MLP backward's A block of 128) spilled
+# 0.8-1.1 KB per thread (gradient, dW) and ~100 B (MLP backward); the tiles below spill nothing
+# but dW's ~60 B in fp32 (bench/RESULTS.md, "H100 compile check"). Their speed is not measured
+# yet: the first GPU session should time them against the old values (bench/gpu_notes.md).
 _MLP_R, _MLP_BA, _MLP_BD, _MLP_WARPS = 64, 128, 16, 8
-_GRAD_R, _GRAD_BD, _GRAD_BA, _GRAD_WARPS = 128, 64, 32, 8
+_MLP_BWD_BA = 64  # the backward's dh tile [R, BA] on top of the forward's registers
+_GRAD_R, _GRAD_BD, _GRAD_BA, _GRAD_WARPS = 64, 32, 32, 8
 _DW_SPLIT = True  # dW in its own split-K kernel (else fused into the gradient kernel, atomics per row tile)
-_DW_R, _DW_BD, _DW_BA, _DW_WARPS, _DW_PROGRAMS = 64, 64, 128, 8, 528
-_CTX_BT, _CTX_BD = 32, 64
+_DW_R, _DW_BD, _DW_BA, _DW_WARPS, _DW_PROGRAMS = 64, 32, 64, 8, 528
+_CTX_BT, _CTX_BD, _CTX_WARPS = 32, 64, 8
 _DH_CHUNK_BYTES = 16 * 2**20  # the backward's dh scratch [positions * m, A] is at most this large
 
 
@@ -515,7 +523,7 @@ class _SpanAttention(torch.autograd.Function):
             grid = (triton.cdiv(npos, _CTX_BT), triton.cdiv(D, _CTX_BD))
             _span_context_kernel[grid](
                 c_fwd, logf_fwd, c_bwd, logf_bwd, weights, weights, context, npos, T, D, M,
-                BACKWARD=False, BT=_CTX_BT, BD=_CTX_BD,
+                BACKWARD=False, BT=_CTX_BT, BD=_CTX_BD, num_warps=_CTX_WARPS,
             )
         ctx.save_for_backward(query, c_fwd, logf_fwd, c_bwd, logf_bwd, w_span, v, weights)
         ctx.meta = (has_mlp, A, M)
@@ -546,7 +554,7 @@ class _SpanAttention(torch.autograd.Function):
         grid = (triton.cdiv(npos, _CTX_BT), ND)
         _span_context_kernel[grid](
             c_fwd, logf_fwd, c_bwd, logf_bwd, weights, grad_context, dot_parts, npos, T, D, M,
-            BACKWARD=True, BT=_CTX_BT, BD=_CTX_BD,
+            BACKWARD=True, BT=_CTX_BT, BD=_CTX_BD, num_warps=_CTX_WARPS,
         )
         d_weights = dot_parts.sum(-1).view(B, T, M)
         d_scores = weights * (d_weights - (weights * d_weights).sum(-1, keepdim=True))
@@ -558,7 +566,7 @@ class _SpanAttention(torch.autograd.Function):
         P_mlp, n_chunks_mlp = _row_tiling(_MLP_R, M)
         P_dw, n_chunks_dw = _row_tiling(_DW_R, M)
         if has_mlp:
-            BA = min(_MLP_BA, _pow2(A))
+            BA = min(_MLP_BWD_BA, _pow2(A))
             NA = triton.cdiv(A, BA)
             chunk = max(1, _DH_CHUNK_BYTES // (M * A * 4))  # positions per chunk (tiles never cross pos_end)
             dh = torch.empty(min(chunk, npos) * M, A, **f32)
