@@ -278,7 +278,7 @@ def test_undefined_output_gradients_give_no_input_gradients(name):
 
 
 # ---------------------------------------------------------------- no recompilation per length
-_LENGTH_NAMES = {"T", "R", "NPOS", "pos0", "pos_end", "n_tiles"}
+_LENGTH_NAMES = {"T", "R", "NPOS", "pos0", "pos_end", "n_tiles", "n_chunks"}
 
 
 def _unspecialised(kernel) -> set:

@@ -187,7 +187,7 @@ def _seg_add2(f1, v1, w1, f2, v2, w2):
 
 @triton.jit
 def _span_rows(
-    pos0, pos_end, tile, T, M, n_chunks, P: tl.constexpr, R: tl.constexpr, K_DESCENDING: tl.constexpr,
+    pos0, pos_end, tile, T, M, n_chunks, P, R: tl.constexpr, K_DESCENDING: tl.constexpr,
     CHUNKED: tl.constexpr,
 ):
     """Rows ``[R, 1]`` of a span tile: ``(pos, k, t, row_ok, valid, first, last, k0, pos_first)``.
@@ -253,11 +253,11 @@ def _span_block(
     return tl.where(ok, head - other * decay, 0.0)
 
 
-@_length_free_jit('pos0', 'pos_end', 'T', 'n_chunks')
+@_length_free_jit('pos0', 'pos_end', 'T', 'n_chunks', 'P')
 def _span_mlp_kernel(
     q_ptr, cf_ptr, lff_ptr, cb_ptr, lfb_ptr, w_ptr, v_ptr, ds_ptr, out_ptr, gv_ptr,
     pos0, pos_end, T, D, A, M, NA, n_chunks,
-    BACKWARD: tl.constexpr, P: tl.constexpr, R: tl.constexpr, BD: tl.constexpr, BA: tl.constexpr,
+    BACKWARD: tl.constexpr, P, R: tl.constexpr, BD: tl.constexpr, BA: tl.constexpr,
     CHUNKED: tl.constexpr,
 ):
     """``h = tanh(q + g W)`` for a tile of span rows and a block of A.
@@ -345,11 +345,11 @@ def _span_context_kernel(
         tl.store(out_ptr + pos * (2 * D) + D + d, acc_b.to(out_ptr.dtype.element_ty), mask=ok)
 
 
-@_length_free_jit('pos0', 'pos_end', 'T', 'n_chunks')
+@_length_free_jit('pos0', 'pos_end', 'T', 'n_chunks', 'P')
 def _span_grad_kernel(
     c_ptr, lf_ptr, w_ptr, dh_ptr, p_ptr, gctx_ptr, gc_ptr, glf_ptr, gw_ptr,
     pos0, pos_end, T, D, A, M, offset, n_chunks,
-    REVERSE: tl.constexpr, HAS_MLP: tl.constexpr, FUSED_DW: tl.constexpr, P: tl.constexpr, R: tl.constexpr,
+    REVERSE: tl.constexpr, HAS_MLP: tl.constexpr, FUSED_DW: tl.constexpr, P, R: tl.constexpr,
     BD: tl.constexpr, BA: tl.constexpr, CHUNKED: tl.constexpr,
 ):
     """One direction's backward for a tile of span rows (k descending) x a block of features.
@@ -423,10 +423,10 @@ def _span_grad_kernel(
         tl.atomic_add(gc_ptr + pos * D + d, shared_sum, mask=last, sem="relaxed")
 
 
-@_length_free_jit('pos0', 'pos_end', 'T', 'n_tiles', 'n_chunks')
+@_length_free_jit('pos0', 'pos_end', 'T', 'n_tiles', 'n_chunks', 'P')
 def _span_dw_kernel(
     c_ptr, lf_ptr, dh_ptr, gw_ptr, pos0, pos_end, T, D, A, M, offset, n_tiles, n_chunks,
-    REVERSE: tl.constexpr, P: tl.constexpr, R: tl.constexpr, BD: tl.constexpr, BA: tl.constexpr,
+    REVERSE: tl.constexpr, P, R: tl.constexpr, BD: tl.constexpr, BA: tl.constexpr,
     CHUNKED: tl.constexpr,
 ):
     """``dW[offset + d block, a block] += g^T dh`` over the row tiles ``split, split + S, ...`` (split-K)."""
