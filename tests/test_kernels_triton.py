@@ -242,7 +242,8 @@ def test_span_attention_unused_score_gradient_is_not_materialised():
     reference = {k: v.clone().requires_grad_() for k, v in inputs.items()}
     K.span_attention(**reference, max_len=5, backend="reference")[0].sum().backward()
     for name, want in reference.items():
-        torch.testing.assert_close(leaves[name].grad.cpu(), want.grad, rtol=2e-5, atol=2e-5, msg=lambda m: f"d/d{name}: {m}")
+        torch.testing.assert_close(leaves[name].grad.cpu(), want.grad, rtol=2e-5, atol=2e-5,
+                                   msg=lambda m: f"d/d{name}: {m}")
 
 
 def _small_case(name):

@@ -72,7 +72,8 @@ def test_every_kernel_is_covered(report):
     names = set()
     for module in ("triton_impl.py", "triton_span.py"):
         tree = ast.parse((REPO / "induce" / "kernels" / module).read_text())
-        names |= {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.endswith("_kernel")}
+        names |= {node.name for node in tree.body
+                  if isinstance(node, ast.FunctionDef) and node.name.endswith("_kernel")}
     compiled = {r["kernel"] for r in report["variants"]}
     assert names <= compiled, f"kernels no workload launched: {sorted(names - compiled)}"
     trained = {r["kernel"] for r in report["variants"] if any(s.endswith("train fp32") for s in r["sightings"])}

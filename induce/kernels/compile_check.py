@@ -103,7 +103,8 @@ def problems(result: dict) -> list:
     return found
 
 
-def compile_all(variants: Sequence[Variant], jobs: int = 1, progress: Optional[Callable[[int, int], None]] = None) -> list:
+def compile_all(variants: Sequence[Variant], jobs: int = 1,
+                progress: Optional[Callable[[int, int], None]] = None) -> list:
     """Compile every variant in ``jobs`` worker processes; results in the order given.
 
     The longest kernels (by source length, a proxy for compile time) go first, so that two workers
@@ -215,7 +216,8 @@ def _run(args, only) -> int:
     columns = (TextColumn("compiling for sm_90"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
         task = progress.add_task("compile", total=len(variants))
-        results = compile_all(variants, jobs=args.jobs, progress=lambda done, total: progress.update(task, completed=done))
+        results = compile_all(variants, jobs=args.jobs,
+                              progress=lambda done, total: progress.update(task, completed=done))
     total = time.perf_counter() - started
     shown = [r for r in results if only is None or any(only.search(s) for s in r["sightings"])]
     print(table(shown))

@@ -9,8 +9,9 @@ recorded without a GPU):
    profile of ``configs/<profile>/``, distinct ones once. Per config: training steps in fp32 and
    under bf16 autocast (CPU autocast standing in for CUDA's: the models choose the dtypes the kernels
    see) at the longest segment length and then the shortest (1: an epoch's clipped last segment),
-   carrying the state as the trainer does (the kernels take the length unspecialised); a validation forward; parses of 1, 2, 42 and
-   302 tokens (:data:`MODEL_PARSE_LENGTHS`). Batch sizes are reduced to the residue of the configured
+   carrying the state as the trainer does (the kernels take the length unspecialised); a validation
+   forward; parses of 1, 2, 42 and 302 tokens (:data:`MODEL_PARSE_LENGTHS`, at batch 1, and at the
+   validation batch up to 42 tokens). Batch sizes are reduced to the residue of the configured
    one modulo 16 (kept >= 2 unless it is 1, :func:`drive_batch`): every byte offset and every
    multiple of the batch stays in its class of divisibility by 16, the only batch property Triton
    specialises on, at a fraction of the CPU time. The vocabulary is tiny (it reaches no kernel).

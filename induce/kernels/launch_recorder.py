@@ -74,7 +74,8 @@ class Variant:
     def unaligned_text(self) -> str:
         """Pointer arguments not known to be 16-byte aligned (their loads cannot be vectorised)."""
         names = list(self.signature)
-        aligned = {names[p[0]] for p, a in self.attrs.items() if len(p) == 1 and any(x[0] == "tt.divisibility" for x in a)}
+        aligned = {names[p[0]] for p, a in self.attrs.items()
+                   if len(p) == 1 and any(x[0] == "tt.divisibility" for x in a)}
         loose = [n.removesuffix("_ptr") for n, ty in self.signature.items()
                  if isinstance(ty, str) and ty.startswith("*") and n not in aligned]
         return ",".join(loose)
@@ -201,7 +202,8 @@ class Recorder:
 def _interpreted(module) -> bool:
     from triton.runtime.jit import JITFunction
 
-    return any(not isinstance(v, JITFunction) and type(v).__name__ == "InterpretedFunction" for v in vars(module).values())
+    return any(not isinstance(v, JITFunction) and type(v).__name__ == "InterpretedFunction"
+               for v in vars(module).values())
 
 
 @contextlib.contextmanager
