@@ -156,6 +156,7 @@ class _RecurrentAddmm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, bias, h, weight, projection, is_first):
+        ctx.set_materialize_grads(False)  # an unused or undefined gradient comes as None: see backward
         ctx.save_for_backward(h, weight)
         ctx.projection, ctx.is_first = projection, is_first
         with torch.autocast(h.device.type, enabled=False):
@@ -165,9 +166,11 @@ class _RecurrentAddmm(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        # grad is None when undefined upstream (materialize_grads is off): this step adds nothing, but
+        # the first step still turns the other steps' records into the weight gradient.
         h, weight = ctx.saved_tensors
         grad_h = grad_weight = None
-        if ctx.needs_input_grad[1]:
+        if grad is not None and ctx.needs_input_grad[1]:
             packed = ctx.projection.packed_backward(grad)
             if packed is not None:
                 grad_h = packed(grad).to(h.dtype)
@@ -175,8 +178,9 @@ class _RecurrentAddmm(torch.autograd.Function):
                 grad_h = torch.mm(grad.to(weight.dtype), weight.t()).to(h.dtype)
         if ctx.needs_input_grad[2]:
             store = ctx.projection.store
-            store.append((h, grad))
-            if ctx.is_first:
+            if grad is not None:
+                store.append((h, grad))
+            if ctx.is_first and store:
                 hs = torch.cat([x for x, _ in store]).to(weight.dtype)
                 gs = torch.cat([g for _, g in store]).to(weight.dtype)
                 grad_weight = torch.mm(hs.t(), gs)
