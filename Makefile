@@ -7,7 +7,7 @@ DATA ?=
 DATA_OPT := $(if $(DATA),--data $(DATA),)
 INDUCE := $(PYTHON) -m cli.main
 
-.PHONY: install test test-triton reproduce baselines bench clean
+.PHONY: install test test-triton reproduce baselines bench gpu-check clean
 
 install: .install-stamp
 
@@ -47,6 +47,17 @@ baselines: install
 bench: install
 	$(PYTHON) bench/kernels.py
 	$(PYTHON) bench/models.py
+
+# The first GPU session in one command (bench/gpu_check.py): the compiled-kernel and CUDA-graph tests on the
+# GPU, the step benchmark against the original implementations and `induce train` epochs, in at most 9 minutes
+# of one H100; results (summary.json, gpu-check.log, gpu_training.json, bench_models.json) in OUT (here:
+# gpu-check/ unless OUT is set). Installs nothing from the network: WHEELS=DIR (nltk, pydantic, ... as wheels),
+# DATA=DIR (the treebank), ORIGINALS=DIR (bench/originals/prepare.py); bench/RESULTS.md says how to prepare
+# them. DRY=1: on CPU, check in about a minute that every step starts (what the tests run).
+GPU_CHECK_OUT := $(if $(filter file,$(origin OUT)),gpu-check,$(OUT))
+gpu-check:
+	$(PYTHON) -u bench/gpu_check.py $(if $(filter 1 yes true,$(DRY)),--dry-run,) $(if $(WHEELS),--wheels $(WHEELS),) \
+	  $(DATA_OPT) $(if $(ORIGINALS),--originals $(ORIGINALS),) --out $(GPU_CHECK_OUT)
 
 clean:
 	rm -rf .install-stamp build *.egg-info .pytest_cache

@@ -35,6 +35,19 @@ interleaved with the eager step; captured in a CUDA graph after its warm-up on C
 
     python bench/models.py --device cuda --models onlstm prpn palm --steps 20 --warmup 5 --cuda-graphs --epochs 0
 
+**Kernel launches per training step** (a second table; ``launches_torch`` / ``launches_triton`` in
+``--json``; ``--no-launches`` skips it): each model with the torch tier and with the Triton tier, and
+each ``--external``, counted at dispatch by :mod:`induce.kernels.launches` — every aten operator that
+launches a kernel (not views, allocations, scalar reads) plus every Triton kernel launch, forward,
+backward and optimiser, on the step after one uncounted step, on a fresh trainer. On a GPU the step
+runs as usual. On a CPU the same counting follows the choices made on CUDA (``as_on_cuda``: foreach
+optimisers, no oneDNN packing, one-chunk LSTM weights) and the Triton kernels are counted at their
+launcher without running (the interpreter would take hours at these sizes; the tests check on a small
+step that running them gives the same count), so the CPU figure is the GPU's up to what the counter's
+docstring lists (cuDNN's LSTM and multi-tensor operators launch more than one kernel). The count does
+not depend on the widths, only on the segment length and the layers: ``--tiny`` counts (4 x 8) are
+not the papers' (20 x 70).
+
 ``--external NAME=PATH`` times someone else's training step in the same run, interleaved with
 ours: PATH defines ``make_trainer()`` (see :class:`ExternalTrainer`; on CUDA it is called as
 ``make_trainer(device="cuda")`` when it takes a ``device`` argument). That is how the original
@@ -57,9 +70,12 @@ import torch.nn.functional as F
 from rich.console import Console
 from rich.table import Table
 
+from induce.kernels import triton_unavailable_reason, use_backend
+from induce.kernels.launches import LaunchCount, as_on_cuda, count_launches
 from induce.models.awd import RecurrentProjection, WeightDropLSTM
 from induce.models.registry import get_model_class
 from induce.training.graphs import WARMUP_STEPS
+from induce.training.state import detach_state
 from induce.parsing import parse_batch
 
 VOCAB = 10_000
@@ -183,7 +199,7 @@ class Trainer:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 0.25)
         self.optimiser.step()
-        self.state = detach(state)
+        self.state = detach_state(state)
         if record:
             self.timer.stop()
         if cuda:
@@ -206,12 +222,17 @@ class GraphedTrainer(Trainer):
                                       autocast=bf16 and self.device.type == "cuda", note=print)
             self.params = list(self.model.parameters())
         tokens = torch.randint(0, VOCAB, (self.batch, self.bptt + 1), device=self.device)
+        cuda = self.device.type == "cuda"
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
         if record:
             self.timer.start()
         with packing(self.packing):
             _, _, self.state = self.graphs.step(self.optimiser, self.params, tokens[:, :-1], tokens[:, 1:], self.state)
         if record:
             self.timer.stop()
+        if cuda:  # the capture's pool included (its memory stays allocated between replays)
+            self.peak_bytes = max(self.peak_bytes, torch.cuda.max_memory_allocated(self.device))
 
 
 def flops_per_token(entry: str) -> float:
@@ -304,6 +325,87 @@ def train_speeds(entries: list[str], steps: int, warmup: int, bf16: bool,
     return trainers
 
 
+#: Kernel tiers whose launches are counted (the reference tier is the tests' ground truth, not a training path).
+TIERS = ("torch", "triton")
+
+
+@contextlib.contextmanager
+def _triton_tier_on_cpu():
+    """``TRITON_INTERPRET=1`` inside, so that the triton tier accepts CPU tensors; its kernels are only
+    counted there, never run (see :func:`step_launches`). The variable is restored after."""
+    before = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = before
+
+
+def step_launches(make_trainer, tier: str | None, device: str, uncounted: int = 1) -> LaunchCount:
+    """Kernel launches of one training step (:mod:`induce.kernels.launches`: aten operators that launch
+    a kernel + Triton launches, counted at dispatch).
+
+    A fresh trainer from ``make_trainer()`` takes ``uncounted`` steps (lazy state: the optimiser's
+    moments, PaLM's first span memory), then the counted one, with kernel tier ``tier`` (None: an
+    external's own code). On a GPU the step runs as usual. On a CPU it follows the choices made on
+    CUDA (:func:`~induce.kernels.launches.as_on_cuda`) and Triton kernels are counted without running
+    (the interpreter would take hours at the papers' sizes); their outputs, and so the weights, are
+    garbage, which is why the trainer is a fresh one, used for nothing else.
+    """
+    cpu = not device.startswith("cuda")
+    with contextlib.ExitStack() as stack:
+        if cpu:
+            stack.enter_context(as_on_cuda())
+            stack.enter_context(_triton_tier_on_cpu())
+        if tier is not None:
+            stack.enter_context(use_backend(tier))
+        trainer = make_trainer()
+        if isinstance(trainer, Trainer):
+            trainer.packing = False  # the step sets packing itself; on CUDA there is none
+        for _ in range(uncounted):
+            with count_launches(run_triton=not cpu):
+                trainer.step(bf16=False, record=False)
+        with count_launches(run_triton=not cpu) as count:
+            trainer.step(bf16=False, record=False)
+    return count
+
+
+def launch_counts(entries: list[str], externals: dict[str, str], device: str) -> dict[str, dict]:
+    """``{entry: {tier: launches or None}}`` for our entries (None: the tier cannot run here) and
+    ``{name: {"own": launches}}`` for the externals."""
+    counts: dict[str, dict] = {}
+    triton_missing = triton_unavailable_reason()
+    for entry in entries:
+        counts[entry] = {
+            tier: None if tier == "triton" and triton_missing else
+            step_launches(lambda: Trainer(entry, device), tier, device).total
+            for tier in TIERS
+        }
+    for name, path in externals.items():
+        counts[name] = {"own": step_launches(lambda: ExternalTrainer(path, device), None, device).total}
+    return counts
+
+
+def launch_table(counts: dict[str, dict], entries: list[str], device: str) -> Table:
+    """The launches per training step as a table (one row per entry, then the externals)."""
+    how = "on the GPU" if device.startswith("cuda") else "on CPU as on CUDA, Triton kernels counted, not run"
+    table = Table(title=f"kernel launches per training step (counted at dispatch, {how})")
+    for column in ("model", "batch x bptt", "torch tier", "triton tier", "torch / triton"):
+        table.add_column(column, justify="left" if column == "model" else "right")
+    for name, tiers in counts.items():
+        if name in entries:
+            batch, bptt = (TINY_BATCH, TINY_BPTT) if _tiny else SETUPS[name][:2]
+            torch_n, triton_n = tiers["torch"], tiers["triton"]
+            table.add_row(name, f"{batch} x {bptt}", f"{torch_n:,}", "n/a" if triton_n is None else f"{triton_n:,}",
+                          "-" if not triton_n else f"{torch_n / triton_n:.1f}x")
+        else:
+            table.add_row(f"{name} (external)", "", f"{tiers['own']:,} (its own code)", "", "")
+    return table
+
+
 def induce_train_speeds(model: str, epochs: int, device: str, corpus: str | None, overrides: list[str],
                         workdir: Path, threads: int) -> tuple[float, float]:
     """``(epoch 1 tokens/s, last epoch tokens/s)`` of ``induce train --model MODEL`` run for ``epochs``.
@@ -354,16 +456,6 @@ def training_rows(entries: list[str], trainers: dict, externals: dict[str, str],
     return rows
 
 
-def detach(state):
-    if isinstance(state, torch.Tensor):
-        return state.detach()
-    if isinstance(state, dict):
-        return {k: detach(v) for k, v in state.items()}
-    if isinstance(state, (list, tuple)):
-        return type(state)(detach(s) for s in state)
-    return state
-
-
 def parse_speed(entry: str, n_sentences: int, bf16: bool) -> float | None:
     if entry.endswith("-mm") or n_sentences == 0:
         return None
@@ -408,6 +500,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="write the per-model training rows here (default on CUDA: bench/gpu_training.json)")
     parser.add_argument("--cuda-graphs", action="store_true",
                         help="also time each model's step through train.cuda_graphs (MODEL+graphs rows)")
+    parser.add_argument("--no-launches", dest="launches", action="store_false",
+                        help="skip counting the kernel launches per training step (each model and tier, and "
+                             "the externals; a few extra steps per model, ~2 minutes on CPU at the papers' sizes)")
     parser.add_argument("--tiny", action="store_true", help="tiny models (tests of this script; numbers mean nothing)")
     args = parser.parse_args(argv)
     _tiny = args.tiny
@@ -440,6 +535,7 @@ def main(argv: list[str] | None = None) -> None:
     trainers = train_speeds(args.models, args.steps, args.warmup, args.bf16, externals, args.device, args.cuda_graphs)
     speeds = {name: trainer.tokens_per_second() for name, trainer in trainers.items()}
     peak = max(peak_before, gemm_peak(device=args.device)) if roofline else None  # before and after the steps
+    launches = launch_counts(args.models, externals, args.device) if args.launches else {}
     rows = []
     for entry in args.models:
         batch, bptt, *_ = SETUPS[entry]
@@ -451,6 +547,8 @@ def main(argv: list[str] | None = None) -> None:
                "train_tokens_per_s": speeds[entry], "flops_per_token": flops,
                "achieved_flops_per_s": flops and speeds[entry] * flops, "gemm_peak_flops_per_s": peak,
                "ceiling_tokens_per_s": flops and peak / flops, "parse_sentences_per_s": sentences_per_s}
+        if launches:
+            row.update({f"launches_{tier}": launches[entry][tier] for tier in TIERS})
         rows.append(row)
         dash = lambda value, text: "-" if value is None else text  # noqa: E731
         table.add_row(entry, f"{batch} x {bptt}", f"{speeds[entry]:.0f}", dash(flops, f"{(flops or 0) / 1e6:.0f}"),
@@ -462,17 +560,20 @@ def main(argv: list[str] | None = None) -> None:
         name = f"{entry}+graphs"
         ratio = speeds[name] / speeds[entry]
         rows.append({"model": name, "threads": args.threads, "device": args.device, "train_tokens_per_s": speeds[name],
-                     "ratio_to_eager": ratio})
+                     "ratio_to_eager": ratio,
+                     "gpu_mem_gib": round(trainers[name].peak_bytes / 2**30, 3) if cuda else None})
         table.add_row(name, "", f"{speeds[name]:.0f} ({ratio:.2f}x eager)", "-", "-", "-", "-", "n/a")
     for name, path in externals.items():
         rows.append({"model": name, "external": path, "threads": args.threads, "device": args.device,
-                     "train_tokens_per_s": speeds[name]})
+                     "train_tokens_per_s": speeds[name], **({"launches": launches[name]["own"]} if launches else {})})
         table.add_row(f"{name} (external)", "", f"{speeds[name]:.0f}", "-", "-", "-", "-", "n/a")
     console.print(f"load average before/after: {load_before} / {os.getloadavg()}")
     if roofline:
         console.print(f"fp32 GEMM peak ([1400,1550] x [1550,4830], median of 5): {peak / 1e9:.1f} GFLOP/s "
                       f"on {where}; 'ceiling' = that peak / matrix-product FLOPs per token")
     console.print(table)
+    if launches:
+        console.print(launch_table(launches, args.models, args.device))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     if training_json is not None:

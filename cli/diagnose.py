@@ -5,6 +5,7 @@ Thin layer: option parsing and printing; the logic is in :mod:`induce.tasks` and
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -82,6 +83,9 @@ def task_train(
 
     torch.set_num_threads(threads)
     try:
+        for flag, value in (("--lr", lr), ("--time-budget", time_budget)):
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise InduceError(f"{flag} {value}: give a positive (finite) number")
         torch.manual_seed(seed)
         previous = None
         if init is not None:

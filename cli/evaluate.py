@@ -32,7 +32,7 @@ def eval_command(
     gold: Optional[Path] = typer.Option(
         None, "--gold", help="Gold treebank file (one tree per line or multi-line .mrg), or a folder whose *.mrg "
         "files are read in name order (e.g. the NLTK sample). "
-        "Default: the --split of the default prepared corpus (see --data)."
+        "Default: the --split of a run's own corpus, else of the default prepared corpus (see --data)."
     ),
     baseline: Optional[str] = typer.Option(
         None, "--baseline", help="Evaluate a baseline instead: right, left, balanced, or random "
@@ -61,12 +61,15 @@ def eval_command(
     decoder: Optional[str] = typer.Option(None, "--decoder", help="Tree decoder for distance models: peel or unbiased."),
     batch_size: int = typer.Option(64, "--batch-size", help="Sentences per forward pass when parsing with a checkpoint."),
     device: str = typer.Option("auto", "--device", help="With a checkpoint: " + DEVICE_HELP),
-    data: Optional[Path] = typer.Option(None, "--data", help="Data root for the default corpus (else $INDUCE_DATA, corpora/, NLTK)."),
-    corpus: Optional[Path] = typer.Option(None, "--corpus", help="A prepared corpus folder (induce preprocess output)."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Data root for the default corpus (else $INDUCE_DATA, corpora/, NLTK); "
+                                        "with a run: evaluate on this data instead of the run's own corpus."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="A prepared corpus folder (induce preprocess output); "
+                                          "default: a run's own corpus, else the default corpus."),
     split: str = typer.Option("valid", "--split", help="Split of the prepared corpus: valid (dev) or test."),
     wsj10: bool = typer.Option(False, "--wsj10", help="Only sentences of <= 10 words after punctuation removal."),
     wsj40: bool = typer.Option(False, "--wsj40", help="Only sentences of <= 40 words after punctuation removal."),
-    max_length: Optional[int] = typer.Option(None, "--max-length", help="Only sentences of <= N words after removal."),
+    max_length: Optional[int] = typer.Option(None, "--max-length", help="Only sentences of <= N words after removal "
+                                             "(with --wsj10 or --wsj40: the smaller limit)."),
     keep_punct: bool = typer.Option(False, "--keep-punct", help="Do not remove punctuation (traces are still removed)."),
     count_root: bool = typer.Option(False, "--count-root", help="Count the whole-sentence span."),
     multiset: bool = typer.Option(False, "--multiset", help="Count spans as a multiset (unary chains count repeatedly)."),
@@ -76,17 +79,24 @@ def eval_command(
 ) -> None:
     """Unlabeled bracketing F1 (sentence and corpus level), per-label recall and branching statistics.
 
+    A trained run (--checkpoint, or the latest one) is evaluated on the corpus it was trained on unless
+    --gold, --corpus or --data names other data (a reproduction's subset corpus stands for the corpus it
+    was cut from); the output says which. Baselines, predicted files and --untrained use the default corpus.
+
     Examples: `induce eval pred.txt --gold 22.mrg`, `induce eval --baseline right --wsj40`,
     `induce eval --checkpoint runs/RUN --wsj10`, `induce eval --untrained palm --inits 25 --wsj40`.
     """
     from cli.messages import error_text
-    from induce.evaluation import EvalConvention, baseline_predictions, evaluate, require_sentences
-    from induce.files import check_output_file
+    from induce.evaluation import EvalConvention, baseline_predictions
+    from induce.files import check_not_input, check_output_file
+    from induce.scoring import gold_files, load_gold, parse_gold, score
 
     console = Console(stderr=True)
     steps = ProgressSteps(console, progress)
     try:
         check_output_file(per_sentence, "--per-sentence")
+        if wsj10 and wsj40:
+            raise InduceError("--wsj10 and --wsj40 together: choose one (run the command twice for both figures)")
         named_limits = [(n, flag) for n, flag in ((10 if wsj10 else None, "--wsj10"), (40 if wsj40 else None, "--wsj40"),
                                                   (max_length, f"--max-length {max_length}")) if n is not None]
         limits = [n for n, _ in named_limits]
@@ -101,40 +111,39 @@ def eval_command(
         if untrained is None and (sets or inits is not None):
             raise InduceError(f"{f'--set {sets[0]}' if sets else '--inits'}: applies to --untrained only")
         if untrained is not None:
-            if lm or per_sentence is not None:
-                raise InduceError(f"--untrained: {'--lm' if lm else '--per-sentence'} needs a trained run (--checkpoint)")
-            from induce.evaluation.untrained import evaluate_untrained, untrained_config, untrained_vocabulary
-
-            run_config = untrained_config(untrained, sets)  # config errors before the gold is read
-            gold_sentences, gold_label, corpus_dir = _load_gold(gold, corpus, data, split, console, convention, steps)
-            vocab, vocab_label = untrained_vocabulary(gold_sentences, corpus_dir)
-            summary = evaluate_untrained(untrained, run_config.model, gold_sentences, vocab, convention, inits=inits or 5,
-                                         seed=seed, batch_size=batch_size, decoder=decoder, device=device,
-                                         progress=steps.bar(f"untrained {untrained} models"))
-            summary.update({"gold": gold_label, "vocabulary": vocab_label})
+            summary = _untrained_summary(untrained, sets, inits or 5, seed, lm, per_sentence, gold, corpus, data,
+                                         split, convention, batch_size, decoder, device, console, steps)
             steps.stop()
             if as_json:
                 typer.echo(json.dumps(summary, sort_keys=True))
             else:
                 _print_untrained(summary, Console())
             return
-        gold_sentences, gold_label, corpus_dir = _load_gold(gold, corpus, data, split, console, convention, steps)
         run_dir = None
         if predicted is None and baseline is None:
-            run_dir = pick_run(checkpoint, console)
+            run_dir = pick_run(checkpoint, console, need_parser=not lm)
+        if gold is None and corpus is None:
+            corpus = _default_eval_corpus(run_dir, data, console)
+        check_not_input(per_sentence, {"the predicted trees": predicted,
+                                       "--gold": gold_files(gold) if gold is not None and gold.exists() else gold,
+                                       "the run's checkpoint": _run_files(run_dir)}, "--per-sentence")
         if lm:
             if run_dir is None:
                 raise InduceError("--lm needs a trained run (--checkpoint)")
-            if corpus_dir is None:
-                raise InduceError("--lm reads the LM text of a prepared corpus: use --corpus or the default corpus, not --gold")
+            if gold is not None:
+                raise InduceError("--lm reads the LM text of a prepared corpus: use --corpus or the run's corpus, "
+                                  "not --gold")
             from induce.inference import lm_perplexity
 
-            ppl = lm_perplexity(run_dir, corpus_dir, split, device=device)
+            ppl = lm_perplexity(run_dir, corpus, split, device=device)
             if as_json:
-                typer.echo(json.dumps({"perplexity": ppl, "split": split, "run": str(run_dir)}))
+                typer.echo(json.dumps({"perplexity": ppl, "split": split, "corpus": str(corpus), "run": str(run_dir)}))
             else:
-                typer.echo(f"perplexity on {split}: {ppl:.2f}")
+                typer.echo(f"perplexity on {split} of {corpus}: {ppl:.2f}")
             return
+        preparing = steps.bar("preparing gold trees") if gold is None or not gold.is_dir() else None
+        gold_set = load_gold(gold, corpus, split, convention, reading=steps.bar("reading gold trees"),
+                             preparing=preparing)
 
         locations = None
         if predicted is not None:
@@ -145,30 +154,14 @@ def eval_command(
             locations = [(item.path, item.line) for item in located]
             source = str(predicted)
         elif baseline is not None:
-            pred_trees = baseline_predictions(gold_sentences, baseline, convention, seed=seed)
+            pred_trees = baseline_predictions(gold_set.sentences, baseline, convention, seed=seed)
             source = f"baseline {baseline}" + (f" (seed {seed})" if baseline == "random" else "")
         else:
-            from induce.inference import predict_trees
-
-            kept = [sentence.words for sentence in gold_sentences]
-            wanted = [i for i, words in enumerate(kept)
-                      if len(words) >= convention.min_length and not (convention.max_length and len(words) > convention.max_length)]
-            # The gold words have already been through the convention's filter: by default the word-tag
-            # filter that also made the training text, so every word is one the model was trained on
-            # and none may be taken for punctuation again (a possessive ' would be attached instead of
-            # parsed, unlike the trainer's dev F1 and `induce reproduce`). With --keep-punct the
-            # punctuation is hidden from the model and attached afterwards, as for raw text.
-            parsed = predict_trees(run_dir, [kept[i] for i in wanted], batch_size=batch_size, decoder=decoder,
-                                   device=device, keep_punct=not convention.keep_punct,
-                                   progress=steps.bar("parsing"))
-            pred_trees = [None] * len(gold_sentences)  # sentences outside the length filter are skipped unparsed
-            for i, tree in zip(wanted, parsed):
-                pred_trees[i] = tree
+            pred_trees = parse_gold(run_dir, gold_set.sentences, convention, batch_size=batch_size, decoder=decoder,
+                                    device=device, progress=steps.bar("parsing"))
             source = f"run {run_dir}"
-        result = evaluate(pred_trees, gold_sentences, convention, pred_locations=locations, progress=steps.bar("scoring"))
-        require_sentences(result, length_option)
-        summary = result.to_dict()
-        summary.update({"predicted": source, "gold": gold_label})
+        summary, result = score(pred_trees, gold_set, convention, source, locations=locations,
+                                length_option=length_option, progress=steps.bar("scoring"))
         if per_sentence is not None:
             _write_per_sentence(per_sentence, result)
     except (InduceError, ValueError, OSError) as err:  # ValueError: e.g. an unknown baseline name
@@ -183,48 +176,46 @@ def eval_command(
         _print_table(summary, Console())
 
 
-def _load_gold(gold, corpus, data, split, console, convention, steps):
-    """(gold sentences prepared under ``convention``, description, prepared corpus dir or None).
+def _untrained_summary(model, sets, inits, seed, lm, per_sentence, gold, corpus, data, split, convention,
+                       batch_size, decoder, device, console, steps) -> dict:
+    """``--untrained MODEL``: :func:`induce.evaluation.untrained.evaluate_untrained` on the gold sentences
+    (--gold, --corpus, else the default corpus: never a run's), with the gold vocabulary or the corpus's."""
+    if lm or per_sentence is not None:
+        raise InduceError(f"--untrained: {'--lm' if lm else '--per-sentence'} needs a trained run (--checkpoint)")
+    from induce.evaluation.untrained import evaluate_untrained, untrained_config, untrained_vocabulary
+    from induce.scoring import load_gold
 
-    Each file's trees are reduced to what the evaluator needs (:func:`prepare_gold`) as soon as
-    they are read, and prepared once (the baselines, the parser and the scorer share them): the
-    nltk trees of a 40,000-tree file are not all kept.
-    """
-    from induce.evaluation import prepare_gold
-    from induce.treeio import read_trees
+    run_config = untrained_config(model, sets)  # config errors before the gold is read
+    if gold is None and corpus is None:
+        corpus = _default_eval_corpus(None, data, console)
+    preparing = steps.bar("preparing gold trees") if gold is None or not gold.is_dir() else None
+    gold_set = load_gold(gold, corpus, split, convention, reading=steps.bar("reading gold trees"), preparing=preparing)
+    vocab, vocab_label = untrained_vocabulary(gold_set.sentences, gold_set.corpus_dir)
+    summary = evaluate_untrained(model, run_config.model, gold_set.sentences, vocab, convention, inits=inits, seed=seed,
+                                 batch_size=batch_size, decoder=decoder, device=device,
+                                 progress=steps.bar(f"untrained {model} models"))
+    summary.update({"gold": gold_set.label, "vocabulary": vocab_label})
+    return summary
 
-    if gold is not None:
-        files = sorted(gold.glob("*.mrg")) if gold.is_dir() else [gold]
-        if not files:
-            raise InduceError(f"{gold}: no .mrg files in this folder")
-        label, corpus_dir = str(gold), None
-    else:
-        from induce.data.corpus import PreparedCorpus
 
-        if corpus is None:
-            from induce.data.locate import default_corpus
+def _default_eval_corpus(run_dir: Optional[Path], data: Optional[Path], console: Console) -> Path:
+    """The prepared corpus to evaluate on when neither --gold nor --corpus is given: a run's own (unless
+    --data names a data root), else the default corpus; said on ``console``."""
+    if run_dir is not None and data is None:
+        from induce.scoring import eval_corpus_of_run
 
-            corpus = default_corpus(data, console=console)
-        prepared = PreparedCorpus(corpus)
-        if not prepared.has_trees:
-            raise InduceError(f"{corpus}: this corpus has no trees (LM text only); give --gold FILE")
-        files = [prepared._file(split, ".gold.txt")]  # the split's gold file (its errors name the split)
-        label, corpus_dir = f"{corpus}/{split}.gold.txt", Path(corpus)
-    reading = steps.bar("reading gold trees")
-    preparing = steps.bar("preparing gold trees") if len(files) == 1 else None
-    sentences = []
-    for number, path in enumerate(files):
-        located = read_trees(path, progress=reading if len(files) == 1 else None)
-        for k in range(len(located)):
-            if preparing is not None and k % 1000 == 0:
-                preparing(k, len(located))
-            sentences.append(prepare_gold(located[k].tree, convention))
-            located[k] = None  # each nltk tree is freed once prepared: memory peaks at one copy
-        if preparing is not None:
-            preparing(len(located), len(located))
-        if len(files) > 1:
-            reading(number + 1, len(files))
-    return sentences, label, corpus_dir
+        chosen = eval_corpus_of_run(run_dir)
+        console.print(f"evaluating on {chosen.description}", highlight=False, soft_wrap=True)
+        return chosen.path
+    from induce.data.locate import default_corpus
+
+    return default_corpus(data, console=console)
+
+
+def _run_files(run_dir: Optional[Path]) -> list:
+    from induce.runs import run_files
+
+    return run_files(run_dir) if run_dir is not None else []
 
 
 def _fmt(value) -> str:

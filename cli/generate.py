@@ -34,8 +34,10 @@ def generate_command(
         checkpoint = pick_run(checkpoint, console, runs_dir)
         tokens = generate(checkpoint, n_words=words, temperature=temperature, beam=beam,
                           prompt=tokenize(prompt) if prompt else None, seed=seed, device=device)
-    except InduceError as err:
-        console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+    except (InduceError, OSError) as err:  # OSError: an unreadable checkpoint
+        from cli.messages import error_text
+
+        console.print(f"[bold red]error:[/] {error_text(err)}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2)
     lines, current = [], []
     for token in tokens:

@@ -77,13 +77,31 @@ def reflow(text: str) -> str:
 
 
 def _reflow_help(typer_app: typer.Typer) -> None:
-    """Reflow the help of every registered command and group (recursively)."""
+    """Reflow the help of every registered command and group (recursively), and escape what rich
+    would read as markup in every help text, epilog and option help (see :func:`escape_markup`)."""
     for info in typer_app.registered_commands:
         text = info.help or inspect.getdoc(info.callback) or ""
         if text:
-            info.help = reflow(text)
+            info.help = escape_markup(reflow(text))
+        if info.epilog:
+            info.epilog = escape_markup(info.epilog)
+        for parameter in inspect.signature(info.callback).parameters.values():
+            default = parameter.default
+            if isinstance(default, typer.models.ParameterInfo) and default.help:
+                default.help = escape_markup(default.help)
     for group in typer_app.registered_groups:
+        group_info = group.typer_instance.info
+        if isinstance(group_info.help, str):
+            group_info.help = escape_markup(group_info.help)
         _reflow_help(group.typer_instance)
+
+
+def escape_markup(text: str) -> str:
+    """``text`` as it should appear in ``--help``: Typer renders help with rich markup, which takes
+    ``[i,j]`` or ``[bold]`` for a style tag and drops it; escaped, the brackets are printed as written."""
+    from rich.markup import escape
+
+    return escape(text)
 
 
 for _name in COMMAND_MODULES:

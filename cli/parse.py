@@ -50,16 +50,19 @@ def parse_command(
     `echo "The dog barked ." | induce parse - --pretokenized`.
     """
     from cli.messages import error_text
-    from induce.files import check_output_file
+    from induce.files import check_not_input, check_output_file
     from induce.inference import load_run, parse_lines, read_text_lines
+    from induce.runs import run_files
     from induce.treeio import atomic_write_text
 
     console = Console(stderr=True)
     try:
         check_output_file(out, "--out")
+        check_not_input(out, {"the input text": text}, "--out")
         if style not in ("ptb", "pretty", "json"):
             raise InduceError(f"--format {style!r}: use ptb, pretty or json")
-        checkpoint = pick_run(checkpoint, console, runs_dir)
+        checkpoint = pick_run(checkpoint, console, runs_dir, need_parser=True)
+        check_not_input(out, {"a file of the run": run_files(checkpoint)}, "--out")
         lines = read_text_lines(text)
         run = load_run(checkpoint, device)
         with progress_steps(console, progress) as steps:

@@ -15,6 +15,14 @@ from induce.errors import InduceError
 
 #: Exit status while a chunked reproduction is not finished (EX_TEMPFAIL: "try again").
 INCOMPLETE_EXIT = 75
+#: The default output folder; its runs (results/runs) and corpora (./corpora) are where the other commands look.
+DEFAULT_OUT = Path("results")
+
+
+def default_corpora_dir(out: Path) -> Path:
+    """Where a reproduction into ``out`` keeps its prepared corpora: ``corpora/`` for the default output
+    (the other commands find them there), else ``OUT/corpora`` (the whole reproduction in one folder)."""
+    return Path("corpora") if Path(out) == DEFAULT_OUT else Path(out) / "corpora"
 
 
 def _ints(text: Optional[str], option: str) -> Optional[list[int]]:
@@ -36,8 +44,12 @@ def reproduce_command(
     models: Optional[str] = typer.Option(None, "--models", help="Comma-separated subset of the profile's models."),
     data: Optional[Path] = typer.Option(None, "--data", help="Data root for the default corpus (else $INDUCE_DATA, corpora/, NLTK)."),
     corpus: Optional[Path] = typer.Option(None, "--corpus", help="Use this prepared corpus instead of the default one."),
-    corpora_dir: Path = typer.Option(Path("corpora"), "--corpora-dir", help="Where prepared corpora are (and go)."),
-    out: Path = typer.Option(Path("results"), "--out", "-o", help="Output folder: REPORT.md, results.json, figures/, runs/, eval/."),
+    corpora_dir: Optional[Path] = typer.Option(
+        None, "--corpora-dir", help="Where prepared corpora are (and go). Default: corpora/ with the default --out "
+        "(where the other commands look), else OUT/corpora, so that a reproduction elsewhere is all in its folder."
+    ),
+    out: Path = typer.Option(DEFAULT_OUT, "--out", "-o", help="Output folder: REPORT.md, results.json, figures/, runs/, "
+                             "eval/ (and corpora/ unless it is the default, results)."),
     split: str = typer.Option("valid", "--split", help="Evaluation split: valid (dev, WSJ 22) or test (when the corpus has it)."),
     time_per_model: Optional[str] = typer.Option(
         None, "--time-per-model", help="Training time budget per model and seed, e.g. 20s, 6m (default: the profile's)."
@@ -59,10 +71,12 @@ def reproduce_command(
     Every step is skipped when its outputs are up to date, so running the same command again after an interruption continues where it stopped. Writes OUT/REPORT.md (with figures) and OUT/results.json.
     """  # noqa: E501 (one line: Typer keeps the line breaks of a help paragraph)
     from induce.config import parse_duration
-    from induce.reproduce import ReproduceOptions, reproduce
+    from induce.reproduce import ReproduceOptions, check_out_folder, reproduce
 
     console = Console(stderr=True)
     try:
+        corpora_dir = corpora_dir if corpora_dir is not None else default_corpora_dir(out)
+        check_out_folder(out, corpus=corpus, data=data, lm_text=lm_text, corpora_dir=corpora_dir)
         options = ReproduceOptions(
             profile=profile, out=out, data=data, corpus=corpus, corpora_dir=corpora_dir,
             seeds=_ints(seeds, "--seeds"), models=[m.strip() for m in models.split(",") if m.strip()] if models else None,
@@ -73,8 +87,10 @@ def reproduce_command(
             else "induce reproduce",
         )
         results = reproduce(options, console=console)
-    except InduceError as err:
-        console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+    except (InduceError, OSError) as err:  # OSError: a file that could not be written (a full disk)
+        from cli.messages import error_text
+
+        console.print(f"[bold red]error:[/] {error_text(err)}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2)
     except KeyboardInterrupt:
         console.print("\n[bold yellow]interrupted.[/] Run the same command again to continue where it stopped "

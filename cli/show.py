@@ -18,11 +18,15 @@ show_app = typer.Typer(help="Show one sentence's induced tree, span attention or
 SENTENCE_HELP = "The sentence (tokenised with NLTK's Treebank tokenizer unless --pretokenized). Or use --index."
 
 
-def _sentence(sentence, index, pretokenized, corpus, data, split, console):
-    """``(tokens, gold tree or None)`` from the argument or from sentence ``index`` of a corpus split."""
+def _sentence(sentence, index, pretokenized, corpus, data, split, console, run):
+    """``(tokens, gold tree or None)`` from the argument or from sentence ``index`` of a corpus split: of
+    ``corpus``, else of the default corpus of ``data``, else of the corpus ``run`` was trained on."""
     from induce.inference import tokenize
 
-    if (sentence is None) == (index is None):
+    if sentence is None and index is None:
+        raise InduceError("no sentence: give one (e.g. \"The dog barked .\") or --index N (sentence N of the "
+                          "prepared corpus)")
+    if sentence is not None and index is not None:
         raise InduceError("give a sentence or --index N (a sentence of the prepared corpus), not both")
     if sentence is not None:
         tokens = tokenize(sentence, pretokenized)
@@ -31,7 +35,13 @@ def _sentence(sentence, index, pretokenized, corpus, data, split, console):
         return tokens, None
     from induce.show import dev_sentence
 
-    if corpus is None:
+    if corpus is None and data is None:
+        from induce.scoring import eval_corpus_of_run
+
+        chosen = eval_corpus_of_run(run)
+        console.print(f"sentence {index} of {split} of {chosen.description}", highlight=False, soft_wrap=True)
+        corpus = chosen.path
+    elif corpus is None:
         from induce.data.locate import default_corpus
 
         corpus = default_corpus(data, console=console)
@@ -45,8 +55,8 @@ def tree_command(
     index: Optional[int] = typer.Option(None, "--index", "-i", help="Sentence N (0-based) of --split of the prepared "
                                         "corpus, shown with its gold tree and F1."),
     pretokenized: bool = typer.Option(False, "--pretokenized", help="Tokens are separated by spaces."),
-    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Prepared corpus for --index (default: the default corpus)."),
-    data: Optional[Path] = typer.Option(None, "--data", help="Data root for the default corpus."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Prepared corpus for --index (default: the run's own corpus)."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Data root for --index: its default corpus instead of the run's."),
     split: str = typer.Option("valid", "--split", help="Split for --index: valid or test."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
 ) -> None:
@@ -54,13 +64,16 @@ def tree_command(
     from induce.inference import format_tree
     from induce.show import sentence_structure, tree_f1
 
+    from cli.messages import error_text
+
     console = Console(stderr=True)
     out = Console()
     try:
-        tokens, gold = _sentence(sentence, index, pretokenized, corpus, data, split, console)
-        structure = sentence_structure(pick_run(checkpoint, console), tokens, device=device)
-    except InduceError as err:
-        console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+        run = pick_run(checkpoint, console, need_parser=True)
+        tokens, gold = _sentence(sentence, index, pretokenized, corpus, data, split, console, run)
+        structure = sentence_structure(run, tokens, device=device)
+    except (InduceError, OSError) as err:  # OSError: an unreadable checkpoint or corpus
+        console.print(f"[bold red]error:[/] {error_text(err)}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2)
     # soft_wrap: a wide tree runs past the terminal's edge instead of being wrapped into garbage
     out.rule(f"[bold]{structure.model_name}[/]", align="left")
@@ -79,24 +92,32 @@ def tree_command(
 def attention_command(
     sentence: Optional[str] = typer.Argument(None, help=SENTENCE_HELP),
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help=CHECKPOINT_HELP),
-    out: Path = typer.Option(Path("attention.png"), "--out", "-o", help="PNG to write."),
+    out: Path = typer.Option(Path("attention.png"), "--out", "-o", help="Image to write: a PNG (or .svg, .pdf, ...: "
+                             "the suffix decides)."),
     index: Optional[int] = typer.Option(None, "--index", "-i", help="Sentence N (0-based) of --split of the prepared corpus."),
     pretokenized: bool = typer.Option(False, "--pretokenized", help="Tokens are separated by spaces."),
-    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Prepared corpus for --index (default: the default corpus)."),
-    data: Optional[Path] = typer.Option(None, "--data", help="Data root for the default corpus."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Prepared corpus for --index (default: the run's own corpus)."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Data root for --index: its default corpus instead of the run's."),
     split: str = typer.Option("valid", "--split", help="Split for --index: valid or test."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
 ) -> None:
     """Plot what the parser reads for one sentence: PaLM's span attention (heat map) or the ON-LSTM / PRPN syntactic distances (bars), as a PNG; the numbers are printed too."""  # noqa: E501
+    from cli.messages import error_text
+    from induce.figures import check_image_path
+    from induce.files import check_not_input
+    from induce.runs import run_files
     from induce.show import plot_structure, sentence_structure
 
     console = Console(stderr=True)
     try:
-        tokens, _ = _sentence(sentence, index, pretokenized, corpus, data, split, console)
-        structure = sentence_structure(pick_run(checkpoint, console), tokens, device=device)
+        run = pick_run(checkpoint, console, need_parser=True)
+        check_not_input(out, {"a file of the run": run_files(run)}, "--out")
+        check_image_path(out, "--out")
+        tokens, _ = _sentence(sentence, index, pretokenized, corpus, data, split, console, run)
+        structure = sentence_structure(run, tokens, device=device)
         path = plot_structure(structure, out)
-    except InduceError as err:
-        console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+    except (InduceError, OSError) as err:  # OSError: the figure could not be written
+        console.print(f"[bold red]error:[/] {error_text(err)}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2)
     table = Table(title=f"{structure.model_name}: " + ("span attention" if structure.kind == "span" else "distances"))
     table.add_column("word")

@@ -38,6 +38,11 @@ def train_command(
         False, "--force",
         help="Train into --out even if it holds a run (its run files are removed first) or other files.",
     ),
+    tensorboard: bool = typer.Option(
+        False, "--tensorboard", help="Write TensorBoard event files (loss, perplexity, dev F1, branching, learning "
+        "rate) into RUN/tensorboard/ (= train.tensorboard; needs pip install 'induce[tensorboard]'). Allowed with "
+        "--resume.",
+    ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
 ) -> None:
     """Train a language model; writes config.yaml, metrics.jsonl, best/last checkpoints into the run folder.
@@ -45,6 +50,11 @@ def train_command(
     Under `torchrun --nproc_per_node N` the same command trains with DistributedDataParallel.
     Ctrl-C stops after the current batch, writes a checkpoint and prints the `--resume` command
     (exit code 130). A folder that holds a run, or another training's lock, is refused.
+
+    On a CUDA device (one process) the training step is captured in CUDA graphs by default
+    (train.cuda_graphs=auto), one per segment length, with the random BPTT lengths rounded to a few
+    values (data.bptt_bucket, chosen and printed at the start); train.cuda_graphs=false turns it
+    off. On a CPU nothing changes.
     """
     from induce.config import load_config, parse_duration
     from induce.training import resume as resume_run
@@ -63,10 +73,12 @@ def train_command(
             cli_train["epochs"] = max_epochs
         if time_budget is not None:
             cli_train["time_budget"] = parse_duration(time_budget)
+        if tensorboard:
+            cli_train["tensorboard"] = True
         if resume is not None:
             if model or config or overrides or corpus or seed is not None or force:
                 raise InduceError("--resume keeps the run's config: only --max-epochs, --time-budget, --device, "
-                                  "--kernels may change (and --force does not apply)")
+                                  "--kernels, --tensorboard may change (and --force does not apply)")
             result = resume_run(resume, cli_train, console=console, progress=progress)
         else:
             extra = [f"train.{key}={value}" for key, value in cli_train.items()]
@@ -76,8 +88,10 @@ def train_command(
             stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
             run_dir = out or Path("runs") / f"{run_config.model_name}-{stamp}"
             result = train(run_config, run_dir, console=console, progress=progress, force=force, allow_foreign=False)
-    except InduceError as err:
-        console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+    except (InduceError, OSError) as err:  # OSError: a file operation outside the run (its own are messages)
+        from cli.messages import error_text
+
+        console.print(f"[bold red]error:[/] {error_text(err)}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2)
     except KeyboardInterrupt:
         # The trainer has said where the checkpoint is and printed the `--resume` command.

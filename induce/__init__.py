@@ -1,3 +1,41 @@
-"""induce: unsupervised grammar induction toolkit (PRPN, ON-LSTM, PaLM) with one evaluation protocol."""
+"""induce: unsupervised grammar induction toolkit (PRPN, ON-LSTM, PaLM) with one evaluation protocol.
+
+As a library (see :mod:`induce.api`)::
+
+    import induce
+    run = induce.load("runs/x")
+    trees = run.parse(["The cat sat ."])   # nltk.Tree objects, leaves as given
+    figures = run.score("22.mrg")          # the figures of `induce eval --checkpoint runs/x --gold 22.mrg`
+
+``import induce`` itself imports nothing heavy (no torch, nltk or numpy): :func:`load`, :class:`Run` and
+:func:`format_tree` import their modules when first used.
+"""
 
 __version__ = "0.1.0"
+
+__all__ = ["Run", "__version__", "format_tree", "load"]
+
+
+def load(path, device: str = "auto"):
+    """The trained run in ``path`` (a run folder or a checkpoint), ready to parse and score: an
+    :class:`induce.api.Run` (see :func:`induce.api.load`)."""
+    from induce.api import load as load_run
+
+    return load_run(path, device)
+
+
+def format_tree(tree, style: str = "ptb") -> str:
+    """A tree as ``induce parse`` writes it: ``ptb`` (one bracketed line), ``pretty`` or ``json``
+    (see :func:`induce.inference.format_tree`)."""
+    from induce.inference import format_tree as format_one
+
+    return format_one(tree, style)
+
+
+def __getattr__(name: str):
+    # `induce.Run` without importing torch at `import induce`.
+    if name == "Run":
+        from induce.api import Run
+
+        return Run
+    raise AttributeError(f"module 'induce' has no attribute {name!r}")

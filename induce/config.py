@@ -19,6 +19,7 @@ names the dotted key it is about.
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
@@ -37,8 +38,24 @@ class ConfigError(InduceError):
     """A config file or override is invalid; the message names the key."""
 
 
+#: The largest float32: the trainer computes in float32, and torch refuses a Python float beyond it
+#: (an lr of 1e300 ended in "value cannot be converted to type float without overflow").
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 class _Section(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: every float must be a finite number (nan failed "greater than 0" with a
+    # misleading message, and lr=inf trained forever on nan losses).
+    model_config = pydantic.ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @pydantic.field_validator("*")
+    @classmethod
+    def _within_float32(cls, value):
+        numbers = value if isinstance(value, tuple) else (value,)
+        if any(isinstance(x, float) and abs(x) > FLOAT32_MAX for x in numbers):
+            raise ValueError(f"{value} is beyond float32's range (at most about 3.4e38 in size), which training "
+                             "computes in")
+        return value
 
 
 class DataConfig(_Section):
@@ -54,7 +71,11 @@ class DataConfig(_Section):
     bptt_std: float = pydantic.Field(5.0, ge=0, description="std of the random segment length")
     min_bptt: int = pydantic.Field(5, ge=1, description="shortest random segment")
     max_bptt_extra: int = pydantic.Field(20, ge=0, description="segments are at most bptt + this long")
-    bptt_bucket: int = pydantic.Field(0, ge=0, description="round random segment lengths to multiples of this (0: off)")
+    bptt_bucket: Optional[int] = pydantic.Field(
+        None, ge=0, description="round random segment lengths to multiples of this (0: off); null: automatic, "
+        "i.e. with CUDA graphs on (train.cuda_graphs) the largest divisor of bptt not above 1.5 x bptt_std, else off; "
+        "a run's config.yaml stores the value used"
+    )
 
 
 class OptimConfig(_Section):
@@ -115,9 +136,14 @@ class TrainConfig(_Section):
     device: str = pydantic.Field("auto", description="auto, cpu, cuda, cuda:N")
     kernels: str = pydantic.Field("auto", description="kernel backend: auto, reference, torch, triton")
     amp: bool = pydantic.Field(False, description="bfloat16 autocast on CUDA")
-    cuda_graphs: bool = pydantic.Field(
-        False, description="capture each training step (per segment length) in a CUDA graph; off CUDA the same "
-        "static-buffer step runs eagerly (induce.training.graphs)"
+    cuda_graphs: Literal["auto", True, False] = pydantic.Field(
+        "auto", description="capture the training step (one graph per segment length) in CUDA graphs: auto (on "
+        "where it can be captured: CUDA, one process; brings data.bptt_bucket with it), true (the static-buffer "
+        "step everywhere: eager off CUDA), false (off); induce.training.graphs"
+    )
+    tensorboard: bool = pydantic.Field(
+        False, description="write TensorBoard event files into RUN/tensorboard/ (needs the tensorboard package: "
+        "pip install 'induce[tensorboard]'; induce.training.tensorboard)"
     )
 
 
@@ -212,6 +238,15 @@ class Origins:
         return " + ".join(inside) if inside else self.default
 
 
+def _non_finite_text(value: Any) -> str:
+    """``nan`` is "not a number", ``inf`` "infinite" (pydantic says "should be a finite number" for both)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return f"{value!r} is not a finite number"
+    return f"{value} is not a number" if math.isnan(number) else f"{value} is infinite"
+
+
 def _format_validation_error(err: pydantic.ValidationError, prefix: str = "",
                              origins: Optional[Origins] = None) -> str:
     """``source: key: message`` per error (``source`` only when ``origins`` is given), joined by ``; ``."""
@@ -222,6 +257,10 @@ def _format_validation_error(err: pydantic.ValidationError, prefix: str = "",
         message = item["msg"]
         if item["type"] == "extra_forbidden":
             message = "unknown key"
+        elif item["type"] == "finite_number":
+            message = f"{_non_finite_text(item.get('input'))}; give a finite number"
+        elif item["type"] == "value_error":
+            message = message.removeprefix("Value error, ")
         where = f"{origins.of(key if key != '(config)' else '')}: " if origins is not None else ""
         lines.append(f"{where}{key}: {message}")
     return "; ".join(lines)
@@ -260,7 +299,7 @@ def deep_merge(base: dict, update: dict) -> dict:
 #: The command-line flags of ``induce train`` that set config keys (named in errors about them).
 FLAG_OF_KEY = {
     "train.seed": "--seed", "train.device": "--device", "train.kernels": "--kernels", "train.epochs": "--max-epochs",
-    "train.time_budget": "--time-budget", "data.corpus": "--corpus",
+    "train.time_budget": "--time-budget", "data.corpus": "--corpus", "train.tensorboard": "--tensorboard",
 }
 
 
@@ -329,6 +368,24 @@ def validate_config(raw: dict, source: str = "config", origins: Optional[Origins
         raise ConfigError(_format_validation_error(err, "", origins)) from None
 
 
+def stored_config(raw: dict) -> dict:
+    """A config read back from a checkpoint sidecar, upgraded: model fields added since it was
+    written are filled in with the value its run used (the model Config's ``stored_defaults``), not
+    with today's default, which may build another model (ON-LSTM's second gate bias) or misstate
+    how the weights were initialised. Other configs and unknown models are returned unchanged."""
+    from induce.models.registry import get_model_class
+
+    model = raw.get("model")
+    try:
+        cls = get_model_class(str(raw.get("model_name")))
+    except KeyError:
+        return raw
+    if not isinstance(model, dict):
+        return raw
+    missing = {key: value for key, value in cls.Config.stored_defaults.items() if key not in model}
+    return {**raw, "model": {**model, **missing}} if missing else raw
+
+
 def model_config_path(model_name: str) -> Path:
     return CONFIG_DIR / f"{model_name}.yaml"
 
@@ -386,8 +443,12 @@ def parse_duration(text: str) -> float:
         seconds = float(number) * (unit or 1.0)
     except ValueError:
         raise ConfigError(f"time budget {text!r}: expected seconds or a number with s, m, h or d") from None
+    if math.isnan(seconds):
+        raise ConfigError(f"time budget {text!r}: not a number")
     if not seconds > 0:
         raise ConfigError(f"time budget {text!r}: must be positive")
+    if math.isinf(seconds):
+        raise ConfigError(f"time budget {text!r}: infinite (leave it out to train for train.epochs)")
     return seconds
 
 

@@ -34,6 +34,28 @@ def pyplot():
     return plt
 
 
+def image_formats() -> list[str]:
+    """File name suffixes (without the dot) matplotlib can write a figure as: png, svg, pdf, ..."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    return sorted(FigureCanvasAgg.get_supported_filetypes())
+
+
+def check_image_path(path: PathLike, option: str) -> None:
+    """Refuse, before any work, an output path that is not an image file name matplotlib can write
+    or that cannot be written (:func:`induce.files.check_output_file`); ``option`` names the flag."""
+    from induce.errors import InputError
+    from induce.files import check_output_file
+
+    suffix = Path(path).suffix.lower().lstrip(".")
+    formats = image_formats()
+    if suffix not in formats:
+        what = f"'.{suffix}' is not an image format" if suffix else "no file name suffix to tell the image format"
+        others = ", .".join(f for f in formats if f != "png")
+        raise InputError(f"{option}: {what}; give a name ending in .png (or .{others})", path)
+    check_output_file(path, option)
+
+
 def save_figure(fig, path: PathLike, dpi: int = 100) -> Path:
     """Write ``fig`` to ``path`` (parent folders created), close it, return the path."""
     plt = pyplot()
@@ -89,18 +111,23 @@ def run_styles(n: int) -> list[dict]:
              "marker": MARKERS[k % len(MARKERS)]} for k in range(n)]
 
 
-def plot_training_curves(histories: dict, path: PathLike, epoch_tokens: Optional[int] = None) -> Path:
+def plot_training_curves(histories: dict, path: PathLike, epoch_tokens: Union[None, int, dict] = None) -> Path:
     """``histories``: label -> list of ``metrics.jsonl`` records. Three panels, per epoch: validation
     perplexity, training perplexity (both log scale) and dev F1 (sentence F1 of the monitored dev
     sentences). Each run has its own colour, line style and marker, so that coinciding curves (PaLM-U /
     -S / -RB early on) stay distinguishable. A partial last epoch (time budget) is a hollow marker at
-    the share of the epoch it trained (``epoch_tokens``: tokens of one epoch)."""
+    the share of the epoch it trained (``epoch_tokens``: the tokens one epoch predicts, metrics.jsonl's
+    ``train_tokens`` of a whole epoch; one number, or one per label)."""
     plt = pyplot()
     fig, (ax_valid, ax_train, ax_f1) = plt.subplots(1, 3, figsize=(15, 4.4))
     runs = [(label, history) for label, history in histories.items() if history]
     any_f1 = False
+    plotted: dict = {}  # axis -> the values drawn on it
+    def tokens_of(label):
+        return epoch_tokens.get(label) if isinstance(epoch_tokens, dict) else epoch_tokens
+
     for (label, history), style in zip(runs, run_styles(len(runs))):
-        epochs = _epoch_positions(history, epoch_tokens)
+        epochs = _epoch_positions(history, tokens_of(label))
         colour = style["color"]
         hollow = ["none" if record.get("partial") else colour for record in history]
         series = [(ax_valid, [record.get("valid_ppl", math.nan) for record in history]),
@@ -109,11 +136,12 @@ def plot_training_curves(histories: dict, path: PathLike, epoch_tokens: Optional
             any_f1 = True
             series.append((ax_f1, [record.get("dev_f1", math.nan) for record in history]))
         for ax, values in series:
+            plotted.setdefault(ax, []).extend(values)
             ax.plot(epochs, values, linestyle=style["linestyle"], color=colour, linewidth=1.4, label=label)
             ax.scatter(epochs, values, marker=style["marker"], facecolors=hollow, edgecolors=colour, s=36, zorder=3)
-    from matplotlib.ticker import MaxNLocator, ScalarFormatter
+    from matplotlib.ticker import MaxNLocator
 
-    last = max((x for h in histories.values() for x in _epoch_positions(h, epoch_tokens)), default=1.0)
+    last = max((x for label, h in histories.items() for x in _epoch_positions(h, tokens_of(label))), default=1.0)
     for ax, title, ylabel in ((ax_valid, "Validation perplexity", "perplexity (log scale)"),
                               (ax_train, "Training perplexity", "perplexity (log scale)"),
                               (ax_f1, "Unsupervised parsing during training", "dev sentence F1 (<= 40 words)")):
@@ -124,9 +152,7 @@ def plot_training_curves(histories: dict, path: PathLike, epoch_tokens: Optional
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     for ax in (ax_valid, ax_train):
-        ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(ScalarFormatter())
-        ax.yaxis.set_minor_formatter(ScalarFormatter())
+        perplexity_axis(ax, plotted.get(ax, []))
     if not any_f1:
         ax_f1.text(0.5, 0.5, "no dev F1 logged", ha="center", va="center", transform=ax_f1.transAxes)
     handles, labels = ax_valid.get_legend_handles_labels()
@@ -139,6 +165,42 @@ def plot_training_curves(histories: dict, path: PathLike, epoch_tokens: Optional
     rows_of_legend = math.ceil(len(labels) / 6) if handles else 0
     fig.tight_layout(rect=(0, 0.04 + 0.05 * rows_of_legend if handles else 0, 1, 1))
     return save_figure(fig, path)
+
+
+def perplexity_axis(ax, values: Sequence[float]) -> None:
+    """Log scale with labelled ticks among the data: over a decade or more, the powers of ten and
+    2, 3, 5 times them, the limits on the ones just outside the data; within less than a decade (a
+    short or early run: matplotlib's log axis then often has no labelled tick in the data's range at
+    all), four to six round values, with the limits put on the round values just outside the data,
+    so that every point lies between labelled ticks."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullLocator
+
+    ax.set_yscale("log")
+    finite = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
+    label = FuncFormatter(lambda value, _: f"{value:,.0f}" if value >= 10 else f"{value:g}")
+    if not finite:
+        return
+    low, high = min(finite), max(finite)
+    # 1, 2, 3, 5 times the powers of ten around the data: where a log axis puts its labels
+    marks = sorted(m * 10.0**k for k in range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 2)
+                   for m in (1, 2, 3, 5))
+    if high / low >= 10:
+        ax.set_ylim(max(t for t in marks if t <= low), min(t for t in marks if t >= high))
+        ax.yaxis.set_major_locator(LogLocator(base=10))
+        ax.yaxis.set_minor_locator(LogLocator(base=10, subs=(2.0, 3.0, 5.0)))
+        ax.yaxis.set_major_formatter(label)
+        ax.yaxis.set_minor_formatter(label)
+        return
+    if high / low < 1.02:  # (nearly) one value: a band of +-5% around it
+        low, high = low / 1.05, high * 1.05
+    ticks = [t for t in MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]).tick_values(low, high) if t > 0]
+    # the round value just below the data (a 1-2-3-5 mark when the linear ticks reach down to 0 only)
+    bottom = max([t for t in ticks if t <= low] or [t for t in marks if t <= low])
+    top = min(t for t in ticks if t >= high)
+    ax.set_ylim(bottom, top)
+    ax.yaxis.set_major_locator(FixedLocator(sorted({bottom, *(t for t in ticks if bottom <= t <= top)})))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(label)
 
 
 # --------------------------------------------------------------------------------------- branching

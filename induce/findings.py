@@ -18,6 +18,8 @@ import math
 import statistics
 from typing import Optional
 
+from induce.names import display
+
 #: F1 points by which a model must fall short of a baseline to be called "below" it.
 BELOW_MARGIN = 0.5
 #: A seed is an outlier when its distance to the median of all seeds exceeds both this many points
@@ -30,12 +32,6 @@ OUTLIER_MIN_PPL_SHARE = 0.15
 FALL_MIN = 2.0
 #: The trivial baselines, in the order they are named.
 BASELINE_ORDER = ("left", "random", "balanced", "right")
-
-
-def _name(name: str) -> str:
-    from induce.report import display
-
-    return display(name)
 
 
 def _mean(stat) -> Optional[float]:
@@ -73,8 +69,8 @@ def headline(results: dict, subset: str = "wsj40") -> list[str]:
     label = subset.upper() if subset.startswith("wsj") else subset
     relation = ("above" if best_f1 > kind_f1 + BELOW_MARGIN else "below" if best_f1 < kind_f1 - BELOW_MARGIN
                 else "level with")
-    return [f"The best parser here is {_name(best)} at {best_f1:.1f} {label} F1, {relation} the best trivial "
-            f"baseline, {_name(kind)} trees ({kind_f1:.1f})."]
+    return [f"The best parser here is {display(best)} at {best_f1:.1f} {label} F1, {relation} the best trivial "
+            f"baseline, {display(kind)} trees ({kind_f1:.1f})."]
 
 
 def below_baselines(results: dict, subset: str = "wsj40") -> list[str]:
@@ -94,7 +90,7 @@ def below_baselines(results: dict, subset: str = "wsj40") -> list[str]:
         for kind in BASELINE_ORDER:
             base = _baseline_f1(results, kind, subset)
             if base is not None and f1 < base - BELOW_MARGIN:
-                below.append(f"{_name(kind)} ({base:.1f})")
+                below.append(f"{display(kind)} ({base:.1f})")
         init = (results.get("random_init") or {}).get(model)
         init_f1 = _mean(init.get("sentence_f1")) if init and subset == "wsj40" else None
         below_init = init_f1 is not None and f1 < init_f1 - BELOW_MARGIN
@@ -106,7 +102,7 @@ def below_baselines(results: dict, subset: str = "wsj40") -> list[str]:
             parts.append(f"below {_join(below)}")
         if below_init:
             parts.append(f"below its own untrained initialisation ({init_f1:.1f}, mean of {init['n_models']} inits)")
-        sentence = f"**{_name(model)} at {f1:.1f} {label} F1 is {' and '.join(parts)}.**"
+        sentence = f"**{display(model)} at {f1:.1f} {label} F1 is {' and '.join(parts)}.**"
         left, right = _mean(summary.get("left_split_pct_wsj40")), _mean(summary.get("right_split_pct_wsj40"))
         if left is not None and right is not None:
             sentence += f" Its trees make {left:.0f}% left and {right:.0f}% right splits (WSJ40)"
@@ -115,7 +111,7 @@ def below_baselines(results: dict, subset: str = "wsj40") -> list[str]:
                 ours_dir = "left" if left > right else "right"
                 theirs_dir = "left" if published["left"] > published["right"] else "right"
                 sentence += (f"; PaLM Table 4 reports {published['left']:.1f}% left / {published['right']:.1f}% right "
-                             f"for {_name(model)}")
+                             f"for {display(model)}")
                 sentence += (f": {ours_dir}-branching, the opposite of the paper's finding." if ours_dir != theirs_dir
                              else ".")
             elif gold:
@@ -170,14 +166,14 @@ def seed_outliers(results: dict, subset: str = "wsj40") -> list[str]:
                 rest = [v for s, v in values.items() if s != seed]
                 everyone = list(values.values())
                 out.append(
-                    f"**{_name(model)}, seed {seed}: {what} {value:.{digits}f} is an outlier** against the other seeds "
+                    f"**{display(model)}, seed {seed}: {what} {value:.{digits}f} is an outlier** against the other seeds "
                     f"({', '.join(f'{v:.{digits}f}' for v in rest)}): the spread over seeds comes from this one init "
                     f"(mean {statistics.fmean(everyone):.{digits}f} ± {statistics.stdev(everyone):.{digits}f} with it, "
                     f"{statistics.fmean(rest):.{digits}f} ± {statistics.stdev(rest):.{digits}f} without).")
         if len(f1) == 2:
             (s1, v1), (s2, v2) = sorted(f1.items())
             if abs(v1 - v2) > OUTLIER_MIN_F1:
-                out.append(f"{_name(model)}: its two seeds differ by {abs(v1 - v2):.1f} {label} F1 ({v1:.1f} for seed "
+                out.append(f"{display(model)}: its two seeds differ by {abs(v1 - v2):.1f} {label} F1 ({v1:.1f} for seed "
                            f"{s1}, {v2:.1f} for seed {s2}); with two seeds one cannot tell which is the odd one.")
     return out
 
@@ -197,7 +193,7 @@ def falling_curves(results: dict) -> list[str]:
             last = history[-1]
             if peak is last or peak["dev_f1"] - last["dev_f1"] < FALL_MIN:
                 continue
-            who = _name(model) + (f" (seed {seed})" if several else "")
+            who = display(model) + (f" (seed {seed})" if several else "")
 
             def when(record):
                 return f"epoch {record['epoch']}" + (" (partial)" if record.get("partial") else "")

@@ -1,15 +1,18 @@
 """Using a trained run: load it, parse raw sentences, score a corpus, generate text.
 
-* :func:`latest_run` — the most recent *finished* run under ``runs/`` or ``results/runs/`` (what
-  ``induce parse``, ``eval``, ``show`` and ``generate`` use without ``--checkpoint``);
-* :func:`load_run` — model + vocabulary from a run folder or checkpoint (hash-checked, no pickle);
+* :func:`load_run` — model + vocabulary from a run folder or checkpoint (hash-checked, no pickle;
+  a folder without ``best`` says what it holds instead, and a checkpoint that is not the model its
+  folder's ``config.yaml`` describes is refused);
 * :func:`predict_trees` — raw tokens -> binary trees whose leaves are the original tokens (the
   tokens are normalised as in training: lower case, numbers -> ``N``, unknown -> ``<unk>``);
 * :func:`lm_perplexity` — perplexity of a prepared corpus split;
 * :func:`generate` — sampling with a temperature, or beam search.
+
+Which run the commands use by default (:func:`induce.runs.latest_run`) is :mod:`induce.runs`.
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 import sys
@@ -22,8 +25,10 @@ import nltk
 import torch
 
 from induce.errors import InduceError
-from induce.training.checkpoint import checkpoint_paths, load_checkpoint, prefixed
-from induce.training.trainer import STATUS_FILE, map_state, read_status
+from induce.runs import DEFAULT_RUN_DIRS, latest_run, read_run_sidecar  # noqa: F401 (latest_run re-exported)
+from induce.training.checkpoint import CheckpointError, checkpoint_paths, load_checkpoint, prefixed
+from induce.training.trainer import CONFIG_FILE, map_state
+from induce.treeio import copy_tree, flat_tree_text, tree_to_line
 
 #: Sentences longer than this are parsed in pieces (see :func:`predict_trees`).
 DEFAULT_MAX_LENGTH = 300
@@ -47,36 +52,6 @@ class LoadedRun:
         return self.meta["config"]
 
 
-#: Where :func:`latest_run` looks by default: ``induce train``'s default output folder and that of
-#: ``make reproduce`` / ``induce reproduce`` (``OUT=results``).
-DEFAULT_RUN_DIRS = (Path("runs"), Path("results") / "runs")
-
-
-def latest_run(runs_dir: Union[str, Path, Sequence[Union[str, Path]], None] = None) -> Path:
-    """The most recently finished run folder (``status.json`` says finished and ``best.json``
-    exists) under ``runs_dir`` (one folder or several; default :data:`DEFAULT_RUN_DIRS`);
-    an :class:`InduceError` when there is none."""
-    if runs_dir is None:
-        folders = list(DEFAULT_RUN_DIRS)
-    elif isinstance(runs_dir, (str, Path)):
-        folders = [Path(runs_dir)]
-    else:
-        folders = [Path(folder) for folder in runs_dir]
-    candidates = []
-    for folder in folders:
-        if not folder.is_dir():
-            continue
-        for child in folder.iterdir():
-            status = read_status(child)
-            if status.get("state") == "finished" and (child / "best.json").is_file():
-                candidates.append(((child / STATUS_FILE).stat().st_mtime_ns, str(child), child))
-    if not candidates:
-        where = " or ".join(f"{folder}/" for folder in folders)
-        raise InduceError(f"no finished run under {where}; train one (`induce train --model NAME`, "
-                          "or `make reproduce`, which writes results/runs/) or pass --checkpoint")
-    return max(candidates)[2]
-
-
 def resolve_device(device: Union[str, torch.device, None]) -> torch.device:
     """``auto`` (or None) -> ``cuda`` when CUDA is available, else ``cpu``; other names are checked
     (a clear error for ``cuda`` without CUDA or a name that is not a device)."""
@@ -90,15 +65,18 @@ def resolve_device(device: Union[str, torch.device, None]) -> torch.device:
 def load_run(path: Union[str, Path], device: Union[str, torch.device] = "auto") -> LoadedRun:
     """Model and vocabulary of a run folder (its ``best`` checkpoint) or of a checkpoint file/stem,
     on ``device`` (``auto``: CUDA when available, see :func:`resolve_device`)."""
-    from induce.config import validate_config
+    from induce.config import stored_config, validate_config
     from induce.data.corpus import Vocab
     from induce.models.registry import get_model_class
 
     path = Path(path)
-    if not path.exists() and not any(p.exists() for p in checkpoint_paths(path)):
+    weights, sidecar = checkpoint_paths(path)
+    if not path.exists() and not any(p.exists() for p in (weights, sidecar)):
         raise InduceError(f"{path}: no such run folder or checkpoint")
+    read_run_sidecar(path)  # a run folder without `best` says what it holds instead
     tensors, meta = load_checkpoint(path, device="cpu")
-    config = validate_config(meta["config"], source=str(checkpoint_paths(path)[1]))
+    config = validate_config(stored_config(meta["config"]), source=str(sidecar))
+    _check_folder_config(sidecar, config)
     vocab = Vocab.from_json(meta["vocab"])
     model = get_model_class(config.model_name)(len(vocab), config.model_config_object())
     missing, unexpected = model.load_state_dict(prefixed(tensors, "model"), strict=False)
@@ -107,6 +85,34 @@ def load_run(path: Union[str, Path], device: Union[str, torch.device] = "auto") 
                           f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
     model.to(resolve_device(device)).eval()
     return LoadedRun(model, vocab, meta, path)
+
+
+def _check_folder_config(sidecar: Path, config) -> None:
+    """Refuse a checkpoint whose model is not the one its run folder's ``config.yaml`` describes (weights
+    and sidecar of another run copied in: each is intact, so their hashes agree). Model name and
+    ``model`` section are compared; the ``train`` keys a resume may change are not. An unreadable
+    ``config.yaml`` is not this check's business (the checkpoint is self-contained)."""
+    from induce.config import read_yaml, stored_config, validate_config
+
+    folder_config = sidecar.parent / CONFIG_FILE
+    if not folder_config.is_file():
+        return
+    try:
+        # read with the stored defaults, so that a run written before a model field existed compares equal
+        expected = validate_config(stored_config(read_yaml(folder_config)), source=str(folder_config))
+    except InduceError:
+        return
+    if expected.model_name == config.model_name and expected.model == config.model:
+        return
+    if expected.model_name != config.model_name:
+        what = f"a {config.model_name} model but {folder_config} says {expected.model_name}"
+    else:
+        keys = sorted(k for k in set(expected.model) | set(config.model)
+                      if expected.model.get(k) != config.model.get(k))
+        shown = ", ".join(f"model.{k} {config.model.get(k)!r} vs {expected.model.get(k)!r}" for k in keys[:3])
+        what = f"a {config.model_name} model of another size than {folder_config} says ({shown})"
+    raise CheckpointError(f"{sidecar}: this checkpoint is {what}: the checkpoint files come from another run; "
+                          "put them back in their own folder, or pass the checkpoint that belongs here")
 
 
 def _as_loaded(run: Union[str, Path, LoadedRun], device="auto") -> LoadedRun:
@@ -175,49 +181,47 @@ def _attach_punctuation(words: Sequence[str], content_tree: Optional[nltk.Tree],
     Each punctuation token joins, as a right sister, the highest constituent that ends just before
     it (so a final period attaches at the root); punctuation before the first word joins the
     whole tree as a left sister. Every node stays binary.
+
+    Linear in the number of words, without recursion: one post-order walk finds, for each content
+    word, the slot (parent node, child index) of the highest constituent ending at it; a mark then
+    wraps what is in the slot before it, and the wrapped node is the highest ending at the mark
+    (its old parent goes on past the mark, whose words come later). Descending from the root for
+    each mark instead costs the depth of the tree per mark: quadratic for a long right-branching line.
     """
     if content_tree is None:  # nothing but punctuation: right-branching over the tokens
         return _join_right(list(words)) if len(words) > 1 else nltk.Tree("S", list(words))
-    # Nodes as [start, end, children] over original positions; leaves are ints.
-    def build(node):
-        if not isinstance(node, nltk.Tree):
-            return content[next(counter)]
-        children = [build(child) for child in node]
-        first = children[0] if isinstance(children[0], int) else children[0][0]
-        last = children[-1] if isinstance(children[-1], int) else children[-1][1]
-        return [first, last, children]
-
-    counter = iter(range(len(content)))
     # A one-word tree (S w) is the bare leaf here, so that attaching gives (S w .), not (S (S w) .).
-    root = content[0] if len(content) == 1 else build(content_tree)
-    end = lambda node: node if isinstance(node, int) else node[1]  # noqa: E731
-    start = lambda node: node if isinstance(node, int) else node[0]  # noqa: E731
+    # The marks are attached to a copy: the caller's tree is left as it was.
+    top = content_tree[0] if len(content) == 1 else copy_tree(content_tree)
+    holder = [top]  # the root's slot
+    slot_of: dict[int, tuple[list, int]] = {}  # position -> slot of the highest node ending there
+    leaf_index = 0
+    # Post-order walk with an explicit stack of (parent, index): a node is finished after its
+    # children, so the last slot recorded for a word is that of the highest node ending at it.
+    stack: list[tuple[list, int, bool]] = [(holder, 0, False)]
+    while stack:
+        parent, index, children_done = stack.pop()
+        node = list.__getitem__(parent, index)  # (nltk's __getitem__ is slow; the index is a plain int)
+        if isinstance(node, nltk.Tree) and len(node) and not children_done:
+            stack.append((parent, index, True))
+            for child in range(len(node) - 1, -1, -1):
+                stack.append((node, child, False))
+            continue
+        if not isinstance(node, nltk.Tree):
+            leaf_index += 1
+        if leaf_index:  # (an empty subtree before the first word ends at no word)
+            slot_of[content[leaf_index - 1]] = (parent, index)
     is_content = set(content)
-    leading = list(range(content[0]))
     for position in range(content[0] + 1, len(words)):
         if position in is_content:
             continue
-        previous = position - 1
-        if end(root) == previous:
-            root = [start(root), position, [root, position]]
-            continue
-        node = root
-        while True:  # descend to the child holding `previous`; wrap the highest node ending there
-            index = max(k for k, child in enumerate(node[2]) if start(child) <= previous)
-            child = node[2][index]
-            if end(child) == previous:
-                node[2][index] = [start(child), position, [child, position]]
-                break
-            node = child
-    for position in reversed(leading):
-        root = [position, end(root), [position, root]]
-
-    def to_tree(node):
-        if isinstance(node, int):
-            return words[node]
-        return nltk.Tree("S", [to_tree(child) for child in node[2]])
-
-    return to_tree(root)
+        parent, index = slot_of[position - 1]
+        parent[index] = nltk.Tree("S", [parent[index], words[position]])
+        slot_of[position] = (parent, index)
+    root = holder[0]
+    for position in reversed(range(content[0])):
+        root = nltk.Tree("S", [words[position], root])
+    return root
 
 
 def predict_trees(
@@ -311,6 +315,29 @@ def read_text_lines(path: Union[str, Path]) -> list[str]:
     return text.splitlines()
 
 
+def parse_texts(
+    run: Union[str, Path, LoadedRun],
+    lines: Sequence[str],
+    pretokenized: bool = False,
+    decoder: Optional[str] = None,
+    batch_size: int = 64,
+    max_length: int = DEFAULT_MAX_LENGTH,
+    device: Union[str, torch.device] = "auto",
+    keep_punct: bool = False,
+    progress: Optional[Callable[[int], None]] = None,
+) -> list[nltk.Tree]:
+    """One tree per raw line, its leaves the line's tokens as typed (:func:`tokenize`, then
+    :func:`predict_trees`): what ``induce parse`` and :meth:`induce.api.Run.parse` do. An item that is a
+    list of tokens (the library's) is taken as it is."""
+    sentences = [tokenize(line, pretokenized) if isinstance(line, str) else [str(token) for token in line]
+                 for line in lines]
+    try:
+        return predict_trees(run, sentences, batch_size=batch_size, decoder=decoder, max_length=max_length,
+                             device=device, keep_punct=keep_punct, progress=progress)
+    except ValueError as err:  # e.g. a decoder that does not fit the model
+        raise InduceError(str(err)) from None
+
+
 def parse_lines(
     run: Union[str, Path, LoadedRun],
     lines: Sequence[str],
@@ -323,13 +350,9 @@ def parse_lines(
     keep_punct: bool = False,
     progress: Optional[Callable[[int], None]] = None,
 ) -> list[str]:
-    """One formatted tree per input line (see :func:`predict_trees` and :func:`format_tree`)."""
-    sentences = [tokenize(line, pretokenized) for line in lines]
-    try:
-        trees = predict_trees(run, sentences, batch_size=batch_size, decoder=decoder, max_length=max_length,
-                              device=device, keep_punct=keep_punct, progress=progress)
-    except ValueError as err:  # e.g. a decoder that does not fit the model
-        raise InduceError(str(err)) from None
+    """One formatted tree per input line (see :func:`parse_texts` and :func:`format_tree`)."""
+    trees = parse_texts(run, lines, pretokenized=pretokenized, decoder=decoder, batch_size=batch_size,
+                        max_length=max_length, device=device, keep_punct=keep_punct, progress=progress)
     return [format_tree(tree, style) for tree in trees]
 
 
@@ -342,13 +365,8 @@ def format_tree(tree: nltk.Tree, style: str = "ptb") -> str:
     tokens exactly. ``json``: one JSON array per line, the tree as nested arrays whose strings are
     the tokens exactly (brackets included): ``[["The", "dog"], "barked"]``.
     """
-    if style == "json":
-        import json
-
-        def nested(node):
-            return [nested(child) for child in node] if isinstance(node, nltk.Tree) else node
-
-        return json.dumps(nested(tree), ensure_ascii=False)
+    if style == "json":  # what json.dumps(nested lists) writes, without recursion (see flat_tree_text)
+        return flat_tree_text(tree, lambda node: "[", _json_leaf, separator=", ", close_node="]")
     if style == "pretty":
         if not tree.leaves():
             return "(S )"
@@ -361,11 +379,15 @@ def format_tree(tree: nltk.Tree, style: str = "ptb") -> str:
         return TreePrettyPrinter(indexed, sentence=tree.leaves()).text().rstrip("\n")
     if style != "ptb":
         raise InduceError(f"unknown format {style!r}; use ptb, pretty or json")
-    escaped = tree.copy(deep=True)
-    for position in escaped.treepositions("leaves"):
-        escaped[position] = escaped[position].replace("(", "-LRB-").replace(")", "-RRB-")
-    with _recursion_limit(4 * len(escaped.leaves()) + 1000):
-        return escaped.pformat(margin=sys.maxsize)
+    return tree_to_line(tree, _escape_round_brackets)
+
+
+def _escape_round_brackets(token: str) -> str:
+    return token.replace("(", "-LRB-").replace(")", "-RRB-")
+
+
+def _json_leaf(token: str) -> str:
+    return json.dumps(token, ensure_ascii=False)
 
 
 def lm_perplexity(run: Union[str, Path, LoadedRun], corpus_dir: Union[str, Path], split: str = "valid",
@@ -402,8 +424,11 @@ def generate(
     ``n_words`` tokens, finished hypotheses ranked by mean log-probability per token (raw sums
     would favour the shortest sentence). The context is ``<eos>`` followed by the normalised prompt.
     """
-    if temperature <= 0:
-        raise InduceError("--temperature must be positive")
+    if math.isnan(temperature):
+        raise InduceError(f"--temperature {temperature}: not a number; give a positive number (1 samples the "
+                          "model's own distribution)")
+    if not 0 < temperature < math.inf:
+        raise InduceError(f"--temperature {temperature}: must be positive and finite")
     if beam is not None and beam < 1:
         raise InduceError("--beam must be at least 1")
     loaded = _as_loaded(run, device)

@@ -7,12 +7,13 @@ copy of it is present. Nothing else is quoted: where a paper's table is not in t
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
+from dataclasses import dataclass, fields
 from typing import Optional
 
 from induce.findings import all_findings
+from induce.names import NAMES, display  # noqa: F401 (re-exported: the names the report's readers use)
 
 PAPER_FILE = "palm-peng-schwartz-smith-2019.txt"
 PALM = "Peng, Schwartz and Smith (2019), PaLM"
@@ -53,13 +54,7 @@ PUBLISHED["lm"] = {
             "LM tables.",
 }
 
-NAMES = {"prpn": "PRPN", "onlstm": "ON-LSTM", "palm": "PaLM-U", "palm-s": "PaLM-S", "palm-rb": "PaLM-RB",
-         "right": "right-branching", "left": "left-branching", "balanced": "balanced", "random": "random trees"}
 LABELS = ("NP", "VP", "PP", "SBAR", "ADJP", "ADVP")
-
-
-def display(name: str) -> str:
-    return NAMES.get(name, name)
 
 
 def fmt(stat, digits: int = 1) -> str:
@@ -100,6 +95,7 @@ def split_name(results: dict) -> str:
 
 def write_results(results: dict, out: Path) -> tuple[Path, Path]:
     """``out/results.json`` and ``out/REPORT.md``."""
+    from induce.files import strict_json
     from induce.treeio import atomic_write_text
 
     out = Path(out)
@@ -107,21 +103,10 @@ def write_results(results: dict, out: Path) -> tuple[Path, Path]:
     results = dict(results, published=PUBLISHED)
     json_path = out / "results.json"
     # strict JSON: NaN / infinity (a diverged run) become null; "diverged_seeds" says which
-    atomic_write_text(json_path, json.dumps(_strict(results), indent=1, sort_keys=True, default=str,
-                                            allow_nan=False) + "\n")
+    atomic_write_text(json_path, strict_json(results, indent=1, sort_keys=True, default=str) + "\n")
     md_path = out / "REPORT.md"
     atomic_write_text(md_path, render_markdown(results))
     return json_path, md_path
-
-
-def _strict(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _strict(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_strict(item) for item in value]
-    return value
 
 
 def _table(header: list[str], rows: list[list[str]], align: Optional[list[str]] = None) -> list[str]:
@@ -137,7 +122,28 @@ def _minutes(seconds) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
-def render_markdown(results: dict) -> str:
+@dataclass(frozen=True)
+class ReportContext:
+    """What the sections of the report read: the results and the values derived from them once
+    (:func:`report_context`)."""
+
+    results: dict
+    profile: dict
+    split: str  # valid or test
+    where: str  # the split as the report names it, e.g. "dev (WSJ 22)"
+    models: list  # model names in report order
+    per_model: dict  # results["models"]
+    baselines: dict
+    eval_corpus: dict
+    train_corpus: dict
+    budget: Optional[float]  # seconds per model and seed, when one budget applies to all
+    budgets: dict  # model -> seconds, the models that have their own budget
+    seeds: list
+    eval_counts: dict  # the evaluation split's counts (meta.json)
+    synthetic: bool  # evaluated on the synthetic treebank
+
+
+def report_context(results: dict) -> ReportContext:
     profile = results["profile"]
     split = results["split"]
     where = split_name(results)
@@ -150,9 +156,24 @@ def render_markdown(results: dict) -> str:
     seeds = results["seeds"]
     eval_counts = (eval_corpus.get("splits") or {}).get(split, {})
     synthetic = eval_corpus.get("kind") == "synthetic" or eval_corpus.get("source_kind") == "synthetic"
+    return ReportContext(results=results, profile=profile, split=split, where=where, models=models,
+                         per_model=per_model, baselines=baselines, eval_corpus=eval_corpus, train_corpus=train_corpus,
+                         budget=budget, budgets=budgets, seeds=seeds, eval_counts=eval_counts, synthetic=synthetic)
+
+
+def render_markdown(results: dict) -> str:
+    """``REPORT.md``: the sections of :data:`SECTIONS` (one function each, taking the fields of
+    :class:`ReportContext` it reads as keyword arguments), one after the other."""
+    context = report_context(results)
+    values = {field.name: getattr(context, field.name) for field in fields(context)}
+    return "\n".join(line for section in SECTIONS for line in section(**values))
+
+
+def _preamble(*, results, profile, where, models, per_model, eval_corpus, budget, budgets, synthetic,
+              **_) -> list[str]:
+    """Title, the read-this-first warning, the findings, unfinished / diverged runs, failed steps."""
     lines: list[str] = []
     add = lines.append
-
     add(f"# Reproduction report (profile `{profile['name']}`)")
     add("")
     add(f"Generated {results['generated_at']} by `{results.get('command') or 'induce reproduce'}`.")
@@ -210,15 +231,20 @@ def render_markdown(results: dict) -> str:
         add("**Failed steps.** Their figures are missing below (`—`): "
             + "; ".join(f"{s['name']}: {s['detail']}" for s in failed))
         add("")
+    return lines
 
-    # ---------------------------------------------------------------- setup
+
+def _setup(*, results, profile, split, where, models, per_model, eval_corpus, train_corpus, budget, budgets, seeds,
+           eval_counts, **_) -> list[str]:
+    """``## Setup``: profile, data, budget, machine; the models' sizes."""
+    lines: list[str] = []
+    add = lines.append
     add("## Setup")
     add("")
     machine = results.get("machine", {})
     train_splits = train_corpus.get("splits") or {}
     subset = train_corpus.get("subset") or {}
-    train_text = (f"`{train_corpus['path']}`: {train_splits.get('train', {}).get('lm_sentences', '?'):,} sentences, "
-                  f"{train_splits.get('train', {}).get('lm_tokens', 0):,} LM tokens")
+    train_text = f"`{train_corpus['path']}`: {_text_size(train_splits.get('train', {}))}"
     if subset.get("train_sentences"):
         train_text += f" (the first {subset['train_sentences']:,} training sentences of `{subset.get('of')}`, its vocabulary)"
     monitor = train_splits.get("valid", {})
@@ -231,10 +257,9 @@ def render_markdown(results: dict) -> str:
         ["vocabulary", f"{eval_corpus.get('vocab_size', '?'):,} types (including `<unk>`, `<eos>`)"
          if isinstance(eval_corpus.get("vocab_size"), int) else "?"],
         ["model selection", f"best validation perplexity on `{train_corpus['path']}` valid "
-                            f"({monitor.get('lm_sentences', '?'):,} sentences, {monitor.get('lm_tokens', 0):,} tokens), "
-                            "checked each epoch"],
-        ["evaluation", f"{where}: `{eval_corpus['path']}` {split}, {eval_counts.get('trees', '?'):,} trees, "
-                       f"{eval_counts.get('lm_tokens', 0):,} LM tokens"],
+                            f"({_text_size(monitor)}), checked each epoch"],
+        ["evaluation", f"{where}: `{eval_corpus['path']}` {split}, {_count(eval_counts.get('trees'))} trees; "
+                       f"LM text {_text_size(eval_counts)}"],
         ["configs", "`configs/<model>.yaml`" + (f" < `{results.get('profile_folder')}/<model>.yaml`" if profile else "")
          + " < profile overrides: " + (", ".join(f"`{o}`" for o in profile.get("overrides", [])) or "none")],
         ["profile's model changes", "; ".join(
@@ -256,8 +281,13 @@ def render_markdown(results: dict) -> str:
         sizes.append([display(m), f"{params[m]:,.0f}" if params[m] else "—", ", ".join(bits)])
     lines += _table(["model", "parameters", "size"], sizes, ["---", "---:", "---"])
     add("")
+    return lines
 
-    # ---------------------------------------------------------------- convention
+
+def _convention(*, results, profile, **_) -> list[str]:
+    """``## Evaluation convention``."""
+    lines: list[str] = []
+    add = lines.append
     add("## Evaluation convention")
     add("")
     conv = results.get("convention", {})
@@ -283,8 +313,13 @@ def render_markdown(results: dict) -> str:
         + "WSJ40 sentences of the split; mean ± std over the inits.")
     add("* **Seeds**: where several seeds ran, figures are mean ± sample standard deviation over them.")
     add("")
+    return lines
 
-    # ---------------------------------------------------------------- table 1
+
+def _language_modelling(*, results, where, models, per_model, **_) -> list[str]:
+    """``## 1. Language modelling`` (PaLM Table 1 style)."""
+    lines: list[str] = []
+    add = lines.append
     add(f"## 1. Language modelling (PaLM Table 1 style), {where}")
     add("")
     mikolov = results.get("mikolov")
@@ -301,10 +336,12 @@ def render_markdown(results: dict) -> str:
                      f"perplexity, our {results['split']} text", f"perplexity, Mikolov's {results['split']} text",
                      "published (Mikolov's PTB test text)"], rows)
     add("")
+    add(_tokens_trained_note(results, models))
+    add("")
     if mikolov:
-        add(f"Mikolov's text: `{mikolov['path']}`, {mikolov['tokens']:,} tokens. **The vocabularies differ**: ours is "
+        add(f"Mikolov's text: `{mikolov['path']}`, {mikolov['tokens']:,} words. **The vocabularies differ**: ours is "
             f"built from the training trees (WSJ 02-21), Mikolov's from sections 00-20; {mikolov['our_unk']:,} of its "
-            f"tokens ({100 * mikolov['our_unk'] / max(mikolov['tokens'], 1):.1f}%) are `<unk>` for our models, against "
+            f"words ({100 * mikolov['our_unk'] / max(mikolov['tokens'], 1):.1f}%) are `<unk>` for our models, against "
             f"{mikolov['their_unk']:,} ({100 * mikolov['their_unk'] / max(mikolov['tokens'], 1):.1f}%) in the file "
             "itself. More `<unk>` makes the text easier to predict, so this column is not strictly comparable with the "
             "published one either, which is also on the test text.")
@@ -315,8 +352,13 @@ def render_markdown(results: dict) -> str:
     add("")
     add(f"Published column: {pub_lm['note']} PaLM: {PUBLISHED['table1']['missing']}.")
     add("")
+    return lines
 
-    # ---------------------------------------------------------------- table 3
+
+def _parsing_wsj40(*, where, models, per_model, baselines, **_) -> list[str]:
+    """``## 2. Unsupervised parsing, WSJ40`` (PaLM Table 3)."""
+    lines: list[str] = []
+    add = lines.append
     add(f"## 2. Unsupervised parsing, WSJ40 (PaLM Table 3), {where}")
     add("")
     pub3 = PUBLISHED["table3"]["rows"]
@@ -339,8 +381,13 @@ def render_markdown(results: dict) -> str:
     add(f"Published: {PUBLISHED['table3']['source']}. Compare the last two columns: both count the whole-sentence "
         "span (which every tree gets right, so they are higher than ours on short sentences).")
     add("")
+    return lines
 
-    # ---------------------------------------------------------------- table 4
+
+def _branching(*, results, where, models, per_model, **_) -> list[str]:
+    """``## 3. Branching, WSJ40`` (PaLM Table 4)."""
+    lines: list[str] = []
+    add = lines.append
     add(f"## 3. Branching, WSJ40 (PaLM Table 4), {where}")
     add("")
     pub4 = PUBLISHED["table4"]
@@ -367,8 +414,13 @@ def render_markdown(results: dict) -> str:
         "nor PaLM-S when PaLM is (untrained, they are the same model)."
         + (f" Gold: {gold['nary_split_pct']:.1f}% of the gold splits are n-ary." if gold else ""))
     add("")
+    return lines
 
-    # ---------------------------------------------------------------- Kim / ON-LSTM table
+
+def _wsj10_and_labels(*, where, models, per_model, baselines, **_) -> list[str]:
+    """``## 4. WSJ10, all lengths and per-label recall`` (ON-LSTM / Kim et al. style)."""
+    lines: list[str] = []
+    add = lines.append
     add(f"## 4. WSJ10, all lengths and per-label recall (ON-LSTM / Kim et al. style), {where}")
     add("")
     rows = []
@@ -396,8 +448,13 @@ def render_markdown(results: dict) -> str:
         f"that the induced tree has. ON-LSTM's convention keeps one-word sentences, each scoring F1 = 1 (ours skips "
         f"them). Published: {PUBLISHED['kim_onlstm']['missing']}.")
     add("")
+    return lines
 
-    # ---------------------------------------------------------------- figures
+
+def _figures(*, results, **_) -> list[str]:
+    """``## 5. Figures``."""
+    lines: list[str] = []
+    add = lines.append
     figs = results.get("figures", {})
     add("## 5. Figures")
     add("")
@@ -455,8 +512,13 @@ def render_markdown(results: dict) -> str:
         for key in distances:
             add(f"![{key}]({figs[key]})")
             add("")
+    return lines
 
-    # ---------------------------------------------------------------- steps
+
+def _steps_and_files(*, results, **_) -> list[str]:
+    """``## 6. Steps`` and ``## 7. Files and commands``."""
+    lines: list[str] = []
+    add = lines.append
     add("## 6. Steps")
     add("")
     rows = []
@@ -477,7 +539,55 @@ def render_markdown(results: dict) -> str:
     add(f"* Re-run: `{results.get('command') or 'induce reproduce'}` (finished steps are skipped; an interrupted "
         "training run continues from its last checkpoint with the rest of its budget).")
     add("")
-    return "\n".join(lines)
+    return lines
+
+
+#: The sections of ``REPORT.md``, in order.
+SECTIONS = (
+    _preamble,
+    _setup,
+    _convention,
+    _language_modelling,
+    _parsing_wsj40,
+    _branching,
+    _wsj10_and_labels,
+    _figures,
+    _steps_and_files,
+)
+
+
+def _count(value) -> str:
+    return f"{value:,}" if isinstance(value, int) else "?"
+
+
+def _text_size(counts: dict) -> str:
+    """A split's LM text from its ``meta.json`` counts, saying what each number counts: ``N sentences:
+    W words + N sentence ends = T tokens`` (the model reads and predicts the sentence ends too)."""
+    sentences, words = counts.get("lm_sentences"), counts.get("lm_tokens")
+    if isinstance(sentences, int) and isinstance(words, int):
+        return f"{sentences:,} sentences: {words:,} words + {sentences:,} sentence ends = {words + sentences:,} tokens"
+    return f"{_count(sentences)} sentences, {_count(words)} words"
+
+
+def _tokens_trained_note(results: dict, models: list) -> str:
+    """What the "tokens trained" column counts, with the tokens one epoch predicts per batch size."""
+    from induce.training.batching import predicted_per_epoch
+
+    counts = ((results["corpus"]["train"].get("splits") or {}).get("train") or {})
+    text = ("*Tokens trained*: the tokens the model predicted in training, all epochs together (`train_tokens` of "
+            "`metrics.jsonl`). An epoch predicts the tokens of the training text (setup: words + sentence ends) but "
+            "the first of each of the `data.batch_size` parallel streams and the tail that does not fill them")
+    if not (isinstance(counts.get("lm_sentences"), int) and isinstance(counts.get("lm_tokens"), int)):
+        return text + "."
+    tokens = counts["lm_sentences"] + counts["lm_tokens"]
+    sizes = {}
+    for m in models:
+        batch = ((results.get("configs") or {}).get(m, {}).get("data") or {}).get("batch_size")
+        if isinstance(batch, int):
+            sizes.setdefault(batch, []).append(display(m))
+    parts = [f"{predicted_per_epoch(tokens, batch):,} with {batch} streams"
+             + (f" ({', '.join(names)})" if len(sizes) > 1 else "") for batch, names in sizes.items()]
+    return text + (": up to " + "; ".join(parts) + " per epoch here." if parts else ".")
 
 
 def _budget_text(budget, budgets: dict, models: list, chunk) -> str:

@@ -149,13 +149,85 @@ def read_trees(
     return located
 
 
-def tree_to_line(tree: nltk.Tree) -> str:
+def _nltk_leaf_text(leaf) -> str:
+    """A leaf as nltk's one-line ``pformat`` writes it (a string as it is, a tagged pair as ``word/tag``)."""
+    if isinstance(leaf, str):
+        return leaf
+    if isinstance(leaf, tuple):
+        return "/".join(leaf)
+    return repr(leaf)
+
+
+_CLOSE_NODE = object()  # stack marker in flat_tree_text (a leaf may be any string, ")" included)
+_SEPARATOR = object()
+
+
+def flat_tree_text(
+    tree: nltk.Tree,
+    open_node: Callable[[nltk.Tree], str],
+    leaf_text: Callable[[object], str],
+    separator: str = " ",
+    close_node: str = ")",
+) -> str:
+    """``tree`` written on one line: ``open_node(node)``, the children joined by ``separator``,
+    ``close_node``; a leaf as ``leaf_text(leaf)``.
+
+    Written with an explicit stack, so that the time is linear in the size of the tree and
+    there is no recursion however deep it is: a right-branching tree of a long sentence is as deep
+    as the sentence is long, and nltk's recursive ``pformat`` builds each subtree's string anew at
+    every level above it (quadratic in the depth, and a RecursionError past the interpreter's limit).
+    """
+    parts: list[str] = []
+    stack: list[object] = [tree]
+    while stack:
+        item = stack.pop()
+        if item is _CLOSE_NODE:
+            parts.append(close_node)
+        elif item is _SEPARATOR:
+            parts.append(separator)
+        elif isinstance(item, nltk.Tree):
+            parts.append(open_node(item))
+            stack.append(_CLOSE_NODE)
+            children = list(item)  # (list iteration: nltk's __getitem__ is slow)
+            for child in reversed(children[1:]):
+                stack.append(child)
+                stack.append(_SEPARATOR)
+            if children:
+                stack.append(children[0])
+        else:
+            parts.append(leaf_text(item))
+    return "".join(parts)
+
+
+def copy_tree(tree: nltk.Tree) -> nltk.Tree:
+    """A copy of ``tree``'s nodes (the leaves are shared: strings), without recursion (nltk's
+    ``copy(deep=True)`` recurses once per level)."""
+    root = nltk.Tree(tree.label(), list(tree))
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        for index, child in enumerate(list(node)):
+            if isinstance(child, nltk.Tree):
+                copied = nltk.Tree(child.label(), list(child))
+                list.__setitem__(node, index, copied)
+                stack.append(copied)
+    return root
+
+
+def _bracket_open(node: nltk.Tree) -> str:
+    label = node.label()
+    return f"({label if isinstance(label, str) else repr(label)} "
+
+
+def tree_to_line(tree: nltk.Tree, leaf_text: Optional[Callable[[object], str]] = None) -> str:
     """One-line bracket string of ``tree`` (``(S (NP (DT the) (NN cat)) (VP (VBD sat)))``).
 
     Inverse of :meth:`nltk.Tree.fromstring` for treebank trees (leaves without spaces or
     brackets). An empty root label gives ``( (S ...))``, which reads back as label ``''``.
+    The same text as nltk's ``tree.pformat(margin=infinity)``, in linear time and without
+    recursion (see :func:`flat_tree_text`). ``leaf_text`` writes a leaf (default: as nltk does).
     """
-    return tree.pformat(margin=1 << 62)
+    return flat_tree_text(tree, _bracket_open, leaf_text or _nltk_leaf_text)
 
 
 def atomic_write_text(path: PathLike, text: str) -> None:

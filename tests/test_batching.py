@@ -121,3 +121,43 @@ def test_trainer_reads_bucketed_segments(tmp_path):
     lengths = np.diff(positions)
     assert len(lengths) > 5 and all(length % 4 == 0 for length in lengths[:-1])
     assert len(set(lengths[:-1].tolist())) > 1  # still random lengths, only bucketed
+
+
+def test_auto_bucket_is_the_largest_divisor_of_bptt_within_one_and_a_half_std():
+    assert batching.auto_bucket(70, 5.0) == 7  # the papers' bptt and std: 1, 2, 5, 7 divide 70 and are <= 7.5
+    assert batching.auto_bucket(35, 5.0) == 7
+    assert batching.auto_bucket(64, 5.0) == 4
+    assert batching.auto_bucket(71, 5.0) == 1  # a prime bptt: no rounding
+    assert batching.auto_bucket(70, 0.0) == 1
+    for bptt in range(2, 120):
+        for std in (0.5, 2.0, 5.0, 9.0):
+            bucket = batching.auto_bucket(bptt, std)
+            assert bptt % bucket == 0 and (bucket == 1 or bucket <= 1.5 * std)
+            assert not any(bptt % d == 0 for d in range(bucket + 1, int(1.5 * std) + 1))
+
+
+@pytest.mark.parametrize("bucket", [0, 7, 8])
+def test_segment_length_distribution_matches_the_draws(bucket):
+    """The computed distribution of the bucketed lengths (what the trainer states) against 100k draws."""
+    expected = batching.segment_length_distribution(70, 5.0, 5, 20, bucket)
+    assert sum(expected.values()) == pytest.approx(1.0, abs=1e-9)
+    draws = _lengths(11, 100_000, bucket=bucket)
+    counts = {length: draws.count(length) / len(draws) for length in set(draws)}
+    assert set(counts) <= set(expected)
+    for length, p in expected.items():
+        assert counts.get(length, 0.0) == pytest.approx(p, abs=0.004), length
+    mean = sum(length * p for length, p in expected.items())
+    assert np.mean(draws) == pytest.approx(mean, abs=0.15)
+
+
+def test_the_automatic_bucket_keeps_the_length_distribution_centred():
+    """Rounding to a divisor of bptt keeps the mean length (steps per epoch, the lr's mean scale) where
+    the unbucketed draws have it; a non-divisor of similar width moves it by ~0.5 (see graphs.py)."""
+    def moments(bucket):
+        dist = batching.segment_length_distribution(70, 5.0, 5, 20, bucket)
+        mean = sum(length * p for length, p in dist.items())
+        return mean, sum((length - mean) ** 2 * p for length, p in dist.items()) ** 0.5
+
+    (plain_mean, plain_std), (auto_mean, auto_std) = moments(0), moments(batching.auto_bucket(70, 5.0))
+    assert abs(auto_mean - plain_mean) < 0.01 < abs(moments(8)[0] - plain_mean)
+    assert plain_std < auto_std < plain_std * 1.03

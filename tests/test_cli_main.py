@@ -81,3 +81,40 @@ def test_train_errors_blame_the_flag_not_the_config_file():
     assert "default.yaml" not in result.output
     result = runner.invoke(app, ["train", "--model", "prpn", "--max-epochs", "0"])
     assert result.exit_code == 2 and "--max-epochs 0: train.epochs" in " ".join(result.output.split())
+
+
+def _help_texts(typer_app, path=()):
+    """``(command path, text)`` for each command's help, epilog and parameter helps (recursively)."""
+    import inspect
+
+    import typer as typer_module
+
+    for info in typer_app.registered_commands:
+        command = (*path, info.name or info.callback.__name__.replace("_", "-"))
+        texts = [info.help or inspect.getdoc(info.callback) or "", info.epilog or ""]
+        for parameter in inspect.signature(info.callback).parameters.values():
+            if isinstance(parameter.default, typer_module.models.ParameterInfo):
+                texts.append(parameter.default.help or "")
+        yield from ((command, text) for text in texts if text)
+    for group in typer_app.registered_groups:
+        yield from _help_texts(group.typer_instance, (*path, group.name))
+
+
+def test_help_keeps_every_bracketed_text():
+    """Typer renders help with rich markup, which took `[i,j]` (eval's epilog) or `[, ptb.test.txt]` for a
+    style tag and dropped it: every bracketed piece of every command's help is printed as written."""
+    import re
+
+    checked = 0
+    for command, text in _help_texts(app):
+        plain = text.replace("\\[", "[")  # the text as written (without rich's escapes)
+        pieces = re.findall(r"\[[^\[\]]*\]", plain)
+        if not pieces:
+            continue
+        result = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "2000"}, terminal_width=2000)
+        assert result.exit_code == 0, result.output
+        shown = " ".join(result.output.replace("│", " ").split())
+        for piece in pieces:
+            checked += 1
+            assert " ".join(piece.split()) in shown, (command, piece)
+    assert checked >= 4  # eval's [i,j] (three), preprocess's [, ptb.test.txt]

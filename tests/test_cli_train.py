@@ -52,6 +52,25 @@ def test_train_writes_the_run(workdir):
     assert json.loads((run / "status.json").read_text())["state"] == "finished"
 
 
+def test_train_says_what_each_token_count_counts(workdir):
+    """The toy report counted the same 300 sentences as 6,335, 6,632 and 6,624 tokens in different places:
+    the header now gives the words (meta.json's lm_tokens), the tokens with the sentence ends, and what an
+    epoch predicts (metrics.jsonl's train_tokens, the report's "tokens trained")."""
+    import re
+
+    root, corpus, result = workdir
+    counts = json.loads((corpus / "meta.json").read_text())["splits"]["train"]
+    words, sentences = counts["lm_tokens"], counts["lm_sentences"]
+    header = " ".join(result.output.split())
+    found = re.search(r"train text: ([\d,]+) words \+ ([\d,]+) sentence ends = ([\d,]+) tokens, an epoch predicts "
+                      r"up to ([\d,]+) of them in 4 streams", header)
+    assert found, header
+    numbers = [int(group.replace(",", "")) for group in found.groups()]
+    assert numbers[:3] == [words, sentences, words + sentences]
+    trained = json.loads((root / "runs" / "first" / "metrics.jsonl").read_text().splitlines()[0])["train_tokens"]
+    assert numbers[3] == ((words + sentences) // 4 - 1) * 4 and numbers[3] - 4 <= trained <= numbers[3]
+
+
 def test_resume_continues_to_more_epochs(workdir, monkeypatch, tmp_path):
     root, _, _ = workdir
     copy = tmp_path / "runs" / "copy"

@@ -157,3 +157,61 @@ def test_model_sizes_and_rates_keep_their_bounds_in_every_model(name, override):
     with pytest.raises(ConfigError) as info:
         load_config(name, overrides=[override])
     assert f"override {override}" in str(info.value)
+
+
+def _float_keys(model_cls, prefix: str) -> list[str]:
+    """Dotted keys of the float fields of a pydantic class (a tuple of floats: its first item)."""
+    import typing
+
+    keys = []
+    for name, field in model_cls.model_fields.items():
+        annotation = field.annotation
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if annotation is float or args == [float]:
+            keys.append(f"{prefix}.{name}")
+        elif typing.get_origin(annotation) is tuple and all(a is float for a in args):
+            keys.append(f"{prefix}.{name}.0")
+    return keys
+
+
+def _float_overrides() -> list[tuple[str, str]]:
+    from induce.config import DataConfig, OptimConfig, TrainConfig
+    from induce.models.registry import get_model_class
+
+    cases = [("onlstm", key) for section, cls in (("data", DataConfig), ("optim", OptimConfig), ("train", TrainConfig))
+             for key in _float_keys(cls, section)]
+    for name in list_models():
+        cases += [(name, key) for key in _float_keys(get_model_class(name).Config, "model")]
+    return cases
+
+
+@pytest.mark.parametrize("name,key", _float_overrides())
+def test_every_float_key_refuses_nan_and_inf_saying_so(name, key):
+    """lr=nan said "should be greater than 0" (and lr=inf trained on nan losses): every float of the
+    config, the models' included, says that the value is not a number or is infinite."""
+    *parents, last = key.split(".")
+    for text, says in (("nan", "nan is not a number"), (".inf", "inf is infinite"), ("-.inf", "-inf is infinite")):
+        if last == "0":  # a tuple (optim.betas): the whole value
+            override = f"{'.'.join(parents)}=[{text}, 0.5]"
+        else:
+            override = f"{key}={text}"
+        with pytest.raises(ConfigError) as info:
+            load_config(name, overrides=[override])
+        message = str(info.value)
+        assert message.startswith(f"override {override}: {key}: {says}; give a finite number"), message
+
+
+def test_time_budget_flag_refuses_nan_and_inf():
+    with pytest.raises(ConfigError, match="not a number"):
+        parse_duration("nan")
+    with pytest.raises(ConfigError, match="infinite"):
+        parse_duration("inf")
+
+
+def test_floats_beyond_float32_are_refused():
+    """An lr of 1e300 passed validation and ended in torch's "value cannot be converted to type float
+    without overflow" traceback at the first optimiser step."""
+    for override in ("optim.lr=1e300", "optim.eps=1e39", "optim.betas=[1e300, 0.9]", "train.alpha=1e40"):
+        with pytest.raises(ConfigError, match=r"is beyond float32's range"):
+            load_config("onlstm", overrides=[override])
+    assert load_config("onlstm", overrides=["optim.lr=3e38"]).optim.lr == 3e38

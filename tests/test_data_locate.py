@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 from pathlib import Path
 
@@ -66,12 +67,12 @@ def test_find_treebank_kinds_and_priority(tmp_path):
     root = make_wsj_files(tmp_path / "a", test=True)
     found = locate.find_treebank(root)
     assert found.kind == "wsj-files" and sorted(found.split_files) == ["test", "train", "valid"]
-    make_sample(root / "nltk_treebank", [1, 170, 199])
+    make_sample(root / "nltk_treebank")
     assert locate.find_treebank(root).kind == "wsj-files"  # full WSJ beats the sample
     sample = locate.find_treebank(tmp_path / "a" / "nltk_treebank")
     assert sample.kind == "nltk-sample"
     assert {s: [p.name for p in f] for s, f in sample.split_files.items()} == {
-        "train": ["wsj_0001.mrg"], "valid": ["wsj_0170.mrg"], "test": ["wsj_0199.mrg"]}
+        split: [f"wsj_{n:04d}.mrg" for n in numbers] for split, numbers in preprocess.NLTK_SAMPLE_SPLIT.items()}
     ldc = tmp_path / "ldc" / "treebank_3" / "parsed" / "mrg" / "wsj"
     for section in (2, 3, 22):
         (ldc / f"{section:02d}").mkdir(parents=True)
@@ -130,3 +131,54 @@ def test_real_nltk_sample_split_covers_every_file_once():
     names = [p.name for split in ("train", "valid", "test") for p in first[split]]
     assert sorted(names) == [f"wsj_{n:04d}.mrg" for n in range(1, 200)]
     assert len(set(names)) == 199
+
+
+@pytest.mark.parametrize("missing", [[42], [1], list(range(150, 199))])
+def test_an_nltk_sample_with_files_missing_is_an_error_naming_them(tmp_path, missing):
+    """A sample with a file missing (an interrupted download or copy) was split silently, its splits
+    short of sentences; without wsj_0001.mrg it was not recognised at all (synthetic fallback)."""
+    from induce.errors import InputError
+
+    folder = make_sample(tmp_path / "nltk_treebank", [n for n in range(1, 200) if n not in missing])
+    with pytest.raises(InputError) as info:
+        locate.find_treebank(tmp_path)
+    message = str(info.value)
+    assert message.startswith(f"{folder}: the NLTK treebank sample is incomplete: {len(missing)} of its 199 files")
+    assert f"wsj_{missing[0]:04d}.mrg" in message and ("more" in message) == (len(missing) > 5)
+
+
+def test_a_prepared_treebank_in_corpora_is_the_default_without_its_sources(clean_env, tmp_path):
+    """After `make reproduce` (or `induce preprocess` with INDUCE_DATA set) has prepared corpora/ptb-wsj,
+    the bare commands use it: not "no Penn Treebank found" and the synthetic grammar."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    root = make_wsj_files(tmp_path / "data")
+    clean_env.setenv(locate.ENV_VAR, str(root))
+    work = tmp_path / "work"
+    work.mkdir()
+    clean_env.chdir(work)
+    prepared = locate.default_corpus(None, Path("corpora"), Console(file=io.StringIO()))
+    assert prepared == Path("corpora") / "ptb-wsj"
+    clean_env.delenv(locate.ENV_VAR)  # a new shell: the data root is no longer named anywhere
+    log = io.StringIO()
+    assert locate.default_corpus(None, Path("corpora"), Console(file=log, width=300)) == prepared
+    assert "prepared in corpora/ptb-wsj" in log.getvalue() and "SYNTHETIC" not in log.getvalue()
+    assert not (work / "corpora" / "synthetic").exists()
+    # another folder of prepared corpora (a reproduction's OUT/corpora) may fall back on ./corpora
+    assert locate.default_corpus(None, tmp_path / "elsewhere", Console(file=io.StringIO()),
+                                 also_prepared_in=[Path("corpora")]) == prepared
+    result = CliRunner().invoke(app, ["eval", "--baseline", "right", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["gold"] == "corpora/ptb-wsj/valid.gold.txt"
+    # the full treebank before the sample; a subset of it, or a corpus only named so, does not count
+    sample = locate.preprocess.preprocess_tree_files(
+        {"train": [root / "wsj" / "02-21.mrg"]}, Path("corpora"), "ptb-sample", source_kind="nltk-sample")
+    assert locate.find_prepared(Path("corpora")).path == prepared
+    (prepared / "meta.json").unlink()
+    assert locate.find_prepared(Path("corpora")).path == sample
+    meta = json.loads((sample / "meta.json").read_text())
+    meta["subset"] = {"of": "elsewhere"}
+    (sample / "meta.json").write_text(json.dumps(meta))
+    assert locate.find_prepared(Path("corpora")) is None

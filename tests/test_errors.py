@@ -4,6 +4,7 @@ unreadable checkpoints, a missing optional extra, file modes under the umask, bl
 predicted trees, and the temporary folders a killed preprocess leaves behind."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import stat
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from cli.main import app
@@ -338,3 +340,173 @@ def test_markup_like_text_in_a_message_is_printed_as_is(tmp_path, gold_file):
     pred.write_text("[/x] (S a b)\n")
     out = clean_failure(runner.invoke(app, ["eval", str(pred), "--gold", str(gold_file)]))
     assert f"{pred}:1: text outside any bracketed tree: '[/x] (S a b)'" in out
+
+
+# ------------------------------------------------------------------ issue 19: training on bad data, memory, a full disk
+
+
+@pytest.fixture
+def tiny_corpus(tmp_path, one_thread):
+    from test_training_standin import make_corpus
+
+    return make_corpus(tmp_path / "corpora", train=40, valid=5, test=5)
+
+
+def train_args(corpus, out, *overrides):
+    return ["train", "--model", "tiny-lstm", "--corpus", str(corpus), "--out", str(out), "--no-progress",
+            "train.epochs=1", "train.device=cpu", "train.dev_f1=false", *overrides]
+
+
+def test_a_damaged_prepared_corpus_is_a_message(tmp_path, tiny_corpus):
+    """vocab.json missing or not a vocabulary, train.txt cut short or edited (meta.json has its counts):
+    one line naming the file and saying how to rebuild, never a traceback or a model trained on part
+    of the data."""
+    vocab = tiny_corpus / "vocab.json"
+    good_vocab, good_text = vocab.read_text(), (tiny_corpus / "train.txt").read_text()
+    cases = [
+        ("vocab.json", None, "missing"), ("vocab.json", '{"itos": [', "corrupt vocab.json"),
+        ("vocab.json", '{"x": 1}', "corrupt vocab.json"), ("vocab.json", '["a"]', "corrupt vocab.json"),
+        ("vocab.json", '{"itos": ["a", "b"]}', "corrupt vocab.json"),
+        ("vocab.json", json.dumps(dict(json.loads(good_vocab), itos=json.loads(good_vocab)["itos"] + ["extra"])),
+         "meta.json says"),
+        ("train.txt", good_text[: len(good_text) // 2], "cut short or changed"),
+        ("train.txt", good_text.replace(" ", "  ").replace(good_text.split()[0] + " ", "", 1), "cut short or changed"),
+    ]
+    for name, text, says in cases:
+        path = tiny_corpus / name
+        if text is None:
+            path.unlink()
+        else:
+            path.write_text(text)
+        out = clean_failure(runner.invoke(app, train_args(tiny_corpus, tmp_path / "run")))
+        assert out.startswith(f"error: {path}: ") and says in out and "induce preprocess --force" in out, out
+        vocab.write_text(good_vocab)
+        (tiny_corpus / "train.txt").write_text(good_text)
+    assert not (tmp_path / "run").exists()
+    result = runner.invoke(app, train_args(tiny_corpus, tmp_path / "run"))
+    assert result.exit_code == 0, result.output
+
+
+def test_batch_sizes_too_large_for_the_data_say_what_fits(tmp_path, tiny_corpus):
+    for key, split in (("data.batch_size", "train"), ("data.eval_batch_size", "valid")):
+        out = clean_failure(runner.invoke(app, train_args(tiny_corpus, tmp_path / "run", f"{key}=100000")))
+        largest = int(out.split(f"; {key}=")[1].split()[0])
+        assert f"{key}=100000: the {split} split has" in out and f"{key}={largest} at most fits" in out
+        assert runner.invoke(app, train_args(tiny_corpus, tmp_path / key, f"{key}={largest}")).exit_code == 0
+        assert runner.invoke(app, train_args(tiny_corpus, tmp_path / "run", f"{key}={largest + 1}")).exit_code == 2
+
+
+def test_a_model_too_large_for_the_memory_says_what_fits(tmp_path, tiny_corpus, monkeypatch):
+    """Checked before the model is built (on PyTorch's meta device): a model larger than the memory
+    used to be allocated and killed by the kernel without a message."""
+    from induce.config import load_config
+    from induce.models.registry import get_model_class
+    from induce.training import fits
+
+    monkeypatch.setattr(fits, "available_bytes", lambda device: 4 * 1024**2)  # 4 MiB free
+    out = clean_failure(runner.invoke(app, train_args(tiny_corpus, tmp_path / "run", "model.emb_size=4000")))
+    assert "tiny-lstm with model.emb_size=4000, model.hidden_size=12 has" in out and "more than the 4 MiB" in out
+    emb = int(out.split("model.emb_size=")[2].split()[0])
+    hidden = int(out.split("model.hidden_size=")[2].split()[0])
+    vocab = len(json.loads((tiny_corpus / "vocab.json").read_text())["itos"])
+    for key, value in (("emb_size", emb), ("hidden_size", hidden)):  # the size named fits, one more does not
+        config = load_config("tiny-lstm", overrides=["model.emb_size=4000", f"model.{key}={value}"])
+        assert fits.check_parameters_fit(get_model_class("tiny-lstm"), vocab, config, torch.device("cpu")) <= 4 * 1024**2
+        config = load_config("tiny-lstm", overrides=["model.emb_size=4000", f"model.{key}={value + 1}"])
+        with pytest.raises(fits.DoesNotFit):
+            fits.check_parameters_fit(get_model_class("tiny-lstm"), vocab, config, torch.device("cpu"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_batch_too_large_for_the_memory_says_what_fits(tmp_path, monkeypatch, one_thread):
+    """The activations a step keeps for its backward pass (measured on two small steps before training)
+    must fit beside the model: free memory here is what 10 rows of 22-token segments need."""
+    from induce.config import load_config
+    from induce.training import fits
+    from induce.training.lm import LMLoss
+    from test_training_standin import TinyLSTM, make_corpus
+
+    corpus = make_corpus(tmp_path / "corpora", train=400, valid=5, test=5)  # rows of >= 22 tokens up to 150 rows
+    vocab = len(json.loads((corpus / "vocab.json").read_text())["itos"])
+    model = TinyLSTM(vocab)
+    memory = fits.measure_step_memory(LMLoss(model, 2.0, 1.0), model, torch.device("cpu"), 22)
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    copies = fits.state_copies(load_config("tiny-lstm"))
+    free = int(weights * (copies - 1) + memory.bytes(10, 22)) + 1
+    monkeypatch.setattr(fits, "available_bytes", lambda device: free)
+    args = ("data.bptt=20", "data.max_bptt_extra=2")  # segments of up to 22 tokens
+    out = clean_failure(runner.invoke(app, train_args(corpus, tmp_path / "run", "data.batch_size=100", *args)))
+    assert "data.batch_size=100: a training step on 100 rows of segments of up to 22 tokens keeps about" in out
+    assert "; data.batch_size=10 fits" in out, out
+    assert runner.invoke(app, train_args(corpus, tmp_path / "ok", "data.batch_size=10", *args)).exit_code == 0
+    out = clean_failure(runner.invoke(app, train_args(corpus, tmp_path / "run", "data.batch_size=11", *args)))
+    assert "a training step on 11 rows" in out and not (tmp_path / "run").exists()
+
+
+def test_a_full_disk_during_training_fails_the_run_and_keeps_the_last_checkpoint(tmp_path, tiny_corpus, monkeypatch):
+    """ENOSPC while epoch 2's checkpoint is written (the file half-written): exit 2 with one line, the
+    run marked failed, epoch 1's checkpoint whole (it loads), and --resume finishes the run."""
+    import errno
+
+    from induce.training import checkpoint
+    from induce.training.run_folder import read_status
+
+    real_save, writes = checkpoint.save_file, []
+
+    def disk_fills_up(tensors, filename):
+        writes.append(Path(filename).name)
+        if len(writes) == 3:  # best and last of epoch 1 are written; then epoch 2's best
+            Path(filename).write_bytes(b"half a checkpoint")
+            raise OSError(errno.ENOSPC, "No space left on device", filename)
+        return real_save(tensors, filename)
+
+    monkeypatch.setattr(checkpoint, "save_file", disk_fills_up)
+    run = tmp_path / "run"
+    out = clean_failure(runner.invoke(app, train_args(tiny_corpus, run, "train.epochs=3")))
+    assert f"{run / 'best.safetensors'}: no space left on the device" in out and "marked failed" in out
+    assert f"induce train --resume {run}" in out and "free some space" in out
+    assert read_status(run)["state"] == "failed"
+    assert not [p for p in run.iterdir() if p.name.startswith(".")]  # no temporary file left
+    tensors, meta = checkpoint.load_checkpoint(run / "last")  # hash-checked: whole
+    assert meta["trainer"]["epoch"] == 2 and tensors
+    monkeypatch.setattr(checkpoint, "save_file", real_save)
+    result = runner.invoke(app, ["train", "--resume", str(run), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert read_status(run)["state"] == "finished"
+    assert [json.loads(line)["epoch"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+
+
+def test_option_values_that_used_to_end_in_a_traceback_or_silently(tmp_path, run_dir, gold_file, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    # show attention -o: not an image name, under a file, and an image writer that fails (a read-only place)
+    out = clean_failure(runner.invoke(app, ["show", "attention", "a b", "-c", str(run_dir), "-o", "fig.txt"]))
+    assert "fig.txt: --out: '.txt' is not an image format; give a name ending in .png" in out
+    out = clean_failure(runner.invoke(app, ["show", "attention", "a b", "-c", str(run_dir), "-o", str(a_file / "f.png")]))
+    assert f"{a_file} is a file, not a folder" in out
+    import induce.figures
+
+    def read_only(fig, path, dpi=100):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(induce.figures, "save_figure", read_only)
+    out = clean_failure(runner.invoke(app, ["show", "attention", "a b", "-c", str(run_dir), "-o", "f.png"]))
+    assert out == "error: f.png: permission denied"
+    # generate -t nan / inf
+    for value, says in (("nan", "not a number"), ("inf", "must be positive and finite")):
+        out = clean_failure(runner.invoke(app, ["generate", "-c", str(run_dir), "-t", value]))
+        assert f"--temperature {value}: {says}" in out
+    # reproduce --models nosuch, --out under a file or not writable (root ignores modes: os.access stands in)
+    out = clean_failure(runner.invoke(app, ["reproduce", "--profile", "toy", "--models", "prpn,nosuch"]))
+    assert out.startswith("error: --models prpn,nosuch: unknown model 'nosuch'")
+    out = clean_failure(runner.invoke(app, ["reproduce", "--profile", "toy", "--out", str(a_file / "results")]))
+    assert "(choose another --out)" in out
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    out = clean_failure(runner.invoke(app, ["reproduce", "--profile", "toy", "--out", "results"]))
+    assert out == f"error: cannot create folders in {tmp_path}: permission denied (choose another --out)"
+    monkeypatch.undo()
+    assert not (tmp_path / "results").exists()
+    # eval --wsj10 --wsj40 silently used the smaller limit
+    out = clean_failure(runner.invoke(app, ["eval", "--baseline", "right", "--gold", str(gold_file), "--wsj10", "--wsj40"]))
+    assert "--wsj10 and --wsj40 together: choose one" in out

@@ -172,3 +172,182 @@ def test_restarted_asgd_starts_a_new_average():
     # first step of a fresh ASGD (t0 = 0): the average is the parameter itself
     torch.testing.assert_close(optimizer.state[model.weight]["ax"], model.weight.detach())
     assert not torch.equal(before, model.weight.detach())
+
+
+# --------------------------------------------------------------------------- initialisation (issue 18)
+# ON_LSTM.ONLSTMCell: ih = nn.Linear(I, G) and hh = LinearDropConnect(H, G), an nn.Linear: weight and bias
+# of each U(+-1/sqrt(fan_in)) (PyTorch 0.4 and today alike); model.RNNModel.init_weights: embedding
+# and decoder weight U(+-0.1), decoder bias 0.
+
+
+def uniform_sum_cdf(x: torch.Tensor, a: float, b: float) -> torch.Tensor:
+    """CDF of U(-a, a) + U(-b, b) (independent): with t = x + a + b the sum of U(0, 2a) and U(0, 2b),
+    whose CDF is (R(t) - R(t - 2a) - R(t - 2b) + R(t - 2a - 2b)) / (4ab), R(t) = max(t, 0)^2 / 2."""
+    t = x.double() + a + b
+    ramp = lambda v: v.clamp(min=0) ** 2 / 2  # noqa: E731
+    return (ramp(t) - ramp(t - 2 * a) - ramp(t - 2 * b) + ramp(t - 2 * a - 2 * b)) / (4 * a * b)
+
+
+def test_uniform_sum_cdf_hand_values():
+    """a = b = 1: the triangle on [-2, 2]: F(-2) = 0, F(-1) = 1/8, F(0) = 1/2, F(1) = 7/8, F(2) = 1."""
+    got = uniform_sum_cdf(torch.tensor([-3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0]), 1.0, 1.0)
+    torch.testing.assert_close(got, torch.tensor([0, 0, 1 / 8, 1 / 2, 7 / 8, 1, 1], dtype=torch.float64))
+
+
+def test_gate_weights_and_two_biases_are_drawn_as_the_code_does():
+    torch.manual_seed(0)
+    layer = onlstm_module.ONLSTMLayer(40, 90, 10, wdrop=0.45)  # G = 2 * 9 + 4 * 90 = 378 rows
+    names = [name for name, _ in layer.named_parameters()]
+    assert names == ["weight_ih", "weight_hh", "bias", "bias_hh"]
+    for tensor, bound in ((layer.weight_ih, 40**-0.5), (layer.weight_hh, 90**-0.5),
+                          (layer.bias, 40**-0.5), (layer.bias_hh, 90**-0.5)):
+        top = tensor.detach().abs().max().item()
+        assert top <= bound and top > 0.97 * bound, (tensor.shape, top, bound)
+        assert abs(tensor.detach().mean().item()) < 0.1 * bound
+        # variance of U(-c, c) is c^2 / 3
+        assert tensor.detach().var().item() == pytest.approx(bound**2 / 3, rel=0.15)
+    assert not torch.equal(layer.bias, layer.bias_hh)
+    torch.testing.assert_close(layer.gate_bias(), layer.bias + layer.bias_hh)
+
+
+def test_summed_gate_bias_is_a_sum_of_two_uniforms():
+    """The bias a gate pre-activation gets (both biases): Kolmogorov-Smirnov distance to the exact
+    CDF of U(+-1/sqrt(I)) + U(+-1/sqrt(H)) below the 0.1% critical value, and far from one uniform."""
+    torch.manual_seed(1)
+    layer = onlstm_module.ONLSTMLayer(100, 400, 4, wdrop=0.0)  # G = 2 * 100 + 1600 = 1800
+    a, b = 100**-0.5, 400**-0.5
+    total = layer.gate_bias().detach().sort().values
+    n = total.numel()
+    empirical = torch.arange(1, n + 1, dtype=torch.float64) / n
+    distance = (empirical - uniform_sum_cdf(total, a, b)).abs().max().item()
+    assert distance < 1.95 / n**0.5, distance
+    one_uniform = ((total.double() + a + b) / (2 * (a + b))).clamp(0, 1)  # a single U(+-(a+b)): rejected
+    assert (empirical - one_uniform).abs().max().item() > 3 / n**0.5
+    assert total.abs().max() <= a + b and total.abs().max() > a  # beyond either bound alone
+
+
+def test_one_bias_option_is_the_earlier_layer():
+    """gate_biases: one — one zero bias, the parameters (names, order) and draws of the layer before
+    the second bias existed (the weights are the same draws from the same seed)."""
+    torch.manual_seed(2)
+    one = onlstm_module.ONLSTMLayer(12, 20, 4, wdrop=0.45, gate_biases="one")
+    torch.manual_seed(2)
+    two = onlstm_module.ONLSTMLayer(12, 20, 4, wdrop=0.45)
+    assert [name for name, _ in one.named_parameters()] == ["weight_ih", "weight_hh", "bias"]
+    assert one.bias_hh is None and torch.equal(one.bias, torch.zeros_like(one.bias))
+    assert torch.equal(one.weight_ih, two.weight_ih) and torch.equal(one.weight_hh, two.weight_hh)
+    assert torch.equal(one.gate_bias(), one.bias)
+
+
+def test_embedding_and_decoder_init():
+    model = make(emb_size=40)  # 23 x 40 from U(-0.1, 0.1), tied; output bias 0
+    weight = model.embedding.weight.detach()
+    assert weight.abs().max() <= 0.1 and weight.abs().max() > 0.095
+    assert model.output_weight is None and torch.equal(model.output_bias, torch.zeros(VOCAB))
+    untied = make(emb_size=40, tie_weights=False)
+    # untied: init_weights draws the decoder weight on its own (not a copy of the embedding)
+    assert not torch.equal(untied.output_weight, untied.embedding.weight)
+    assert untied.output_weight.abs().max() <= 0.1 and untied.output_weight.abs().max() > 0.095
+
+
+def test_paper_size_parameter_count_is_the_released_codes():
+    """bench/ORIGINALS.md: the released ON-LSTM at the README's PTB size has 25,232,180 parameters
+    (vocabulary 10,000); ours had 25,220,840 with one bias per gate (11,340 fewer: 4830 + 4830 + 1680
+    gate rows). Built on the meta device: no memory, no draws."""
+    with torch.device("meta"):
+        two = ONLSTM(10_000, ONLSTMConfig())
+        one = ONLSTM(10_000, ONLSTMConfig(gate_biases="one"))
+    assert sum(p.numel() for p in two.parameters()) == 25_232_180
+    assert sum(p.numel() for p in one.parameters()) == 25_220_840
+
+
+def test_shipped_config_has_two_biases_and_old_checkpoints_have_one():
+    from induce.config import stored_config
+
+    root = Path(__file__).resolve().parents[1] / "configs"
+    assert ONLSTMConfig(**yaml.safe_load((root / "onlstm.yaml").read_text())["model"]).gate_biases == "two"
+    assert ONLSTMConfig().gate_biases == "two"
+    written = load_config("onlstm").to_dict()
+    old = {**written, "model": {k: v for k, v in written["model"].items() if k != "gate_biases"}}
+    assert stored_config(old)["model"]["gate_biases"] == "one"
+    assert stored_config(written) == written  # a stored value wins
+    unknown = {"model_name": "no-such-model", "model": {}}
+    assert stored_config(unknown) is unknown
+
+
+# ------------------------------------------------------------- checkpoints written before the second bias
+
+
+@pytest.fixture(scope="module")
+def tiny_corpus(tmp_path_factory):
+    from test_training_standin import make_corpus
+
+    return make_corpus(tmp_path_factory.mktemp("corpora"), train=24, valid=4, test=2)
+
+
+def tiny_run_config(corpus, *extra):
+    overrides = ["model.emb_size=8", "model.hidden_size=8", "model.chunk_size=4", "data.batch_size=3",
+                 "data.eval_batch_size=2", "data.bptt=6", "train.dev_f1=false", "train.epochs=2",
+                 "train.device=cpu", "train.seed=11", f"data.corpus={corpus}", *extra]
+    return load_config("onlstm", overrides=overrides)
+
+
+def make_old(run_dir: Path) -> None:
+    """Rewrite both checkpoints of ``run_dir`` as the code before ``gate_biases`` wrote them: the
+    same tensors, a config without the key (re-hashed, as that code would have)."""
+    from induce.training.checkpoint import load_checkpoint, save_checkpoint
+
+    for stem in ("best", "last"):
+        tensors, meta = load_checkpoint(run_dir / stem)
+        assert meta["config"]["model"].pop("gate_biases") == "one"
+        keep = {k: v for k, v in meta.items() if k not in ("format", "format_version", "weights_file",
+                                                           "weights_sha256", "model_sha256")}
+        save_checkpoint(run_dir / stem, tensors, keep)
+    # the folder's config.yaml as that code wrote it too (load_run compares it with the checkpoint)
+    folder_config = run_dir / "config.yaml"
+    saved = yaml.safe_load(folder_config.read_text())
+    assert saved["model"].pop("gate_biases") == "one"
+    folder_config.write_text(yaml.safe_dump(saved))
+
+
+def test_old_checkpoint_loads_and_parses_as_it_was_trained(tmp_path, tiny_corpus):
+    from rich.console import Console
+
+    from induce.inference import load_run
+    from induce.training.checkpoint import load_checkpoint
+    from induce.training.trainer import train
+
+    run = tmp_path / "old"
+    train(tiny_run_config(tiny_corpus, "model.gate_biases=one", "train.epochs=1"), run,
+          console=Console(quiet=True), progress=False)
+    make_old(run)
+    loaded = load_run(run, device="cpu")
+    assert loaded.model.config.gate_biases == "one"
+    assert all(layer.bias_hh is None for layer in loaded.model.layers)
+    tensors, _ = load_checkpoint(run / "best")
+    for name, value in loaded.model.state_dict().items():
+        assert torch.equal(value, tensors[f"model.{name}"]), name
+
+
+def test_old_run_resumes_exactly(tmp_path, tiny_corpus):
+    """A run trained with one bias and checkpointed before the option existed resumes as that model
+    (not with a second bias, which would not load), bit for bit as the uninterrupted run."""
+    from rich.console import Console
+
+    from induce.training.checkpoint import load_checkpoint
+    from induce.training.trainer import resume, train
+
+    quiet = Console(quiet=True)
+    straight = tmp_path / "straight"
+    train(tiny_run_config(tiny_corpus, "model.gate_biases=one"), straight, console=quiet, progress=False)
+    old = tmp_path / "old"
+    train(tiny_run_config(tiny_corpus, "model.gate_biases=one", "train.epochs=1"), old, console=quiet, progress=False)
+    make_old(old)
+    resume(old, {"epochs": 2}, console=quiet, progress=False)
+    a, meta = load_checkpoint(straight / "last")
+    b, meta_b = load_checkpoint(old / "last")
+    keys = [k for k in a if k.startswith(("model.", "optim."))]
+    assert keys == [k for k in b if k.startswith(("model.", "optim."))]
+    assert not any(k.endswith("bias_hh") for k in keys)
+    assert all(torch.equal(a[k], b[k]) for k in keys)
+    assert meta_b["config"]["model"]["gate_biases"] == "one"  # the resumed run now says so

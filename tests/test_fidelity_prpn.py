@@ -12,6 +12,7 @@ import torch.nn.functional as F
 import yaml
 
 from induce.models import prpn as prpn_module
+from induce.models import prpn_reading
 from induce.models.prpn import PRPN, PRPNConfig, ReadingLayer, drop, step_masks
 
 VOCAB = 23
@@ -190,20 +191,20 @@ def test_attention_key_input_dropout_per_step():
         layer.key_x.bias.zero_()
     calls = []
 
-    class Recording(prpn_module.RecurrentProjection):
+    class Recording(prpn_reading.RecurrentProjection):
         def __call__(self, bias, h):
             calls.append((self, bias.detach(), h.detach()))
             return super().__call__(bias, h)
 
-    original = prpn_module.RecurrentProjection
-    prpn_module.RecurrentProjection = Recording
+    original = prpn_reading.RecurrentProjection
+    prpn_reading.RecurrentProjection = Recording
     try:
         batch, steps = 3, 5
         key_input = torch.rand(batch, steps, d) + 0.5
         memory = (torch.rand(batch, 3, d) + 0.5, torch.zeros(batch, 3, d))
         out, _ = layer(torch.zeros(batch, steps, d), torch.ones(batch, steps, 3), memory, key_input=key_input)
     finally:
-        prpn_module.RecurrentProjection = original
+        prpn_reading.RecurrentProjection = original
     key_calls = [(bias, h) for projection, bias, h in calls if projection is calls[0][0]]  # key_h is made first
     assert len(key_calls) == steps
     h_prev = torch.cat([memory[0][:, -1:], out[:, :-1]], 1).detach()
@@ -227,3 +228,113 @@ def test_dropconnect_only_when_asked(wdrop, key_dropout):
     for weight in (model.layers[0].key_x.weight, model.layers[1].key_h.weight, model.output_key.weight):
         zeros = (weight.grad == 0).float().mean().item()
         assert (0.3 < zeros < 0.7) if wdrop else zeros == 0.0
+
+
+# --------------------------------------------------------------------------- initialisation (issue 18)
+# The released code (PyTorch 0.3, README) keeps every module's default except PRPN.init_weights. 0.3's
+# defaults: nn.Linear and nn.Conv1d weight and bias U(+-1/sqrt(n)), n = fan-in counted over ALL input
+# channels (groups ignored); nn.BatchNorm1d scale U(0, 1), shift 0. Its LayerNorm: scale 1, shift 0.
+
+PAPER_TINY = dict(emb_size=30, hidden_size=50, n_slots=3, n_lookback=2)
+
+
+def assert_uniform(tensor: torch.Tensor, low: float, high: float, closeness: float = 0.95):
+    """Inside [low, high], reaching near both ends, with the mean and variance of U(low, high)."""
+    values = tensor.detach().flatten()
+    width = high - low
+    assert values.min() >= low and values.max() <= high, (values.min(), values.max(), low, high)
+    assert values.min() < low + (1 - closeness) * width and values.max() > high - (1 - closeness) * width
+    assert abs(values.mean().item() - (low + high) / 2) < 0.1 * width
+    assert values.var().item() == pytest.approx(width**2 / 12, rel=0.25)
+
+
+def test_attention_key_is_drawn_as_one_linear_over_input_and_state():
+    """projector_summ = nn.Linear(I + d, d): both halves of A and the bias from U(+-1/sqrt(I + d)) (the
+    halves' own bounds, 1/sqrt(I) and 1/sqrt(d), were ours before issue 18)."""
+    torch.manual_seed(0)
+    layer = ReadingLayer(30, 50, wdrop=0.0, rdropout=0.0)
+    bound = (30 + 50) ** -0.5
+    for tensor in (layer.key_x.weight, layer.key_h.weight):
+        assert_uniform(tensor, -bound, bound, closeness=0.99)
+    assert_uniform(layer.key_x.bias, -bound, bound, closeness=0.8)  # 50 draws
+    assert layer.key_h.bias is None
+
+
+def test_reading_cell_and_predict_linears_keep_the_linear_default():
+    """LSTMCell's ih and hh (with biases), projector_pred and ffd's projection: U(+-1/sqrt(fan_in)) for
+    weight and bias; LayerNorm scale 1, shift 0."""
+    torch.manual_seed(1)
+    model = make(**PAPER_TINY)
+    layer = model.layers[0]
+    for linear, fan_in in ((layer.ih, 30), (layer.hh, 50), (model.layers[1].ih, 50), (model.output_key, 50),
+                           (model.output_proj, 100)):
+        assert_uniform(linear.weight, -(fan_in**-0.5), fan_in**-0.5, closeness=0.99)
+        assert_uniform(linear.bias, -(fan_in**-0.5), fan_in**-0.5, closeness=0.8)
+    for norm in (layer.norm_ih, layer.norm_hh, layer.norm_c):
+        assert torch.equal(norm.weight, torch.ones_like(norm.weight)) and not norm.bias.any()
+
+
+@pytest.mark.parametrize("defaults", ["torch-0.3", "torch-1"])
+def test_parsing_network_and_batch_norm_init(defaults):
+    """The distance convolution U(+-1/sqrt(E (Q + 1))) either way. torch-0.3 (the code's): both batch
+    norms' scales U(0, 1), the grouped 1x1 convolution U(+-1/sqrt(d)); torch-1: scales 1 and the
+    group's bound 1/sqrt(d / 2)."""
+    torch.manual_seed(2)
+    model = make(**{**PAPER_TINY, "emb_size": 100, "hidden_size": 400}, module_defaults=defaults)
+    parser = model.parser
+    conv_bound = (100 * 3) ** -0.5
+    assert_uniform(parser.conv.weight, -conv_bound, conv_bound, closeness=0.99)
+    assert_uniform(parser.conv.bias, -conv_bound, conv_bound, closeness=0.9)
+    out_bound = 400**-0.5 if defaults == "torch-0.3" else 200**-0.5
+    assert_uniform(parser.out.weight, -out_bound, out_bound, closeness=0.95)  # 2 x 200 draws
+    assert parser.out.bias.abs().max() <= out_bound
+    for norm in (parser.norm, model.output_norm):
+        assert not norm.bias.any()
+        if defaults == "torch-0.3":
+            assert_uniform(norm.weight, 0.0, 1.0, closeness=0.9)  # 400 and 100 draws
+        else:
+            assert torch.equal(norm.weight, torch.ones_like(norm.weight))
+
+
+def test_torch_03_conv_init_is_todays_default_without_groups():
+    """0.3's bound counts all input channels: the same as today's for groups = 1, sqrt(groups) narrower
+    with groups."""
+    torch.manual_seed(3)
+    plain, grouped = torch.nn.Conv1d(64, 300, 3), torch.nn.Conv1d(64, 300, 3, groups=4)
+    today = [conv.weight.abs().max().item() for conv in (plain, grouped)]
+    prpn_module.torch_03_conv_init(plain)
+    prpn_module.torch_03_conv_init(grouped)
+    bound = (64 * 3) ** -0.5
+    assert today[0] <= bound and today[0] > 0.99 * bound  # today's ungrouped bound is 0.3's
+    assert today[1] > 1.9 * bound  # today's grouped bound: 1/sqrt(64 / 4 * 3), twice 0.3's
+    for conv in (plain, grouped):
+        assert_uniform(conv.weight, -bound, bound, closeness=0.99)
+        assert_uniform(conv.bias, -bound, bound, closeness=0.9)
+
+
+def test_embedding_untied_decoder_is_its_own_draw():
+    model = make(emb_size=40, tie_weights=False)
+    assert not torch.equal(model.output_weight, model.embedding.weight)
+    assert_uniform(model.output_weight, -0.01, 0.01, closeness=0.99)
+    assert not model.output_bias.any()
+
+
+def test_module_defaults_shipped_and_stored():
+    """The configs use the code's torch-0.3 defaults; a checkpoint written before the option existed
+    says torch-1 (what its weights were drawn with) when read back."""
+    from induce.config import load_config, stored_config
+
+    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "prpn.yaml").read_text())["model"]
+    assert PRPNConfig(**raw).module_defaults == "torch-0.3" and PRPNConfig().module_defaults == "torch-0.3"
+    written = load_config("prpn").to_dict()
+    old = {**written, "model": {k: v for k, v in written["model"].items() if k != "module_defaults"}}
+    assert stored_config(old)["model"]["module_defaults"] == "torch-1"
+    assert stored_config(written)["model"]["module_defaults"] == "torch-0.3"
+
+
+def test_paper_size_parameter_count_is_the_released_codes():
+    """bench/ORIGINALS.md: the released PRPN (main_LM.py defaults, --tied) has 43,603,202 parameters at
+    vocabulary 10,000; the init changes add none. Meta device: no memory, no draws."""
+    with torch.device("meta"):
+        model = PRPN(10_000, PRPNConfig())
+    assert sum(p.numel() for p in model.parameters()) == 43_603_202

@@ -269,3 +269,64 @@ def test_parse_fuzzed_text(fuzz_dir, run_dir, data, pretokenized):
     for tree_text in trees:
         tree = nltk.Tree.fromstring(tree_text)  # each output line is one well-formed bracketed tree
         assert isinstance(tree, nltk.Tree)
+
+
+# ------------------------------------------------------------------------- every command, bad values
+
+
+def sweep_cases(root, run_dir, gold, text) -> list[list[str]]:
+    """Bad values for every command: each must end in exit 2 with one `error:` line (issue 19)."""
+    a_file = root / "a_file"
+    a_file.write_text("x")
+    nowhere = str(root / "nowhere")
+    corpus = str(run_dir.parents[1] / "corpora" / "tiny")
+    return [
+        ["preprocess", "--out-dir", str(a_file / "c"), "--train", gold],
+        ["preprocess", "--out-dir", str(root / "c"), "--train", gold, "--name", "a/b"],
+        ["preprocess", "--out-dir", str(root / "c"), "--train", nowhere],
+        ["preprocess", "--out-dir", str(root / "c"), "--train", gold, "--max-vocab", "2"],
+        ["eval", "--baseline", "right", "--gold", gold, "--wsj10", "--wsj40"],
+        ["eval", "--baseline", "right", "--gold", gold, "--max-length", "0"],
+        ["eval", "--baseline", "nosuch", "--gold", gold],
+        ["eval", "--baseline", "right", "--gold", nowhere],
+        ["eval", nowhere, "--gold", gold],
+        ["eval", "--checkpoint", str(run_dir), "--gold", gold, "--decoder", "span"],
+        ["parse", nowhere, "-c", str(run_dir)],
+        ["parse", text, "-c", str(run_dir), "--format", "xml"],
+        ["parse", text, "-c", str(run_dir), "-o", str(root)],
+        ["parse", text, "-c", nowhere],
+        ["generate", "-c", str(run_dir), "-t", "nan"],
+        ["generate", "-c", str(run_dir), "-t", "inf"],
+        ["generate", "-c", nowhere],
+        ["train", "--model", "tiny-lstm", "--corpus", corpus, "--out", str(root / "r"), "optim.lr=nan"],
+        ["train", "--model", "tiny-lstm", "--corpus", corpus, "--out", str(root / "r"), "model.dropout=.inf"],
+        ["train", "--model", "tiny-lstm", "--corpus", corpus, "--out", str(root / "r"), "data.batch_size=100000"],
+        ["train", "--model", "tiny-lstm", "--corpus", nowhere, "--out", str(root / "r")],
+        ["train", "--model", "nosuch"],
+        ["train", "--model", "tiny-lstm", "--time-budget", "nan"],
+        ["train", "--resume", nowhere],
+        ["show", "tree", "-c", str(run_dir)],
+        ["show", "tree", "a b", "--index", "1", "-c", str(run_dir)],
+        ["show", "attention", "a b", "-c", str(run_dir), "-o", str(root / "figure.txt")],
+        ["show", "attention", "a b", "-c", str(run_dir), "-o", str(a_file / "figure.png")],
+        ["reproduce", "--profile", "toy", "--models", "nosuch", "--out", str(root / "results")],
+        ["reproduce", "--profile", "toy", "--out", str(a_file / "results")],
+        ["reproduce", "--profile", "toy", "--seeds", "one", "--out", str(root / "results")],
+        ["reproduce", "--profile", "nosuch", "--out", str(root / "results")],
+        ["task", "train", "--lr", "nan", "--out", str(root / "task.safetensors")],
+        ["task", "eval", "--checkpoint", nowhere],
+    ]
+
+
+def test_every_command_refuses_bad_values_in_one_line(fuzz_dir, run_dir, tmp_path, monkeypatch):
+    """Each case: exit 2 (SystemExit), no traceback, exactly one `error:` line and nothing after it."""
+    monkeypatch.chdir(tmp_path)  # (reproduce must not find or write anything of the repository's)
+    text = tmp_path / "in.txt"
+    text.write_text("the cat sat\n")
+    for args in sweep_cases(tmp_path, run_dir, str(fuzz_dir / "gold.mrg"), str(text)):
+        result = runner.invoke(app, args, terminal_width=80)
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert result.exit_code == 2 and isinstance(result.exception, SystemExit), (args, result.output)
+        assert "Traceback" not in result.output, (args, result.output)
+        assert [line for line in lines if line.startswith("error:")] == lines[-1:], (args, result.output)
+    assert not (tmp_path / "results").exists() and not (tmp_path / "r").exists()

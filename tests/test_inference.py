@@ -4,12 +4,15 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
 
 import nltk
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rich.console import Console
 
 from induce.config import load_config
@@ -234,3 +237,102 @@ def test_beam_one_is_greedy_decoding(trained):
     assert out == vocab.decode(tokens)
     beam = generate(loaded, n_words=12, beam=4)
     assert 1 <= len(beam) <= 12 and (beam[-1] == "<eos>" or len(beam) == 12)
+
+
+# ------------------------------------------------------------------ long lines: linear, no recursion (issue 19)
+
+
+def attach_by_search(words, content_tree, content):
+    """Brute force of the attachment rule: for each mark in order, search every node of the tree so far
+    for the highest one whose last word is the token just before the mark, and wrap it."""
+    if content_tree is None:
+        return None
+    tree = nltk.Tree("ROOT", [content_tree[0] if len(content) == 1 else content_tree])
+    placed = list(content)
+    for position in [p for p in range(content[0] + 1, len(words)) if p not in set(content)]:
+        order = sorted(placed)
+        spans = {}
+        for tp in tree.treepositions():
+            node = tree[tp]
+            count = len(node.leaves()) if isinstance(node, nltk.Tree) else 1
+            first = sum(len(tree[tp[:d] + (k,)].leaves()) if isinstance(tree[tp[:d] + (k,)], nltk.Tree) else 1
+                        for d in range(len(tp)) for k in range(tp[d]))
+            spans[tp] = (first, first + count - 1)
+        ends_before = [tp for tp in spans if tp and order[spans[tp][1]] == position - 1]
+        highest = min(ends_before, key=len)
+        tree[highest] = nltk.Tree("S", [tree[highest], words[position]])
+        placed.append(position)
+    root = tree[0]
+    for position in reversed(range(content[0])):
+        root = nltk.Tree("S", [words[position], root])
+    return root
+
+
+@st.composite
+def punctuated(draw):
+    """``(words, content tree, content positions)``: a random binary tree over the content words."""
+    n = draw(st.integers(1, 9))
+    is_mark = draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    if all(is_mark):
+        is_mark[draw(st.integers(0, n - 1))] = False
+    words = [("," if mark else f"w{i}") for i, mark in enumerate(is_mark)]
+    content = [i for i, mark in enumerate(is_mark) if not mark]
+
+    def build(items):
+        if len(items) == 1:
+            return items[0]
+        k = draw(st.integers(1, len(items) - 1))
+        return nltk.Tree("S", [build(items[:k]), build(items[k:])])
+
+    tree = build([words[i] for i in content])
+    return words, tree if isinstance(tree, nltk.Tree) else nltk.Tree("S", [tree]), content
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(punctuated())
+def test_attach_punctuation_matches_a_brute_force_search(case):
+    from induce.inference import _attach_punctuation
+
+    words, tree, content = case
+    before = tree.copy(deep=True)
+    expected = attach_by_search(words, tree.copy(deep=True), content)
+    assert _attach_punctuation(words, tree, content) == expected
+    assert tree == before  # the caller's tree is not changed
+
+
+def test_a_200k_token_line_is_attached_and_formatted_without_recursion():
+    """200k tokens, every third a comma, over a right-branching content tree (a long line parsed in
+    pieces is joined right-branching): attaching the marks and writing the tree (ptb, json) use no
+    recursion; nltk's pformat and a descent from the root per mark were quadratic in the depth."""
+    from induce.inference import _attach_punctuation, _join_right
+
+    n = 200_000
+    words = [("," if i % 3 == 0 else f"w{i}") for i in range(n)]
+    content = [i for i in range(n) if i % 3]
+    content_tree = _join_right([words[i] for i in content])
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(300)
+    try:
+        tree = _attach_punctuation(words, content_tree, content)
+        line = format_tree(tree, "ptb")
+        as_json = format_tree(tree, "json")
+    finally:
+        sys.setrecursionlimit(old)
+    leaves = [token.rstrip(")") for token in line.split() if not token.startswith("(")]
+    assert leaves == words
+    assert line.count("(S") == n - 1 and as_json.count("[") == n - 1
+    # each comma joins the word before it (that word's parent goes on past the comma)
+    assert line.startswith("(S , (S w1 (S (S w2 ,) (S w4 (S (S w5 ,) (S w7 ")
+    assert as_json.startswith('[",", ["w1", [["w2", ","], ["w4", [["w5", ","], ["w7", ')
+
+
+@settings(max_examples=100, deadline=None, derandomize=True, database=None)
+@given(punctuated())
+def test_format_tree_json_is_json_of_the_nested_lists(case):
+    words, tree, content = case
+
+    def nested(node):
+        return [nested(child) for child in node] if isinstance(node, nltk.Tree) else node
+
+    tree = nltk.Tree("S", [tree, nltk.Tree("S", ['"q"', "\u00e9"]), nltk.Tree("S", [])])
+    assert format_tree(tree, "json") == json.dumps(nested(tree), ensure_ascii=False)

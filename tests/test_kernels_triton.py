@@ -19,6 +19,7 @@ if not torch.cuda.is_available():
 import math  # noqa: E402
 
 import pytest  # noqa: E402
+import torch.utils._python_dispatch  # noqa: E402
 
 import induce.kernels as K  # noqa: E402
 from induce.kernels.testing import (  # noqa: E402
@@ -157,13 +158,23 @@ def test_span_attention_small_tiles_and_chunks(monkeypatch, fixed, split_dw):
     check("span_attention", TIER, inputs, max_len=5, rtol=2e-5, atol=2e-5, **kwargs)
 
 
-def test_span_attention_max_len_over_tile(monkeypatch):
-    """max_len above the row tile: the tile grows to a power of two >= m (one position per tile)."""
+@pytest.mark.parametrize("max_len,split_dw,fixed", [(11, True, False), (10, False, False), (9, True, True)])
+def test_span_attention_max_len_over_tile(monkeypatch, max_len, split_dw, fixed):
+    """max_len above the row tile (a parse scores every span of a sentence): each position's spans are
+    split over several tiles, the last one partly filled, in every kernel (scores, dh, gradient, dW);
+    rows before the sequence start too (t < k), and a second sequence."""
     from induce.kernels import triton_span
 
-    monkeypatch.setattr(triton_span, "_MLP_R", 8)
-    monkeypatch.setattr(triton_span, "_GRAD_R", 8)
-    check("span_attention", TIER, span_attention_inputs(1, 12, 5, 3, seed=2), max_len=12, rtol=2e-5, atol=2e-5)
+    for name in ("_MLP_R", "_GRAD_R", "_DW_R"):
+        monkeypatch.setattr(triton_span, name, 4)
+    monkeypatch.setattr(triton_span, "_DW_SPLIT", split_dw)
+    inputs = span_attention_inputs(2, 12, 3, 2, seed=max_len)
+    kwargs = {}
+    if fixed:
+        for name in ("query", "w_span", "v"):
+            inputs.pop(name)
+        kwargs = dict(query=None, w_span=None, v=None, fixed_scores=torch.linspace(-1.0, 2.0, max_len))
+    check("span_attention", TIER, inputs, max_len=max_len, rtol=2e-5, atol=2e-5, **kwargs)
 
 
 # ------------------------------------------------------------------------------ ON-LSTM cell
@@ -189,8 +200,86 @@ def test_onlstm_cell_unused_outputs(used):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+class _ZeroFills(torch.utils._python_dispatch.TorchDispatchMode):
+    """Shapes of the zero-filled tensors made while active (autograd materialises unused gradients so)."""
+
+    def __init__(self):
+        super().__init__()
+        self.shapes = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.overloadpacket.__name__ in ("zeros", "zeros_like", "new_zeros", "zero_", "fill_", "full", "full_like"):
+            self.shapes.append(tuple(out.shape))
+        return out
+
+
+def test_onlstm_cell_unused_gradients_are_not_materialised():
+    """Only h in the loss: the backward gets None for c_t and cf, not zero tensors autograd made and
+    filled (a launch each per step and layer on a GPU), and runs its HAS_GCN/HAS_GCF=False form."""
+    inputs = onlstm_cell_inputs(3, 5, 2, seed=2)
+    leaves = [t.clone().to(DEVICE).requires_grad_() for t in inputs.values()]
+    h, c_new, cf = K.onlstm_cell(*leaves, 5, backend=TIER)
+    loss = (h * torch.linspace(-1, 1, h.numel(), device=h.device).view_as(h)).sum()
+    with _ZeroFills() as zeros:
+        loss.backward()
+    assert tuple(c_new.shape) not in zeros.shapes and tuple(cf.shape) not in zeros.shapes, zeros.shapes
+    reference = [t.clone().requires_grad_() for t in inputs.values()]
+    h_ref, _, _ = K.onlstm_cell(*reference, 5, backend="reference")
+    (h_ref * torch.linspace(-1, 1, h_ref.numel()).view_as(h_ref)).sum().backward()
+    for got, want in zip(leaves, reference):
+        torch.testing.assert_close(got.grad.cpu(), want.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_span_attention_unused_score_gradient_is_not_materialised():
+    """PaLM-U trains on the context only: the scores' gradient reaches the backward as None."""
+    inputs = span_attention_inputs(1, 6, 3, 4, seed=6)
+    leaves = {k: v.clone().to(DEVICE).requires_grad_() for k, v in inputs.items()}
+    context, scores = K.span_attention(**leaves, max_len=5, backend=TIER)
+    with _ZeroFills() as zeros:
+        context.sum().backward()
+    assert tuple(scores.shape) not in zeros.shapes, zeros.shapes
+    reference = {k: v.clone().requires_grad_() for k, v in inputs.items()}
+    K.span_attention(**reference, max_len=5, backend="reference")[0].sum().backward()
+    for name, want in reference.items():
+        torch.testing.assert_close(leaves[name].grad.cpu(), want.grad, rtol=2e-5, atol=2e-5,
+                                   msg=lambda m: f"d/d{name}: {m}")
+
+
+def _small_case(name):
+    """Inputs and keyword arguments of a small call of kernel ``name``."""
+    gen = _gen(7)
+    scan = random_scan_inputs(2, 5, 3, generator=gen)
+    if name == "cumax":
+        return {"x": torch.randn(3, 6, generator=gen)}, {}
+    if name == "stick_breaking_gates":
+        return {"d": torch.rand(2, 6, generator=gen)}, {"window": 3}
+    if name == "linear_scan":
+        return scan, {}
+    if name == "span_representations":
+        return {"c": K.linear_scan(scan["log_f"], scan["u"], backend="torch"), "log_f": scan["log_f"]}, {"max_len": 3}
+    if name == "span_attention":
+        return span_attention_inputs(1, 5, 3, 2, seed=7), {"max_len": 3}
+    return onlstm_cell_inputs(2, 3, 2, seed=7), {"n_chunks": 3}
+
+
+@pytest.mark.parametrize("name", ["cumax", "stick_breaking_gates", "linear_scan", "span_representations",
+                                  "span_attention", "onlstm_cell"])
+def test_undefined_output_gradients_give_no_input_gradients(name):
+    """An undefined upstream gradient (what gradcheck's check_undefined_grad sends; the Functions do
+    not materialise zeros) reaches the backward as None: no input gets a nonzero gradient."""
+    inputs, kwargs = _small_case(name)
+    leaves = {k: v.clone().to(DEVICE).requires_grad_() for k, v in inputs.items()}
+    outs = getattr(K, name)(**leaves, **kwargs, backend=TIER)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    undefined = [torch._C._functions.UndefinedGrad()(o) for o in outs]
+    grads = torch.autograd.grad(undefined, list(leaves.values()), [torch.zeros_like(o) for o in undefined],
+                                allow_unused=True)
+    assert all(g is None or not g.any() for g in grads), name
+
+
 # ---------------------------------------------------------------- no recompilation per length
-_LENGTH_NAMES = {"T", "R", "NPOS", "pos0", "pos_end", "n_tiles"}
+_LENGTH_NAMES = {"T", "R", "NPOS", "pos0", "pos_end", "n_tiles", "n_chunks"}
 
 
 def _unspecialised(kernel) -> set:

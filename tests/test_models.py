@@ -293,7 +293,7 @@ def test_onlstm_layer_matches_the_equations():
     outs, dists = [], []
     stretch = lambda v: v.repeat_interleave(chunk, -1)  # noqa: E731
     for t in range(6):
-        z = x[:, t] @ layer.weight_ih.T + h @ layer.weight_hh.T + layer.bias
+        z = x[:, t] @ layer.weight_ih.T + h @ layer.weight_hh.T + layer.bias + layer.bias_hh  # two biases, as the code
         v1, v2, u = z[:, :p], z[:, p : 2 * p], z[:, 2 * p :]
         f, i, o = torch.sigmoid(u[:, :hidden]), torch.sigmoid(u[:, hidden : 2 * hidden]), torch.sigmoid(u[:, 2 * hidden : 3 * hidden])
         cand = torch.tanh(u[:, 3 * hidden :])

@@ -15,6 +15,7 @@ from induce.errors import InduceError
 from induce.kernels import span_representations
 from induce.models import palm_attention as palm_module  # where SpanAttention calls relevant_indices
 from induce.models import prpn as prpn_module
+from induce.models import prpn_reading
 from induce.models.palm import SpanAttention, relevant_span_representations, relevant_span_starts
 from induce.models.prpn import ReadingLayer, fresh_relevant_state
 from induce.models.registry import get_model_class, list_models
@@ -356,6 +357,7 @@ def test_prpn_relevant_set_off_is_the_plain_model(monkeypatch):
         raise AssertionError("relevant-set code ran with relevant_set = 0")
 
     monkeypatch.setattr(prpn_module, "fresh_relevant_state", refuse)
+    monkeypatch.setattr(prpn_reading, "fresh_relevant_state", refuse)
     plain.train()
     out = plain(torch.randint(0, VOCAB, (2, 15)), plain.init_state(2))
     out.hidden.sum().backward()

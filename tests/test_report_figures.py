@@ -72,3 +72,29 @@ def test_training_curves_give_each_run_its_own_style(monkeypatch, tmp_path):
     assert len({(line.get_color(), line.get_linestyle()) for line in lines}) == 3
     assert len({style["marker"] for style in figures.run_styles(5)}) == 5
     assert [len(ax.lines) for ax in fig.axes] == [3, 3, 3]  # validation ppl, training ppl, dev F1
+
+
+@pytest.mark.parametrize("valid", [
+    [5874.94, 1342.86, 1342.92, 1342.92, 1342.94],  # the toy report: one epoch, PRPN far above the others
+    [1342.86, 1342.92, 1342.94],  # (nearly) one value
+    [1005.7, 1003.7, 1250.0],  # within a decade, crossing 1000
+    [55.0, 61.0, 58.5],
+    [80.0, 900.0, 12000.0],  # several decades
+])
+def test_perplexity_axes_have_labelled_ticks_among_the_data(monkeypatch, tmp_path, valid):
+    """The validation-perplexity axis of the toy report had no labelled tick near most of its points
+    (matplotlib's log axis labels decades and a few multiples): each curve must lie between labelled
+    ticks, with at least two of them in view."""
+    saved = _capture(monkeypatch)
+    histories = {f"run{k}": [{"epoch": 1, "valid_ppl": v, "train_ppl": 2 * v}] for k, v in enumerate(valid)}
+    figures.plot_training_curves(histories, tmp_path / "c.png")
+    fig = saved[0]
+    fig.canvas.draw()
+    for ax, values in ((fig.axes[0], valid), (fig.axes[1], [2 * v for v in valid])):
+        bottom, top = ax.get_ylim()
+        labelled = sorted(tick.get_loc() for tick in ax.yaxis.get_major_ticks() + ax.yaxis.get_minor_ticks()
+                          if tick.label1.get_visible() and tick.label1.get_text()
+                          and bottom * (1 - 1e-9) <= tick.get_loc() <= top * (1 + 1e-9))
+        assert len(labelled) >= 2, (values, labelled, (bottom, top))
+        for value in values:  # a labelled tick at or below it and one at or above it
+            assert labelled[0] <= value * (1 + 1e-9) and labelled[-1] >= value * (1 - 1e-9), (value, labelled)

@@ -152,6 +152,62 @@ def test_interrupted_run_is_continued_and_changed_config_retrained(pipeline):
     assert (out / "runs" / "onlstm-seed1" / "best.json").is_file()
 
 
+def test_a_damaged_checkpoint_is_never_reported_as_finished(pipeline, monkeypatch):
+    """A finished run whose best checkpoint no longer verifies is trained again, not skipped; while that
+    fails, its row has no figures (the old evaluation file is not shown) and the report says why."""
+    import induce.training
+
+    out, args = pipeline["out"], pipeline["args"]
+    weights = out / "runs" / "palm-seed1" / "best.safetensors"
+    stat = weights.stat()
+    data = bytearray(weights.read_bytes())
+    data[-10] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same size and time: only the hash tells
+
+    def no_space(*args, **kwargs):
+        raise RuntimeError("no space left on the device (simulated)")
+
+    monkeypatch.setattr(induce.training, "train", no_space)
+    result = runner.invoke(app, args + ["--models", "palm"])
+    assert result.exit_code == 1, result.output
+    statuses = steps(out)
+    assert statuses["train palm seed 1"] == "failed" and statuses["evaluate palm seed 1"] == "failed"
+    results = json.loads((out / "results.json").read_text())
+    palm = results["models"]["palm"]
+    assert palm["seeds"] == {} and palm["summary"]["sentence_f1_wsj40"]["mean"] is None
+    assert "simulated" in palm["failed_seeds"]["1"]
+    report = (out / "REPORT.md").read_text()
+    assert re.search(r"^\| PaLM-U \| — \|", report, re.M), "the old figures are not shown"
+    assert "Failed steps" in report and "simulated" in report
+
+    monkeypatch.undo()
+    result = runner.invoke(app, args + ["--models", "palm"])
+    assert result.exit_code == 0, result.output
+    statuses = steps(out)
+    assert statuses["train palm seed 1"] == "ran" and statuses["evaluate palm seed 1"] == "ran"
+    palm = json.loads((out / "results.json").read_text())["models"]["palm"]
+    assert palm["summary"]["sentence_f1_wsj40"]["mean"] is not None and palm["failed_seeds"] == {}
+
+
+def test_another_out_keeps_the_whole_reproduction_in_it(tmp_path, monkeypatch):
+    """`--out DIR` (make reproduce OUT=DIR) puts the corpora it prepares in DIR/corpora, beside DIR/runs;
+    the default output keeps ./corpora, where the other commands look."""
+    from cli.reproduce import default_corpora_dir
+
+    assert default_corpora_dir(Path("results")) == Path("corpora")
+    assert default_corpora_dir(Path("exp")) == Path("exp") / "corpora"
+    corpus = make_corpus(tmp_path / "data", train=40, valid=8, test=4)
+    profile = toy_profile(tmp_path / "profile", models=["palm-rb"], random_init_seeds=0)
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["reproduce", "--profile", str(profile), "--corpus", str(corpus), "--out", "exp",
+                                 "--no-progress"])
+    assert result.exit_code == 0, result.output
+    subset = Path("exp") / "corpora" / "tiny-train300-valid50"
+    assert (subset / "meta.json").is_file() and not Path("corpora").exists()
+    assert f"corpus: {subset}" in (Path("exp") / "runs" / "palm-rb-seed1" / "config.yaml").read_text()
+
+
 def test_missing_test_split_and_unknown_profile_are_clear_errors(pipeline, tmp_path):
     result = runner.invoke(app, ["reproduce", "--profile", "no-such-profile"])
     assert result.exit_code == 2

@@ -96,6 +96,9 @@ def test_show_attention_writes_a_png(runs, tmp_path):
 def test_show_errors_are_clear(runs):
     result = runner.invoke(app, ["show", "tree", "a b", "--index", "1", "--checkpoint", str(runs["onlstm"])])
     assert result.exit_code == 2 and "not both" in result.output
+    for command in ("tree", "attention"):  # neither a sentence nor --index: not "not both"
+        result = runner.invoke(app, ["show", command, "--checkpoint", str(runs["onlstm"])])
+        assert result.exit_code == 2 and "no sentence" in result.output and "not both" not in result.output
     result = runner.invoke(app, ["show", "tree", "--index", "999", "--corpus", str(runs["corpus"]),
                                  "--checkpoint", str(runs["onlstm"])])
     assert result.exit_code == 2 and "sentences 0..7" in result.output

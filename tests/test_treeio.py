@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import os
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import nltk
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from induce.errors import InputError
 from induce.treeio import nltk_corpus_reader, read_trees, tree_to_line, write_trees
@@ -122,3 +126,71 @@ def test_real_nltk_sample_file_if_available():
     ours = [t.tree for t in read_trees(folder / "wsj_0003.mrg")]
     reader = nltk_corpus_reader(folder, r"wsj_0003\.mrg")
     assert [tree[0] for tree in ours] == list(reader.parsed_sents())
+
+
+# ------------------------------------------------------------------ one-line writing, however deep (issue 19)
+
+LABELS = st.sampled_from(["S", "NP", "", "TOP", "-NONE-"])
+LEAVES = st.sampled_from(["a", "the", ")", "(", "-LRB-", "[/x]", "\u00e9t\u00e9", "'s", '"', "x y"])
+
+
+@st.composite
+def nltk_trees(draw, depth=4):
+    """Random trees of any shape: empty nodes, unary chains, wide nodes, odd leaves and labels."""
+    if depth == 0 or draw(st.integers(0, 3)) == 0:
+        return nltk.Tree(draw(LABELS), draw(st.lists(LEAVES, max_size=3)))
+    children = draw(st.lists(st.one_of(LEAVES, nltk_trees(depth - 1)), max_size=4))
+    return nltk.Tree(draw(LABELS), children)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(nltk_trees())
+def test_tree_to_line_is_nltks_one_line_format(tree):
+    assert tree_to_line(tree) == tree.pformat(margin=1 << 62)
+    assert tree_to_line(tree, str.upper) == tree_to_line(tree_upper_leaves(tree))
+
+
+@settings(max_examples=100, deadline=None, derandomize=True, database=None)
+@given(nltk_trees())
+def test_copy_tree_copies_every_node(tree):
+    from induce.treeio import copy_tree
+
+    copied = copy_tree(tree)
+    assert copied == tree
+    nodes = lambda t: [t[p] for p in t.treepositions() if isinstance(t[p], nltk.Tree)]  # noqa: E731
+    assert not {id(node) for node in nodes(copied)} & {id(node) for node in nodes(tree)}
+
+
+def tree_upper_leaves(tree):
+    copy = tree.copy(deep=True)
+    for position in copy.treepositions("leaves"):
+        copy[position] = copy[position].upper()
+    return copy
+
+
+@contextmanager
+def recursion_limit(limit: int):
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(limit)
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def right_branching(n: int) -> nltk.Tree:
+    tree = nltk.Tree("S", [f"w{n - 2}", f"w{n - 1}"])
+    for i in range(n - 3, -1, -1):
+        tree = nltk.Tree("S", [f"w{i}", tree])
+    return tree
+
+
+def test_tree_to_line_of_a_200k_deep_tree_does_not_recurse():
+    """A right-branching tree over a 200k-token line is 200k levels deep: nltk's recursive pformat
+    fails past the recursion limit (and is quadratic in the depth); the writer uses no recursion."""
+    n = 200_000
+    tree = right_branching(n)
+    with recursion_limit(200):
+        line = tree_to_line(tree)
+    expected = "".join(f"(S w{i} " for i in range(n - 1)) + f"w{n - 1}" + ")" * (n - 1)
+    assert line == expected

@@ -106,3 +106,15 @@ def test_weights_in_one_chunk_path_equals_the_plain_call(bf16):
     assert results[0][0].dtype == (torch.bfloat16 if bf16 else torch.float32)
     for plain, chunked in zip(*results):
         torch.testing.assert_close(chunked, plain)
+
+
+def test_recurrent_projection_gradcheck_with_undefined_gradients():
+    """The per-step ``bias + h @ W`` with its deferred weight gradient (``_RecurrentAddmm``) against
+    finite differences, including an undefined upstream gradient (gradcheck's check; the Function does
+    not materialise zero gradients)."""
+    from induce.models.awd import RecurrentProjection
+
+    gen = torch.Generator().manual_seed(0)
+    bias, h, weight = (torch.randn(*shape, dtype=torch.float64, generator=gen).requires_grad_()
+                       for shape in ((3, 5), (3, 4), (4, 5)))
+    assert torch.autograd.gradcheck(lambda b, x, w: RecurrentProjection(w)(b, x), (bias, h, weight))

@@ -18,11 +18,12 @@ from __future__ import annotations
 import json
 from functools import cached_property
 from pathlib import Path
-from typing import Iterable, Sequence, Union
+from typing import Iterable, Optional, Sequence, Union
 
 import nltk
 
 from induce.errors import InduceError, InputError
+from induce.files import os_error_reason
 from induce.treeio import read_trees
 
 SPLITS = ("train", "valid", "test")
@@ -88,12 +89,45 @@ class PreparedCorpus:
 
     @cached_property
     def vocab(self) -> Vocab:
-        return Vocab.from_json(json.loads((self.path / VOCAB_FILE).read_text(encoding="utf-8")))
+        """The vocabulary of ``vocab.json``; a missing or damaged file, or one whose size is not the
+        ``vocab_size`` of ``meta.json``, is an :class:`InputError` saying how to rebuild the corpus."""
+        path = self.path / VOCAB_FILE
+        rebuild = self._rebuild_hint()
+        try:
+            obj = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise InputError(f"missing: the corpus has no {VOCAB_FILE}; {rebuild}", path) from None
+        except OSError as err:
+            raise InputError(f"cannot read: {os_error_reason(err)}", path) from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise InputError(f"corrupt {VOCAB_FILE} ({err}); {rebuild}", path) from None
+        itos = obj.get("itos") if isinstance(obj, dict) else None
+        if not isinstance(itos, list) or not all(isinstance(word, str) for word in itos):
+            raise InputError(f"corrupt {VOCAB_FILE}: expected an object whose \"itos\" is a list of words; {rebuild}", path)
+        try:
+            vocab = Vocab.from_json(obj)
+        except InduceError as err:
+            raise InputError(f"corrupt {VOCAB_FILE}: {err}; {rebuild}", path) from None
+        expected = self.meta.get("vocab_size")
+        if isinstance(expected, int) and expected != len(vocab):
+            raise InputError(f"{len(vocab)} words, but {META_FILE} says {expected}: the file was changed or cut "
+                             f"short; {rebuild}", path)
+        return vocab
+
+    def _rebuild_hint(self) -> str:
+        return "rebuild the corpus (`induce preprocess --force` with the options that made it)"
 
     @property
     def splits(self) -> list[str]:
         """The splits present, in the order train, valid, test."""
         return [split for split in SPLITS if (self.path / f"{split}.txt").is_file()]
+
+    @property
+    def source_kind(self) -> Optional[str]:
+        """What the corpus was made from (``ldc``, ``wsj-files``, ``nltk-sample``, ``synthetic``, ``files``,
+        ``lm-text``...), as ``meta.json`` records it."""
+        source = self.meta.get("source")
+        return source.get("kind") if isinstance(source, dict) else None
 
     @property
     def has_trees(self) -> bool:
@@ -111,12 +145,37 @@ class PreparedCorpus:
         return path
 
     def lm_sentences(self, split: str) -> list[list[str]]:
-        """Normalised LM tokens per sentence (``<unk>`` substituted, no ``<eos>``)."""
+        """Normalised LM tokens per sentence (``<unk>`` substituted, no ``<eos>``).
+
+        The counts are checked against ``meta.json`` (``lm_sentences``, ``lm_tokens`` of the split):
+        a file cut short (a full disk, an interrupted copy) or edited is an :class:`InputError`
+        rather than a model silently trained on part of the data.
+        """
         key = (split, ".txt")
         if key not in self._cache:
-            text = self._file(split, ".txt").read_text(encoding="utf-8")
-            self._cache[key] = [line.split() for line in text.splitlines()]
+            path = self._file(split, ".txt")
+            try:
+                text = path.read_text(encoding="utf-8")
+            except OSError as err:
+                raise InputError(f"cannot read: {os_error_reason(err)}", path) from None
+            except UnicodeDecodeError as err:
+                raise InputError(f"not valid UTF-8 (file offset {err.start}); {self._rebuild_hint()}", path) from None
+            sentences = [line.split() for line in text.splitlines()]
+            self._check_counts(path, split, len(sentences), sum(len(s) for s in sentences))
+            self._cache[key] = sentences
         return self._cache[key]
+
+    def _check_counts(self, path: Path, split: str, n_sentences: int, n_tokens: int) -> None:
+        expected = self.meta.get("splits", {}).get(split, {})
+        want_sentences, want_tokens = expected.get("lm_sentences"), expected.get("lm_tokens")
+        if (want_sentences, want_tokens) == (None, None):
+            return  # a corpus written without the counts: nothing to compare with
+        if (want_sentences is not None and n_sentences != want_sentences) or (
+                want_tokens is not None and n_tokens != want_tokens):
+            said = ", ".join(f"{n:,} {what}" for n, what in ((want_sentences, "sentences"), (want_tokens, "tokens"))
+                             if n is not None)
+            raise InputError(f"{n_sentences:,} sentences, {n_tokens:,} tokens, but {META_FILE} says {said}: the "
+                             f"file was cut short or changed; {self._rebuild_hint()}", path)
 
     def _trees(self, split: str, suffix: str) -> list[nltk.Tree]:
         key = (split, suffix)

@@ -1,9 +1,12 @@
 """Where the treebank is, and the default prepared corpus.
 
-Data root precedence (:func:`resolve_data_root`): explicit ``--data`` > the ``INDUCE_DATA``
-environment variable > ``corpora/`` (when it holds raw treebank files) > NLTK's data path
-(``nltk.data.path``, where ``python -m nltk.downloader treebank`` puts
-``corpora/treebank/combined``).
+Where the default corpus comes from (:func:`default_corpus`), first found wins: explicit ``--data`` >
+the ``INDUCE_DATA`` environment variable > ``corpora/``: raw treebank files there, else a Penn
+Treebank corpus prepared there earlier (``ptb-wsj``, then ``ptb-sample``: what ``induce preprocess``
+and ``make reproduce`` leave behind, used as it is when its sources are nowhere to be found) > NLTK's
+data path (``nltk.data.path``, where ``python -m nltk.downloader treebank`` puts
+``corpora/treebank/combined``) > the synthetic treebank, with a warning. The data roots alone are
+:func:`resolve_data_root`; the prepared corpora alone :func:`find_prepared`.
 
 Inside a data root, :func:`find_treebank` recognises, best first:
 
@@ -17,14 +20,16 @@ Inside a data root, :func:`find_treebank` recognises, best first:
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import nltk
 from rich.console import Console
 
 from induce.data import preprocess
+from induce.data.corpus import PreparedCorpus
 from induce.errors import InduceError
 
 ENV_VAR = "INDUCE_DATA"
@@ -58,7 +63,9 @@ def _ldc_wsj_dir(root: Path) -> Optional[Path]:
 def _nltk_sample_dir(root: Path) -> Optional[Path]:
     candidates = [root / "nltk_treebank", root / "treebank" / "combined", root / "corpora" / "treebank" / "combined", root]
     for candidate in candidates:
-        if (candidate / "wsj_0001.mrg").is_file():
+        # any file of the sample (not only wsj_0001.mrg): a sample with files missing is reported as such
+        # (preprocess.nltk_sample_split_files), not taken for no treebank at all
+        if any(re.fullmatch(r"wsj_0(0\d\d|1\d\d)\.mrg", path.name) for path in candidate.glob("wsj_0*.mrg")):
             return candidate
     return None
 
@@ -113,19 +120,42 @@ def resolve_data_root(data: Optional[Path], corpora_dir: Path = Path("corpora"))
     return None
 
 
+#: Prepared Penn Treebank corpora that stand in for the data root, best first (see :func:`find_prepared`).
+PREPARED_DEFAULTS = (("ptb-wsj", ("ldc", "wsj-files")), ("ptb-sample", ("nltk-sample",)))
+
+
+def find_prepared(corpora_dir: Path = Path("corpora"), also_in: Sequence[Path] = ()) -> Optional[PreparedCorpus]:
+    """The best prepared Penn Treebank corpus under ``corpora_dir`` (``ptb-wsj`` before ``ptb-sample``),
+    then under each of ``also_in``, or None: a folder with a readable ``meta.json`` of a treebank
+    corpus made from a source of that kind (a subset, or another corpus that happens to have the
+    name, does not count)."""
+    for folder in dict.fromkeys([Path(corpora_dir), *map(Path, also_in)]):
+        for name, kinds in PREPARED_DEFAULTS:
+            try:
+                corpus = PreparedCorpus(folder / name)
+            except (InduceError, AttributeError):  # AttributeError: a meta.json that is not an object
+                continue
+            if corpus.has_trees and not corpus.meta.get("subset") and corpus.source_kind in kinds:
+                return corpus
+    return None
+
+
 def default_corpus(
     data: Optional[Path] = None,
     corpora_dir: Path = Path("corpora"),
     console: Optional[Console] = None,
     max_vocab: int = preprocess.DEFAULT_MAX_VOCAB,
+    also_prepared_in: Sequence[Path] = (),
 ) -> Path:
     """The prepared default corpus folder, preparing it on first use (cached by source sha256).
 
     Full WSJ if found, else the NLTK sample, else the synthetic treebank — in which case
     a warning saying so, and how to get the PTB, goes to stderr. A cached corpus whose
-    sources changed is rebuilt.
+    sources changed is rebuilt. Without a data root, a Penn Treebank corpus prepared earlier under
+    ``corpora_dir``, else under one of ``also_prepared_in``, is used as it is (:func:`find_prepared`).
     """
-    return _prepare_found_treebank(data, corpora_dir, None, None, max_vocab, False, console or Console(stderr=True))
+    return _prepare_found_treebank(data, corpora_dir, None, None, max_vocab, False, console or Console(stderr=True),
+                                   also_prepared_in)
 
 
 def _prepare_found_treebank(
@@ -136,9 +166,19 @@ def _prepare_found_treebank(
     max_vocab: int,
     force: bool,
     console: Console,
+    also_prepared_in: Sequence[Path] = (),
 ) -> Path:
     custom_sections = sections is not None and sections != preprocess.DEFAULT_SECTIONS
     root = resolve_data_root(data, corpora_dir)
+    if name is None and not custom_sections and (root is None or _from_nltk_path(data, root, corpora_dir)):
+        # No data root named and no raw treebank in corpora/: a PTB corpus prepared there earlier
+        # (by `make reproduce`, or with INDUCE_DATA set then) comes before NLTK's sample and the
+        # synthetic fallback, as the README's order says.
+        prepared = find_prepared(corpora_dir, also_prepared_in)
+        if prepared is not None:
+            console.print(f"using the Penn Treebank corpus prepared in {prepared.path} ({prepared.source_kind}; "
+                          "to prepare another, pass --data PATH or set INDUCE_DATA)", highlight=False)
+            return prepared.path
     source = find_treebank(root, sections) if root is not None else None
     if source is None and data is not None:
         raise InduceError(
@@ -168,6 +208,12 @@ def _prepare_found_treebank(
         source.split_files, corpora_dir, name or DEFAULT_NAMES[source.kind], source_kind=source.kind,
         max_vocab=max_vocab, force=force, console=console, rebuild_stale=rebuild_stale,
     )
+
+
+def _from_nltk_path(data: Optional[Path], root: Path, corpora_dir: Path) -> bool:
+    """Whether :func:`resolve_data_root` found ``root`` on NLTK's data path (nothing named, nothing in
+    ``corpora_dir``): the last resort before the synthetic treebank."""
+    return data is None and not os.environ.get(ENV_VAR, "").strip() and Path(root) != Path(corpora_dir)
 
 
 def check_corpus_name(name: str) -> None:

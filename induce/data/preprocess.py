@@ -35,7 +35,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from induce.data import mikolov, synthetic
 from induce.data.corpus import META_FILE, SPLITS, UNK, VOCAB_FILE, Vocab
 from induce.errors import InduceError, InputError
-from induce.files import honour_umask, os_error_message, process_alive, sha256_file
+from induce.files import (check_not_input, check_output_folder, honour_umask, os_error_message, process_alive,
+                          sha256_file)
 from induce.ptb import TRACE_TAG, clean_tree
 from induce.treeio import read_trees, tree_to_line
 
@@ -120,14 +121,22 @@ def ldc_split_files(wsj_dir: Path, sections: dict[str, Sequence[int]]) -> dict[s
 
 
 def nltk_sample_split_files(folder: Path) -> dict[str, list[Path]]:
-    """The NLTK sample's files by :data:`NLTK_SAMPLE_SPLIT` (file number)."""
+    """The NLTK sample's files by :data:`NLTK_SAMPLE_SPLIT` (file number). A sample with a file
+    missing (an interrupted download or copy) is an :class:`InputError` naming the missing files:
+    its splits would silently hold fewer sentences than everyone else's."""
     by_number = {}
     for path in folder.glob("wsj_*.mrg"):
         match = re.fullmatch(r"wsj_(\d{4})\.mrg", path.name)
         if match:
             by_number[int(match.group(1))] = path
-    files = {split: [by_number[n] for n in numbers if n in by_number] for split, numbers in NLTK_SAMPLE_SPLIT.items()}
-    return {split: paths for split, paths in files.items() if paths}
+    expected = [n for numbers in NLTK_SAMPLE_SPLIT.values() for n in numbers]
+    missing = [f"wsj_{n:04d}.mrg" for n in expected if n not in by_number]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise InputError(f"the NLTK treebank sample is incomplete: {len(missing)} of its {len(expected)} files are "
+                         f"missing ({shown}); get it again (`python -m nltk.downloader treebank`) or point --data "
+                         "or INDUCE_DATA at a complete copy", folder)
+    return {split: [by_number[n] for n in numbers] for split, numbers in NLTK_SAMPLE_SPLIT.items()}
 
 
 def parse_sections(text: str) -> tuple[int, ...]:
@@ -268,14 +277,13 @@ def remove_stale_build_dirs(parent: Path, log: LogFn) -> list[Path]:
 
 def _check_out_dir(parent: Path) -> None:
     """Refuse an output folder that is a file, lies under a file, or cannot be written (before any work)."""
-    existing = parent
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if existing.exists() and not existing.is_dir():
-        what = "is a file" if existing == parent else f"lies under {existing}, which is a file"
-        raise InduceError(f"the corpora folder {parent} {what}, not a folder (choose another --out-dir)")
-    if existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):
-        raise InduceError(f"cannot create the corpus folder in {existing}: permission denied (choose another --out-dir)")
+    check_output_folder(parent, "--out-dir", "the corpora folder")
+
+
+def _check_not_replacing_inputs(target: Path, inputs: list[Path]) -> None:
+    """Refuse to build ``target`` when an input file lies in it: a rebuild replaces the folder as a whole
+    (the old one is removed), so the source would be lost (:func:`induce.files.check_not_input`)."""
+    check_not_input(target, {"the input": inputs}, "the output corpus folder (--out-dir/--name)", holding=True)
 
 
 def _prepare(
@@ -439,6 +447,7 @@ def preprocess_tree_files(
                 raise InputError("no such file", path)
             check_tags_are_gold(Path(path), allow_predicted_tags)
     split_files = {split: [Path(p) for p in split_files[split]] for split in SPLITS if split in split_files}
+    _check_not_replacing_inputs(Path(out_dir) / name, [p for files in split_files.values() for p in files])
     records = {split: [_file_record(path) for path in files] for split, files in split_files.items()}
     source = {"kind": source_kind, "files": records, **(extra_source or {})}
     fingerprint = {
@@ -492,6 +501,7 @@ def preprocess_lm_text(
     files = {split: lm_dir / f"ptb.{split}.txt" for split in SPLITS if (lm_dir / f"ptb.{split}.txt").is_file()}
     if "train" not in files:
         raise InputError("no ptb.train.txt here (expected ptb.train.txt, ptb.valid.txt [, ptb.test.txt])", lm_dir)
+    _check_not_replacing_inputs(Path(out_dir) / name, list(files.values()))
     records = {split: [_file_record(path)] for split, path in files.items()}
     source = {"kind": "lm-text", "files": records}
     fingerprint = {

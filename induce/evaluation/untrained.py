@@ -110,14 +110,13 @@ def evaluate_untrained(
     splits of any init), ``n_sentences``, ``n_skipped``, ``model``, ``model_config``, ``seeds``,
     ``vocab_size`` and ``convention``. An :class:`InduceError` when the filters leave no sentence.
     """
-    from induce.inference import LoadedRun, predict_trees, resolve_device
+    from induce.inference import LoadedRun, resolve_device
+    from induce.scoring import parse_gold
 
     if inits < 1:
         raise InduceError(f"inits {inits}: give at least one untrained model")
-    kept = [sentence.words for sentence in gold]
-    wanted = [i for i, words in enumerate(kept) if len(words) >= convention.min_length
-              and not (convention.max_length and len(words) > convention.max_length)]
-    if not wanted:
+    lengths = [len(sentence.words) for sentence in gold]
+    if not any(n >= convention.min_length and not (convention.max_length and n > convention.max_length) for n in lengths):
         require_sentences(evaluate([None] * len(gold), gold, convention))  # raises, saying which filter
     target = resolve_device(device)
     per_init, result = [], None
@@ -125,12 +124,8 @@ def evaluate_untrained(
         model = build_untrained(model_name, model_config, len(vocab), seed + k, target)
         loaded = LoadedRun(model, vocab, {"config": {"model_name": model_name, "model": model_config}},
                            Path(f"untrained-{model_name}"))
-        # The kept words went through the convention's filter already: by default none is punctuation.
-        parsed = predict_trees(loaded, [kept[i] for i in wanted], batch_size=batch_size, decoder=decoder,
-                               device=target, keep_punct=not convention.keep_punct)
-        predictions: list = [None] * len(gold)  # sentences outside the length filter are skipped unparsed
-        for i, tree in zip(wanted, parsed):
-            predictions[i] = tree
+        # as `induce eval --checkpoint`: the kept words, None for the sentences the length filter skips
+        predictions = parse_gold(loaded, gold, convention, batch_size=batch_size, decoder=decoder, device=target)
         result = evaluate(predictions, gold, convention)
         figures = result.to_dict()
         per_init.append({"init": k, "seed": seed + k, **{name: figures[name] for name in INIT_FIGURES}})

@@ -145,6 +145,7 @@ class _LinearScan(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, log_f: torch.Tensor, u: torch.Tensor, c0: Optional[torch.Tensor]):  # type: ignore[override]
+        ctx.set_materialize_grads(False)  # an unused or undefined gradient comes as None: see backward
         f = _flush_denormals_(torch.exp(log_f))
         b = u if c0 is None else torch.cat([u[:, :1] + f[:, :1] * c0[:, None], u[:, 1:]], dim=1)
         c = _scan(log_f, b)
@@ -154,7 +155,9 @@ class _LinearScan(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable  # the backward is not itself differentiable: fail loudly on double backward
-    def backward(ctx, grad_c: torch.Tensor):  # type: ignore[override]
+    def backward(ctx, grad_c: Optional[torch.Tensor]):  # type: ignore[override]
+        if grad_c is None:  # undefined upstream gradient (materialize_grads is off): none for the inputs
+            return None, None, None
         log_f, f, c, c0 = ctx.saved_tensors
         # g_t = dL/dc_t (total) = grad_c_t + f_{t+1} g_{t+1}: the same scan run right to left.
         log_f_next = torch.cat([log_f[:, 1:], torch.full_like(log_f[:, :1], -math.inf)], dim=1)
@@ -197,6 +200,7 @@ class _SpanRepresentations(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, c: torch.Tensor, log_f: torch.Tensor, max_len: int, reverse: bool):  # type: ignore[override]
+        ctx.set_materialize_grads(False)  # an unused or undefined gradient comes as None: see backward
         B, T, D = c.shape
         out = c.new_zeros(B, T, max_len, D)
         after = torch.cat([c[:, 1:], torch.zeros_like(c[:, :1])], dim=1)  # c_{t+1}, c_T = 0
@@ -216,7 +220,9 @@ class _SpanRepresentations(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable  # the backward is not itself differentiable: fail loudly on double backward
-    def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
+    def backward(ctx, grad_out: Optional[torch.Tensor]):  # type: ignore[override]
+        if grad_out is None:  # undefined upstream gradient (materialize_grads is off): none for the inputs
+            return None, None, None, None
         c, log_f = ctx.saved_tensors
         m, reverse = ctx.max_len, ctx.reverse
         B, T, D = c.shape

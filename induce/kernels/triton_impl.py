@@ -73,6 +73,7 @@ def _cumax_launch(N: int):
 class _Cumax(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x2d: torch.Tensor, reverse: bool):  # type: ignore[override]
+        ctx.set_materialize_grads(False)  # an unused or undefined gradient comes as None: see backward
         R, N = x2d.shape
         y = torch.empty_like(x2d)
         block, rows, warps = _cumax_launch(N)
@@ -86,7 +87,9 @@ class _Cumax(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, gy: torch.Tensor):  # type: ignore[override]
+    def backward(ctx, gy: Optional[torch.Tensor]):  # type: ignore[override]
+        if gy is None:  # undefined upstream gradient (materialize_grads is off): none for the inputs
+            return None, None
         (x2d,) = ctx.saved_tensors
         R, N = x2d.shape
         gx = torch.empty_like(x2d)
@@ -215,14 +218,21 @@ def _onlstm_cell_bwd_kernel(
 
 
 def _onlstm_cell_launch(P: int, C: int):
-    """``(BP, BC, num_warps)``: the ``[BP, BC]`` unit tile (powers of two) and warps for it."""
+    """``(BP, BC, num_warps)``: the ``[BP, BC]`` unit tile (powers of two) and warps for it.
+
+    A warp per 256 units (8 per thread): with one per 512 the backward of the paper's layers
+    (``[128, 16]`` tiles) spilled at 255 registers; at 8 warps it needs ~156 (compiled for sm_90).
+    """
     bp, bc = _pow2(P, 2), _pow2(C, 2)
-    return bp, bc, min(8, max(1, bp * bc // 512))
+    return bp, bc, min(8, max(1, bp * bc // 256))
 
 
 class _ONLSTMCell(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gates: torch.Tensor, c: torch.Tensor, n_chunks: int):  # type: ignore[override]
+        # Unused outputs (cf when the distances are not in the loss; c_t of a segment's last step)
+        # reach the backward as None, not as zero tensors autograd would allocate and fill per step.
+        ctx.set_materialize_grads(False)
         B, H = c.shape
         P, C, G = n_chunks, H // n_chunks, gates.shape[1]
         h, c_new = torch.empty_like(c), torch.empty_like(c)
@@ -237,6 +247,8 @@ class _ONLSTMCell(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_h, grad_c_new, grad_cf):  # type: ignore[override]
+        if grad_h is None and grad_c_new is None and grad_cf is None:
+            return None, None, None
         gates, c = ctx.saved_tensors
         B, H = c.shape
         P = ctx.n_chunks
@@ -326,6 +338,7 @@ def _stick_bwd_kernel(
 class _StickBreaking(torch.autograd.Function):
     @staticmethod
     def forward(ctx, d: torch.Tensor, query: torch.Tensor, window: int, tau: float):  # type: ignore[override]
+        ctx.set_materialize_grads(False)  # an unused or undefined gradient comes as None: see backward
         B, T = d.shape
         gates = torch.empty(B, T, window, dtype=d.dtype, device=d.device)
         BT = 16
@@ -338,7 +351,9 @@ class _StickBreaking(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_gates: torch.Tensor):  # type: ignore[override]
+    def backward(ctx, grad_gates: Optional[torch.Tensor]):  # type: ignore[override]
+        if grad_gates is None:  # undefined upstream gradient (materialize_grads is off): none for the inputs
+            return None, None, None, None
         d, query = ctx.saved_tensors
         B, T = d.shape
         W = ctx.window
@@ -463,6 +478,7 @@ def _run_scan(
 class _LinearScan(torch.autograd.Function):
     @staticmethod
     def forward(ctx, log_f, u, c0, reverse):  # type: ignore[override]
+        ctx.set_materialize_grads(False)  # an unused or undefined gradient comes as None: see backward
         c0c = c0.contiguous() if c0 is not None else None
         c, _ = _run_scan(log_f, u, c0c, 0, reverse)
         ctx.save_for_backward(log_f, c, c0c)
@@ -471,7 +487,9 @@ class _LinearScan(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_c: torch.Tensor):  # type: ignore[override]
+    def backward(ctx, grad_c: Optional[torch.Tensor]):  # type: ignore[override]
+        if grad_c is None:  # undefined upstream gradient (materialize_grads is off): none for the inputs
+            return None, None, None, None
         log_f, c, c0 = ctx.saved_tensors
         reverse = ctx.reverse
         # g_t = grad_t + f_next g_next, next = t+1 (t-1 when reversed): the opposite scan, gates

@@ -121,6 +121,7 @@ _BT, _BD = 16, 32
 class _SpanRepresentations(torch.autograd.Function):
     @staticmethod
     def forward(ctx, c: torch.Tensor, log_f: torch.Tensor, max_len: int, reverse: bool):  # type: ignore[override]
+        ctx.set_materialize_grads(False)  # an unused or undefined gradient comes as None: see backward
         B, T, D = c.shape
         out = torch.empty(B, T, max_len, D, dtype=c.dtype, device=c.device)
         if B * T * D * max_len:
@@ -132,7 +133,9 @@ class _SpanRepresentations(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
+    def backward(ctx, grad_out: Optional[torch.Tensor]):  # type: ignore[override]
+        if grad_out is None:  # undefined upstream gradient (materialize_grads is off): none for the inputs
+            return None, None, None, None
         c, log_f = ctx.saved_tensors
         B, T, D = c.shape
         grad_c = torch.zeros(B, T, D, dtype=torch.float32, device=c.device)
@@ -156,7 +159,9 @@ def span_representations(c: torch.Tensor, log_f: torch.Tensor, max_len: int, rev
 # rest padding), row ``i`` being span ``k`` of position ``pos0 + tile * P + i // M`` (positions
 # flattened over ``B * T``). Whole positions per tile keep every "over the spans of one position"
 # operation (the forget-gate window products, the gradient sums of the backward) inside a program,
-# as segmented scans along the rows. The span representations ``g [R, 2D]`` are formed on chip,
+# as segmented scans along the rows. A position with more spans than a tile has rows (``M > R``, a
+# parse of a long sentence) is split over several tiles (``CHUNKED``, see :func:`_row_tiling`), whose
+# scans continue the earlier tiles' sums. The span representations ``g [R, 2D]`` are formed on chip,
 # block of features by block of features, and never written to memory.
 #
 # forward:  scores (MLP kernel, grid rows x blocks of A: partial sums of ``v . tanh(q + g W)`` per
@@ -181,28 +186,63 @@ def _seg_add2(f1, v1, w1, f2, v2, w2):
 
 
 @triton.jit
-def _span_rows(pos0, pos_end, tile, T, M, P: tl.constexpr, R: tl.constexpr, K_DESCENDING: tl.constexpr):
-    """Rows ``[R, 1]`` of a span tile: ``(pos, k, t, row_ok, valid, first)`` (``first``: segment start)."""
+def _span_rows(
+    pos0, pos_end, tile, T, M, n_chunks, P, R: tl.constexpr, K_DESCENDING: tl.constexpr,
+    CHUNKED: tl.constexpr,
+):
+    """Rows ``[R, 1]`` of a span tile: ``(pos, k, t, row_ok, valid, first, last, k0, pos_first)``.
+
+    Not ``CHUNKED``: the tile holds ``P`` whole positions (``P * M <= R`` rows, the rest padding).
+    ``CHUNKED`` (``m > R``, ``P = 1``): a position's spans are split over ``n_chunks`` tiles of ``R``
+    rows; this tile holds span number ``k0 .. k0 + R - 1`` of position ``pos_first`` (numbered in scan
+    order: ``k`` ascending, or descending from ``m - 1`` with ``K_DESCENDING``). ``first`` / ``last``
+    mark the first / last row of each segment (a position, or its part in this tile).
+    """
     i = tl.arange(0, R)[:, None]
-    within = i % M
-    pos = (pos0 + tile * P + i // M).to(tl.int64)
+    if CHUNKED:
+        k0 = (tile % n_chunks) * R
+        pos_first = (pos0 + tile // n_chunks).to(tl.int64)
+        within = k0 + i
+        pos = pos_first + 0 * i
+        row_ok = (within < M) & (pos < pos_end)
+        first = i == 0
+        last = row_ok & ((within == M - 1) | (i == R - 1))
+    else:
+        k0 = 0
+        pos_first = pos0 + tile * P
+        within = i % M
+        pos = (pos0 + tile * P + i // M).to(tl.int64)
+        row_ok = (i < P * M) & (pos < pos_end)
+        first = within == 0
+        last = row_ok & (within == M - 1)
     if K_DESCENDING:
         k = M - 1 - within
     else:
         k = within
     t = pos % T
-    row_ok = (i < P * M) & (pos < pos_end)
     valid = row_ok & (t >= k)
-    return pos, k, t, row_ok, valid, within == 0
+    return pos, k, t, row_ok, valid, first, last, k0, pos_first
 
 
 @triton.jit
-def _span_block(c_ptr, lf_ptr, pos, k, t, valid, first, d, T, D, REVERSE: tl.constexpr):
-    """``g [R, BD]`` of one direction for span rows in ascending k (window products by a segmented scan)."""
+def _span_block(
+    c_ptr, lf_ptr, pos, k, t, valid, first, d, T, D, k0, pos_first, REVERSE: tl.constexpr, CHUNKED: tl.constexpr,
+):
+    """``g [R, BD]`` of one direction for span rows in ascending k (window products by a segmented scan).
+
+    In a tile that starts at span ``k0 > 0`` of its position, the window sums start with the ``k0``
+    gates ``log_f_{t-k0+1} .. log_f_t`` of the spans in earlier tiles.
+    """
     ok = valid & (d < D)
     lf = tl.load(lf_ptr + (pos - k) * D + d, mask=ok, other=0.0).to(tl.float32)
     flags = (first & (d >= 0)).to(tl.int32)
     _, window = tl.associative_scan((flags, lf), 0, _seg_add)
+    if CHUNKED:
+        t_first = pos_first % T
+        for back in range(0, k0):
+            # (the scalar test is broadcast before the &: Triton's interpreter rejects a scalar & tensor mask)
+            gate_ok = (t_first - back + 0 * d >= 0) & (d < D)
+            window += tl.load(lf_ptr + (pos_first - back) * D + d, mask=gate_ok, other=0.0).to(tl.float32)
     decay = tl.exp(window)
     if REVERSE:
         head = tl.load(c_ptr + (pos - k) * D + d, mask=ok, other=0.0).to(tl.float32)
@@ -213,11 +253,12 @@ def _span_block(c_ptr, lf_ptr, pos, k, t, valid, first, d, T, D, REVERSE: tl.con
     return tl.where(ok, head - other * decay, 0.0)
 
 
-@_length_free_jit('pos0', 'pos_end', 'T')
+@_length_free_jit('pos0', 'pos_end', 'T', 'n_chunks', 'P')
 def _span_mlp_kernel(
     q_ptr, cf_ptr, lff_ptr, cb_ptr, lfb_ptr, w_ptr, v_ptr, ds_ptr, out_ptr, gv_ptr,
-    pos0, pos_end, T, D, A, M, NA,
-    BACKWARD: tl.constexpr, P: tl.constexpr, R: tl.constexpr, BD: tl.constexpr, BA: tl.constexpr,
+    pos0, pos_end, T, D, A, M, NA, n_chunks,
+    BACKWARD: tl.constexpr, P, R: tl.constexpr, BD: tl.constexpr, BA: tl.constexpr,
+    CHUNKED: tl.constexpr,
 ):
     """``h = tanh(q + g W)`` for a tile of span rows and a block of A.
 
@@ -227,7 +268,9 @@ def _span_mlp_kernel(
     """
     tile = tl.program_id(0)
     a_block = tl.program_id(1)
-    pos, k, t, row_ok, valid, first = _span_rows(pos0, pos_end, tile, T, M, P, R, False)
+    pos, k, t, row_ok, valid, first, _, k0, pos_first = _span_rows(
+        pos0, pos_end, tile, T, M, n_chunks, P, R, False, CHUNKED
+    )
     a = a_block * BA + tl.arange(0, BA)[None, :]
     a_ok = a < A
     proj = tl.zeros([R, BA], dtype=tl.float32)
@@ -235,10 +278,10 @@ def _span_mlp_kernel(
         d = d0 + tl.arange(0, BD)[None, :]
         w_rows = (d0 + tl.arange(0, BD))[:, None]
         w_ok = (w_rows < D) & a_ok
-        gf = _span_block(cf_ptr, lff_ptr, pos, k, t, valid, first, d, T, D, False)
+        gf = _span_block(cf_ptr, lff_ptr, pos, k, t, valid, first, d, T, D, k0, pos_first, False, CHUNKED)
         wf = tl.load(w_ptr + w_rows * A + a, mask=w_ok, other=0.0).to(tl.float32)
         proj += tl.dot(gf, wf, input_precision=_DOT_PRECISION)
-        gb = _span_block(cb_ptr, lfb_ptr, pos, k, t, valid, first, d, T, D, True)
+        gb = _span_block(cb_ptr, lfb_ptr, pos, k, t, valid, first, d, T, D, k0, pos_first, True, CHUNKED)
         wb = tl.load(w_ptr + (D + w_rows) * A + a, mask=w_ok, other=0.0).to(tl.float32)
         proj += tl.dot(gb, wb, input_precision=_DOT_PRECISION)
     q = tl.load(q_ptr + pos * A + a, mask=row_ok & a_ok, other=0.0).to(tl.float32)
@@ -302,12 +345,12 @@ def _span_context_kernel(
         tl.store(out_ptr + pos * (2 * D) + D + d, acc_b.to(out_ptr.dtype.element_ty), mask=ok)
 
 
-@_length_free_jit('pos0', 'pos_end', 'T')
+@_length_free_jit('pos0', 'pos_end', 'T', 'n_chunks', 'P')
 def _span_grad_kernel(
     c_ptr, lf_ptr, w_ptr, dh_ptr, p_ptr, gctx_ptr, gc_ptr, glf_ptr, gw_ptr,
-    pos0, pos_end, T, D, A, M, offset,
-    REVERSE: tl.constexpr, HAS_MLP: tl.constexpr, FUSED_DW: tl.constexpr, P: tl.constexpr, R: tl.constexpr,
-    BD: tl.constexpr, BA: tl.constexpr,
+    pos0, pos_end, T, D, A, M, offset, n_chunks,
+    REVERSE: tl.constexpr, HAS_MLP: tl.constexpr, FUSED_DW: tl.constexpr, P, R: tl.constexpr,
+    BD: tl.constexpr, BA: tl.constexpr, CHUNKED: tl.constexpr,
 ):
     """One direction's backward for a tile of span rows (k descending) x a block of features.
 
@@ -315,11 +358,14 @@ def _span_grad_kernel(
     (atomically), then Alg. 1 backwards: forward ``g = c_t - c_{t-k-1} e``, backward
     ``g = c_{t-k} - c_{t+1} e`` with ``e = exp(sum_{j=t-k..t} log_f_j)``; ``log_f_j`` gets
     ``-dg c_other e`` of every span covering ``j``, i.e. ``log_f_{t-k}`` the sum over ``k' >= k``
-    (a segmented scan along the rows, which come in descending k).
+    (a segmented scan along the rows, which come in descending k). A position split over several tiles
+    (``m > R``) adds each tile's total to the ``log_f`` of the shorter spans, which the later tiles hold.
     """
     tile = tl.program_id(0)
     d_block = tl.program_id(1)
-    pos, k, t, row_ok, valid, first = _span_rows(pos0, pos_end, tile, T, M, P, R, True)
+    pos, k, t, row_ok, valid, first, last, k0, pos_first = _span_rows(
+        pos0, pos_end, tile, T, M, n_chunks, P, R, True, CHUNKED
+    )
     d = d_block * BD + tl.arange(0, BD)[None, :]
     ok = valid & (d < D)
     p_k = tl.load(p_ptr + pos * M + k, mask=valid, other=0.0).to(tl.float32)
@@ -364,17 +410,24 @@ def _span_grad_kernel(
     flags = (first & (d >= 0)).to(tl.int32)
     _, shared_sum, r_sum = tl.associative_scan((flags, shared, r), 0, _seg_add2)
     tl.atomic_add(glf_ptr + (pos - k) * D + d, r_sum, mask=ok, sem="relaxed")
-    last = row_ok & (k == 0) & (d < D)  # the last row of each position's segment holds its total
+    if CHUNKED:  # one position in this tile: its spans k < M - k0 - R are in later tiles
+        total = tl.sum(r, axis=0)[None, :]
+        t_first = pos_first % T
+        for shorter in range(0, M - k0 - R):
+            gate_ok = (t_first - shorter + 0 * d >= 0) & (d < D)
+            tl.atomic_add(glf_ptr + (pos_first - shorter) * D + d, total, mask=gate_ok, sem="relaxed")
+    last = last & (d < D)  # the last row of each segment holds its total
     if REVERSE:
         tl.atomic_add(gc_ptr + (pos + 1) * D + d, -shared_sum, mask=last & (t + 1 < T), sem="relaxed")
     else:
         tl.atomic_add(gc_ptr + pos * D + d, shared_sum, mask=last, sem="relaxed")
 
 
-@_length_free_jit('pos0', 'pos_end', 'T', 'n_tiles')
+@_length_free_jit('pos0', 'pos_end', 'T', 'n_tiles', 'n_chunks', 'P')
 def _span_dw_kernel(
-    c_ptr, lf_ptr, dh_ptr, gw_ptr, pos0, pos_end, T, D, A, M, offset, n_tiles,
-    REVERSE: tl.constexpr, P: tl.constexpr, R: tl.constexpr, BD: tl.constexpr, BA: tl.constexpr,
+    c_ptr, lf_ptr, dh_ptr, gw_ptr, pos0, pos_end, T, D, A, M, offset, n_tiles, n_chunks,
+    REVERSE: tl.constexpr, P, R: tl.constexpr, BD: tl.constexpr, BA: tl.constexpr,
+    CHUNKED: tl.constexpr,
 ):
     """``dW[offset + d block, a block] += g^T dh`` over the row tiles ``split, split + S, ...`` (split-K)."""
     d_block = tl.program_id(0)
@@ -385,8 +438,10 @@ def _span_dw_kernel(
     a = a_block * BA + tl.arange(0, BA)[None, :]
     acc = tl.zeros([BD, BA], dtype=tl.float32)
     for tile in range(split, n_tiles, n_split):
-        pos, k, t, row_ok, valid, first = _span_rows(pos0, pos_end, tile, T, M, P, R, False)
-        rep = _span_block(c_ptr, lf_ptr, pos, k, t, valid, first, d, T, D, REVERSE)
+        pos, k, t, row_ok, valid, first, _, k0, pos_first = _span_rows(
+            pos0, pos_end, tile, T, M, n_chunks, P, R, False, CHUNKED
+        )
+        rep = _span_block(c_ptr, lf_ptr, pos, k, t, valid, first, d, T, D, k0, pos_first, REVERSE, CHUNKED)
         dh = tl.load(dh_ptr + ((pos - pos0) * M + k) * A + a, mask=row_ok & (a < A), other=0.0)
         acc += tl.dot(tl.trans(rep), dh, input_precision=_DOT_PRECISION)
     w_rows = (d_block * BD + tl.arange(0, BD))[:, None]
@@ -394,19 +449,35 @@ def _span_dw_kernel(
 
 
 # tile sizes: MLP kernel (rows x A block, D walked in blocks), gradient kernel (rows x D block,
-# A walked in blocks), context kernel (positions x D block)
+# A walked in blocks), context kernel (positions x D block). Register use per tile decides them as
+# much as speed: compiled for sm_90 (python3 -m induce.kernels.compile_check), the backward tiles
+# of the H100 tuning (gradient 128 x 64, dW 64 x 128, the MLP backward's A block of 128) spilled
+# 0.8-1.1 KB per thread (gradient, dW) and ~100 B (MLP backward); the tiles below spill nothing
+# but dW's ~60 B in fp32 (bench/RESULTS.md, "H100 compile check"). Their speed is not measured
+# yet: the first GPU session should time them against the old values (bench/gpu_notes.md).
 _MLP_R, _MLP_BA, _MLP_BD, _MLP_WARPS = 64, 128, 16, 8
-_GRAD_R, _GRAD_BD, _GRAD_BA, _GRAD_WARPS = 128, 64, 32, 8
+_MLP_BWD_BA = 64  # the backward's dh tile [R, BA] on top of the forward's registers
+_GRAD_R, _GRAD_BD, _GRAD_BA, _GRAD_WARPS = 64, 32, 32, 8
 _DW_SPLIT = True  # dW in its own split-K kernel (else fused into the gradient kernel, atomics per row tile)
-_DW_R, _DW_BD, _DW_BA, _DW_WARPS, _DW_PROGRAMS = 64, 64, 128, 8, 528
-_CTX_BT, _CTX_BD = 32, 64
+_DW_R, _DW_BD, _DW_BA, _DW_WARPS, _DW_PROGRAMS = 64, 32, 64, 8, 528
+_CTX_BT, _CTX_BD, _CTX_WARPS = 32, 64, 8
 _DH_CHUNK_BYTES = 16 * 2**20  # the backward's dh scratch [positions * m, A] is at most this large
 
 
-def _rows_per_tile(base: int, max_len: int) -> Tuple[int, int]:
-    """``(R, P)``: rows per tile (a power of two >= max_len) and whole positions per tile."""
-    R = max(base, triton.next_power_of_2(max(max_len, 1)))
-    return R, R // max_len
+def _row_tiling(R: int, max_len: int) -> Tuple[int, int]:
+    """``(P, n_chunks)`` for tiles of ``R`` span rows: ``P = R // m`` whole positions per tile while the
+    ``m`` spans of a position fit (``n_chunks = 1``), else one position split over ``n_chunks = ceil(m / R)``
+    tiles. The tile never grows with ``m``: parsing scores every span of a sentence (``m`` up to the
+    padded length), and tiles of ``next_power_of_2(m)`` rows needed more shared memory than an H100
+    block has from 129 tokens on."""
+    if max_len <= R:
+        return R // max_len, 1
+    return 1, triton.cdiv(max_len, R)
+
+
+def _row_tiles(n_positions: int, P: int, n_chunks: int) -> int:
+    """Row tiles covering ``n_positions`` positions (see :func:`_row_tiling`)."""
+    return triton.cdiv(n_positions, P) * n_chunks
 
 
 def _valid_spans(T: int, max_len: int, device) -> torch.Tensor:
@@ -420,6 +491,8 @@ class _SpanAttention(torch.autograd.Function):
     def forward(  # type: ignore[override]
         ctx, query, c_fwd, logf_fwd, c_bwd, logf_bwd, w_span, v, fixed_scores, max_len
     ):
+        # scores often feed no loss (PaLM-U, PaLM-RB): their gradient then reaches the backward as None
+        ctx.set_materialize_grads(False)
         B, T, D = c_fwd.shape
         M = max_len
         npos = B * T
@@ -428,16 +501,16 @@ class _SpanAttention(torch.autograd.Function):
         valid = _valid_spans(T, M, device)
         if has_mlp:
             A = query.shape[-1]
-            R, P = _rows_per_tile(_MLP_R, M)
+            P, n_chunks = _row_tiling(_MLP_R, M)
             BA = min(_MLP_BA, _pow2(A))
             NA = triton.cdiv(A, BA)
             partial = torch.empty(npos * M, NA, dtype=torch.float32, device=device)
             if npos * M:
-                grid = (triton.cdiv(npos, P), NA)
+                grid = (_row_tiles(npos, P, n_chunks), NA)
                 _span_mlp_kernel[grid](
                     query, c_fwd, logf_fwd, c_bwd, logf_bwd, w_span, v, partial, partial, partial,
-                    0, npos, T, D, A, M, NA,
-                    BACKWARD=False, P=P, R=R, BD=_MLP_BD, BA=BA, num_warps=_MLP_WARPS,
+                    0, npos, T, D, A, M, NA, n_chunks,
+                    BACKWARD=False, P=P, R=_MLP_R, BD=_MLP_BD, BA=BA, CHUNKED=n_chunks > 1, num_warps=_MLP_WARPS,
                 )
             scores = partial.sum(1).view(B, T, M)
         else:
@@ -450,7 +523,7 @@ class _SpanAttention(torch.autograd.Function):
             grid = (triton.cdiv(npos, _CTX_BT), triton.cdiv(D, _CTX_BD))
             _span_context_kernel[grid](
                 c_fwd, logf_fwd, c_bwd, logf_bwd, weights, weights, context, npos, T, D, M,
-                BACKWARD=False, BT=_CTX_BT, BD=_CTX_BD,
+                BACKWARD=False, BT=_CTX_BT, BD=_CTX_BD, num_warps=_CTX_WARPS,
             )
         ctx.save_for_backward(query, c_fwd, logf_fwd, c_bwd, logf_bwd, w_span, v, weights)
         ctx.meta = (has_mlp, A, M)
@@ -481,7 +554,7 @@ class _SpanAttention(torch.autograd.Function):
         grid = (triton.cdiv(npos, _CTX_BT), ND)
         _span_context_kernel[grid](
             c_fwd, logf_fwd, c_bwd, logf_bwd, weights, grad_context, dot_parts, npos, T, D, M,
-            BACKWARD=True, BT=_CTX_BT, BD=_CTX_BD,
+            BACKWARD=True, BT=_CTX_BT, BD=_CTX_BD, num_warps=_CTX_WARPS,
         )
         d_weights = dot_parts.sum(-1).view(B, T, M)
         d_scores = weights * (d_weights - (weights * d_weights).sum(-1, keepdim=True))
@@ -489,10 +562,11 @@ class _SpanAttention(torch.autograd.Function):
             d_scores = d_scores + grad_scores.float()
         d_scores = d_scores.masked_fill(~valid, 0.0).contiguous()
 
-        R, P = _rows_per_tile(_GRAD_R, M)
-        R_mlp, P_mlp = _rows_per_tile(_MLP_R, M)
+        P, n_chunks = _row_tiling(_GRAD_R, M)
+        P_mlp, n_chunks_mlp = _row_tiling(_MLP_R, M)
+        P_dw, n_chunks_dw = _row_tiling(_DW_R, M)
         if has_mlp:
-            BA = min(_MLP_BA, _pow2(A))
+            BA = min(_MLP_BWD_BA, _pow2(A))
             NA = triton.cdiv(A, BA)
             chunk = max(1, _DH_CHUNK_BYTES // (M * A * 4))  # positions per chunk (tiles never cross pos_end)
             dh = torch.empty(min(chunk, npos) * M, A, **f32)
@@ -503,32 +577,33 @@ class _SpanAttention(torch.autograd.Function):
             pos_end = min(npos, pos0 + chunk)
             n = pos_end - pos0
             if has_mlp:
-                _span_mlp_kernel[(triton.cdiv(n, P_mlp), NA)](
+                _span_mlp_kernel[(_row_tiles(n, P_mlp, n_chunks_mlp), NA)](
                     query, c_fwd, logf_fwd, c_bwd, logf_bwd, w_span, v, d_scores, dh, grad_v,
-                    pos0, pos_end, T, D, A, M, NA,
-                    BACKWARD=True, P=P_mlp, R=R_mlp, BD=_MLP_BD, BA=BA, num_warps=_MLP_WARPS,
+                    pos0, pos_end, T, D, A, M, NA, n_chunks_mlp,
+                    BACKWARD=True, P=P_mlp, R=_MLP_R, BD=_MLP_BD, BA=BA, CHUNKED=n_chunks_mlp > 1,
+                    num_warps=_MLP_WARPS,
                 )
                 grad_q.view(npos, A)[pos0:pos_end] = dh[: n * M].view(n, M, A).sum(1)
-            grid = (triton.cdiv(n, P), triton.cdiv(D, _GRAD_BD))
+            grid = (_row_tiles(n, P, n_chunks), triton.cdiv(D, _GRAD_BD))
             for c, lf, gc, glf, offset, reverse in (
                 (c_fwd, logf_fwd, grads[0], grads[1], 0, False),
                 (c_bwd, logf_bwd, grads[2], grads[3], D, True),
             ):
                 _span_grad_kernel[grid](
                     c, lf, w_span if has_mlp else c, dh, weights, grad_context, gc, glf,
-                    grad_w if has_mlp else gc, pos0, pos_end, T, D, A, M, offset,
+                    grad_w if has_mlp else gc, pos0, pos_end, T, D, A, M, offset, n_chunks,
                     REVERSE=reverse, HAS_MLP=has_mlp, FUSED_DW=has_mlp and not _DW_SPLIT,
-                    P=P, R=R, BD=_GRAD_BD, BA=_GRAD_BA, num_warps=_GRAD_WARPS,
+                    P=P, R=_GRAD_R, BD=_GRAD_BD, BA=_GRAD_BA, CHUNKED=n_chunks > 1, num_warps=_GRAD_WARPS,
                 )
                 if has_mlp and _DW_SPLIT:
-                    R_dw, P_dw = _rows_per_tile(_DW_R, M)
                     BA_dw = min(_DW_BA, _pow2(A))
-                    n_tiles = triton.cdiv(n, P_dw)
+                    n_tiles = _row_tiles(n, P_dw, n_chunks_dw)
                     dw_blocks = (triton.cdiv(D, _DW_BD), triton.cdiv(A, BA_dw))
                     n_split = max(1, min(n_tiles, _DW_PROGRAMS // (dw_blocks[0] * dw_blocks[1])))
                     _span_dw_kernel[dw_blocks + (n_split,)](
-                        c, lf, dh, grad_w, pos0, pos_end, T, D, A, M, offset, n_tiles,
-                        REVERSE=reverse, P=P_dw, R=R_dw, BD=_DW_BD, BA=BA_dw, num_warps=_DW_WARPS,
+                        c, lf, dh, grad_w, pos0, pos_end, T, D, A, M, offset, n_tiles, n_chunks_dw,
+                        REVERSE=reverse, P=P_dw, R=_DW_R, BD=_DW_BD, BA=BA_dw, CHUNKED=n_chunks_dw > 1,
+                        num_warps=_DW_WARPS,
                     )
         return _SpanAttention._cast_grads(ctx, grad_q, grads, grad_w, grad_v)
 

@@ -18,7 +18,7 @@ All tensors are batch-first: tokens ``[B, T]``, states ``[B, T, H]``.
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Literal, Optional
+from typing import Annotated, ClassVar, Literal, Optional
 
 import pydantic
 import torch
@@ -156,6 +156,7 @@ class _RecurrentAddmm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, bias, h, weight, projection, is_first):
+        ctx.set_materialize_grads(False)  # an unused or undefined gradient comes as None: see backward
         ctx.save_for_backward(h, weight)
         ctx.projection, ctx.is_first = projection, is_first
         with torch.autocast(h.device.type, enabled=False):
@@ -165,9 +166,11 @@ class _RecurrentAddmm(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        # grad is None when undefined upstream (materialize_grads is off): this step adds nothing, but
+        # the first step still turns the other steps' records into the weight gradient.
         h, weight = ctx.saved_tensors
         grad_h = grad_weight = None
-        if ctx.needs_input_grad[1]:
+        if grad is not None and ctx.needs_input_grad[1]:
             packed = ctx.projection.packed_backward(grad)
             if packed is not None:
                 grad_h = packed(grad).to(h.dtype)
@@ -175,8 +178,9 @@ class _RecurrentAddmm(torch.autograd.Function):
                 grad_h = torch.mm(grad.to(weight.dtype), weight.t()).to(h.dtype)
         if ctx.needs_input_grad[2]:
             store = ctx.projection.store
-            store.append((h, grad))
-            if ctx.is_first:
+            if grad is not None:
+                store.append((h, grad))
+            if ctx.is_first and store:
                 hs = torch.cat([x for x, _ in store]).to(weight.dtype)
                 gs = torch.cat([g for _, g in store]).to(weight.dtype)
                 grad_weight = torch.mm(hs.t(), gs)
@@ -371,7 +375,15 @@ class TiedLanguageModel(LanguageModel):
     Subclasses build their recurrent layers in ``__init__`` after calling this one and implement
     ``init_state`` / ``forward`` / ``parse_structure``. Constructor contract for every model:
     ``Model(vocab_size, config=None)`` (``config`` defaults to ``Model.Config()``).
+
+    Initialisation: embedding ``U(+-init_range)``, output bias 0. An untied output weight (``tie_weights:
+    false``) starts as a copy of the embedding, or, in a model that sets ``untied_output_init =
+    "uniform"``, as its own draw from ``U(+-init_range)`` (what ``init_weights`` does to the decoder
+    in the PRPN and ON-LSTM code).
     """
+
+    #: "copy": an untied output weight starts as a copy of the embedding; "uniform": its own draw.
+    untied_output_init: ClassVar[str] = "copy"
 
     def __init__(self, vocab_size: int, config: Optional[AWDConfig] = None):
         super().__init__()
@@ -382,7 +394,11 @@ class TiedLanguageModel(LanguageModel):
         nn.init.uniform_(self.embedding.weight, -cfg.init_range, cfg.init_range)
         self.output_bias = nn.Parameter(torch.zeros(vocab_size))
         # Untied output layer only when asked for; tied is the default of all three papers.
-        self.output_weight = None if cfg.tie_weights else nn.Parameter(self.embedding.weight.detach().clone())
+        self.output_weight = None
+        if not cfg.tie_weights:
+            self.output_weight = nn.Parameter(self.embedding.weight.detach().clone())
+            if self.untied_output_init == "uniform":
+                nn.init.uniform_(self.output_weight, -cfg.init_range, cfg.init_range)
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         """``tokens [B, T]`` -> embeddings ``[B, T, E]`` after embedding dropout (no locked dropout)."""

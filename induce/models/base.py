@@ -19,9 +19,15 @@ class ModelConfig(pydantic.BaseModel):
     """Base of every model's hyper-parameter block (the ``model:`` section of a config).
 
     Subclasses add their own fields with defaults; unknown keys are errors that name the key.
+
+    ``stored_defaults``: fields added after checkpoints were first written, each with the value the
+    runs behind those checkpoints used (which may differ from today's default). A config read back
+    from a checkpoint sidecar that lacks such a field gets this value (:func:`induce.config.stored_config`),
+    so an old checkpoint builds the model it was trained as: it loads, and resumes exactly.
     """
 
-    model_config = pydantic.ConfigDict(extra="forbid")
+    model_config = pydantic.ConfigDict(extra="forbid", allow_inf_nan=False)  # floats are finite numbers
+    stored_defaults: ClassVar[dict[str, Any]] = {}
 
 
 @dataclass
@@ -52,6 +58,9 @@ class LanguageModel(nn.Module):
     #: "distance" (ON-LSTM, PRPN: greedy split at the largest distance) or "span" (PaLM).
     parser_kind: ClassVar[str]
     Config: ClassVar[type[ModelConfig]] = ModelConfig
+    #: A control (e.g. PaLM-RB, whose trees are right-branching whatever it learns): trained and reported
+    #: beside the real models, never chosen as the default run of ``induce parse``, ``eval``, ``show``.
+    control: ClassVar[bool] = False
 
     def init_state(self, batch_size: int, device: torch.device | str = "cpu") -> Any:
         """A fresh recurrent state for ``batch_size`` sequences."""

@@ -36,11 +36,32 @@ produced the published perplexity and parsing F1:
 
 The ASGD restart of the released ``main.py`` (``--finetuning 500``) is the trainer's
 ``optim.asgd_restart_epoch`` (:mod:`induce.training.optim`).
+
+**Initialisation (issue 18), read from the released code.** ``model.RNNModel.init_weights``: the
+embedding (tied to the decoder) ``U(-0.1, 0.1)`` (``init_range``), the decoder bias 0. Everything
+else keeps the PyTorch default of its module: each ``ONLSTMCell`` has two ``nn.Linear`` layers,
+``ih`` (input -> gates) and ``hh`` (``LinearDropConnect``, hidden -> gates), each with its own bias,
+so weight and bias of ``ih`` are ``U(+-1/sqrt(input size))`` and those of ``hh``
+``U(+-1/sqrt(hidden size))``. That is the same in the PyTorch 0.4 the code was written for
+(``stdv = 1/sqrt(in_features)`` for weight and bias) and in PyTorch >= 1.0 (weight
+``kaiming_uniform_(a=sqrt(5))``, whose bound is again ``1/sqrt(in_features)``; bias
+``U(+-1/sqrt(fan_in))``). The initial state is zeros.
+
+* ``gate_biases: two`` (default, ``configs/onlstm.yaml``) — two bias vectors per layer as in the
+  code: ``bias`` (the ``ih`` bias) and ``bias_hh``, drawn as above and summed before the cell
+  step (the gate pre-activation of a unit is biased by the sum of two independent uniforms, and
+  under SGD the sum moves twice as fast as one bias would: each gets the same gradient).
+  DropConnect leaves biases alone in both, and at evaluation only the weight is scaled.
+* ``one`` — one zero-initialised bias: this module before issue 18. Checkpoints written before
+  the option existed were trained so and load as ``one`` (``ONLSTMConfig.stored_defaults``).
+
+The code's gate layout (``[master input | master forget | out | cell | in | forget]``) differs from
+ours (below); every row of a matrix is drawn from the same distribution, so the order does not
+change the initial distribution.
 """
 from __future__ import annotations
 
-import math
-from typing import Literal
+from typing import ClassVar, Literal
 
 import pydantic
 import torch
@@ -74,6 +95,14 @@ class ONLSTMConfig(AWDConfig):
         description="DropConnect: no rescale in training, weight * (1 - wdrop) at evaluation (ON-LSTM code), "
         "or kept weights / (1 - wdrop) in training (AWD-LSTM)",
     )
+    gate_biases: Literal["two", "one"] = pydantic.Field(
+        "two",
+        description="two: input and recurrent bias per gate, each U(+-1/sqrt(fan_in)) (ON-LSTM code's two "
+        "nn.Linear); one: a single zero-initialised bias (before issue 18)",
+    )
+
+    #: Checkpoints written before ``gate_biases`` existed have one zero-initialised bias per layer.
+    stored_defaults: ClassVar[dict] = {"gate_biases": "one"}
 
     @pydantic.model_validator(mode="after")
     def _check_sizes(self):
@@ -89,13 +118,20 @@ class ONLSTMLayer(nn.Module):
     """One ON-LSTM layer with DropConnect on the hidden-to-hidden matrix (``scale_at_eval``: see
     :func:`induce.models.awd.dropconnect`).
 
+    Parameters (``G = 2p + 4H`` gate rows): ``weight_ih [G, I]``, ``weight_hh [G, H]``, ``bias [G]``
+    (the input projection's) and, with ``gate_biases="two"``, ``bias_hh [G]`` (the recurrent
+    projection's); see the module docstring for their initialisation.
+
     forward: ``x [B, T, I]``, ``(h [B, H], c [B, H])`` ->
     ``(out [B, T, H], (h [B, H], c [B, H]), distances [B, T])``.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, chunk_size: int, wdrop: float, scale_at_eval: bool = False):
+    def __init__(self, input_size: int, hidden_size: int, chunk_size: int, wdrop: float, scale_at_eval: bool = False,
+                 gate_biases: str = "two"):
         super().__init__()
-        self.hidden_size, self.chunk_size, self.wdrop = hidden_size, chunk_size, wdrop
+        if gate_biases not in ("two", "one"):
+            raise ValueError(f"gate_biases {gate_biases!r}: use 'two' or 'one'")
+        self.input_size, self.hidden_size, self.chunk_size, self.wdrop = input_size, hidden_size, chunk_size, wdrop
         self.scale_at_eval = scale_at_eval
         self.n_chunks = hidden_size // chunk_size
         gate_size = 2 * self.n_chunks + 4 * hidden_size
@@ -104,14 +140,34 @@ class ONLSTMLayer(nn.Module):
         self.weight_ih = nn.Parameter(torch.empty(gate_size, input_size))
         self.weight_hh = nn.Parameter(torch.empty(gate_size, hidden_size))
         self.bias = nn.Parameter(torch.zeros(gate_size))
-        nn.init.uniform_(self.weight_ih, -1 / math.sqrt(input_size), 1 / math.sqrt(input_size))
-        nn.init.uniform_(self.weight_hh, -1 / math.sqrt(hidden_size), 1 / math.sqrt(hidden_size))
+        # Registered after the others: with one bias the parameters (and the optimiser's indices)
+        # are those of checkpoints written before the second bias existed.
+        self.bias_hh = nn.Parameter(torch.zeros(gate_size)) if gate_biases == "two" else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """``nn.Linear``'s default for the code's ``ih`` and ``hh`` layers: weight and bias of each
+        ``U(+-1/sqrt(fan_in))``; with one bias, that bias is 0. Draws in parameter order."""
+        bound_ih, bound_hh = self.input_size**-0.5, self.hidden_size**-0.5
+        with torch.no_grad():
+            self.weight_ih.uniform_(-bound_ih, bound_ih)
+            self.weight_hh.uniform_(-bound_hh, bound_hh)
+            if self.bias_hh is None:
+                self.bias.zero_()
+            else:
+                self.bias.uniform_(-bound_ih, bound_ih)
+                self.bias_hh.uniform_(-bound_hh, bound_hh)
+
+    def gate_bias(self) -> torch.Tensor:
+        """``[G]`` bias added to the gate pre-activations (the sum of both with two biases)."""
+        return self.bias if self.bias_hh is None else self.bias + self.bias_hh
 
     def forward(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]):
         batch, steps, _ = x.shape
         p = self.n_chunks
         # Input projections of all time steps in one matmul; time-major for cheap per-step slices.
-        pre = torch.addmm(self.bias, x.transpose(0, 1).reshape(steps * batch, -1), self.weight_ih.t()).float()
+        # Both biases join here, once per forward: the cell step (and its fused kernel) sees the sum.
+        pre = torch.addmm(self.gate_bias(), x.transpose(0, 1).reshape(steps * batch, -1), self.weight_ih.t()).float()
         # unbind (not pre[t]): its backward stacks the step gradients once instead of filling a
         # full-size zero tensor per step.
         pre = pre.view(steps, batch, -1).unbind(0)
@@ -142,13 +198,15 @@ class ONLSTM(TiedLanguageModel):
     description = "ON-LSTM (Shen et al., 2019): cumax master gates; distances from the master forget gate"
     parser_kind = "distance"
     Config = ONLSTMConfig
+    untied_output_init = "uniform"  # init_weights: the decoder weight U(+-initrange), its own draw
 
     def __init__(self, vocab_size: int, config: ONLSTMConfig | None = None):
         super().__init__(vocab_size, config)
         cfg = self.config
         sizes = [cfg.emb_size] + [cfg.hidden_size] * (cfg.n_layers - 1) + [cfg.emb_size]
         self.layers = nn.ModuleList(
-            ONLSTMLayer(sizes[l], sizes[l + 1], cfg.chunk_size, cfg.wdrop, scale_at_eval=cfg.dropconnect_scale == "eval")
+            ONLSTMLayer(sizes[l], sizes[l + 1], cfg.chunk_size, cfg.wdrop, scale_at_eval=cfg.dropconnect_scale == "eval",
+                        gate_biases=cfg.gate_biases)
             for l in range(cfg.n_layers)
         )
 

@@ -139,6 +139,9 @@ SCORER_MARK = "induce_span_scorer"
 class PaLMConfig(AWDConfig):
     """PaLM hyper-parameters (defaults: Table 5 and Appendix A, PTB)."""
 
+    #: checkpoints written before ``backward_layout`` existed computed the correct layout.
+    stored_defaults: ClassVar[dict] = {"backward_layout": "correct"}
+
     emb_size: PositiveInt = 400
     hidden_size: PositiveInt = 1020
     n_layers: PositiveInt = 3
@@ -212,6 +215,8 @@ class PaLMBase(TiedLanguageModel):
     fixed_right_branching: ClassVar[bool] = False
     #: whether ``gold_spans`` adds the supervised attention loss.
     supervised: ClassVar[bool] = False
+    #: an untied decoder weight is its own U(+-init_range) draw (released ``model.py`` ``init_weights``).
+    untied_output_init: ClassVar[str] = "uniform"
 
     def __init__(self, vocab_size: int, config: PaLMConfig | None = None):
         super().__init__(vocab_size, config)
@@ -221,8 +226,6 @@ class PaLMBase(TiedLanguageModel):
         # the embedding from U(+-init_range) = U(+-sqrt(3 / emb_size)) in TiedLanguageModel.
         self.layers = nn.ModuleList(WeightDropLSTM(sizes[l], sizes[l + 1], cfg.wdrop, init="orthogonal")
                                     for l in range(cfg.n_layers))
-        if self.output_weight is not None:  # untied: the released decoder weight is drawn on its own
-            nn.init.uniform_(self.output_weight, -cfg.init_range, cfg.init_range)
         self.span_attention = SpanAttention(
             sizes[cfg.attention_after], cfg.rrnn_size, cfg.attention_size, relevant_set=cfg.relevant_set,
             variant=cfg.variant, dropout=cfg.dropouth, backward_layout=cfg.backward_layout,
@@ -376,3 +379,4 @@ class PaLMRightBranching(PaLMBase):
     name = "palm-rb"
     description = "PaLM-RB: PaLM with span scores fixed to k+1 (longest span first: right-branching parses)"
     fixed_right_branching = True
+    control = True  # its trees do not depend on what it learns: a control, never a default parser

@@ -37,6 +37,14 @@ def get_model_class(name: str) -> type[LanguageModel]:
         raise KeyError(f"unknown model {name!r}; known models: {known}") from None
 
 
+def is_control(name: str) -> bool:
+    """Whether model ``name`` is a control (:attr:`LanguageModel.control`, e.g. ``palm-rb``); False for a
+    name that is not registered."""
+    _load_builtins()
+    cls = _REGISTRY.get(name)
+    return bool(cls is not None and cls.control)
+
+
 def list_models() -> dict[str, str]:
     """``{name: one-line description}`` of every registered model, sorted by name."""
     _load_builtins()

@@ -9,13 +9,21 @@
 * :mod:`induce.report` / :mod:`induce.findings` — ``REPORT.md`` and the sentences it generates
   from the results.
 """
-from .pipeline import EVAL_VERSION, RUN_STAMP, ReproduceOptions, Reproduction, StepRecord, reproduce
+from .pipeline import (
+    EVAL_VERSION,
+    RUN_STAMP,
+    ReproduceOptions,
+    Reproduction,
+    StepRecord,
+    check_out_folder,
+    reproduce,
+)
 from .profiles import PROFILE_FILE, Profile, build_run_config, list_profiles, load_profile, resolve_profile_name
 from .results import LENGTHS, SCORE_SETS, collect_results, mean_std, read_history, summarise
 from .subset import subset_corpus
 
 __all__ = [
     "EVAL_VERSION", "LENGTHS", "PROFILE_FILE", "RUN_STAMP", "SCORE_SETS", "Profile", "ReproduceOptions",
-    "Reproduction", "StepRecord", "build_run_config", "collect_results", "list_profiles", "load_profile",
-    "mean_std", "read_history", "reproduce", "resolve_profile_name", "subset_corpus", "summarise",
+    "Reproduction", "StepRecord", "build_run_config", "check_out_folder", "collect_results", "list_profiles",
+    "load_profile", "mean_std", "read_history", "reproduce", "resolve_profile_name", "subset_corpus", "summarise",
 ]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from induce.report import display, split_name
+from induce.names import display
+from induce.report import split_name
 
 
 def choose_examples(kept: list, count: int, shortest: int = 8, longest: int = 15) -> list[int]:
@@ -24,6 +25,7 @@ def make_figures(results: dict, out: Path, repro) -> dict:
     from induce.evaluation import EvalConvention, prepare_gold
     from induce.inference import format_tree, load_run
     from induce.show import display_gold, sentence_structure, tree_f1
+    from induce.training.batching import predicted_per_epoch
 
     out = Path(out)
     folder = out / "figures"
@@ -31,13 +33,19 @@ def make_figures(results: dict, out: Path, repro) -> dict:
     models = results["models_order"]
     first_seed = {m: next(iter(results["models"][m]["seeds"]), None) for m in models}
 
-    histories = {}
+    histories, epoch_tokens = {}, {}
+    counts = (results["corpus"]["train"].get("splits") or {}).get("train") or {}
+    text_tokens = (counts["lm_tokens"] + counts["lm_sentences"]) if {"lm_tokens", "lm_sentences"} <= counts.keys() \
+        else None
     for model in models:
+        batch = ((results.get("configs") or {}).get(model, {}).get("data") or {}).get("batch_size")
         for seed, data in results["models"][model]["seeds"].items():
             label = display(model) + (f" (seed {seed})" if len(results["seeds"]) > 1 else "")
             histories[label] = data.get("history", [])
+            if text_tokens is not None and isinstance(batch, int):
+                # what an epoch predicts (train_tokens counts that), not the words of the text
+                epoch_tokens[label] = predicted_per_epoch(text_tokens, batch)
     if any(histories.values()):
-        epoch_tokens = ((results["corpus"]["train"].get("splits") or {}).get("train") or {}).get("lm_tokens")
         made["training_curves"] = _rel(figures.plot_training_curves(
             histories, folder / "training-curves.png", epoch_tokens=epoch_tokens), out)
 

@@ -10,15 +10,20 @@ where it stopped):
    (:func:`subset_corpus`). The final evaluation always uses the full evaluation split.
 2. **train** each model of the profile for each seed into ``OUT/runs/<model>-seed<seed>/`` with
    :func:`induce.training.train`; skipped when the run finished with the same resolved config
-   (``reproduce.json`` in the run folder records it); an interrupted run is continued with
-   :func:`induce.training.resume` and the rest of its time budget.
+   (``reproduce.json`` in the run folder records it) and its ``best`` checkpoint verifies (hashes;
+   a damaged one is trained again); an interrupted run is continued with
+   :func:`induce.training.resume` and the rest of its time budget (from scratch when its ``last``
+   checkpoint is damaged); a run that diverged with the same config is a failed step at once.
 3. **untrained** — ``random_init_seeds`` untrained models of each kind parse WSJ40 dev sentences
    (PaLM Table 4's first row; :mod:`induce.evaluation.untrained`, as ``induce eval --untrained``);
    ``OUT/eval/init-<model>.<split>.json``.
 4. **baselines** — left, right, balanced, random trees; ``OUT/eval/baseline-<kind>.<split>.json``.
 5. **evaluate** each run: LM perplexity of the split, and its trees (parsed once) scored on all
    sentences, WSJ10 and WSJ40; ``OUT/eval/<model>-seed<seed>.<split>.json`` (+ ``.trees.txt``),
-   skipped while newer than the run's ``best`` checkpoint.
+   skipped while it was made from the run's current ``best`` checkpoint (its sha256, verified).
+   The report shows a run's figures only when this file was made from the current checkpoint and
+   neither its training nor its evaluation failed in this invocation (:meth:`Reproduction.current_evaluation`);
+   a failed run's row is empty and the failure is listed with its reason.
 6. **report** — ``OUT/REPORT.md``, ``OUT/results.json`` and ``OUT/figures/*.png``
    (:mod:`induce.report`); always rebuilt (seconds).
 
@@ -43,7 +48,8 @@ from typing import Callable, Optional
 import nltk
 from rich.console import Console
 
-from induce.errors import InduceError
+from induce.errors import InduceError, InputError
+from induce.files import check_output_folder, os_error_reason
 
 from .profiles import Profile, build_run_config, load_profile, resolve_profile_name
 from .results import SCORE_SETS, collect_results, convention, now, read_json, run_summary
@@ -55,7 +61,7 @@ STEPS_FILE = "steps.json"
 #: Bumped when the content of the evaluation JSON files changes (forces re-evaluation).
 EVAL_VERSION = 2
 #: Config keys that may differ without making a finished run stale.
-VOLATILE_TRAIN_KEYS = ("device", "kernels", "log_interval")
+VOLATILE_TRAIN_KEYS = ("device", "kernels", "log_interval", "tensorboard")
 SPLITS = ("valid", "test")
 
 
@@ -119,10 +125,19 @@ class Reproduction:
         if options.seeds:
             self.profile.seeds = list(options.seeds)
         if options.models:
-            self.profile = self.profile.model_copy(update={"models": Profile._known_models(list(options.models))})
+            try:
+                models = Profile._known_models(list(options.models))
+            except ValueError as err:  # an unknown model, or one that does not parse
+                raise InduceError(f"--models {','.join(options.models)}: {err}") from None
+            self.profile = self.profile.model_copy(update={"models": models})
         if options.split not in SPLITS:
             raise InduceError(f"--split {options.split!r}: use valid (dev) or test")
         self.out = Path(options.out)
+        check_output_folder(self.out, "--out")  # before hours of training, not when the report is written
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise InputError(f"--out: cannot create the output folder: {os_error_reason(err)}", self.out) from None
         self.steps: list[StepRecord] = []
         #: Training seconds per model and seed (None: the config's epochs decide).
         self.budgets = {model: options.time_per_model if options.time_per_model is not None
@@ -131,6 +146,8 @@ class Reproduction:
         self.started = time.monotonic()
         #: (model, seed) of the runs whose training the chunk's end left unfinished.
         self.unfinished: set = set()
+        #: (model, seed) -> why its training or evaluation failed in this invocation (no figures reported).
+        self.failed_runs: dict = {}
         # Config errors show up now, before any work; the full configs are built once the corpus is known.
         self.model_sections = {model: build_run_config(self.profile, model, []).model for model in self.profile.models}
         self.device = options.device or self.profile.device
@@ -198,7 +215,10 @@ class Reproduction:
             status = "skipped"
             detail = f"given corpus {eval_dir}"
         else:
-            eval_dir = default_corpus(self.options.data, corpora_dir=self.options.corpora_dir, console=self.console)
+            # Another --out keeps its corpora in OUT/corpora; a PTB corpus prepared in ./corpora before
+            # (where the other commands look) still counts when no data root is named.
+            eval_dir = default_corpus(self.options.data, corpora_dir=self.options.corpora_dir, console=self.console,
+                                      also_prepared_in=(Path("corpora"),))
             fresh = (eval_dir / "meta.json").stat().st_mtime >= started
             status = "ran" if fresh else "skipped"
             detail = f"{'prepared' if fresh else 'cached'} {eval_dir}"
@@ -282,9 +302,21 @@ class Reproduction:
         stamp = read_json(run_dir / RUN_STAMP)
         same = stamp.get("config") == requested
         status = read_status(run_dir)
-        if (same and not stamp.get("paused") and status.get("state") == "finished"
-                and (run_dir / "best.json").is_file()):
-            return "skipped", f"{run_dir} finished ({status.get('stop_reason')}, {status.get('epochs_done')} epochs)"
+        if same and status.get("state") == "diverged":
+            raise InduceError(f"{run_dir} diverged ({status.get('error', 'non-finite loss')}); with the same config it "
+                              "would diverge again: lower its learning rate in the profile's config")
+        if same and not stamp.get("paused") and status.get("state") == "finished":
+            problem = _checkpoint_problem(run_dir / "best")
+            if problem is None:
+                return "skipped", (f"{run_dir} finished ({status.get('stop_reason')}, "
+                                   f"{status.get('epochs_done')} epochs)")
+            self._log(f"{run_dir}: its best checkpoint is not usable ({problem}); training it again")
+            same = False  # its weights are gone: nothing of it is reused
+        if same and (run_dir / "last.json").is_file():
+            problem = _checkpoint_problem(run_dir / "last")
+            if problem is not None:
+                self._log(f"{run_dir}: its last checkpoint is not usable ({problem}); training it again from the start")
+                same = False
         used = float(stamp.get("train_seconds", 0.0)) if same else 0.0
         own = self.budgets[model]
         left = None if own is None else max(own - used, 1.0)
@@ -309,7 +341,8 @@ class Reproduction:
                     old = run_dir.with_name(run_dir.name + ".replaced")
                     shutil.rmtree(old, ignore_errors=True)
                     run_dir.rename(old)
-                    why = "another config" if not same else "no checkpoint to continue from"
+                    why = ("another config or a damaged checkpoint" if not same
+                           else "no checkpoint to continue from")
                     self._log(f"{run_dir}: {why}; the old folder is now {old}, training afresh")
                 run_dir.mkdir(parents=True)
                 tracker.write()
@@ -351,20 +384,49 @@ class Reproduction:
     def eval_path(self, stem: str) -> Path:
         return self.out / "eval" / f"{stem}.{self.options.split}.json"
 
+    def _eval_key(self, model: str, seed: int, weights_sha256: Optional[str]) -> dict:
+        """What an evaluation file must have been made from: this corpus split and the checkpoint whose
+        weights have ``weights_sha256`` (at this path, size and time)."""
+        checkpoint = self.run_dir(model, seed) / "best.safetensors"
+        stat = checkpoint.stat()
+        return {**self._corpus_key(), "checkpoint": str(checkpoint), "checkpoint_mtime_ns": stat.st_mtime_ns,
+                "checkpoint_bytes": stat.st_size, "weights_sha256": weights_sha256,
+                "mikolov": (self.mikolov or {}).get("key")}
+
+    def current_evaluation(self, model: str, seed: int) -> dict:
+        """The evaluation file of a run when the current files support it: made from the run's current
+        ``best`` checkpoint (its key; the checkpoint's hashes were verified by this invocation's
+        evaluate step, which would have failed otherwise), and neither the run's training nor its
+        evaluation failed in this invocation. ``{}`` otherwise: no figures are reported for it."""
+        from induce.training.checkpoint import read_sidecar
+
+        if (model, seed) in self.failed_runs:
+            return {}
+        data = read_json(self.eval_path(f"{model}-seed{seed}"))
+        try:
+            sha = read_sidecar(self.run_dir(model, seed) / "best").get("weights_sha256")
+            current = data.get("key") == self._eval_key(model, seed, sha)
+        except (InduceError, OSError):
+            current = False
+        return data if current else {}
+
     def evaluate_run(self, model: str, seed: int) -> tuple[str, str]:
         from induce.inference import format_tree, lm_perplexity, load_run, predict_trees
+        from induce.training.checkpoint import verify_checkpoint
         from induce.training.trainer import read_status
 
         run_dir = self.run_dir(model, seed)
         checkpoint = run_dir / "best.safetensors"
         if (model, seed) in self.unfinished or read_json(run_dir / RUN_STAMP).get("paused"):
             return "pending", f"{run_dir} is paused at a chunk's end; evaluated once its training is done"
+        if (model, seed) in self.failed_runs:
+            raise InduceError(f"{run_dir}: its training failed in this run ({self.failed_runs[(model, seed)]})")
         if read_status(run_dir).get("state") != "finished" or not checkpoint.is_file():
             raise InduceError(f"{run_dir}: no finished run to evaluate (its training failed or was interrupted)")
+        meta = verify_checkpoint(run_dir / "best")  # a damaged checkpoint is a failed step, not old figures
         path = self.eval_path(f"{model}-seed{seed}")
         stat = checkpoint.stat()
-        key = {**self._corpus_key(), "checkpoint": str(checkpoint), "checkpoint_mtime_ns": stat.st_mtime_ns,
-               "checkpoint_bytes": stat.st_size, "mikolov": (self.mikolov or {}).get("key")}
+        key = self._eval_key(model, seed, meta.get("weights_sha256"))
         if read_json(path).get("key") == key and path.stat().st_mtime_ns >= stat.st_mtime_ns:
             return "skipped", f"{path} is newer than {checkpoint}"
         started = time.monotonic()
@@ -472,7 +534,7 @@ class Reproduction:
         steps: list = []
         for model in self.profile.models:
             for seed in self.profile.seeds:
-                steps.append((f"train {model} seed {seed}", lambda m=model, s=seed: self.train(m, s)))
+                steps.append((f"train {model} seed {seed}", lambda m=model, s=seed: self._run_step(self.train, m, s)))
         if self.profile.random_init_seeds:
             for model in self.init_models():
                 steps.append((f"untrained {model} ({self.profile.random_init_seeds} inits)",
@@ -481,8 +543,17 @@ class Reproduction:
             steps.append((f"baseline {kind}", lambda b=kind: self.baseline(b)))
         for model in self.profile.models:
             for seed in self.profile.seeds:
-                steps.append((f"evaluate {model} seed {seed}", lambda m=model, s=seed: self.evaluate_run(m, s)))
+                steps.append((f"evaluate {model} seed {seed}",
+                              lambda m=model, s=seed: self._run_step(self.evaluate_run, m, s)))
         return steps
+
+    def _run_step(self, action: Callable[[str, int], tuple[str, str]], model: str, seed: int) -> tuple[str, str]:
+        """``action(model, seed)``; a failure is remembered (:attr:`failed_runs`: no figures reported)."""
+        try:
+            return action(model, seed)
+        except Exception as err:
+            self.failed_runs.setdefault((model, seed), f"{type(err).__name__}: {err}")
+            raise
 
     def run(self) -> dict:
         import torch
@@ -526,6 +597,17 @@ class Reproduction:
         finally:
             torch.set_num_threads(old_threads)
 
+def _checkpoint_problem(stem: Path) -> Optional[str]:
+    """Why the checkpoint ``stem`` cannot be used (missing, damaged, foreign), or None when it verifies."""
+    from induce.training.checkpoint import verify_checkpoint
+
+    try:
+        verify_checkpoint(stem)
+    except InduceError as err:
+        return str(err)
+    return None
+
+
 class _BudgetTracker:
     """Keeps ``reproduce.json`` of a run folder up to date with the training seconds used (an
     interrupted run continues with the rest of its budget)."""
@@ -549,6 +631,20 @@ class _BudgetTracker:
                                     "paused": self.paused, "updated_at": now()})
         self.last_write = time.monotonic()
 
+
+
+def check_out_folder(out: Path, corpus: Optional[Path] = None, data: Optional[Path] = None,
+                     lm_text: Optional[Path] = None, corpora_dir: Optional[Path] = None) -> None:
+    """Refuse an output folder that would replace an input: the same folder as ``--corpus``, ``--data`` or
+    ``--lm-text``, or one inside a prepared corpus (``--corpus`` or any under ``corpora_dir``), which a
+    rebuild replaces as a whole, results and all (:func:`induce.files.check_not_input`)."""
+    from induce.files import check_not_input
+
+    check_not_input(out, {"--corpus": corpus, "the data root --data": data, "--lm-text": lm_text}, "--out")
+    prepared = [corpus] if corpus is not None else []
+    if corpora_dir is not None and Path(corpora_dir).is_dir():
+        prepared += sorted(folder for folder in Path(corpora_dir).iterdir() if (folder / "meta.json").is_file())
+    check_not_input(out, {"the prepared corpus": prepared}, "--out", within=True)
 
 
 def sentences_perplexity(loaded, sentences: list, device: str) -> float:

@@ -78,7 +78,7 @@ def collect_results(repro, started_at: str, seconds: float) -> dict:
     for model in repro.profile.models:
         per_seed = {}
         for seed in repro.profile.seeds:
-            data = read_json(repro.eval_path(f"{model}-seed{seed}"))
+            data = repro.current_evaluation(model, seed)  # {} unless the current files support its figures
             if data:
                 data.pop("key", None)
                 data["history"] = read_history(repro.run_dir(model, seed))
@@ -87,8 +87,9 @@ def collect_results(repro, started_at: str, seconds: float) -> dict:
         diverged = [seed for seed, data in per_seed.items() if not _finite(data.get("perplexity"))
                     or any(not _finite(h.get("train_ppl")) or not _finite(h.get("valid_ppl"))
                            for h in data["history"])]
+        failed = {str(s): reason for (m, s), reason in repro.failed_runs.items() if m == model}
         models[model] = {"seeds": per_seed, "summary": summarise(list(per_seed.values())),
-                         "diverged_seeds": diverged}
+                         "diverged_seeds": diverged, "failed_seeds": failed}
     baselines = {}
     for kind in BASELINES:
         data = read_json(repro.eval_path(f"baseline-{kind}"))

@@ -11,6 +11,7 @@ together compute exactly the global batch of a single-process run.
 """
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence
 
 import numpy as np
@@ -33,6 +34,14 @@ def batchify(stream: torch.Tensor, batch_size: int) -> torch.Tensor:
     return stream[: length * batch_size].reshape(batch_size, length, *stream.shape[1:]).contiguous()
 
 
+def predicted_per_epoch(n_tokens: int, batch_size: int) -> int:
+    """Tokens an epoch predicts of a stream of ``n_tokens`` (sentence ends included) cut into
+    ``batch_size`` rows (:func:`batchify`): every token of a row but its first, the tail that does not
+    fill the rows dropped. At most: the loop may stop one token short of a row's end (AWD-LSTM's
+    ``i < length - 2``), when a segment ends there."""
+    return max(0, n_tokens // batch_size - 1) * batch_size
+
+
 def shard_rows(data: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
     """Rows ``[rank * B/W, (rank + 1) * B/W)`` of ``data [B, ...]`` (``B`` divisible by ``W``)."""
     if data.size(0) % world_size:
@@ -47,22 +56,50 @@ def next_segment_length(
     std: float = 5.0,
     min_length: int = 5,
     max_extra: int = 20,
-    bucket: int = 0,
+    bucket: Optional[int] = 0,
 ) -> int:
     """AWD-LSTM's random BPTT length: ``bptt`` (p = 0.95) or ``bptt / 2``, plus ``N(0, std)`` noise.
 
     ``rng=None`` gives the fixed length ``bptt``. The result lies in ``[min_length, bptt + max_extra]``.
     ``bucket > 0`` rounds the drawn length with :func:`bucket_length` (same random draws, so a run
-    with and without bucketing consumes the generator identically).
+    with and without bucketing consumes the generator identically); 0 or None: no rounding.
     """
     if rng is None:
         length = bptt
     else:
         mean = bptt if rng.random() < 0.95 else bptt / 2.0
         length = min(max(min_length, int(rng.normal(mean, std))), bptt + max_extra)
-    if bucket > 0:
+    if bucket:
         length = bucket_length(length, bucket, min_length, bptt + max_extra)
     return length
+
+
+def auto_bucket(bptt: int, std: float) -> int:
+    """The bucket of ``data.bptt_bucket: null`` with CUDA graphs on: the largest divisor of ``bptt`` not
+    above ``1.5 * std`` (1, i.e. no rounding, when there is none). A divisor keeps ``bptt`` and ``bptt /
+    2`` on bucket values, so the two modes of the distribution stay centred; the limit keeps the rounding
+    small beside the noise. The reasoning and its figures: :mod:`induce.training.graphs`."""
+    return max(d for d in range(1, bptt + 1) if bptt % d == 0 and d <= max(1.0, 1.5 * std))
+
+
+def segment_length_distribution(bptt: int, std: float = 5.0, min_length: int = 5, max_extra: int = 20,
+                                bucket: Optional[int] = 0) -> dict[int, float]:
+    """``{length: probability}`` of :func:`next_segment_length`'s draws (after bucketing), computed
+    from the normal distribution (``int`` truncates the draw; the bounds collect the tails)."""
+    def cdf(x: float, mean: float) -> float:
+        return 0.5 * (1.0 + math.erf((x - mean) / (std * math.sqrt(2.0)))) if std > 0 else float(x >= mean)
+
+    high = bptt + max_extra
+    probabilities: dict[int, float] = {}
+    for share, mean in ((0.95, float(bptt)), (0.05, bptt / 2.0)):
+        for drawn in range(min_length, high + 1):
+            # int(x) == drawn for x in [drawn, drawn + 1) (x > 0); the clamps take the tails
+            lower = -math.inf if drawn == min_length else drawn
+            upper = math.inf if drawn == high else drawn + 1
+            p = share * ((1.0 if upper == math.inf else cdf(upper, mean)) - (0.0 if lower == -math.inf else cdf(lower, mean)))
+            length = bucket_length(drawn, bucket, min_length, high) if bucket else drawn
+            probabilities[length] = probabilities.get(length, 0.0) + p
+    return {length: p for length, p in sorted(probabilities.items()) if p > 0}
 
 
 def bucket_length(length: int, bucket: int, min_length: int, max_length: int) -> int:

@@ -13,7 +13,8 @@ A checkpoint ``STEM`` is two files written side by side:
   ``palm-rb``, which has the same tensor names and shapes) is refused.
 
 Writing is atomic: both files go to temporary names in the same folder, are flushed to disk and
-renamed (weights first, then the sidecar that vouches for them). Loading checks the format,
+only then renamed (weights first, then the sidecar that vouches for them), so a write that fails
+half-way (a full disk) leaves the previous checkpoint whole. Loading checks the format,
 version and the hashes before reading a single tensor, so a damaged (truncated, edited) or foreign
 file is refused with a :class:`CheckpointError` instead of being half-loaded. Version 1 sidecars
 (before ``model_sha256``) are still read, with the weights hash only.
@@ -57,18 +58,16 @@ def checkpoint_paths(path: Union[str, Path], default_stem: str = "best") -> tupl
     return path.with_name(path.name + WEIGHTS_SUFFIX), path.with_name(path.name + SIDECAR_SUFFIX)
 
 
-def _write_atomic(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        write(tmp)
-        # safetensors writes 0600; a checkpoint is an output like any other (mode as open() + umask).
-        honour_umask(tmp)
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+def _temporary(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp{os.getpid()}")
+
+
+def _write_durably(tmp: Path, write) -> None:
+    """``write(tmp)``, the mode a plain open() gives (safetensors writes 0600), flushed to disk."""
+    write(tmp)
+    honour_umask(tmp)
+    with open(tmp, "rb+") as handle:
+        os.fsync(handle.fileno())
 
 
 def _unshare(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -93,24 +92,41 @@ def model_identity_sha256(weights_sha256: str, meta: dict) -> str:
 
 
 def save_checkpoint(path: Union[str, Path], tensors: dict[str, torch.Tensor], meta: dict) -> tuple[Path, Path]:
-    """Write ``tensors`` and ``meta`` (JSON-serialisable) atomically; returns the two paths."""
+    """Write ``tensors`` and ``meta`` (JSON-serialisable) atomically; returns the two paths.
+
+    Both files are written in full to temporary names first and only then renamed over the old
+    ones (weights, then the sidecar that vouches for them): a write that fails (a full disk, an
+    error) leaves the previous checkpoint as it was, whole and loadable."""
     weights_path, sidecar_path = checkpoint_paths(path)
     weights_path.parent.mkdir(parents=True, exist_ok=True)
     tensors = _unshare(tensors)
-    _write_atomic(weights_path, lambda tmp: save_file(tensors, str(tmp)))
-    weights_sha256 = sha256_file(weights_path)
-    # Through JSON first: the hash must be computed on what a reader will parse (tuples -> lists).
-    meta = json.loads(json.dumps(meta, allow_nan=True))
-    sidecar = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "weights_file": weights_path.name,
-        "weights_sha256": weights_sha256,
-        "model_sha256": model_identity_sha256(weights_sha256, meta),
-        **meta,
-    }
-    text = json.dumps(sidecar, indent=1, allow_nan=True)
-    _write_atomic(sidecar_path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    weights_tmp, sidecar_tmp = _temporary(weights_path), _temporary(sidecar_path)
+    try:
+        _write_durably(weights_tmp, lambda tmp: save_file(tensors, str(tmp)))
+        weights_sha256 = sha256_file(weights_tmp)
+        # Through JSON first: the hash must be computed on what a reader will parse (tuples -> lists).
+        meta = json.loads(json.dumps(meta, allow_nan=True))
+        sidecar = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "weights_file": weights_path.name,
+            "weights_sha256": weights_sha256,
+            "model_sha256": model_identity_sha256(weights_sha256, meta),
+            **meta,
+        }
+        text = json.dumps(sidecar, indent=1, allow_nan=True)
+        _write_durably(sidecar_tmp, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        os.replace(weights_tmp, weights_path)
+        os.replace(sidecar_tmp, sidecar_path)
+    except OSError as err:  # name the checkpoint, not its temporary file
+        target = {str(weights_tmp): weights_path, str(sidecar_tmp): sidecar_path}.get(str(err.filename))
+        if target is None:
+            raise
+        raise OSError(err.errno, err.strerror, str(target)) from err
+    finally:
+        for tmp in (weights_tmp, sidecar_tmp):
+            if tmp.exists():
+                tmp.unlink()
     return weights_path, sidecar_path
 
 
@@ -133,8 +149,9 @@ def read_sidecar(path: Union[str, Path]) -> dict:
     return meta
 
 
-def load_checkpoint(path: Union[str, Path], device: Union[str, torch.device] = "cpu") -> tuple[dict[str, torch.Tensor], dict]:
-    """``(tensors, meta)`` of a checkpoint after checking format, version and sha256."""
+def verify_checkpoint(path: Union[str, Path]) -> dict:
+    """The sidecar of a checkpoint after checking format, version, the weights' sha256 and (version 2)
+    ``model_sha256``; no tensor is read. A :class:`CheckpointError` says what is wrong."""
     weights_path, sidecar_path = checkpoint_paths(path)
     meta = read_sidecar(path)
     if not weights_path.is_file():
@@ -152,6 +169,13 @@ def load_checkpoint(path: Union[str, Path], device: Union[str, torch.device] = "
             f"(model_name {meta.get('model_name')!r}, config model_name {config.get('model_name')!r}) differ "
             f"from those the weights were written with; the sidecar was edited or belongs to another checkpoint"
         )
+    return meta
+
+
+def load_checkpoint(path: Union[str, Path], device: Union[str, torch.device] = "cpu") -> tuple[dict[str, torch.Tensor], dict]:
+    """``(tensors, meta)`` of a checkpoint after :func:`verify_checkpoint`."""
+    weights_path, _ = checkpoint_paths(path)
+    meta = verify_checkpoint(path)
     try:
         tensors = load_file(str(weights_path), device=str(device))
     except (SafetensorError, OSError, ValueError) as err:

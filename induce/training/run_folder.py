@@ -1,8 +1,12 @@
 """The run folder's own files: status, metrics, the lock, and the claim that refuses to overwrite.
 
-* ``status.json`` — ``{"state": "running" | "interrupted" | "failed" | "finished", "stop_reason", ...}``
-  ("running" with no live lock: the process was killed; continue with ``--resume``);
-* ``metrics.jsonl`` — one JSON line per epoch;
+* ``status.json`` — ``{"state": "running" | "interrupted" | "failed" | "diverged" | "finished",
+  "stop_reason", ...}`` ("running" with no live lock: the process was killed; continue with
+  ``--resume``; "diverged": the loss became NaN or infinite, ``error`` says where);
+* ``metrics.jsonl`` — one JSON line per epoch.
+
+Both are strict JSON (:func:`strict_json`: a NaN or infinite number is written ``null``), so that any
+JSON reader takes them;
 * ``train.lock`` — ``{"pid", "host", "started_at"}`` of the process training into the folder.
   Created with ``O_EXCL`` (two runs cannot both create it); a lock left by a process that no longer
   exists on this host (``kill -9``, power cut) is taken over with a note.
@@ -16,13 +20,14 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import socket
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
 from induce.errors import InduceError
-from induce.files import process_alive
+from induce.files import process_alive, strict_json
 from induce.treeio import atomic_write_text
 
 STATUS_FILE = "status.json"
@@ -31,6 +36,8 @@ CONFIG_FILE = "config.yaml"
 LOCK_FILE = "train.lock"
 BEST = "best"
 LAST = "last"
+#: train.tensorboard's folder of event files (induce.training.tensorboard; ``force`` removes it too).
+TENSORBOARD_DIR = "tensorboard"
 #: The files a training writes (what ``force`` removes; any of them marks a folder as a run).
 RUN_FILES = (CONFIG_FILE, METRICS_FILE, STATUS_FILE, f"{BEST}.json", f"{BEST}.safetensors",
              f"{LAST}.json", f"{LAST}.safetensors")
@@ -56,12 +63,12 @@ def write_status(run_dir: Path, state: str, **fields) -> None:
     """Update ``status.json`` (kept fields merged with the new ones), atomically."""
     status = read_status(run_dir)
     status.update(state=state, updated_at=now(), **fields)
-    atomic_write_text(Path(run_dir) / STATUS_FILE, json.dumps(status, indent=1))
+    atomic_write_text(Path(run_dir) / STATUS_FILE, strict_json(status, indent=1))
 
 
 def write_metrics(run_dir: Path, history: list[dict]) -> None:
     """Rewrite ``metrics.jsonl`` from the whole history, atomically."""
-    atomic_write_text(Path(run_dir) / METRICS_FILE, "".join(json.dumps(line) + "\n" for line in history))
+    atomic_write_text(Path(run_dir) / METRICS_FILE, "".join(strict_json(line) + "\n" for line in history))
 
 
 def is_run_folder(path: Path) -> bool:
@@ -83,7 +90,9 @@ def claim_for_new_run(run_dir: Path, force: bool, allow_foreign: bool = False) -
     if is_run_folder(run_dir):
         state = read_status(run_dir).get("state", "unknown")
         if not force:
-            if not (run_dir / f"{LAST}.json").is_file():
+            if state == "diverged":
+                how = "it diverged (its loss became NaN or infinite), so continuing it would diverge again"
+            elif not (run_dir / f"{LAST}.json").is_file():
                 how = "it has no checkpoint to continue from"
             elif state == "finished":
                 how = f"train it for more epochs with `{resume_command(run_dir)} --max-epochs N`"
@@ -95,6 +104,7 @@ def claim_for_new_run(run_dir: Path, force: bool, allow_foreign: bool = False) -
             )
         for name in RUN_FILES:
             (run_dir / name).unlink(missing_ok=True)
+        shutil.rmtree(run_dir / TENSORBOARD_DIR, ignore_errors=True)  # the old run's event files
         return
     others = [p.name for p in run_dir.iterdir() if p.name != LOCK_FILE]
     if others and not allow_foreign and not force:

@@ -18,7 +18,7 @@ from torch import nn
 
 from induce.errors import InduceError
 
-from . import batching, ddp
+from . import batching, ddp, fits
 from .checkpoint import CheckpointError
 from .lm import DEV_LENGTHS, LMLoss, resolve_corpus
 from .optim import Schedule, build_optimizer
@@ -61,6 +61,7 @@ class TrainerSetup:
 
         seed_everything(cfg.train.seed)
         self.device = ctx.device
+        fits.check_parameters_fit(self.model_cls, len(vocab), cfg, self.device)  # before any memory is taken
         self.model = self.model_cls(len(vocab), cfg.model_config_object()).to(self.device)
         if ctx.distributed:
             # Same initial weights everywhere (seeded above); different dropout masks per process.
@@ -68,13 +69,16 @@ class TrainerSetup:
 
         train_stream = batching.stream_ids(self.corpus.lm_sentences("train"), vocab)
         self.train_data = batching.shard_rows(
-            batching.batchify(train_stream, cfg.data.batch_size), ctx.rank, ctx.world_size
+            fits.batch_rows(train_stream, cfg.data.batch_size, "data.batch_size", "train"), ctx.rank, ctx.world_size
         ).to(self.device)
         valid_stream = batching.stream_ids(self.corpus.lm_sentences("valid"), vocab)
-        self.valid_data = batching.batchify(valid_stream, cfg.data.eval_batch_size)
+        self.valid_data = fits.batch_rows(valid_stream, cfg.data.eval_batch_size, "data.eval_batch_size", "valid")
         self.train_gold = None
         if getattr(self.model_cls, "supervised", False):
             self.train_gold = self._gold_spans(train_stream.numel())
+        fits.check_step_fits(LMLoss(self.model, cfg.train.alpha, cfg.train.beta), self.model, cfg, self.device,
+                             self.train_data.size(0), self.train_data.size(1),
+                             None if self.train_gold is None else self.train_gold.size(-1))
         self._prepare_dev()
         if cfg.train.select_by == "dev_f1" and not self._model_parses():
             raise InduceError(
@@ -94,15 +98,8 @@ class TrainerSetup:
                 self.loss_module, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
                 find_unused_parameters=bool(self._unused_parameters()),
             )
-        self.static_steps = None
-        if cfg.train.cuda_graphs:
-            from .graphs import StaticSteps
-
-            self.static_steps = StaticSteps(
-                self.loss_module, self.model, cfg.optim.clip, self.device,
-                autocast=cfg.train.amp and self.device.type == "cuda", distributed=ctx.distributed,
-                note=lambda message: self._log(f"[yellow]note:[/] {message}"),
-            )
+        self._set_up_graphs()
+        cfg = self.config
         self.schedule = Schedule(cfg.optim)
         self.optimizer = build_optimizer(self.model.parameters(), cfg.optim)
         self.bptt_rng = np.random.default_rng(cfg.train.seed) if cfg.data.variable_bptt else None
@@ -120,6 +117,32 @@ class TrainerSetup:
         self.history: list[dict] = []
         if self.resume_meta is not None:
             self._restore()
+
+    def _set_up_graphs(self) -> None:
+        """``train.cuda_graphs`` (:func:`~induce.training.graphs.graphs_enabled`) and, with graphs on, the
+        segment-length bucket of an unset ``data.bptt_bucket`` (:func:`~induce.training.batching.auto_bucket`),
+        stored in the config (a resumed run keeps it) and stated once with the lengths it gives."""
+        from .graphs import StaticSteps, graphs_enabled
+
+        cfg, ctx = self.config, self.ctx
+        enabled = graphs_enabled(cfg.train.cuda_graphs, self.model, self.device, ctx.distributed)
+        if cfg.data.bptt_bucket is None:
+            bucket = batching.auto_bucket(cfg.data.bptt, cfg.data.bptt_std) if enabled and cfg.data.variable_bptt else 0
+            self.config = cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"bptt_bucket": bucket})})
+            if bucket and self.resume_meta is None:
+                lengths = batching.segment_length_distribution(cfg.data.bptt, cfg.data.bptt_std, cfg.data.min_bptt,
+                                                               cfg.data.max_bptt_extra, bucket)
+                common = ", ".join(str(length) for length, p in lengths.items() if p >= 0.005)
+                self._log(f"[yellow]note:[/] train.cuda_graphs: one captured step per segment length; "
+                          f"data.bptt_bucket={bucket} (automatic) rounds the random lengths to {common} "
+                          f"(and rarely other multiples of {bucket}); the lr follows each length")
+        self.static_steps = None
+        if enabled:
+            self.static_steps = StaticSteps(
+                self.loss_module, self.model, cfg.optim.clip, self.device,
+                autocast=cfg.train.amp and self.device.type == "cuda", distributed=ctx.distributed,
+                note=lambda message: self._log(f"[yellow]note:[/] {message}"),
+            )
 
     def _unused_parameters(self) -> list[str]:
         """Parameters the training loss does not reach (e.g. PaLM-RB's span scorer), found with one

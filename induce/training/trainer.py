@@ -9,7 +9,7 @@ A run folder ``runs/RUN/`` holds::
     best.json          its sidecar: model name, config, vocabulary, metrics
     last.safetensors   everything to continue: weights, optimiser tensors, RNG states, carried state
     last.json          its sidecar: optimiser / schedule / trainer state, RNG states, history
-    status.json        {"state": "running" | "interrupted" | "failed" | "finished", "stop_reason", ...}
+    status.json        {"state": "running" | "interrupted" | "failed" | "diverged" | "finished", "stop_reason", ...}
     train.lock         the PID of the training writing into the folder (while it runs)
 
 The folder's own files (status, metrics, lock, overwrite refusal) are :mod:`induce.training.run_folder`;
@@ -23,6 +23,13 @@ rest of the run bit for bit on CPU, dropout and variable BPTT included.
 **Speed.** The step does no host synchronisation: the running loss is summed on the device and
 read (``.item()``) only every ``log_interval`` batches (and for the first few batches, to show the
 loss and a time estimate at once) and at the end of the epoch.
+
+**Divergence.** A NaN or infinite loss makes the running sum non-finite for the rest of the epoch, so
+it is caught where the sum is read anyway (no extra host sync, the same with ``train.cuda_graphs``,
+whose step adds to the same sum): at those log points, at the epoch's end, and in the validation
+loss. The run stops there without writing ``best`` or ``last`` (their previous contents stay: weights
+from before the divergence), ``status.json`` says ``diverged`` with where and why, and
+:class:`TrainingDiverged` is raised (the CLI exits with status 2).
 """
 from __future__ import annotations
 
@@ -46,10 +53,10 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from induce.config import RunConfig, load_config_file, save_config, validate_config
+from induce.config import RunConfig, load_config_file, save_config, stored_config, validate_config
 from induce.errors import InduceError
 
-from . import advice, batching, ddp
+from . import advice, batching, ddp, failures
 from .checkpoint import load_checkpoint
 from .lm import DEV_LENGTHS, LMLoss, dev_parse_metrics, evaluate_lm, resolve_corpus
 from .optim import averaged_parameters, build_optimizer, clip_gradients
@@ -68,11 +75,12 @@ from .run_folder import (
     write_status,
 )
 from .setup import TrainerSetup
+from .tensorboard import TensorBoardLog, require_tensorboard
 from .state import CheckpointState, detach_state, map_state
 
 __all__ = [
     "BEST", "CONFIG_FILE", "DEV_LENGTHS", "LAST", "LMLoss", "METRICS_FILE", "STATUS_FILE", "TrainResult",
-    "Trainer", "TrainingInterrupted", "detach_state", "dev_parse_metrics", "evaluate_lm", "map_state",
+    "Trainer", "TrainingDiverged", "TrainingInterrupted", "detach_state", "dev_parse_metrics", "evaluate_lm", "map_state",
     "read_status", "resolve_corpus", "resume", "train",
 ]
 
@@ -106,12 +114,16 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.resume_command = resume_command(result.run_dir)
 
 
+class TrainingDiverged(InduceError):
+    """The training loss or the validation loss became NaN or infinite; ``status.json`` says ``diverged``."""
+
+
 class Trainer(TrainerSetup, CheckpointState):
     """Trains ``config`` into ``run_dir``.
 
     ``resume=True`` continues from ``run_dir/last.*`` (the config stored there wins over
     ``config`` except ``train.epochs``, ``train.time_budget``, ``train.device``, ``train.kernels``,
-    ``train.log_interval``). ``on_batch(trainer, epoch, batch)`` is called after every optimiser
+    ``train.log_interval``, ``train.tensorboard``). ``on_batch(trainer, epoch, batch)`` is called after every optimiser
     step (tests use it to kill a run). ``progress=False`` hides the progress bars.
 
     A new run refuses a ``run_dir`` that already holds a run unless ``force`` (which removes the old
@@ -141,6 +153,8 @@ class Trainer(TrainerSetup, CheckpointState):
         self.force = force
         self.allow_foreign = allow_foreign
         self.interrupt_requested = False
+        #: What became non-finite and where (set once; the run then stops as diverged).
+        self.diverged: Optional[str] = None
         self.console = console or Console(stderr=True)
         self.show_progress = progress
         self.on_batch = on_batch
@@ -151,11 +165,15 @@ class Trainer(TrainerSetup, CheckpointState):
             if ddp.env_is_main():
                 RunLock(self.run_dir).check_free()  # "in use" says more than a missing checkpoint would
             self.resume_tensors, self.resume_meta = load_checkpoint(self.run_dir / LAST)
-            stored = validate_config(self.resume_meta["config"], source=str(self.run_dir / (LAST + ".json")))
-            keep = {"epochs", "time_budget", "device", "kernels", "log_interval"}
+            stored = validate_config(stored_config(self.resume_meta["config"]),
+                                     source=str(self.run_dir / (LAST + ".json")))
+            keep = {"epochs", "time_budget", "device", "kernels", "log_interval", "tensorboard"}
             updates = {k: getattr(config.train, k) for k in keep}
             config = stored.model_copy(update={"train": stored.train.model_copy(update=updates)})
         self.config = config
+        self.tensorboard: Optional[TensorBoardLog] = None
+        if config.train.tensorboard:
+            require_tensorboard()  # the missing package is an error before anything is done
 
     # ---------------------------------------------------------------------------------------- setup
 
@@ -191,24 +209,34 @@ class Trainer(TrainerSetup, CheckpointState):
         return budget is not None and time.monotonic() - self.started > budget
 
     def _stop_reason(self, check_time: bool = True) -> Optional[str]:
-        """``"interrupted"`` (SIGINT), ``"time_budget"`` or None. Under DDP rank 0's flags decide (one
-        broadcast), so that all processes stop after the same step."""
-        flags = [float(self.interrupt_requested), float(check_time and self._time_over())]
+        """``"diverged"`` (a non-finite running loss seen by :meth:`_show_loss`), ``"interrupted"``
+        (SIGINT), ``"time_budget"`` or None. Under DDP rank 0's flags decide (one broadcast), so that all
+        processes stop after the same step (a NaN reaches every process's weights through the gradient
+        all-reduce, so rank 0 sees it too)."""
+        flags = [float(self.interrupt_requested), float(check_time and self._time_over()),
+                 float(self.diverged is not None)]
         if self.ctx.distributed:
             flags = ddp.broadcast_floats(self.ctx, flags)
+        if flags[2]:
+            return "diverged"
         if flags[0]:
             return "interrupted"
         return "time_budget" if flags[1] else None
 
     def _show_loss(self, task, interval_start: float, interval_tokens: int) -> None:
         mean = self.epoch_loss_sum.item() / max(self.epoch_tokens, 1)  # a host sync
+        if not math.isfinite(mean) and self.diverged is None:
+            self.diverged = f"training loss {mean} at epoch {self.epoch}, batch {self.batch}"
         speed = interval_tokens * self.ctx.world_size / max(time.monotonic() - interval_start, 1e-9)
         if task is not None:
             self.progress.update(task, loss=f"loss {mean:.3f} ppl {math.exp(min(mean, 50)):.1f} {speed:,.0f} tok/s")
+        if self.tensorboard is not None:
+            self.tensorboard.interval(mean, self.steps_total)
 
     def _train_epoch(self, progress: Optional[Progress]) -> Optional[str]:
         """Run (the rest of) the current epoch; returns None when it is complete, else why it stopped
-        (``"time_budget"`` or ``"interrupted"``: then ``last`` must be written at this position)."""
+        (``"time_budget"`` or ``"interrupted"``: then ``last`` must be written at this position;
+        ``"diverged"``: nothing more is written)."""
         cfg = self.config
         model, data = self.model, self.train_data
         model.train()
@@ -236,8 +264,9 @@ class Trainer(TrainerSetup, CheckpointState):
                 gold = self.train_gold[:, self.position : self.position + steps]
             self.hidden = detach_state(self.hidden)
             self.schedule.step_lr(self.optimizer, steps / cfg.data.bptt)
-            if self.static_steps is not None:
-                # train.cuda_graphs: the same step on static buffers, captured per shape on CUDA (graphs.py).
+            if self.static_steps is not None and steps == seq_len:
+                # train.cuda_graphs: the same step on static buffers, captured per shape on CUDA (graphs.py);
+                # not the epoch's last segment, clipped at the end of the rows (a one-off length).
                 loss, cross_entropy, self.hidden = self.static_steps.step(
                     self.optimizer, params, inputs, targets, self.hidden, gold)
             else:
@@ -273,6 +302,8 @@ class Trainer(TrainerSetup, CheckpointState):
                 # ... and after batches 1, 2, 4, ... of this invocation, so that the bar shows a loss
                 # (and the ETA a rate) from the start.
                 self._show_loss(task, interval_start, interval_tokens)
+                if self.diverged is not None and not self.ctx.distributed:  # (DDP: at the next broadcast)
+                    return "diverged"
             if self.warn_large and self.batches_this_run in (1, 4):
                 # Timed on batches 2-4 (the first one pays for warm-up); both ends follow a host sync.
                 if self.batches_this_run == 1:
@@ -321,6 +352,8 @@ class Trainer(TrainerSetup, CheckpointState):
         return -metrics["valid_ppl"]
 
     def _end_of_epoch(self, complete: bool, epoch_started: float) -> dict:
+        """Evaluate, select, log the epoch; ``{}`` (nothing saved or recorded) when the training or
+        validation loss is not finite (``self.diverged`` says which)."""
         cfg = self.config
         loss_sum = ddp.all_reduce_sum(self.ctx, self.epoch_loss_sum).item()  # (waits for the device)
         tokens = ddp.all_reduce_sum(self.ctx, torch.tensor(float(self.epoch_tokens))).item()
@@ -328,11 +361,17 @@ class Trainer(TrainerSetup, CheckpointState):
         new_tokens = tokens - self.epoch_tokens_at_start
         train_seconds = time.monotonic() - epoch_started
         train_loss = loss_sum / max(tokens, 1)
+        if not math.isfinite(train_loss):  # the same value on every process (all-reduced)
+            self.diverged = f"training loss {train_loss} in epoch {self.epoch}"
+            return {}
         metrics = {"epoch": self.epoch}
         if not complete:
             metrics["partial"] = True
         metrics.update(train_loss=train_loss, train_ppl=math.exp(min(train_loss, 50.0)), train_tokens=int(tokens))
         metrics.update(self._evaluate())
+        if not math.isfinite(metrics["valid_loss"]):  # broadcast from rank 0: the same everywhere
+            self.diverged = f"validation loss {metrics['valid_loss']} after epoch {self.epoch}"
+            return {}
         metrics.update(
             lr=self.schedule.base_lr,
             optimizer=type(self.optimizer).__name__,
@@ -382,9 +421,16 @@ class Trainer(TrainerSetup, CheckpointState):
         cfg, ctx = self.config, self.ctx
         n_params = sum(p.numel() for p in self.model.parameters())
         tokens_per_epoch = self.train_data.size(1) * cfg.data.batch_size
+        sentences = self.corpus.lm_sentences("train")
+        words = sum(len(sentence) for sentence in sentences)
+        # One count, said what it counts: the words, the tokens with the sentence ends (what the model
+        # reads), and the tokens an epoch predicts (metrics.jsonl's train_tokens, the report's
+        # "tokens trained"): the first of each row and the tail that does not fill the rows are not.
+        predicted = batching.predicted_per_epoch(words + len(sentences), cfg.data.batch_size)
         self._log(
-            f"{cfg.model_name}: {n_params:,} parameters, {self.corpus.name} ({len(self.vocab)} types, "
-            f"{tokens_per_epoch:,} train tokens), device {self.device}"
+            f"{cfg.model_name}: {n_params:,} parameters, {self.corpus.name} ({len(self.vocab)} types; train text: "
+            f"{words:,} words + {len(sentences):,} sentence ends = {words + len(sentences):,} tokens, an epoch "
+            f"predicts up to {predicted:,} of them in {cfg.data.batch_size} streams), device {self.device}"
             + (f", {ctx.world_size} processes" if ctx.distributed else "")
             + (f", resuming epoch {self.epoch} at batch {self.batch}" if self.resume else "")
         )
@@ -412,6 +458,19 @@ class Trainer(TrainerSetup, CheckpointState):
                   f"{self.run_dir / LAST}.safetensors\ncontinue with: "
                   f"{resume_command(self.run_dir, self.ctx.world_size)}")
 
+    def _stop_diverged(self) -> None:
+        """A non-finite loss: mark the run diverged (``best`` and ``last`` keep what they held before)
+        and raise :class:`TrainingDiverged` with what to do."""
+        self._write_metrics_file()
+        self._write_status("diverged", diverged_at=now(), stop_reason="diverged", epoch=self.epoch, batch=self.batch,
+                           error=f"non-finite {self.diverged}")
+        lr = f"optim.lr={self.config.optim.lr}"
+        raise TrainingDiverged(
+            f"{self.run_dir}: training diverged (non-finite {self.diverged}); the run is marked diverged "
+            f"and is never used by default. Train again with a smaller learning rate than {lr} "
+            f"(or a smaller optim.clip)"
+        )
+
     def _started(self) -> bool:
         """Whether this run has written its folder (config and status), i.e. there is a run to report on."""
         return hasattr(self, "ctx") and self.ctx.is_main and (self.run_dir / CONFIG_FILE).is_file()
@@ -431,6 +490,8 @@ class Trainer(TrainerSetup, CheckpointState):
                 self._write_metrics_file()
                 status = {"started_at": now()} if not self.resume else {"resumed_at": now()}
                 self._write_status("running", world_size=ctx.world_size, pid=os.getpid(), **status)
+                if cfg.train.tensorboard:
+                    self.tensorboard = TensorBoardLog(self.run_dir, self.steps_total if self.resume else None)
             self._announce()
             self.started = time.monotonic()
             self.batches_this_run = 0
@@ -445,13 +506,18 @@ class Trainer(TrainerSetup, CheckpointState):
                         ddp.all_reduce_sum(ctx, torch.tensor(float(self.epoch_tokens))).item()
                     )
                     reason = self._train_epoch(progress)
-                    if reason == "interrupted":
+                    if reason in ("interrupted", "diverged"):
                         # No evaluation of a partial epoch: the resumed run must see what an
                         # uninterrupted one sees.
                         stop_reason = reason
                         break
                     complete = reason is None
                     metrics = self._end_of_epoch(complete, epoch_started)
+                    if self.tensorboard is not None:
+                        self.tensorboard.epoch(metrics, self.steps_total)
+                    if self.diverged is not None:
+                        stop_reason = "diverged"
+                        break
                     self._log(
                         f"epoch {metrics['epoch']:3d} | train ppl {metrics['train_ppl']:8.2f} | valid ppl "
                         f"{metrics['valid_ppl']:8.2f}"
@@ -480,6 +546,8 @@ class Trainer(TrainerSetup, CheckpointState):
             finally:
                 if progress is not None:
                     progress.stop()
+            if stop_reason == "diverged":
+                self._stop_diverged()
             if stop_reason == "interrupted":
                 self._stop_interrupted()
             else:
@@ -492,7 +560,7 @@ class Trainer(TrainerSetup, CheckpointState):
             if stop_reason == "interrupted":
                 raise TrainingInterrupted(result, self.epoch, self.batch)
             return result
-        except TrainingInterrupted:
+        except (TrainingInterrupted, TrainingDiverged):
             raise
         except KeyboardInterrupt:
             # A second Ctrl-C (or one during setup): no new checkpoint; say what there is.
@@ -504,9 +572,18 @@ class Trainer(TrainerSetup, CheckpointState):
             raise
         except Exception as err:
             if self._started():
-                self._write_status("failed", failed_at=now(), error=f"{type(err).__name__}: {err}")
+                try:
+                    self._write_status("failed", failed_at=now(), error=f"{type(err).__name__}: {err}")
+                except OSError:  # e.g. the disk that is full: the error to report is still err
+                    pass
+            message = failures.user_error(err, self.run_dir, self.config, started=self._started(),
+                                          world_size=getattr(getattr(self, "ctx", None), "world_size", 1))
+            if message is not None:  # a full disk, no memory: one line, not a traceback
+                raise message from err
             raise
         finally:
+            if self.tensorboard is not None:
+                self.tensorboard.close()
             for sig, handler in previous_handlers.items():
                 signal.signal(sig, handler)
             if hasattr(self, "ctx"):
@@ -524,7 +601,7 @@ def train(config: RunConfig, run_dir: Path, **kwargs) -> TrainResult:
 
 def resume(run_dir: Path, updates: Optional[dict] = None, **kwargs) -> TrainResult:
     """Continue the run in ``run_dir`` from ``last.*``; ``updates`` may change ``train.epochs``,
-    ``train.time_budget``, ``train.device``, ``train.kernels``, ``train.log_interval``."""
+    ``train.time_budget``, ``train.device``, ``train.kernels``, ``train.log_interval``, ``train.tensorboard``."""
     run_dir = Path(run_dir)
     if ddp.env_is_main():
         RunLock(run_dir).check_free()

@@ -1,0 +1,262 @@
+"""What the H100 compile check drives: the models of every shipped config, the parse lengths, cumax.
+
+:func:`record` returns a :class:`~induce.kernels.launch_recorder.Recorder` holding every distinct
+kernel variant these launch (see :mod:`induce.kernels.launch_recorder` for how launches are
+recorded without a GPU):
+
+1. **Models.** Every shipped config: ``configs/*.yaml`` (each file also with every sibling model
+   that takes the same ``Config`` class, e.g. ``palm-paper.yaml`` as palm-s and palm-rb) and every
+   profile of ``configs/<profile>/``, distinct ones once. Per config: training steps in fp32 and
+   under bf16 autocast (CPU autocast standing in for CUDA's: the models choose the dtypes the kernels
+   see) at the longest segment length and then the shortest (1: an epoch's clipped last segment),
+   carrying the state as the trainer does (the kernels take the length unspecialised); a validation
+   forward; parses of 1, 2, 42 and 302 tokens (:data:`MODEL_PARSE_LENGTHS`, at batch 1, and at the
+   validation batch up to 42 tokens). Batch sizes are reduced to the residue of the configured
+   one modulo 16 (kept >= 2 unless it is 1, :func:`drive_batch`): every byte offset and every
+   multiple of the batch stays in its class of divisibility by 16, the only batch property Triton
+   specialises on, at a fraction of the CPU time. The vocabulary is tiny (it reaches no kernel).
+2. **Span counts.** A parse scores every span of a sentence, so PaLM's span count ``m`` grows with
+   it: ``<eos> words <eos>`` of at most ``--max-length`` words (default 300; the option has no upper
+   bound). Every launcher with a ``max_len`` argument is called again, with the dtypes and feature
+   sizes the models gave it, at every ``m`` of :data:`SPAN_COUNT_SWEEP`: ``1 .. 320`` (past the
+   default's 302 and over a whole period of 16) and the powers of two up to 4096 with their
+   neighbours (tile choices change at powers of two, Triton's integer specialisation at multiples of 16).
+3. **cumax**, public but called by no model, on the ON-LSTM master-gate shapes (:func:`drive_cumax`).
+
+Models run in ``jobs`` processes; the CPU time is the models' own arithmetic at the configs' sizes.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from induce.kernels.launch_recorder import Recorder, TensorArg, intercept
+
+#: Parse lengths run through every model: one and two tokens, the dev-F1 sentences (<= 40 words
+#: between two ``<eos>``) and the parse CLI's default ``--max-length 300`` plus its two ``<eos>``.
+MODEL_PARSE_LENGTHS = (1, 2, 42, 302)
+#: Span counts swept at the launchers (see the module docstring).
+SPAN_COUNT_SWEEP = tuple(range(1, 321)) + tuple(
+    n for p in (9, 10, 11, 12) for n in (2**p - 1, 2**p, 2**p + 1)
+)
+#: Vocabulary of the driven models: the vocabulary reaches no kernel (the embedding and the tied
+#: output layer are plain torch), and a small one keeps the CPU time down.
+VOCAB_SIZE = 32
+
+
+def drive_batch(batch_size: int) -> int:
+    """The batch size driven for ``batch_size``: its residue modulo 16 (2..17 unless it is 1)."""
+    if batch_size <= 17:
+        return batch_size
+    residue = batch_size % 16
+    return residue + 16 if residue < 2 else residue
+
+
+def shipped_configs(config_dir: Optional[Path] = None) -> list:
+    """``(label, RunConfig)`` of every shipped config, distinct ones only (see the module docstring)."""
+    from induce.config import CONFIG_DIR, DEFAULT_CONFIG, deep_merge, read_yaml, validate_config
+    from induce.models.registry import get_model_class, list_models
+    from induce.reproduce.profiles import build_run_config, list_profiles, load_profile
+
+    config_dir = Path(config_dir or CONFIG_DIR)
+    found: list = []
+    base = read_yaml(config_dir / DEFAULT_CONFIG) if (config_dir / DEFAULT_CONFIG).is_file() else {}
+    models = list(list_models())
+    for path in sorted(config_dir.glob("*.yaml")):
+        if path.name == DEFAULT_CONFIG:
+            continue
+        raw = deep_merge(base, read_yaml(path))
+        config_cls = get_model_class(raw["model_name"]).Config
+        siblings = [raw["model_name"]] + [m for m in models if m != raw["model_name"]
+                                           and get_model_class(m).Config is config_cls]
+        for model in siblings:
+            label = path.name if model == raw["model_name"] else f"{path.name} as {model}"
+            found.append((label, validate_config({**raw, "model_name": model}, source=str(path))))
+    for name in list_profiles(config_dir):
+        profile = load_profile(name, config_dir)
+        for model in profile.models:
+            found.append((f"{name}/{model}", build_run_config(profile, model, [])))
+    distinct, seen = [], set()
+    for label, cfg in found:
+        ident = json.dumps([cfg.model_name, cfg.model, cfg.data.model_dump(mode="json")], sort_keys=True)
+        if ident not in seen:
+            seen.add(ident)
+            distinct.append((label, cfg))
+    return distinct
+
+
+def _segment_lengths(cfg) -> list:
+    """The longest segment (``bptt + max_bptt_extra``, or ``bptt`` without variable BPTT) from a fresh
+    state, then the shortest (1: the clipped last segment of an epoch) with the state carried."""
+    data = cfg.data
+    return [data.bptt + data.max_bptt_extra if data.variable_bptt else data.bptt, 1]
+
+
+def drive_config(label: str, cfg, recorder: Recorder, number: int = 0) -> None:
+    """Run ``cfg``'s model through training (fp32, bf16 autocast), validation and parsing; see the module docstring."""
+    import torch
+
+    from induce.models.registry import get_model_class
+    from induce.training.lm import LMLoss
+    from induce.training.state import detach_state
+
+    cls = get_model_class(cfg.model_name)
+    torch.manual_seed(0)
+    model = cls(VOCAB_SIZE, cfg.model_config_object())
+    loss_module = LMLoss(model, cfg.train.alpha, cfg.train.beta)
+    batch = drive_batch(cfg.data.batch_size)
+    span_count = cfg.model.get("max_span_length")
+    recorder.label = label
+    for phase, amp in enumerate((False, True)):
+        recorder.kind, recorder.order = f"train {'bf16' if amp else 'fp32'}", (number, phase)
+        model.train()
+        state = model.init_state(batch)
+        for steps in _segment_lengths(cfg):
+            tokens = torch.randint(VOCAB_SIZE, (batch, steps))
+            gold = None
+            if getattr(cls, "supervised", False) and span_count:
+                gold = torch.zeros(batch, steps, span_count)
+                gold[..., 0] = 1.0
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+                loss, _, state = loss_module(tokens, tokens, state, gold)
+            loss.backward()
+            model.zero_grad(set_to_none=True)
+            state = detach_state(state)
+    model.eval()
+    with torch.no_grad():
+        recorder.kind, recorder.order = "validation", (number, 2)
+        eval_batch = drive_batch(cfg.data.eval_batch_size)
+        model(torch.randint(VOCAB_SIZE, (eval_batch, cfg.data.bptt)), model.init_state(eval_batch))
+        if getattr(cls, "parser_kind", "none") in ("distance", "span"):
+            recorder.kind, recorder.order = "parse", (number, 3)
+            for steps in MODEL_PARSE_LENGTHS:
+                # full batches only up to the dev-F1 lengths: the parser's batches shrink with the
+                # length (inference.SPAN_BUDGET / TOKEN_BUDGET), and long ones cost CPU time here
+                for rows in sorted({1, eval_batch}) if steps <= 42 else (1,):
+                    tokens = torch.randint(VOCAB_SIZE, (rows, steps))
+                    model.parse_structure(tokens, torch.full((rows,), steps))
+            if getattr(model, "parse_state_carry", False):
+                model.parse_stream([[1, 2, 3], [4] * 40], eos_id=0)
+
+
+def _sweep_templates(recorder: Recorder) -> list:
+    """The recorded no-grad calls of launchers with a ``max_len``, one per dtype and feature sizes."""
+    distinct: dict = {}
+    for call in list(recorder.calls.values()):
+        if call.grad or "max_len" not in call.arguments:
+            continue
+        features = sorted((k, (v.dtype, v.shape[2:], len(v.shape)) if isinstance(v, TensorArg) else v)
+                          for k, v in call.arguments.items() if k != "max_len")
+        distinct.setdefault(repr((call.name, features)), call)
+    return list(distinct.values())
+
+
+def sweep_span_counts(recorder: Recorder, counts: Sequence[int] = SPAN_COUNT_SWEEP, number: int = 0) -> None:
+    """Call every recorded no-grad launch of a launcher with ``max_len`` again at each span count ``m``.
+
+    The tensors keep the recorded dtypes and feature sizes, with batch 1 and ``T = m - 1`` or ``T = m``
+    positions (``[B, T, ...]`` arguments; a parse of ``T + 1`` tokens scores ``m = T + 1`` spans per
+    position in both PaLM variants); a 1-d tensor of the recorded ``max_len`` entries (PaLM-RB's
+    fixed scores) gets ``m``.
+    """
+    import torch
+
+    from induce.kernels import _dispatch
+
+    impl = _dispatch._load_triton()
+
+    def resized(arg: TensorArg, recorded_m: int, m: int, steps: int):
+        if len(arg.shape) >= 2:
+            return arg.make((1, steps) + arg.shape[2:])
+        if len(arg.shape) == 1 and arg.shape[0] == recorded_m:
+            return arg.make((m,))
+        return arg.make()
+
+    recorder.label, recorder.kind, recorder.order = "span-count sweep", "parse", (number, 0)
+    with torch.no_grad():
+        for call in _sweep_templates(recorder):
+            launcher = getattr(impl, call.name)
+            recorded_m = call.arguments["max_len"]
+            for m in counts:
+                for steps in sorted({max(m - 1, 1), m}):
+                    arguments = {k: resized(v, recorded_m, m, steps) if isinstance(v, TensorArg) else v
+                                 for k, v in call.arguments.items()}
+                    arguments["max_len"] = m
+                    launcher(**arguments)
+
+
+def drive_cumax(recorder: Recorder, number: int = 0) -> None:
+    """``cumax`` is public but no model calls it (the ON-LSTM cell fuses its own): it is driven on the
+    master-gate logits of every recorded ON-LSTM cell call (``[B, n_chunks]``), in fp32 and bf16, both
+    directions, forward and backward."""
+    import torch
+
+    from induce.kernels import _dispatch
+
+    impl = _dispatch._load_triton()
+    shapes = sorted({(c.arguments["c"].shape[0], c.arguments["n_chunks"]) for c in list(recorder.calls.values())
+                     if c.name == "onlstm_cell"})
+    recorder.label, recorder.kind, recorder.order = "cumax", "on ON-LSTM gate shapes", (number, 0)
+    for shape in shapes:
+        for dtype in (torch.float32, torch.bfloat16):
+            for reverse in (False, True):
+                x = torch.zeros(shape, dtype=dtype, requires_grad=True)
+                impl.cumax(x, reverse=reverse).sum().backward()
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped_configs_once() -> list:
+    return shipped_configs()
+
+
+def _drive_part(numbers: Sequence[int]) -> Recorder:
+    """Drive the shipped configs with these numbers (a worker process of :func:`record`)."""
+    import torch
+
+    configs = _shipped_configs_once()  # loading them costs ~1 s: once per worker process
+    recorder = Recorder()
+    torch.set_num_threads(1)
+    with intercept(recorder), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # e.g. CPU autocast notes; nothing here computes real values
+        for number in numbers:
+            label, cfg = configs[number]
+            drive_config(label, cfg, recorder, number)
+    return recorder
+
+
+def record(jobs: int = 1, counts: Sequence[int] = SPAN_COUNT_SWEEP,
+           progress: Optional[Callable[[str], None]] = None) -> Recorder:
+    """Drive every shipped config (in ``jobs`` processes), sweep the span counts and drive cumax."""
+    import torch
+
+    configs = shipped_configs()
+    recorder = Recorder()
+    if jobs <= 1:
+        for number, (label, _) in enumerate(configs):
+            if progress:
+                progress(label)
+            recorder.merge(_drive_part([number]))
+    else:
+        import multiprocessing
+
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            for number, part in enumerate(pool.map(_drive_part, [[n] for n in range(len(configs))])):
+                recorder.merge(part)
+                if progress:
+                    progress(f"{configs[number][0]} ({number + 1}/{len(configs)} configs, {jobs} processes)")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with intercept(recorder), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if progress:
+                progress("span-count sweep and cumax")
+            sweep_span_counts(recorder, counts, len(configs))
+            drive_cumax(recorder, len(configs) + 1)
+    finally:
+        torch.set_num_threads(threads)
+    return recorder

@@ -1,0 +1,89 @@
+"""induce as a library: ``induce.load(RUN)``, ``run.parse`` (trees whose leaves are the tokens as given,
+split as ``induce parse`` splits a line), ``run.score`` and ``run.perplexity`` (the figures of
+``induce eval``, compared exactly), and a cheap ``import induce``."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nltk
+import pytest
+from typer.testing import CliRunner
+
+import induce
+from cli.main import app
+from induce.errors import InduceError
+
+from test_training_standin import train_tiny_run
+
+runner = CliRunner()
+pytestmark = pytest.mark.usefixtures("one_thread")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    return train_tiny_run(tmp_path_factory.mktemp("library"))
+
+
+@pytest.fixture(scope="module")
+def run(run_dir):
+    return induce.load(run_dir, device="cpu")
+
+
+def test_import_induce_is_cheap():
+    code = ("import sys, induce; heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'nltk', 'numpy'));"
+            "print(heavy); assert callable(induce.load) and induce.__version__")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_parse_returns_trees_over_the_tokens_as_given(run, run_dir, tmp_path):
+    line = 'The cat didn\'t sit (twice) on "the" mat.'
+    [tree] = run.parse([line])
+    assert isinstance(tree, nltk.Tree)
+    assert tree.leaves() == ["The", "cat", "did", "n't", "sit", "(", "twice", ")", "on", '"', "the", '"', "mat", "."]
+    assert run.parse(line)[0] == tree  # one string is one sentence
+    assert run.parse(["a  b-c d"], pretokenized=True)[0].leaves() == ["a", "b-c", "d"]
+    assert run.parse([["New York", "is", "big"]])[0].leaves() == ["New York", "is", "big"]  # tokens as they are
+    assert run.parse([""])[0] == nltk.Tree("S", [])
+    # the same trees as `induce parse` writes, the same tokenisation rules
+    lines = [line, "Stocks fell 5 % yesterday .", "one"]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    for flags, pretok in (([], False), (["--pretokenized"], True)):
+        result = runner.invoke(app, ["parse", str(tmp_path / "in.txt"), "--checkpoint", str(run_dir), "--device",
+                                     "cpu", *flags])
+        assert result.exit_code == 0, result.output
+        ours = [induce.format_tree(t) for t in run.parse(lines, pretokenized=pretok)]
+        assert result.stdout.splitlines() == ours
+    assert run.model_name == "tiny-lstm" and run.path == Path(run_dir) and "tiny-lstm" in repr(run)
+
+
+def test_score_equals_induce_eval_exactly(run, run_dir, tmp_path):
+    gold = tmp_path / "gold.mrg"
+    gold.write_text("(S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .))\n"
+                    "( (S (NP-SBJ (NNS dogs)) (VP (VBP bark) (ADVP (RB very) (RB loudly)))) )\n"
+                    "(S (NP (PRP It)) (VP (VBD rained)) (. .))\n")
+    for flags, kwargs in (([], {}), (["--wsj10", "--keep-punct"], {"max_length": 10, "keep_punct": True}),
+                          (["--count-root", "--multiset"], {"count_root": True, "multiset": True})):
+        result = runner.invoke(app, ["eval", "--checkpoint", str(run_dir), "--gold", str(gold), "--json", "--device",
+                                     "cpu", "--no-progress", *flags])
+        assert result.exit_code == 0, result.output
+        assert run.score(str(gold), **kwargs) == json.loads(result.stdout)
+    # default: the dev split of the corpus the run was trained on, as `induce eval --checkpoint RUN`
+    result = runner.invoke(app, ["eval", "--checkpoint", str(run_dir), "--json", "--device", "cpu", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert run.score() == json.loads(result.stdout)
+    result = runner.invoke(app, ["eval", "--checkpoint", str(run_dir), "--lm", "--json", "--device", "cpu"])
+    assert run.perplexity() == json.loads(result.stdout)["perplexity"]
+
+
+def test_library_errors_are_induce_errors(run, tmp_path):
+    with pytest.raises(InduceError, match="no such run folder"):
+        induce.load(tmp_path / "nothing")
+    with pytest.raises(InduceError, match="max_length"):
+        run.score(max_length=0)
+    with pytest.raises(InduceError, match="decoder"):
+        run.parse(["a b"], decoder="span")

@@ -1,0 +1,78 @@
+"""bench/originals/prepare.py: the patched copies of the original implementations are our own edits applied to
+a checkout, exactly where expected (a different version of the code is refused, not half-patched), with the
+provenance of every file; missing files are named. Fake checkouts stand in for the repositories here."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def prepare():
+    spec = importlib.util.spec_from_file_location("originals_prepare", REPO / "bench" / "originals" / "prepare.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["originals_prepare"] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("originals_prepare", None)
+
+
+def fake_checkout(prepare, name: str, folder: Path, skip: tuple = ()) -> Path:
+    """A folder with every file the original's step needs: placeholder text, plus each patch's expected text."""
+    original = prepare.ORIGINALS[name]
+    folder.mkdir(parents=True)
+    for file_name in original.files:
+        if file_name not in skip:
+            expected = "".join(f"{p.old}\n" for p in original.patches if p.file == file_name)
+            (folder / file_name).write_text(f"# {file_name}\n{expected}# end\n")
+    return folder
+
+
+def test_patches_applied_and_recorded(prepare, tmp_path):
+    out = tmp_path / "out"
+    for name in prepare.ORIGINALS:
+        assert prepare.main([f"--{name}", str(fake_checkout(prepare, name, tmp_path / name)), "--out", str(out)]) == 0
+        record = json.loads((out / name / "PROVENANCE.json").read_text())
+        assert [f["file"] for f in record["files"]] == list(prepare.ORIGINALS[name].files)
+        ours = REPO / "bench" / "originals"
+        assert (out / name / "bench_entry.py").read_text() == (ours / name / "bench_entry.py").read_text()
+        assert (out / name / "entry_common.py").read_text() == (ours / "entry_common.py").read_text()
+        for patch in prepare.ORIGINALS[name].patches:
+            text = (out / name / patch.file).read_text()
+            assert patch.new in text
+        patched = {f["file"] for f in record["files"] if f["patched"]}
+        assert patched == {p.file for p in prepare.ORIGINALS[name].patches}
+        assert record["checkout_commit"] is None and len(record["files"][0]["sha256"]) == 64
+    assert "dtype=torch.bool" in (out / "onlstm" / "ON_LSTM.py").read_text()
+    assert "nn.Module.__init__(self)" in (out / "prpn" / "LSTMCell.py").read_text()
+
+
+def test_unexpected_version_is_refused_and_leaves_nothing(prepare, tmp_path, capsys):
+    checkout = fake_checkout(prepare, "onlstm", tmp_path / "onlstm")
+    (checkout / "ON_LSTM.py").write_text("mask = weight.new_empty(size, dtype=torch.bool)\n")  # already changed
+    out = tmp_path / "out"
+    assert prepare.main(["--onlstm", str(checkout), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "ON_LSTM.py: expected 1 occurrence(s) of 'dtype=torch.uint8'" in err and "found 0" in err
+    assert list(out.iterdir()) == []
+
+
+def test_awd_helpers_come_from_awd_only_when_missing(prepare, tmp_path, capsys):
+    checkout = fake_checkout(prepare, "onlstm", tmp_path / "onlstm", skip=("splitcross.py",))
+    out = tmp_path / "out"
+    assert prepare.main(["--onlstm", str(checkout), "--out", str(out)]) == 2
+    assert "splitcross.py is missing (an AWD-LSTM helper: give --awd CHECKOUT" in capsys.readouterr().err
+    awd = tmp_path / "awd"
+    awd.mkdir()
+    (awd / "splitcross.py").write_text("# the AWD-LSTM copy\n")
+    (awd / "locked_dropout.py").write_text("# not used: the checkout has its own\n")
+    assert prepare.main(["--onlstm", str(checkout), "--awd", str(awd), "--out", str(out)]) == 0
+    sources = {f["file"]: f["from"] for f in json.loads((out / "onlstm" / "PROVENANCE.json").read_text())["files"]}
+    assert sources["splitcross.py"] == "awd" and sources["locked_dropout.py"] == "onlstm"
+    assert (out / "onlstm" / "splitcross.py").read_text() == "# the AWD-LSTM copy\n"
