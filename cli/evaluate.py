@@ -38,10 +38,24 @@ def eval_command(
         None, "--baseline", help="Evaluate a baseline instead: right, left, balanced, or random "
         "(uniformly random split point at each span, seeded by --seed)."
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of --baseline random."),
+    seed: int = typer.Option(0, "--seed", help="Seed of --baseline random; with --untrained, init k (1..N) is drawn "
+                             "with torch seed SEED + k."),
     checkpoint: Optional[Path] = typer.Option(
         None, "--checkpoint", help="Parse the gold sentences with this trained run and evaluate its trees. "
         f"Without a predicted file, --baseline or --checkpoint: {LATEST_RUN_HELP}."
+    ),
+    untrained: Optional[str] = typer.Option(
+        None, "--untrained", metavar="MODEL", help="Parse the gold sentences with --inits freshly initialised, untrained "
+        "MODELs (configs/MODEL.yaml: the papers' sizes; change them with --set) and report mean ± std over the inits "
+        "(PaLM Table 4's first row). Vocabulary: that of the prepared corpus when the gold trees come from one "
+        "(--corpus or the default corpus), else every word of the gold sentences; never a run folder's."
+    ),
+    inits: Optional[int] = typer.Option(
+        None, "--inits", min=1, help="With --untrained: how many untrained models (default 5; PaLM Table 4: 25)."
+    ),
+    sets: list[str] = typer.Option(
+        [], "--set", metavar="KEY=VALUE", help="With --untrained: a model config override as `induce train` takes it, "
+        "e.g. --set model.hidden_size=1020 (repeatable; model.* keys only)."
     ),
     lm: bool = typer.Option(False, "--lm", help="With a checkpoint: report the language-model perplexity of --split."),
     decoder: Optional[str] = typer.Option(None, "--decoder", help="Tree decoder for distance models: peel or unbiased."),
@@ -67,10 +81,10 @@ def eval_command(
 
     A trained run (--checkpoint, or the latest one) is evaluated on the corpus it was trained on unless
     --gold, --corpus or --data names other data (a reproduction's subset corpus stands for the corpus it
-    was cut from); the output says which. Baselines and predicted files use the default corpus.
+    was cut from); the output says which. Baselines, predicted files and --untrained use the default corpus.
 
     Examples: `induce eval pred.txt --gold 22.mrg`, `induce eval --baseline right --wsj40`,
-    `induce eval --checkpoint runs/RUN --wsj10`.
+    `induce eval --checkpoint runs/RUN --wsj10`, `induce eval --untrained palm --inits 25 --wsj40`.
     """
     from cli.messages import error_text
     from induce.evaluation import EvalConvention, baseline_predictions
@@ -92,8 +106,19 @@ def eval_command(
             keep_punct=keep_punct, count_root=count_root, multiset=multiset, max_length=min(limits) if limits else None
         )
         length_option = min(named_limits)[1] if named_limits else "--max-length"
-        if sum(x is not None for x in (predicted, baseline, checkpoint)) > 1:
-            raise InduceError("give only one of: a predicted file, --baseline, --checkpoint")
+        if sum(x is not None for x in (predicted, baseline, checkpoint, untrained)) > 1:
+            raise InduceError("give only one of: a predicted file, --baseline, --checkpoint, --untrained")
+        if untrained is None and (sets or inits is not None):
+            raise InduceError(f"{f'--set {sets[0]}' if sets else '--inits'}: applies to --untrained only")
+        if untrained is not None:
+            summary = _untrained_summary(untrained, sets, inits or 5, seed, lm, per_sentence, gold, corpus, data,
+                                         split, convention, batch_size, decoder, device, console, steps)
+            steps.stop()
+            if as_json:
+                typer.echo(json.dumps(summary, sort_keys=True))
+            else:
+                _print_untrained(summary, Console())
+            return
         run_dir = None
         if predicted is None and baseline is None:
             run_dir = pick_run(checkpoint, console, need_parser=not lm)
@@ -151,6 +176,28 @@ def eval_command(
         _print_table(summary, Console())
 
 
+def _untrained_summary(model, sets, inits, seed, lm, per_sentence, gold, corpus, data, split, convention,
+                       batch_size, decoder, device, console, steps) -> dict:
+    """``--untrained MODEL``: :func:`induce.evaluation.untrained.evaluate_untrained` on the gold sentences
+    (--gold, --corpus, else the default corpus: never a run's), with the gold vocabulary or the corpus's."""
+    if lm or per_sentence is not None:
+        raise InduceError(f"--untrained: {'--lm' if lm else '--per-sentence'} needs a trained run (--checkpoint)")
+    from induce.evaluation.untrained import evaluate_untrained, untrained_config, untrained_vocabulary
+    from induce.scoring import load_gold
+
+    run_config = untrained_config(model, sets)  # config errors before the gold is read
+    if gold is None and corpus is None:
+        corpus = _default_eval_corpus(None, data, console)
+    preparing = steps.bar("preparing gold trees") if gold is None or not gold.is_dir() else None
+    gold_set = load_gold(gold, corpus, split, convention, reading=steps.bar("reading gold trees"), preparing=preparing)
+    vocab, vocab_label = untrained_vocabulary(gold_set.sentences, gold_set.corpus_dir)
+    summary = evaluate_untrained(model, run_config.model, gold_set.sentences, vocab, convention, inits=inits, seed=seed,
+                                 batch_size=batch_size, decoder=decoder, device=device,
+                                 progress=steps.bar(f"untrained {model} models"))
+    summary.update({"gold": gold_set.label, "vocabulary": vocab_label})
+    return summary
+
+
 def _default_eval_corpus(run_dir: Optional[Path], data: Optional[Path], console: Console) -> Path:
     """The prepared corpus to evaluate on when neither --gold nor --corpus is given: a run's own (unless
     --data names a data root), else the default corpus; said on ``console``."""
@@ -194,6 +241,26 @@ def _print_table(summary: dict, console: Console) -> None:
         )
     console.print(table)
     console.print(f"convention: {summary['convention']['description']}")
+
+
+def _print_untrained(summary: dict, console: Console) -> None:
+    """Mean ± std over the inits, then one row per init (seed, F1, % left / right splits)."""
+    table = Table(title=f"{summary['inits']} untrained {summary['model']}  vs  {summary['gold']}")
+    table.add_column("metric")
+    table.add_column("mean ± std over the inits", justify="right")
+    for name, label in (("sentence_f1", "sentence F1"), ("corpus_f1", "corpus F1"),
+                        ("left_split_pct", "% left splits"), ("right_split_pct", "% right splits")):
+        stats = summary["summary"][name]
+        table.add_row(label, _fmt(stats["mean"]) + ("" if stats["std"] is None else f" ± {stats['std']:.1f}"))
+    table.add_row("sentences evaluated / skipped", f"{summary['n_sentences']} / {summary['n_skipped']}")
+    table.add_row("largest share of one direction (one init)", _fmt(summary["max_one_direction_pct"]))
+    console.print(table)
+    inits = Table("init", "seed", "sentence F1", "corpus F1", "% left", "% right", title="per init")
+    for row in summary["per_init"]:
+        inits.add_row(str(row["init"]), str(row["seed"]), *(_fmt(row[k]) for k in
+                      ("sentence_f1", "corpus_f1", "left_split_pct", "right_split_pct")))
+    console.print(inits)
+    console.print(f"vocabulary: {summary['vocabulary']}; convention: {summary['convention']['description']}")
 
 
 def _write_per_sentence(path: Path, result) -> None:

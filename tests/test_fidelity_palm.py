@@ -272,6 +272,26 @@ def test_state_carried_across_parsed_sentences_only_in_released(monkeypatch):
     assert calls == [] and not paper.parse_state_carry and released.parse_state_carry
 
 
+@pytest.mark.parametrize("chunk_tokens", [1, 7, 4096])
+def test_parse_stream_equals_segment_by_segment_reading(chunk_tokens):
+    """The layers below the span attention run over several segments per call (chunk_tokens); the result
+    is the released eval_parsing.py's reading: one segment at a time, LSTM states carried, span memory reset."""
+    eos = 0
+    model = make("released", max_span_length=3).eval()
+    torch.manual_seed(2)
+    sentences = [torch.randint(1, VOCAB, (n,)).tolist() for n in (4, 1, 6, 2, 5)]
+    got = model.parse_stream(sentences, eos, chunk_tokens=chunk_tokens)
+    state = model.init_state(1)
+    with torch.no_grad():
+        for index, sentence in enumerate(sentences):
+            ids = ([eos] if index == 0 else []) + sentence + [eos]
+            tokens = torch.tensor([ids])
+            _, (lstm_states, _), _, _, scores = model._run(tokens, state, len(ids) + 1, scores_only=True)
+            state = (lstm_states + state[0][len(lstm_states):], None)
+            offset = 1 if index == 0 else 0
+            torch.testing.assert_close(got[index], scores[0, offset : offset + len(sentence)], rtol=1e-5, atol=1e-6)
+
+
 # ------------------------------------------------------------------------------------------- schedule
 
 

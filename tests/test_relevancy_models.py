@@ -13,7 +13,7 @@ from rich.console import Console
 from induce.config import ConfigError, load_config
 from induce.errors import InduceError
 from induce.kernels import span_representations
-from induce.models import palm as palm_module
+from induce.models import palm_attention as palm_module  # where SpanAttention calls relevant_indices
 from induce.models import prpn as prpn_module
 from induce.models import prpn_reading
 from induce.models.palm import SpanAttention, relevant_span_representations, relevant_span_starts

@@ -19,6 +19,8 @@ children: neither left nor right; they occur only in gold trees). Unary nodes ar
 """
 from __future__ import annotations
 
+import math
+import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional, Sequence
@@ -322,6 +324,15 @@ def evaluate(
         n_too_short=too_short,
         n_too_long=too_long,
     )
+
+
+def mean_std(values) -> dict:
+    """``{"mean", "std", "n"}`` of the finite values (sample std, None for fewer than 2)."""
+    finite = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not finite:
+        return {"mean": None, "std": None, "n": 0}
+    return {"mean": statistics.fmean(finite), "std": statistics.stdev(finite) if len(finite) > 1 else None,
+            "n": len(finite)}
 
 
 def require_sentences(result: EvalResult, length_option: str = "the maximum length") -> None:

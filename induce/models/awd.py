@@ -18,7 +18,7 @@ All tensors are batch-first: tokens ``[B, T]``, states ``[B, T, H]``.
 from __future__ import annotations
 
 import functools
-from typing import Annotated, ClassVar, Optional
+from typing import Annotated, ClassVar, Literal, Optional
 
 import pydantic
 import torch
@@ -280,7 +280,7 @@ class WeightDropLSTM(nn.Module):
     """
 
     def __init__(self, input_size: int, hidden_size: int, wdrop: float = 0.0, fused: Optional[bool] = None,
-                 one_chunk: Optional[bool] = None):
+                 one_chunk: Optional[bool] = None, init: Literal["uniform", "orthogonal"] = "uniform"):
         super().__init__()
         self.input_size, self.hidden_size, self.wdrop, self.fused = input_size, hidden_size, wdrop, fused
         self.one_chunk = one_chunk  # None: on CUDA (weights_in_one_chunk)
@@ -288,9 +288,29 @@ class WeightDropLSTM(nn.Module):
         self.weight_hh = nn.Parameter(torch.empty(4 * hidden_size, hidden_size))
         self.bias_ih = nn.Parameter(torch.empty(4 * hidden_size))
         self.bias_hh = nn.Parameter(torch.empty(4 * hidden_size))
-        bound = hidden_size**-0.5
-        for weight in self.parameters():
-            nn.init.uniform_(weight, -bound, bound)
+        self.reset_parameters(init)
+
+    def reset_parameters(self, init: Literal["uniform", "orthogonal"] = "uniform") -> None:
+        """Draw the parameters afresh (called once, at construction; a loaded checkpoint replaces them).
+
+        ``uniform``: every parameter, biases included, from ``U(-1/sqrt(H), 1/sqrt(H))`` (PyTorch's
+        ``nn.LSTM``, which AWD-LSTM keeps). ``orthogonal``: the four gate blocks ``[H, I]`` of ``weight_ih``
+        and ``[H, H]`` of ``weight_hh`` each orthogonal (:func:`induce.models.init.block_orthogonal_`),
+        biases zero (PaLM's released ``model.py``, ``init_weights``).
+        """
+        if init == "uniform":
+            bound = self.hidden_size**-0.5
+            for weight in self.parameters():
+                nn.init.uniform_(weight, -bound, bound)
+        elif init == "orthogonal":
+            from .init import block_orthogonal_
+
+            block_orthogonal_(self.weight_ih, 4)
+            block_orthogonal_(self.weight_hh, 4)
+            nn.init.zeros_(self.bias_ih)
+            nn.init.zeros_(self.bias_hh)
+        else:
+            raise ValueError(f"WeightDropLSTM init {init!r}: use uniform or orthogonal")
 
     @staticmethod
     def _fused_by_default(x: torch.Tensor) -> bool:

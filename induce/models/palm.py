@@ -80,9 +80,35 @@ parsing script ``eval_parsing.py`` only in its first commit 0888e06) differs fro
   (:meth:`PaLMBase.parse_stream`; the first sentence from a fresh state after an ``<eos>``, where the
   released script starts from a zero state without it).
 
+**Initialisation** (both variants: the paper states none, so the released code's, read in
+``model.py`` ``init_weights``, ``span_parser.py`` ``SpanScorer.__init__`` and ``rrnn.py``
+``RRNNCell.init_weights``): the (tied) embedding from ``U(+-sqrt(3 / emb_size))`` (``init_range``'s
+default; an explicit value wins), an untied decoder drawn likewise on its own, decoder bias 0; each
+gate block of every LSTM's ``W_ih`` and ``W_hh`` orthogonal on its own, LSTM biases 0
+(:class:`~induce.models.awd.WeightDropLSTM` ``init="orthogonal"``); the span block's Glorot-uniform
+weights with the released fans and gains and all its biases 0
+(:meth:`~induce.models.palm_attention.SpanAttention.reset_parameters`). Drawn at construction only (a
+checkpoint replaces them). The earlier draw (every LSTM parameter, biases included, from
+``U(+-1/sqrt(H))``; ``nn.Linear``'s random biases in the span gate and query; embedding ``U(+-0.1)``)
+left the second layer's output dominated by its mean over tokens, so untrained models split all-left
+or mostly-right (``bench/RESULTS.md``, issue 18); it matched no source and is gone. The paper variant
+keeps Eq. 1b's update bias inside the ``tanh`` ("bias terms are suppressed for clarity"), zero at
+initialisation like every released bias; the released code has no update bias (``rrnn.py`` uses only
+the forget half of its bias).
+
+**Backward layout** (``backward_layout``, default ``correct``): ``released`` reproduces how the
+released ``rrnn.py`` lays out the backward rational RNN's states at batch > 1: stacked ``[B, L, D]``
+and read back with ``.view(L, B, -1)``, so that the state used at ``[t, b]`` is the true state of
+position ``(tB + b) mod L`` of batch row ``(tB + b) div L``
+(:func:`~induce.models.palm_attention.released_backward_layout`); the forget gates and the forward
+direction are not moved. The authors trained (batch 20) and validated (batch 10) with it and parsed at
+batch 1, where it is the identity. Our ``L`` is the number of positions the rational RNN runs over in
+one forward (the carried memory, up to ``m`` positions, plus the segment, less its last position); the
+released ``L`` is ``m + 1 + T`` (a memory of ``m + 1`` positions, zeros at the start): the same rule,
+moving the same positions only where the lengths agree.
+
 Not reproduced: the released code scores, at the start of training, spans that reach into its zero
-initial span memory (we mask them, as the paper variant does); its initialisations
-(block-orthogonal LSTM weights, xavier gains); ``main.py``'s fine-tuning restart at epoch 400. The
+initial span memory (we mask them, as the paper variant does); ``main.py``'s fine-tuning restart at epoch 400. The
 released training schedule (SGD lr 30 for the LM, the scorer in its own Adam, nonmono 15) is
 ``optim.scorer_optimizer: adam`` (:mod:`induce.training.optim`). Which variant shows the paper's
 Table 3/4 behaviour (strongly right-branching attention) needs full-size GPU runs: not measured.
@@ -94,18 +120,16 @@ scores to ``s[t, k] = k + 1`` (longer spans score higher) so that the greedy par
 """
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar, Literal, Optional
 
 import pydantic
 import torch
-import torch.nn.functional as F
 from torch import nn
-
-from induce.kernels import linear_scan, span_attention, span_representations
-from induce.relevancy import gather_relevant, relevant_indices
 
 from .awd import AWDConfig, DropoutRate, PositiveInt, TiedLanguageModel, WeightDropLSTM, locked_dropout
 from .base import LMOutput
+from .palm_attention import SpanAttention, relevant_span_representations, relevant_span_starts  # noqa: F401 (re-exported)
 from .registry import register
 
 #: Attribute set (True) on the span scorer's parameters; ``optim.scorer_optimizer: adam`` reads it.
@@ -114,6 +138,9 @@ SCORER_MARK = "induce_span_scorer"
 
 class PaLMConfig(AWDConfig):
     """PaLM hyper-parameters (defaults: Table 5 and Appendix A, PTB)."""
+
+    #: checkpoints written before ``backward_layout`` existed computed the correct layout.
+    stored_defaults: ClassVar[dict] = {"backward_layout": "correct"}
 
     emb_size: PositiveInt = 400
     hidden_size: PositiveInt = 1020
@@ -137,14 +164,28 @@ class PaLMConfig(AWDConfig):
         "paper",
         description="paper: Eqs. 1-3 and 6 of the paper; released: the authors' code (Noahs-ARK/PaLM), see the module docstring",
     )
+    init_range: float = pydantic.Field(
+        math.sqrt(3 / 400), gt=0,
+        description="uniform init range of the embedding; default sqrt(3 / emb_size) (released model.py init_weights)",
+    )
+    backward_layout: Literal["correct", "released"] = pydantic.Field(
+        "correct",
+        description="released: the backward rational RNN states scrambled across batch rows and positions at "
+        "batch > 1, as the released rrnn.py lays them out (identical at batch 1); see the module docstring",
+    )
 
     @pydantic.model_validator(mode="before")
     @classmethod
-    def _released_defaults(cls, data: Any) -> Any:
-        """``variant: released`` also changes the defaults of the sizes the released ``train.sh`` uses
-        (a value given explicitly still wins)."""
-        if isinstance(data, dict) and data.get("variant") == "released":
+    def _derived_defaults(cls, data: Any) -> Any:
+        """``variant: released`` also changes the defaults of the sizes the released ``train.sh`` uses,
+        and ``init_range`` defaults to ``sqrt(3 / emb_size)`` (a value given explicitly still wins)."""
+        if not isinstance(data, dict):
+            return data
+        if data.get("variant") == "released":
             data = {**RELEASED_DEFAULTS, **data}
+        emb_size = data.get("emb_size", cls.model_fields["emb_size"].default)
+        if data.get("init_range") is None and isinstance(emb_size, int) and not isinstance(emb_size, bool) and emb_size > 0:
+            data = {**data, "init_range": math.sqrt(3 / emb_size)}
         return data
 
     @pydantic.model_validator(mode="after")
@@ -163,266 +204,6 @@ class PaLMConfig(AWDConfig):
 RELEASED_DEFAULTS = {"hidden_size": 1120, "wdrop": 0.5, "dropouth": 0.3, "max_span_length": 10}
 
 
-def _accumulation_dtype(x: torch.Tensor) -> torch.dtype:
-    """float32 for half types, else the tensor's own floating type (float64 stays float64)."""
-    return torch.promote_types(x.dtype, torch.float32)
-
-
-def relevant_span_starts(row_scores: torch.Tensor, rho: int, first_row: int = 0):
-    """Screening of the span starts from the window attention (see the module docstring).
-
-    ``row_scores [B, R, m]`` (kernel rows: entry ``[b, t, k]`` scores the span ``[t-k, t]``, ``-inf``
-    when invalid); rows before ``first_row`` have no real query and do not count. Returns ``beta
-    [B, R]`` (at least float32, detached: ``beta[b, i]`` = sum over rows ``t = i .. i+m-1``, ``t >=
-    first_row``, of the window softmax weight of ``[i, t]``) and ``index, valid [B, R, rho]`` from
-    :func:`induce.relevancy.relevant_indices` with ``nu = m``: the starts ``i <= t - m`` of row ``t``.
-    """
-    batch, rows, max_len = row_scores.shape
-    with torch.no_grad():
-        weights = torch.softmax(row_scores.detach().to(_accumulation_dtype(row_scores)), -1)
-        weights[:, :first_row] = 0.0
-        beta = weights.new_zeros(batch, rows)
-        for k in range(min(max_len, rows)):
-            beta[:, : rows - k] += weights[:, k:, k]  # row t = i + k gives span [i, t] weight [t, k]
-    index, valid = relevant_indices(beta, max_len, rho)
-    return beta, index, valid
-
-
-def relevant_span_representations(c_fwd, logf_fwd, c_bwd, logf_bwd, index, valid, first_row: int = 0):
-    """Alg. 1 for the spans ``[index[b, j, s], first_row + j]`` (PaLM's extra, relevant spans).
-
-    ``c_fwd, logf_fwd, c_bwd, logf_bwd [B, R, D]`` are the rational RNN states and log forget gates
-    of both scans over kernel rows ``0 .. R-1``; ``index, valid [B, R - first_row, rho]``. Returns
-    ``fwd, bwd [B, R - first_row, rho, D]`` (zero where not valid), with ``F`` / ``B`` the cumulative
-    sums of the log forget gates (at least float32) and ``c_{-1} = c^b_R = 0``:
-
-        ``fwd[i, t] = c_t - c_{i-1} * exp(F_t - F_{i-1})``,  ``bwd[i, t] = c^b_i - c^b_{t+1} * exp(B_t - B_{i-1})``,
-
-    i.e. each direction's RNN run over ``[i, t]`` alone (what :func:`induce.kernels.span_representations`
-    gives for spans of length ``<= m``), O(1) per span. Differentiable in all four inputs.
-    """
-    batch, rows, dim = c_fwd.shape
-    pad = c_fwd.new_zeros(batch, 1, dim)
-    acc = _accumulation_dtype(logf_fwd)
-    pad_acc = torch.zeros(batch, 1, dim, dtype=acc, device=c_fwd.device)
-    cum_f = torch.cumsum(logf_fwd, 1, dtype=acc)  # F_t
-    cum_b = torch.cumsum(logf_bwd, 1, dtype=acc)  # B_t
-    ends = slice(first_row, rows)
-    # Entry i of the padded tensors is the value at position i - 1 (c_{i-1}, F_{i-1}, B_{i-1}).
-    c_before = gather_relevant(torch.cat([pad, c_fwd], 1), index, valid)
-    f_before = gather_relevant(torch.cat([pad_acc, cum_f], 1), index, valid)
-    b_before = gather_relevant(torch.cat([pad_acc, cum_b], 1), index, valid)
-    c_start_bwd = gather_relevant(c_bwd, index, valid)  # c^b_i
-    c_after_bwd = torch.cat([c_bwd[:, 1:], pad], 1)[:, ends, None]  # c^b_{t+1}
-    decay_f = torch.exp(cum_f[:, ends, None] - f_before)
-    decay_b = torch.exp(cum_b[:, ends, None] - b_before)
-    fwd = c_fwd[:, ends, None] - c_before * decay_f
-    bwd = c_start_bwd - c_after_bwd * decay_b
-    mask = valid.unsqueeze(-1)
-    fwd = torch.where(mask, fwd, torch.zeros_like(fwd))
-    bwd = torch.where(mask, bwd, torch.zeros_like(bwd))
-    return fwd, bwd
-
-
-class SpanAttention(nn.Module):
-    """Span attention block of PaLM: ``h [B, T, H]`` -> ``(h_hat [B, T, H], scores [B, T, m])``.
-
-    See the module docstring for the equations, the time alignment, ``relevant_set`` and the two
-    variants. With ``relevant_set > 0`` the last forward's screening is kept (detached) in
-    ``last_relevant``: ``{"beta": [B, R], "index", "valid": [B, R - first_row, rho], "first_row": int}``
-    over the kernel rows (sequence positions of ``[memory; h]``), or ``None`` when no start was beyond
-    the window. ``dropout`` is the released variant's locked dropout (``dropouth``); the paper variant
-    has none inside the block.
-    """
-
-    def __init__(self, hidden_size: int, rrnn_size: int, attention_size: int, relevant_set: int = 0,
-                 variant: str = "paper", dropout: float = 0.0):
-        super().__init__()
-        self.rrnn_size = rrnn_size
-        self.relevant_set = relevant_set
-        self.variant = variant
-        self.dropout = dropout
-        self.last_relevant: Optional[dict] = None
-        released = variant == "released"
-        # forget / update logits of both directions from one matmul: [f_fwd | u_fwd | f_bwd | u_bwd].
-        # Released: no bias on u (rrnn.py uses only the forget half of its bias), so the bias is a
-        # separate parameter of the forget gates.
-        self.rrnn = nn.Linear(hidden_size, 4 * rrnn_size, bias=not released)
-        if released:
-            self.rrnn_forget_bias = nn.Parameter(torch.zeros(2, rrnn_size))
-            # sigma(W_g h_query + b) over [fwd; bwd] (span_parser.py, SpanScorer._compute_gate_)
-            self.span_gate = nn.Linear(hidden_size, 2 * rrnn_size)
-        self.query = nn.Linear(hidden_size, attention_size)
-        self.w_span = nn.Parameter(torch.empty(2 * rrnn_size, attention_size))
-        self.v = nn.Parameter(torch.empty(attention_size))
-        nn.init.xavier_uniform_(self.w_span)
-        nn.init.uniform_(self.v, -attention_size**-0.5, attention_size**-0.5)
-        if released:
-            # h_hat = g * h + (1 - g) * tanh(W a), g = sigmoid(W_g [h; a]) (model.py, RNNModel.forward)
-            self.mix_gate = nn.Linear(hidden_size + 2 * rrnn_size, hidden_size)
-            self.mix_mlp = nn.Linear(2 * rrnn_size, hidden_size)
-        else:
-            # [MLP | residual gate] of h_bar = [h; a], one matmul.
-            self.mix = nn.Linear(hidden_size + 2 * rrnn_size, 2 * hidden_size)
-
-    def scorer_parameters(self) -> list[nn.Parameter]:
-        """The span scorer (what the released ``main.py`` gives its own Adam): the rational RNN, the
-        span gate and the scoring MLP; not the mixing layers, which belong to the LM."""
-        mixing = {id(p) for name, p in self.named_parameters() if name.startswith("mix")}
-        return [p for p in self.parameters() if id(p) not in mixing]
-
-    def span_inputs(self, seq: torch.Tensor):
-        """``seq [B, S, H]`` -> forward/backward rational RNN states and log forget gates ``[B, S, D]``.
-
-        paper (Eq. 1b): ``u = (1 - f) * tanh(W_u h)``; released (rrnn.py, ``RRNNCell.forward``):
-        ``u = (1 - f) * W_u h``, no tanh and no bias on ``u``.
-        """
-        f_fwd, u_fwd, f_bwd, u_bwd = self.rrnn(seq).chunk(4, -1)
-        if self.variant == "released":
-            f_fwd = f_fwd + self.rrnn_forget_bias[0]
-            f_bwd = f_bwd + self.rrnn_forget_bias[1]
-        else:
-            u_fwd, u_bwd = torch.tanh(u_fwd), torch.tanh(u_bwd)
-        logf_fwd, logf_bwd = F.logsigmoid(f_fwd), F.logsigmoid(f_bwd)
-        # (1 - sigmoid(a)) = sigmoid(-a)
-        u_fwd = torch.sigmoid(-f_fwd) * u_fwd
-        u_bwd = torch.sigmoid(-f_bwd) * u_bwd
-        c_fwd = linear_scan(logf_fwd, u_fwd)
-        c_bwd = linear_scan(logf_bwd, u_bwd, reverse=True)
-        return c_fwd, logf_fwd, c_bwd, logf_bwd
-
-    def released_attention(self, row_query: torch.Tensor, row_gate: torch.Tensor, span_states, max_len: int,
-                           fixed_scores: Optional[torch.Tensor] = None):
-        """The released span attention (span_parser.py, ``SpanScorer.forward``), plain torch.
-
-        ``row_query [B, R, A]`` (``W_q h + b`` of each row's query position), ``row_gate [B, R, 2D]``
-        (``sigmoid(W_g h + b)`` of the same position), ``span_states`` from :meth:`span_inputs` over
-        the ``R`` rows. Only the ``m - 1`` spans ``[t-k, t]``, ``k = 0..m-2``, are scored (the
-        released ``_compute_span_repr_`` builds ``max_span_length - 1`` of them); their
-        representation is ``g' = tanh(gate_t * g([t-k, t]))``, the score ``v . tanh(q_t + g' @ w_span)``
-        (or ``fixed_scores[k]``) and the context ``sum_k w_k g'_k``. Returns ``(context [B, R, 2D],
-        scores [B, R, m])`` with column ``m - 1`` and the spans starting before row 0 at ``-inf``.
-
-        Not the fused :func:`induce.kernels.span_attention`: the gate sits inside the ``tanh`` of
-        every span, so it cannot be applied outside the kernel; this path stores ``[B, R, m-1, 2D]``.
-        """
-        c_fwd, logf_fwd, c_bwd, logf_bwd = span_states
-        n_spans = max_len - 1
-        fwd = span_representations(c_fwd, logf_fwd, n_spans)  # [B, R, m-1, D]
-        bwd = span_representations(c_bwd, logf_bwd, n_spans, reverse=True)
-        spans = torch.tanh(row_gate.unsqueeze(2) * torch.cat([fwd, bwd], -1))  # [B, R, m-1, 2D]
-        rows = spans.size(1)
-        if fixed_scores is None:
-            hidden = torch.tanh(torch.matmul(spans, self.w_span) + row_query.unsqueeze(2))
-            scores = torch.matmul(hidden, self.v)  # [B, R, m-1]
-        else:
-            scores = fixed_scores[:n_spans].to(spans.dtype).expand(spans.size(0), rows, n_spans)
-        starts = torch.arange(rows, device=spans.device)[:, None] - torch.arange(n_spans, device=spans.device)
-        scores = scores.masked_fill(starts < 0, float("-inf"))
-        weights = torch.softmax(scores.to(_accumulation_dtype(scores)), -1).to(spans.dtype)
-        context = torch.matmul(weights.unsqueeze(2), spans).squeeze(2)
-        scores = torch.cat([scores, scores.new_full((*scores.shape[:2], 1), float("-inf"))], -1)
-        return context, scores
-
-    def mix_context(self, h: torch.Tensor, context: torch.Tensor, residual: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``h, context -> h_hat [B, T, H]`` (``h [B, T, H]``, ``context [B, T, 2D]``).
-
-        paper (Eq. 6): ``g * tanh(W_m [h; a]) + (1 - g) * h``, ``g = sigmoid(W_g [h; a])``.
-        released (model.py, ``RNNModel.forward``): ``a' = drop(a)``, ``g = sigmoid(W_g [h; a'])``,
-        ``h_hat = drop(g * residual + (1 - g) * drop(tanh(W a')))`` with three locked dropouts of rate
-        ``dropout``; ``residual`` is the layer output before its own dropout (default: ``h``).
-        """
-        if self.variant == "released":
-            p, training = self.dropout, self.training
-            context = locked_dropout(context, p, training)
-            gate = torch.sigmoid(self.mix_gate(torch.cat([h, context], -1)))
-            mlp = locked_dropout(torch.tanh(self.mix_mlp(context)), p, training)
-            residual = h if residual is None else residual
-            return locked_dropout(gate * residual + (1 - gate) * mlp, p, training)
-        mlp, gate = self.mix(torch.cat([h, context], -1)).chunk(2, -1)
-        gate = torch.sigmoid(gate)
-        return gate * torch.tanh(mlp) + (1 - gate) * h
-
-    def forward(self, h: torch.Tensor, memory: Optional[torch.Tensor], max_len: int,
-                fixed_scores: Optional[torch.Tensor] = None, residual: Optional[torch.Tensor] = None):
-        """h ``[B, T, H]`` (current positions), memory ``[B, P, H]`` (previous positions) or None;
-        ``residual [B, T, H]``: the released variant's residual input (the undropped layer output).
-
-        Returns ``h_hat [B, T, H]`` and ``span_scores [B, T, max_len]`` (row t: spans ending at t, scored
-        with the query of t+1; row T-1 is -inf; released: column ``max_len - 1`` is -inf too).
-        """
-        batch, steps, _ = h.shape
-        prev = 0 if memory is None else memory.size(1)
-        seq = h if prev == 0 else torch.cat([memory, h], 1)  # [B, S = P + T, H]
-        two_d = 2 * self.rrnn_size
-        released = self.variant == "released"
-        # Kernel rows r = 0 .. S-2 (spans ending at sequence position r) with the query of position r+1.
-        rows = prev + steps - 1
-        scores = h.new_full((batch, steps, max_len), float("-inf"))
-        context = h.new_zeros(batch, steps, two_d)
-        if rows > 0:
-            span_states = self.span_inputs(seq[:, :rows])
-            # Row prev+t-1 takes the query of position t; rows before prev-1 (older memory) are
-            # only needed as span starts, their own outputs are dropped (zero query inputs).
-            row_h = h[:, 1:] if prev == 0 else torch.cat([h.new_zeros(batch, prev - 1, h.size(-1)), h], 1)
-            row_query = self.query(row_h)
-            self.last_relevant = None
-            if released:
-                c_fwd, logf_fwd, c_bwd, logf_bwd = span_states
-                # span_parser.py drops the rational RNN states (locked, rate dropouth); the span
-                # representations are linear in them, so this is the same mask on every span.
-                c_fwd = locked_dropout(c_fwd, self.dropout, self.training)
-                c_bwd = locked_dropout(c_bwd, self.dropout, self.training)
-                row_gate = torch.sigmoid(self.span_gate(row_h))
-                row_context, row_scores = self.released_attention(
-                    row_query, row_gate, (c_fwd, logf_fwd, c_bwd, logf_bwd), max_len, fixed_scores
-                )
-            else:
-                row_context, row_scores = span_attention(
-                    row_query, *span_states, self.w_span, self.v, max_len, fixed_scores=fixed_scores
-                )
-                if self.relevant_set and rows > max_len:  # some row has a start beyond its window
-                    row_context = self._with_relevant_spans(
-                        row_context, row_scores, span_states, row_query, max(prev - 1, 0), fixed_scores
-                    )
-            # position t reads the row of spans ending at t-1 (row prev + t - 1)
-            if prev == 0:
-                context = torch.cat([context[:, :1], row_context], 1)
-            else:
-                context = row_context[:, prev - 1 :]
-            # span_scores[t] = spans ending at current position t = row prev + t, for t <= T-2
-            if steps > 1:
-                scores = torch.cat([row_scores[:, prev:], scores[:, :1]], 1)
-        return self.mix_context(h, context, residual), scores
-
-    def _with_relevant_spans(self, row_context, row_scores, span_states, row_query, first_row: int,
-                             fixed_scores: Optional[torch.Tensor]) -> torch.Tensor:
-        """The kernel's window context ``[B, R, 2D]`` re-weighted by the joint softmax over the window
-        and the relevant extra spans of every row ``>= first_row`` (rows before are returned as is)."""
-        beta, index, valid = relevant_span_starts(row_scores, self.relevant_set, first_row)
-        index, valid = index[:, first_row:], valid[:, first_row:]
-        self.last_relevant = {"beta": beta, "index": index, "valid": valid, "first_row": first_row}
-        fwd, bwd = relevant_span_representations(*span_states, index, valid, first_row)  # [B, R', rho, D]
-        dim = fwd.size(-1)
-        if fixed_scores is None:
-            hidden = torch.matmul(fwd, self.w_span[:dim]) + torch.matmul(bwd, self.w_span[dim:])
-            extra = torch.matmul(torch.tanh(hidden + row_query[:, first_row:, None, :]), self.v)  # [B, R', rho]
-        else:  # PaLM-RB: the span length, as the fixed window scores k + 1
-            ends = torch.arange(first_row, row_scores.size(1), device=index.device)
-            extra = (ends[None, :, None] - index + 1).to(row_scores.dtype)
-        acc = _accumulation_dtype(row_scores)
-        extra = extra.to(acc).masked_fill(~valid, float("-inf"))
-        window = row_scores[:, first_row:].to(acc)
-        top = torch.maximum(window.max(-1).values, extra.max(-1).values).detach().unsqueeze(-1)  # finite: k = 0
-        window_mass = torch.exp(window - top).sum(-1, keepdim=True)  # [B, R', 1]
-        extra_weights = torch.exp(extra - top)  # [B, R', rho], 0 where not valid
-        total = window_mass + extra_weights.sum(-1, keepdim=True)
-        extra_weights = (extra_weights / total).unsqueeze(-1)
-        added = torch.cat([(extra_weights * fwd).sum(2), (extra_weights * bwd).sum(2)], -1)
-        rows_context = row_context[:, first_row:] * (window_mass / total) + added
-        return torch.cat([row_context[:, :first_row], rows_context.to(row_context.dtype)], 1)
-
-
 class PaLMBase(TiedLanguageModel):
     """AWD-LSTM with PaLM span attention; subclasses differ in supervision / fixed scores."""
 
@@ -434,15 +215,20 @@ class PaLMBase(TiedLanguageModel):
     fixed_right_branching: ClassVar[bool] = False
     #: whether ``gold_spans`` adds the supervised attention loss.
     supervised: ClassVar[bool] = False
+    #: an untied decoder weight is its own U(+-init_range) draw (released ``model.py`` ``init_weights``).
+    untied_output_init: ClassVar[str] = "uniform"
 
     def __init__(self, vocab_size: int, config: PaLMConfig | None = None):
         super().__init__(vocab_size, config)
         cfg = self.config
         sizes = [cfg.emb_size] + [cfg.hidden_size] * (cfg.n_layers - 1) + [cfg.emb_size]
-        self.layers = nn.ModuleList(WeightDropLSTM(sizes[l], sizes[l + 1], cfg.wdrop) for l in range(cfg.n_layers))
+        # The released initialisation (module docstring): block-orthogonal gates and zero biases here,
+        # the embedding from U(+-init_range) = U(+-sqrt(3 / emb_size)) in TiedLanguageModel.
+        self.layers = nn.ModuleList(WeightDropLSTM(sizes[l], sizes[l + 1], cfg.wdrop, init="orthogonal")
+                                    for l in range(cfg.n_layers))
         self.span_attention = SpanAttention(
             sizes[cfg.attention_after], cfg.rrnn_size, cfg.attention_size, relevant_set=cfg.relevant_set,
-            variant=cfg.variant, dropout=cfg.dropouth,
+            variant=cfg.variant, dropout=cfg.dropouth, backward_layout=cfg.backward_layout,
         )
         # Marks the span scorer for ``optim.scorer_optimizer: adam`` (induce.training.optim reads the
         # mark: the optimiser only ever sees the parameter objects).
@@ -517,28 +303,48 @@ class PaLMBase(TiedLanguageModel):
         return {"span_scores": scores}
 
     @torch.no_grad()
-    def parse_stream(self, sentences, eos_id: int) -> list[torch.Tensor]:
+    def parse_stream(self, sentences, eos_id: int, chunk_tokens: int = 4096) -> list[torch.Tensor]:
         """Span scores of consecutive sentences read as one stream ``<eos> s_1 <eos> s_2 <eos> ...``.
 
-        ``sentences``: token ids per sentence (no ``<eos>``), in corpus order. Each sentence runs as
-        its own segment, ``s_i <eos>`` (the first one ``<eos> s_1 <eos>``), starting from the LSTM
-        states the previous segment ended with; the span memory starts empty for every sentence, so
+        ``sentences``: token ids per sentence (no ``<eos>``), in corpus order. Each sentence is its
+        own segment, ``s_i <eos>`` (the first one ``<eos> s_1 <eos>``), read by the LSTM layers from
+        the states the previous segment ended with; the span memory starts empty for every sentence, so
         no span reaches into the previous sentence (as the released ``eval_parsing.py``, which carries
         ``hidden`` and resets ``c_hidden``). Returns per sentence of ``n`` words the table
         ``[n, m']`` whose row ``i`` scores the spans ending at word ``i`` (for
-        :func:`induce.parsing.span_tree`). Batch of one sentence at a time, eval mode assumed.
+        :func:`induce.parsing.span_tree`). Batch of one stream, eval mode assumed.
+
+        Since the layers below the span attention carry their state from segment to segment, they run
+        over consecutive segments of up to ``chunk_tokens`` tokens in one call per layer (the same
+        recurrence as segment by segment; one layer's recurrent matrix stays in cache: about 2x faster
+        at PaLM's size, where each step reads it whole); the span attention then runs per segment.
         """
         device = self.embedding.weight.device
-        state = self.init_state(1, device)
-        tables = []
-        for index, sentence in enumerate(sentences):
-            ids = ([eos_id] if index == 0 else []) + list(sentence) + [eos_id]
-            offset = 1 if index == 0 else 0
-            tokens = torch.as_tensor(ids, dtype=torch.long, device=device).unsqueeze(0)
-            _, (new_states, _), _, _, scores = self._run(tokens, state, self._parse_span_count(len(ids)), scores_only=True)
-            # layers above the span attention do not run when parsing: their state stays as it was
-            state = (new_states + state[0][len(new_states):], None)
-            tables.append(scores[0, offset : offset + len(sentence)])
+        below = self.layers[: self.config.attention_after]
+        states = self.init_state(1, device)[0][: len(below)]
+        segments = [([eos_id] if index == 0 else []) + list(sentence) + [eos_id]
+                    for index, sentence in enumerate(sentences)]
+        tables: list[torch.Tensor] = []
+        start = 0
+        while start < len(segments):
+            end, size = start, 0
+            while end < len(segments) and (end == start or size + len(segments[end]) <= chunk_tokens):
+                size += len(segments[end])
+                end += 1
+            ids = [token for segment in segments[start:end] for token in segment]
+            x = self.embed(torch.as_tensor(ids, dtype=torch.long, device=device).unsqueeze(0))  # [1, N, E]
+            for l, layer in enumerate(below):
+                x, states[l] = layer(x, states[l])
+            position = 0
+            for index in range(start, end):
+                length = len(segments[index])
+                h = x[:, position : position + length]  # [1, length, H]
+                max_len = self._parse_span_count(length)
+                _, scores = self.span_attention(h, None, max_len, self._fixed_scores(max_len, h), residual=h)
+                offset = 1 if index == 0 else 0
+                tables.append(scores[0, offset : offset + len(sentences[index])])
+                position += length
+            start = end
         return tables
 
 

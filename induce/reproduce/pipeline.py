@@ -14,8 +14,9 @@ where it stopped):
    a damaged one is trained again); an interrupted run is continued with
    :func:`induce.training.resume` and the rest of its time budget (from scratch when its ``last``
    checkpoint is damaged); a run that diverged with the same config is a failed step at once.
-3. **random init** — untrained models of each kind parse WSJ40 dev sentences (PaLM Table 4's first
-   row); ``OUT/eval/init-<model>-init<k>.<split>.json``.
+3. **untrained** — ``random_init_seeds`` untrained models of each kind parse WSJ40 dev sentences
+   (PaLM Table 4's first row; :mod:`induce.evaluation.untrained`, as ``induce eval --untrained``);
+   ``OUT/eval/init-<model>.<split>.json``.
 4. **baselines** — left, right, balanced, random trees; ``OUT/eval/baseline-<kind>.<split>.json``.
 5. **evaluate** each run: LM perplexity of the split, and its trees (parsed once) scored on all
    sentences, WSJ10 and WSJ40; ``OUT/eval/<model>-seed<seed>.<split>.json`` (+ ``.trees.txt``),
@@ -498,36 +499,32 @@ class Reproduction:
             chosen.append(name)
         return chosen
 
-    def random_init(self, model: str, init_seed: int) -> tuple[str, str]:
-        import torch
-
-        from induce.evaluation import EvalConvention, evaluate
-        from induce.inference import LoadedRun, predict_trees
-        from induce.models.registry import get_model_class
+    def random_init(self, model: str) -> tuple[str, str]:
+        """The profile's ``random_init_seeds`` untrained ``model``s (the run config's model section, inits
+        seeded 1..N, the training corpus's vocabulary) parse the first ``random_init_sentences`` WSJ40
+        sentences of the split: :func:`induce.evaluation.untrained.evaluate_untrained`, as ``induce eval
+        --untrained``. Writes ``OUT/eval/init-<model>.<split>.json``."""
+        from induce.evaluation import EvalConvention, prepare_gold
+        from induce.evaluation.untrained import evaluate_untrained
 
         config = self.configs[model][self.profile.seeds[0]]
         vocab = self.train_corpus.vocab
-        limit = self.profile.random_init_sentences
-        path = self.eval_path(f"init-{model}-init{init_seed}")
-        key = {**self._corpus_key(), "model": model, "model_config": config.model, "init_seed": init_seed,
+        inits, limit = self.profile.random_init_seeds, self.profile.random_init_sentences
+        path = self.eval_path(f"init-{model}")
+        key = {**self._corpus_key(), "model": model, "model_config": config.model, "inits": inits, "first_seed": 1,
                "sentences": limit, "vocab_size": len(vocab)}
         if read_json(path).get("key") == key:
             return "skipped", str(path)
         gold, kept = self._gold()
         chosen = [i for i, words in enumerate(kept) if 2 <= len(words) <= 40][:limit]
-        devices = torch.cuda.device_count() if self.eval_device.startswith("cuda") else 0
-        with torch.random.fork_rng(devices=list(range(devices))):
-            torch.manual_seed(init_seed)
-            net = get_model_class(model)(len(vocab), config.model_config_object())
-        net.to(self.eval_device).eval()
-        loaded = LoadedRun(net, vocab, {"config": config.to_dict(), "model_name": model}, Path(f"untrained-{model}"))
-        trees = predict_trees(loaded, [kept[i] for i in chosen], batch_size=self.profile.eval_batch_size,
-                              device=self.eval_device, keep_punct=True)
-        summary = evaluate(trees, [gold[i] for i in chosen], EvalConvention(max_length=40)).to_dict()
-        _write_json(path, {"key": key, "model": model, "init_seed": init_seed, "n_sentences": len(chosen),
-                           "wsj40": summary})
-        return "ran", (f"{len(chosen)} sentences: left {summary['left_split_pct']:.1f}%, "
-                       f"right {summary['right_split_pct']:.1f}%, F1 {summary['sentence_f1']:.1f}")
+        convention = EvalConvention(max_length=40)
+        result = evaluate_untrained(model, config.model, [prepare_gold(gold[i], convention) for i in chosen], vocab,
+                                    convention, inits=inits, seed=0, batch_size=self.profile.eval_batch_size,
+                                    device=self.eval_device)
+        _write_json(path, {"key": key, **result})
+        s = result["summary"]
+        return "ran", (f"{inits} inits, {result['n_sentences']} sentences: left {s['left_split_pct']['mean']:.1f}%, "
+                       f"right {s['right_split_pct']['mean']:.1f}%, F1 {s['sentence_f1']['mean']:.1f}")
 
     # -------------------------------------------------------------------------------------- run all
 
@@ -538,9 +535,10 @@ class Reproduction:
         for model in self.profile.models:
             for seed in self.profile.seeds:
                 steps.append((f"train {model} seed {seed}", lambda m=model, s=seed: self._run_step(self.train, m, s)))
-        for model in self.init_models():
-            for k in range(1, self.profile.random_init_seeds + 1):
-                steps.append((f"untrained {model} init {k}", lambda m=model, k=k: self.random_init(m, k)))
+        if self.profile.random_init_seeds:
+            for model in self.init_models():
+                steps.append((f"untrained {model} ({self.profile.random_init_seeds} inits)",
+                              lambda m=model: self.random_init(m)))
         for kind in BASELINES:
             steps.append((f"baseline {kind}", lambda b=kind: self.baseline(b)))
         for model in self.profile.models:

@@ -12,11 +12,11 @@ import json
 import math
 import os
 import platform
-import statistics
 from datetime import datetime, timezone
 from pathlib import Path
 
 from induce.config import read_yaml
+from induce.evaluation.metrics import mean_std
 
 #: name -> EvalConvention keyword arguments; the first three are our default convention.
 SCORE_SETS = {
@@ -47,15 +47,6 @@ def convention(name: str):
     from induce.evaluation import EvalConvention
 
     return EvalConvention(**SCORE_SETS[name])
-
-
-def mean_std(values) -> dict:
-    """``{"mean", "std", "n"}`` of the finite values (sample std, None for fewer than 2)."""
-    finite = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
-    if not finite:
-        return {"mean": None, "std": None, "n": 0}
-    return {"mean": statistics.fmean(finite), "std": statistics.stdev(finite) if len(finite) > 1 else None,
-            "n": len(finite)}
 
 
 def machine_info(device: str) -> dict:
@@ -106,15 +97,10 @@ def collect_results(repro, started_at: str, seconds: float) -> dict:
             baselines[kind] = {"scores": data["scores"]}
     init: dict = {}
     for model in repro.init_models():
-        runs = [read_json(repro.eval_path(f"init-{model}-init{k}")) for k in range(1, repro.profile.random_init_seeds + 1)]
-        runs = [r for r in runs if r]
-        if runs:
-            init[model] = {
-                "n_models": len(runs), "n_sentences": runs[0]["n_sentences"],
-                "left_split_pct": mean_std([r["wsj40"]["left_split_pct"] for r in runs]),
-                "right_split_pct": mean_std([r["wsj40"]["right_split_pct"] for r in runs]),
-                "sentence_f1": mean_std([r["wsj40"]["sentence_f1"] for r in runs]),
-            }
+        data = read_json(repro.eval_path(f"init-{model}"))  # induce.evaluation.untrained.evaluate_untrained
+        if data.get("summary"):
+            init[model] = {"n_models": data["inits"], "n_sentences": data["n_sentences"],
+                           "max_one_direction_pct": data["max_one_direction_pct"], **data["summary"]}
     gold = {}
     any_scores = next((b["scores"] for b in baselines.values()), None)
     if any_scores:
