@@ -105,7 +105,7 @@ def test_trainer_reads_bucketed_segments(tmp_path):
     """``data.bptt_bucket`` reaches the training loop: every segment but the row's clipped last one
     has a bucketed length, and the epoch still reads every position once."""
     from rich.console import Console
-    from test_training_standin import STANDIN, make_corpus
+    from helpers import STANDIN, make_corpus
 
     from induce.config import load_config
     from induce.training import train

@@ -60,7 +60,7 @@ ROW_KEYS = {"model", "ours_tok_s", "original_tok_s", "induce_train_epoch1_tok_s"
 def test_training_json_rows_from_a_tiny_cpu_run(bench_models, tmp_path, one_thread):
     """The writer of bench/gpu_training.json, on CPU: one row per model with the GPU file's schema,
     the original matched by name, and whole `induce train` epochs timed in a separate process."""
-    from test_training_standin import make_corpus
+    from helpers import make_corpus
 
     corpus = make_corpus(tmp_path / "corpora", train=40, valid=6, test=4)
     entry = tmp_path / "bench_entry.py"

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from cli.main import app
 from induce.models.registry import list_models
 
-from test_training_standin import make_corpus
+from helpers import make_corpus
 
 runner = CliRunner()
 TINY_ONLSTM = ["model.emb_size=8", "model.hidden_size=12", "model.chunk_size=4", "data.batch_size=4",

@@ -27,7 +27,7 @@ from induce.runs import describe_run, latest_run
 from induce.training import train
 from induce.training.checkpoint import CheckpointError
 
-from test_training_standin import STANDIN, make_corpus
+from helpers import STANDIN, make_corpus
 
 runner = CliRunner()
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -21,7 +21,7 @@ from induce.files import check_output_file, new_file_mode, sha256_file
 from induce.errors import InputError
 from induce.treeio import atomic_write_text
 
-from test_training_standin import train_tiny_run
+from helpers import train_tiny_run
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[1]
@@ -347,7 +347,7 @@ def test_markup_like_text_in_a_message_is_printed_as_is(tmp_path, gold_file):
 
 @pytest.fixture
 def tiny_corpus(tmp_path, one_thread):
-    from test_training_standin import make_corpus
+    from helpers import make_corpus
 
     return make_corpus(tmp_path / "corpora", train=40, valid=5, test=5)
 
@@ -424,7 +424,7 @@ def test_a_batch_too_large_for_the_memory_says_what_fits(tmp_path, monkeypatch, 
     from induce.config import load_config
     from induce.training import fits
     from induce.training.lm import LMLoss
-    from test_training_standin import TinyLSTM, make_corpus
+    from helpers import TinyLSTM, make_corpus
 
     corpus = make_corpus(tmp_path / "corpora", train=400, valid=5, test=5)  # rows of >= 22 tokens up to 150 rows
     vocab = len(json.loads((corpus / "vocab.json").read_text())["itos"])

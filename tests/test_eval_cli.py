@@ -92,7 +92,7 @@ def test_eval_checkpoint_parses_the_filtered_gold_words_as_words(tmp_path, monke
     import induce.inference as inference
     from induce.evaluation import EvalConvention, prepare_gold
     from induce.treeio import read_trees
-    from test_training_standin import train_tiny_run
+    from helpers import train_tiny_run
 
     run = train_tiny_run(tmp_path)
     gold = tmp_path / "gold.mrg"

@@ -19,7 +19,7 @@ from induce.evaluation.untrained import build_untrained, evaluate_untrained, unt
 from induce.models.registry import get_model_class
 from induce.treeio import read_trees
 
-from test_training_standin import make_corpus
+from helpers import make_corpus
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 runner = CliRunner()

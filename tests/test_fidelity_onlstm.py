@@ -280,7 +280,7 @@ def test_shipped_config_has_two_biases_and_old_checkpoints_have_one():
 
 @pytest.fixture(scope="module")
 def tiny_corpus(tmp_path_factory):
-    from test_training_standin import make_corpus
+    from helpers import make_corpus
 
     return make_corpus(tmp_path_factory.mktemp("corpora"), train=24, valid=4, test=2)
 

@@ -17,7 +17,7 @@ from induce.training import checkpoint, optim as optim_module
 from induce.training.optim import (ScorerSplitOptimizer, Schedule, averaged_parameters, build_optimizer,
                                    clip_gradients)
 
-from test_training_standin import STANDIN, TinyLSTM, make_corpus
+from helpers import STANDIN, TinyLSTM, make_corpus
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -139,7 +139,7 @@ def test_the_init_happens_at_construction_only(tmp_path):
     from induce.inference import load_run
     from induce.training import checkpoint, train
 
-    from test_training_standin import make_corpus
+    from helpers import make_corpus
 
     corpus = make_corpus(tmp_path / "corpora", train=20, valid=4, test=2)
     cfg = load_config("palm", overrides=[

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from cli.main import app
 from induce.evaluation import EvalConvention, prepare_gold
 
-from test_training_standin import train_tiny_run
+from helpers import train_tiny_run
 
 runner = CliRunner()
 FUZZ = settings(max_examples=40, deadline=None, derandomize=True, database=None,

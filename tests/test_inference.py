@@ -31,7 +31,7 @@ from induce.parsing import peel_tree, to_nltk
 from induce.training import train
 from induce.training.checkpoint import CheckpointError
 
-from test_training_standin import STANDIN, make_corpus
+from helpers import STANDIN, make_corpus
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -16,7 +16,7 @@ import induce
 from cli.main import app
 from induce.errors import InduceError
 
-from test_training_standin import train_tiny_run
+from helpers import train_tiny_run
 
 runner = CliRunner()
 pytestmark = pytest.mark.usefixtures("one_thread")

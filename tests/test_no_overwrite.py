@@ -14,7 +14,7 @@ from cli.main import app
 from induce.errors import InputError
 from induce.files import check_not_input, same_file
 
-from test_training_standin import make_corpus, train_tiny_run
+from helpers import make_corpus, train_tiny_run
 
 runner = CliRunner()
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -22,7 +22,7 @@ from induce.models.registry import get_model_class, list_models
 from induce.relevancy import RelevancyMemory, relevant_indices
 from induce.training.trainer import detach_state
 
-from test_training_standin import make_corpus
+from helpers import make_corpus
 
 VOCAB = 23
 PALM_TINY = dict(emb_size=12, hidden_size=16, rrnn_size=5, attention_size=7, max_span_length=4)

@@ -20,7 +20,7 @@ from induce.config import CONFIG_DIR
 from induce.errors import InduceError
 from induce.reproduce import list_profiles, load_profile, subset_corpus
 
-from test_training_standin import make_corpus
+from helpers import make_corpus
 
 runner = CliRunner()
 PNG = b"\x89PNG\r\n\x1a\n"

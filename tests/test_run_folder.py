@@ -20,9 +20,8 @@ from induce.config import load_config
 from induce.training.run_folder import LOCK_FILE, RunFolderError, RunLock
 from induce.training.trainer import read_status, resume, train
 
-from test_training_standin import STANDIN, make_corpus
+from helpers import STANDIN, child_env, make_corpus
 
-REPO = Path(__file__).resolve().parents[1]
 QUIET = Console(quiet=True)
 runner = CliRunner()
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -130,8 +129,7 @@ def test_cli_refuses_finished_runs_and_foreign_folders(tmp_path, corpus, monkeyp
 
 def test_sigint_writes_a_checkpoint_and_prints_the_resume_command(tmp_path, corpus):
     run = tmp_path / "run"
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env = child_env()
     command = [sys.executable, "-m", "cli.main", "train", "--model", "onlstm", "--corpus", str(corpus),
                "--out", str(run), "--device", "cpu", "--no-progress", "--max-epochs", "1000",
                "model.emb_size=8", "model.hidden_size=8", "model.chunk_size=4", "data.batch_size=2",
@@ -173,8 +171,7 @@ def test_kill_9_mid_epoch_then_resume_equals_an_uninterrupted_run(tmp_path, corp
     overrides = ["model.emb_size=8", "model.hidden_size=8", "model.chunk_size=4", "data.batch_size=2",
                  "data.bptt=5", "data.variable_bptt=true", "data.bptt_std=2", "data.min_bptt=2",
                  "train.dev_f1=false", "train.checkpoint_every=3", "train.log_interval=1000", "train.seed=4"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env = child_env()
     base = [sys.executable, "-m", "cli.main", "train", "--no-progress"]
     child = subprocess.Popen([*base, "--model", "onlstm", "--corpus", str(corpus), "--out", str(run), "--device",
                               "cpu", "--max-epochs", "2", *overrides], cwd=tmp_path, env=env,

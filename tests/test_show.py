@@ -13,7 +13,7 @@ from induce.inference import load_run, predict_trees
 from induce.show import dev_sentence, sentence_structure, tree_f1
 from induce.training import train
 
-from test_training_standin import make_corpus
+from helpers import make_corpus
 
 runner = CliRunner()
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -17,7 +17,7 @@ from induce.training.checkpoint import CheckpointError, load_checkpoint, save_ch
 from induce.training.optim import Schedule, averaged_parameters, build_optimizer
 from induce.training.trainer import LMLoss, Trainer, evaluate_lm, read_status, resume, train
 
-from test_training_standin import STANDIN, TinyLSTM, make_corpus
+from helpers import STANDIN, TinyLSTM, make_corpus
 
 QUIET = Console(quiet=True)
 

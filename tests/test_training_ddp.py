@@ -22,20 +22,14 @@ from rich.console import Console
 from induce.config import load_config
 from induce.training import load_checkpoint, train
 
-from test_training_standin import make_corpus
+from helpers import REPO, child_env, make_corpus, python_path
 
-REPO = Path(__file__).resolve().parents[1]
 NO_DROPOUT = ["model.dropout=0", "model.dropouth=0", "model.dropouti=0", "model.dropoute=0", "model.wdrop=0"]
 # PaLM-RB: its span scorer gets no gradient (fixed scores), which DDP must be told about.
 MODEL = "palm-rb"
 TINY = ["model.emb_size=8", "model.hidden_size=12", "model.rrnn_size=4", "model.attention_size=4",
         "model.max_span_length=4", "data.batch_size=4", "data.bptt=8",
         "data.eval_batch_size=2", "optim.optimizer=sgd", "optim.asgd=never", "optim.lr=1", "train.log_interval=5", "train.dev_f1=false", "train.seed=3"]
-
-
-def python_path(existing):
-    """This checkout first, then whatever PYTHONPATH the caller had (extended, not replaced)."""
-    return os.pathsep.join([str(REPO), *(existing.split(os.pathsep) if existing else [])])
 
 
 def test_python_path_extends_the_callers():
@@ -47,7 +41,7 @@ def test_python_path_extends_the_callers():
 def test_two_cpu_processes_match_one_process(tmp_path):
     corpus = make_corpus(tmp_path / "corpora", train=80, valid=10, test=5)
     overrides = TINY + NO_DROPOUT
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": python_path(os.environ.get("PYTHONPATH"))}
+    env = child_env()
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
         "-m", "cli.main", "train", "--model", MODEL, "--corpus", str(corpus), "--out", str(tmp_path / "ddp"),
@@ -91,7 +85,7 @@ def test_ctrl_c_under_torchrun_then_resume_is_exact_with_dropout(tmp_path):
     RNG states and carried rows, and `--resume` (dropout on, a different mask stream per process,
     variable BPTT) ends with the weights of a straight 2-epoch torchrun run, bit for bit."""
     corpus = make_corpus(tmp_path / "corpora", train=300, valid=6, test=2)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": python_path(os.environ.get("PYTHONPATH"))}
+    env = child_env()
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                 "-m", "cli.main", "train", "--no-progress"]
     fresh = ["--model", "onlstm", "--corpus", str(corpus), "--device", "cpu", "--max-epochs", "2",

@@ -20,7 +20,7 @@ from induce.inference import latest_run
 from induce.training import train
 from induce.training.trainer import TrainingDiverged
 
-from test_training_standin import STANDIN, make_corpus
+from helpers import STANDIN, make_corpus
 
 runner = CliRunner()
 pytestmark = pytest.mark.usefixtures("one_thread")

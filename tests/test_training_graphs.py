@@ -26,7 +26,7 @@ from induce.training.optim import build_optimizer, clip_gradients
 from induce.training.state import detach_state
 from induce.training.trainer import Trainer
 
-from test_training_standin import make_corpus
+from helpers import make_corpus
 
 QUIET = Console(quiet=True)
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -23,7 +23,7 @@ from induce.config import load_config
 from induce.training import load_checkpoint
 from induce.training.trainer import TrainingInterrupted, read_status, resume, train
 
-from test_training_standin import make_corpus
+from helpers import make_corpus
 
 QUIET = Console(quiet=True)
 pytestmark = pytest.mark.usefixtures("one_thread")

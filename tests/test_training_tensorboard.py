@@ -22,7 +22,7 @@ from induce.config import load_config
 from induce.training import load_checkpoint
 from induce.training.trainer import resume, train
 
-from test_training_standin import make_corpus
+from helpers import make_corpus
 
 runner = CliRunner()
 QUIET = Console(quiet=True)

@@ -1,0 +1,119 @@
+"""Helpers shared by the test modules; test modules import from here, never from one another
+(``test_habits.py`` checks it).
+
+- ``TinyLSTM`` (``tiny-lstm``, registered on import): a test-only language model, so that the trainer,
+  inference and the CLI are tested independently of the real models.
+- ``make_corpus``: a tiny prepared synthetic treebank corpus; ``train_tiny_run``: a tiny trained run.
+- ``python_path`` / ``child_env``: the environment for a child ``python -m cli.main`` process that must
+  import this checkout.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pydantic
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from induce.models.base import LanguageModel, LMOutput, ModelConfig
+from induce.models.registry import _REGISTRY, register
+
+STANDIN = "tiny-lstm"
+REPO = Path(__file__).resolve().parents[1]
+
+
+class TinyConfig(ModelConfig):
+    emb_size: int = pydantic.Field(8, gt=0)
+    hidden_size: int = pydantic.Field(12, gt=0)
+    dropout: float = pydantic.Field(0.0, ge=0, lt=1)
+
+
+class TinyLSTM(LanguageModel):
+    """Embedding -> 1-layer LSTM -> dropout -> projection to the embedding size (tied output).
+
+    Distances for parsing come from a linear head on the LSTM states: ``[B, T]``.
+    """
+
+    name = STANDIN
+    description = "test-only 1-layer LSTM"
+    parser_kind = "distance"
+    Config = TinyConfig
+
+    def __init__(self, vocab_size: int, config: TinyConfig | None = None):
+        super().__init__()
+        self.config = config or TinyConfig()
+        cfg = self.config
+        self.embedding = nn.Embedding(vocab_size, cfg.emb_size)
+        self.lstm = nn.LSTM(cfg.emb_size, cfg.hidden_size, batch_first=True)
+        self.project = nn.Linear(cfg.hidden_size, cfg.emb_size)
+        self.distance = nn.Linear(cfg.hidden_size, 1)
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+
+    def init_state(self, batch_size, device="cpu"):
+        """``(h [B, H], c [B, H])``: batch first, as the trainer expects of every state tensor."""
+        zeros = torch.zeros(batch_size, self.config.hidden_size, device=device)
+        return (zeros, zeros.clone())
+
+    def _lstm(self, tokens, state):
+        h, c = state
+        out, (h, c) = self.lstm(self.embedding(tokens), (h.unsqueeze(0).contiguous(), c.unsqueeze(0).contiguous()))
+        return out, (h.squeeze(0), c.squeeze(0))
+
+    def forward(self, tokens, state, gold_spans=None):
+        out, state = self._lstm(tokens, state)
+        dropped = F.dropout(out, self.config.dropout, self.training)
+        hidden = self.project(dropped)
+        return LMOutput(hidden=hidden, state=state, raw_outputs=[out], dropped_outputs=[dropped],
+                        structure={"distances": self.distance(out).squeeze(-1)})
+
+    def logits(self, hidden):
+        return F.linear(hidden, self.embedding.weight, self.bias)
+
+    @torch.no_grad()
+    def parse_structure(self, tokens, lengths):
+        out, _ = self._lstm(tokens, self.init_state(tokens.size(0), tokens.device))
+        return {"distances": self.distance(out).squeeze(-1)}
+
+
+if STANDIN not in _REGISTRY:
+    register(TinyLSTM)
+
+
+def make_corpus(folder: Path, train: int = 120, valid: int = 20, test: int = 10, seed: int = 0) -> Path:
+    """A tiny prepared synthetic treebank corpus (trees + LM text) under ``folder``."""
+    from induce.data.preprocess import preprocess_synthetic
+
+    return preprocess_synthetic(Path(folder), "tiny", {"train": train, "valid": valid, "test": test}, seed=seed)
+
+
+def train_tiny_run(root: Path) -> Path:
+    """A tiny trained run of the stand-in model under ``root/runs/tiny`` (one epoch, one thread): ~2 s."""
+    from rich.console import Console
+
+    from induce.config import load_config
+    from induce.training import train
+
+    corpus = make_corpus(root / "corpora", train=40, valid=5, test=5)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cfg = load_config(STANDIN, overrides=[
+            f"data.corpus={corpus}", "data.batch_size=4", "data.bptt=8", "optim.asgd=never",
+            "train.epochs=1", "train.device=cpu", "train.dev_f1=false",
+        ])
+        train(cfg, root / "runs" / "tiny", console=Console(quiet=True), progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    return root / "runs" / "tiny"
+
+
+def python_path(existing: str | None) -> str:
+    """This checkout first, then whatever PYTHONPATH the caller had (extended, not replaced)."""
+    return os.pathsep.join([str(REPO), *(existing.split(os.pathsep) if existing else [])])
+
+
+def child_env() -> dict[str, str]:
+    """The environment for a child process: one OpenMP thread, this checkout importable first."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": python_path(os.environ.get("PYTHONPATH"))}

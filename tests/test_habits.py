@@ -1,0 +1,38 @@
+"""The project's habits, checked: test modules share helpers through ``tests/helpers.py`` (or fixtures in
+``conftest.py``), never by importing another test module."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+
+
+def imports_of_test_modules(source: str) -> list[tuple[int, str]]:
+    """``(line, module)`` for each import of a test module (``test_x``, ``tests.test_x``) in ``source``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):  # ``from . import test_x``
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        found += [(node.lineno, name) for name in names if any(part.startswith("test_") for part in name.split("."))]
+    return sorted(set(found))
+
+
+def test_the_check_finds_each_form_of_importing_a_test_module():
+    source = ("import test_a\nimport tests.test_b as b\nfrom test_c import x\nfrom tests.test_d import y\n"
+              "from . import test_e\nfrom tests import test_f\ndef f():\n    from test_g import z\n"
+              "from helpers import make_corpus\nimport testing\nfrom induce.kernels import testing\n")
+    assert sorted({line for line, _ in imports_of_test_modules(source)}) == [1, 2, 3, 4, 5, 6, 8]
+
+
+def test_no_test_module_imports_another():
+    offenders = [f"{path.name}:{line}: {module}" for path in sorted(TESTS.glob("*.py"))
+                 for line, module in imports_of_test_modules(path.read_text(encoding="utf-8"))]
+    assert not offenders, "move shared helpers into tests/helpers.py (or a conftest.py fixture):\n" + "\n".join(
+        offenders)
