@@ -16,7 +16,7 @@ from ._dispatch import (
     BACKENDS,
     KernelBackendError,
     get_backend,
-    implementation,
+    kernel,
     resolve,
     set_backend,
     triton_unavailable_reason,
@@ -48,7 +48,7 @@ def cumax(x: torch.Tensor, dim: int = -1, reverse: bool = False, backend: str = 
     the quirk noted by Stratos), so models should keep writing ``1 - cumax(x)`` for it.
     Any shape; the output has the shape and dtype of ``x``.
     """
-    return implementation(backend, x).cumax(x, dim=dim, reverse=reverse)
+    return kernel("cumax", backend, x)(x, dim=dim, reverse=reverse)
 
 
 def onlstm_cell(
@@ -68,7 +68,7 @@ def onlstm_cell(
     distances). The torch tier is the eager twin (the step as separate PyTorch ops); the Triton tier
     does the step, both cumax included, in one kernel per row and the backward in one more.
     """
-    return implementation(backend, gates, c).onlstm_cell(gates, c, n_chunks)
+    return kernel("onlstm_cell", backend, gates, c)(gates, c, n_chunks)
 
 
 def stick_breaking_gates(
@@ -99,7 +99,7 @@ def stick_breaking_gates(
     exactly 0 (Stratos sets ``d_i = inf`` there). Products are cumulative products over the
     reversed window: exact zeros (saturated hardtanh) stay exact and gradients stay finite.
     """
-    return implementation(backend, d, d_next).stick_breaking_gates(d, window, tau=tau, d_next=d_next)
+    return kernel("stick_breaking_gates", backend, d, d_next)(d, window, tau=tau, d_next=d_next)
 
 
 def linear_scan(
@@ -117,7 +117,7 @@ def linear_scan(
     [B, T, D]``. Computed as a parallel scan over ``(f, u)`` pairs, never through ``exp(-cumsum)``,
     so long sequences neither overflow nor lose precision; the backward pass is the reverse scan.
     """
-    return implementation(backend, log_f, u, c0).linear_scan(log_f, u, c0=c0, reverse=reverse)
+    return kernel("linear_scan", backend, log_f, u, c0)(log_f, u, c0=c0, reverse=reverse)
 
 
 def span_representations(
@@ -144,7 +144,7 @@ def span_representations(
     span); the test suite bounds the leak. The exact alternative, a window recurrence over ``k``
     from ``u``, needs ``u`` itself and is not part of this API.
     """
-    return implementation(backend, c, log_f).span_representations(c, log_f, max_len, reverse=reverse)
+    return kernel("span_representations", backend, c, log_f)(c, log_f, max_len, reverse=reverse)
 
 
 def span_attention(
@@ -171,5 +171,5 @@ def span_attention(
     Returns ``(context [B, T, 2D], scores [B, T, m])``; scores of spans starting before the
     sequence are ``-inf``. The triton tier never stores the ``[B, T, m, 2D]`` span tensor.
     """
-    impl = implementation(backend, query, c_fwd, logf_fwd, c_bwd, logf_bwd, w_span, v, fixed_scores)
-    return impl.span_attention(query, c_fwd, logf_fwd, c_bwd, logf_bwd, w_span, v, max_len, fixed_scores=fixed_scores)
+    impl = kernel("span_attention", backend, query, c_fwd, logf_fwd, c_bwd, logf_bwd, w_span, v, fixed_scores)
+    return impl(query, c_fwd, logf_fwd, c_bwd, logf_bwd, w_span, v, max_len, fixed_scores=fixed_scores)

@@ -21,13 +21,25 @@ import contextlib
 import importlib
 import os
 from types import ModuleType
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 
 from induce.errors import InduceError
 
 BACKENDS = ("auto", "reference", "torch", "triton")
+#: The module implementing each tier; every op of :mod:`induce.kernels` is a function of the same name and
+#: signature (less ``backend``) in each of them (``tests/test_kernel_tiers.py`` checks it by introspection).
+TIER_MODULES = {
+    "reference": "induce.kernels.reference",
+    "torch": "induce.kernels.torch_impl",
+    "triton": "induce.kernels.triton_impl",
+}
+#: Ops deliberately left out of the Triton tier, ``{op: why}``: the one place such a gap is declared (the
+#: reference and torch tiers implement every op: one is the tests' ground truth, the other the CPU
+#: default). Under ``backend="auto"`` such an op runs on the torch tier; asking for ``"triton"`` by
+#: name raises :class:`KernelBackendError` with the reason. Empty: every op has a Triton kernel.
+NO_TRITON_TIER: dict[str, str] = {}
 
 _global_backend = "auto"
 _triton_module: Optional[ModuleType] = None
@@ -81,7 +93,7 @@ def _load_triton() -> Optional[ModuleType]:
     global _triton_module, _triton_import_error
     if _triton_module is None and _triton_import_error is None:
         try:
-            _triton_module = importlib.import_module("induce.kernels.triton_impl")
+            _triton_module = importlib.import_module(TIER_MODULES["triton"])
         except Exception as error:  # ImportError, or a Triton that fails to initialise
             _triton_import_error = f"{type(error).__name__}: {error}"
     return _triton_module
@@ -108,15 +120,16 @@ def resolve(backend: str, *tensors: Optional[torch.Tensor]) -> str:
     return name
 
 
-def implementation(backend: str, *tensors: Optional[torch.Tensor]) -> ModuleType:
-    """The module implementing the tier chosen by :func:`resolve`."""
+def kernel(op: str, backend: str, *tensors: Optional[torch.Tensor]) -> Callable:
+    """The function implementing ``op`` in the tier chosen by :func:`resolve` for ``tensors``.
+
+    An op declared in :data:`NO_TRITON_TIER` runs on the torch tier where ``"auto"`` chose Triton.
+    """
     name = resolve(backend, *tensors)
-    if name == "triton":
-        return _load_triton()  # type: ignore[return-value]
-    if name == "reference":
-        from induce.kernels import reference
-
-        return reference
-    from induce.kernels import torch_impl
-
-    return torch_impl
+    if name == "triton" and op in NO_TRITON_TIER:
+        if _check_name(backend) == "auto" and _global_backend == "auto":
+            name = "torch"
+        else:
+            raise KernelBackendError(f"kernel {op!r} has no Triton tier ({NO_TRITON_TIER[op]}); use --kernels torch")
+    module = _load_triton() if name == "triton" else importlib.import_module(TIER_MODULES[name])
+    return getattr(module, op)

@@ -16,6 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
+#: Public functions here that are not kernel ops of :mod:`induce.kernels` (so no other tier needs them):
+#: the attention step over precomputed span representations, which ``bench/kernels.py`` times alone.
+TIER_HELPERS = ("attend_over_spans",)
+
 
 # ----------------------------------------------------------------------------------------- cumax
 def cumax(x: torch.Tensor, dim: int = -1, reverse: bool = False) -> torch.Tensor:
