@@ -74,7 +74,7 @@ def segments(trainer, n):
     """``n`` (inputs, targets, gold) segments as the trainer draws them (its BPTT-length generator)."""
     cfg, data, position = trainer.config, trainer.train_data, 0
     for _ in range(n):
-        length = batching.next_segment_length(trainer.bptt_rng, cfg.data.bptt, cfg.data.bptt_std, cfg.data.min_bptt,
+        length = batching.next_segment_length(trainer.loop.bptt_rng, cfg.data.bptt, cfg.data.bptt_std, cfg.data.min_bptt,
                                               cfg.data.max_bptt_extra, bucket=cfg.data.bptt_bucket)
         if position + length >= data.size(1) - 1:
             position = 0
@@ -127,24 +127,24 @@ def run_pair(corpus, tmp_path, model, n, *extra, capture_fn=None, warmup=None, m
         steps.max_graphs = max_graphs
     for trainer in (a, b):
         trainer._params = [p for p in trainer.model.parameters() if p.requires_grad]
-        trainer.hidden = trainer.model.init_state(trainer.train_data.size(0), trainer.device)
+        trainer.loop.hidden = trainer.model.init_state(trainer.train_data.size(0), trainer.device)
     lengths = []
     for inputs, targets, gold in segments(a, n):
         lengths.append(inputs.size(1))
         for trainer in (a, b):
-            trainer.schedule.step_lr(trainer.optimizer, inputs.size(1) / cfg.data.bptt)
+            trainer.loop.schedule.step_lr(trainer.optimizer, inputs.size(1) / cfg.data.bptt)
         rng = rng_states(a.device)
-        loss_a, ce_a, a.hidden = eager_step(a, inputs, targets, detach_state(a.hidden), gold)
+        loss_a, ce_a, a.loop.hidden = eager_step(a, inputs, targets, detach_state(a.loop.hidden), gold)
         rng_after_a = rng_states(a.device)[1]
         set_rng_states(b.device, rng)
-        loss_b, ce_b, b.hidden = steps.step(b.optimizer, b._params, inputs, targets, detach_state(b.hidden), gold)
+        loss_b, ce_b, b.loop.hidden = steps.step(b.optimizer, b._params, inputs, targets, detach_state(b.loop.hidden), gold)
         if exact:
             assert torch.equal(loss_a, loss_b) and torch.equal(ce_a, ce_b)
             assert_same(a, b)
         else:
             torch.testing.assert_close(loss_b, loss_a, rtol=1e-4, atol=1e-6)
             assert_close(a, b)
-        assert state_signature(a.hidden) == state_signature(b.hidden)
+        assert state_signature(a.loop.hidden) == state_signature(b.loop.hidden)
         if b.device.type == "cuda":
             # the CUDA generator advanced as in the eager step (a replay moves it by its graph's draws)
             assert torch.equal(torch.cuda.get_rng_state(b.device), rng_after_a), "CUDA generator offset differs"
@@ -296,7 +296,7 @@ def test_replay_path_equals_eager_with_a_stand_in_graph(corpus, tmp_path):
     (static,) = steps.steps.values()
     assert FakeGraph.captured == 1 and static.graph is not None and static.calls == 12
     # from the capture on, the outputs are the same static tensors every step
-    assert b.hidden[0][0] is static.outputs[2][0][0]
+    assert b.loop.hidden[0][0] is static.outputs[2][0][0]
 
 
 def test_a_failed_capture_falls_back_to_eager_with_one_note(corpus, tmp_path):

@@ -8,10 +8,6 @@ fills the trainer's attributes); the loop is in :mod:`induce.training.trainer`.
 """
 from __future__ import annotations
 
-import math
-from typing import Optional
-
-import numpy as np
 import torch
 from rich.console import Console
 from torch import nn
@@ -21,8 +17,8 @@ from induce.errors import InduceError
 from . import batching, ddp, fits
 from .checkpoint import CheckpointError
 from .lm import DEV_LENGTHS, LMLoss, resolve_corpus
-from .optim import Schedule, build_optimizer
-from .state import seed_everything
+from .optim import build_optimizer
+from .state import LoopState, seed_everything
 
 
 class TrainerSetup:
@@ -100,21 +96,8 @@ class TrainerSetup:
             )
         self._set_up_graphs()
         cfg = self.config
-        self.schedule = Schedule(cfg.optim)
         self.optimizer = build_optimizer(self.model.parameters(), cfg.optim)
-        self.bptt_rng = np.random.default_rng(cfg.train.seed) if cfg.data.variable_bptt else None
-        # Trainer state (all JSON-serialisable except the carried recurrent state).
-        self.epoch = 1  # the epoch in progress
-        self.batch = 0  # optimiser steps done in this epoch
-        self.position = 0  # next segment start in the epoch
-        self.hidden = None
-        self.epoch_loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        self.epoch_tokens = 0
-        self.steps_total = 0
-        self.best_metric: Optional[float] = None
-        self.best_valid_ppl = math.inf
-        self.bad_epochs = 0
-        self.history: list[dict] = []
+        self.loop = LoopState.fresh(cfg, self.device)
         if self.resume_meta is not None:
             self._restore()
 

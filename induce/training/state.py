@@ -1,23 +1,31 @@
 """What a resumable checkpoint holds and how the trainer writes and restores it.
 
-``last`` stores the optimiser state (incl. ASGD's averages), the schedule, the validation history,
-the best metric, the batch position inside the epoch, the recurrent state carried to the next
-segment, the epoch's running loss sums and every RNG state (python ``random``, numpy's global
-generator, the BPTT-length generator, torch CPU and CUDA per process). Nothing else may draw from
-these generators between a checkpoint and the next step (a draw that happens only once per process,
-e.g. a lazy probe inside the first forward, would make a resumed process drift from the
-uninterrupted one).
+:class:`LoopState` is the training loop's state: everything that decides the next step besides the
+model's weights and the optimiser: the position (epoch, batch, segment start), the step counter, the
+epoch's running loss sums, the best metric and the patience counter, the validation history, the lr
+schedule (and ASGD switch), the carried recurrent state and the BPTT-length generator. Its
+:meth:`~LoopState.checkpoint` / :meth:`~LoopState.restore` write and read it, together with the
+process-wide RNG states (python ``random``, numpy's global generator, torch CPU and CUDA per
+process), in ``last``'s tensors and sidecar keys (``trainer``, ``schedule``, ``rng``, ``hidden``,
+``history``). Nothing else may draw from these generators between a checkpoint and the next step (a
+draw that happens only once per process, e.g. a lazy probe inside the first forward, would make a
+resumed process drift from the uninterrupted one).
 
 :class:`CheckpointState` is the :class:`~induce.training.trainer.Trainer`'s checkpoint half (a mixin:
-it reads and writes the trainer's attributes); the loop is in :mod:`induce.training.trainer`.
+it adds the weights, the optimiser and the run's identity to the loop state); the loop is in
+:mod:`induce.training.trainer`.
 """
 from __future__ import annotations
 
+import math
 import random
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
+
+from induce.config import RunConfig
 
 from . import batching, ddp
 from .checkpoint import (
@@ -29,7 +37,8 @@ from .checkpoint import (
     split_optimizer_state,
     unflatten_state,
 )
-from .optim import averaged_parameters, build_optimizer
+from .ddp import DistContext
+from .optim import Schedule, averaged_parameters, build_optimizer
 from .run_folder import BEST, LAST, now
 
 
@@ -84,53 +93,146 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-class CheckpointState:
-    """Mixin of :class:`~induce.training.trainer.Trainer`: the ``last`` / ``best`` checkpoints."""
+@dataclass
+class LoopState:
+    """Where the training loop stands, one per process: what decides the next step besides the weights
+    and the optimiser (and the process-wide RNGs, which :meth:`checkpoint` / :meth:`restore` carry too).
 
-    def _trainer_state(self) -> dict:
+    The sidecar's ``trainer`` key holds the counters (its keys are the checkpoint format: old
+    checkpoints must stay readable), ``schedule`` the lr schedule, ``history`` the epochs' metrics.
+    """
+
+    schedule: Schedule
+    #: Draws the variable BPTT segment lengths (None: fixed lengths).
+    bptt_rng: Optional[np.random.Generator]
+    #: The epoch in progress (from 1).
+    epoch: int = 1
+    #: Optimiser steps done in this epoch.
+    batch: int = 0
+    #: The next segment's start in this epoch's rows.
+    position: int = 0
+    #: Optimiser steps done in the whole run.
+    steps_total: int = 0
+    #: This process's running sum of token losses in the epoch: ``[]`` float64 on the training device
+    #: (summed there without a host sync).
+    epoch_loss_sum: torch.Tensor = field(default_factory=lambda: torch.zeros((), dtype=torch.float64))
+    #: This process's tokens in the epoch.
+    epoch_tokens: int = 0
+    #: The best selection value so far (higher is better; None before the first evaluation).
+    best_metric: Optional[float] = None
+    best_valid_ppl: float = math.inf
+    #: Complete epochs since the selection value last improved (``train.patience``).
+    bad_epochs: int = 0
+    #: One metrics dict per evaluated epoch (``metrics.jsonl``).
+    history: list[dict] = field(default_factory=list)
+    #: The recurrent state carried to the next segment: this process's rows (nested tuples of ``[B/W, ...]``).
+    hidden: Any = None
+
+    @classmethod
+    def fresh(cls, config: RunConfig, device: torch.device) -> "LoopState":
+        """The state before the first step of a run."""
+        return cls(
+            schedule=Schedule(config.optim),
+            bptt_rng=np.random.default_rng(config.train.seed) if config.data.variable_bptt else None,
+            epoch_loss_sum=torch.zeros((), dtype=torch.float64, device=device),
+        )
+
+    def next_epoch(self) -> None:
+        """After a complete epoch: the next one starts at its first batch with a fresh recurrent state."""
+        self.epoch += 1
+        self.batch = self.position = 0
+        self.hidden = None
+        self.epoch_loss_sum.zero_()
+        self.epoch_tokens = 0
+
+    def counters(self, ctx: DistContext) -> dict:
+        """The sidecar's ``trainer`` entry; the running sums all-reduced over the processes (a collective)."""
         return {
             "epoch": self.epoch,
             "batch": self.batch,
             "position": self.position,
-            "epoch_loss_sum": float(ddp.all_reduce_sum(self.ctx, self.epoch_loss_sum).item()),
-            "epoch_tokens": int(ddp.all_reduce_sum(self.ctx, torch.tensor(float(self.epoch_tokens))).item()),
+            "epoch_loss_sum": float(ddp.all_reduce_sum(ctx, self.epoch_loss_sum).item()),
+            "epoch_tokens": int(ddp.all_reduce_sum(ctx, torch.tensor(float(self.epoch_tokens))).item()),
             "steps_total": self.steps_total,
             "best_metric": self.best_metric,
             "best_valid_ppl": self.best_valid_ppl,
             "bad_epochs": self.bad_epochs,
-            "world_size": self.ctx.world_size,
+            "world_size": ctx.world_size,
         }
 
-    def _save_last(self) -> None:
-        """The resumable checkpoint (a collective under DDP: every rank must call it)."""
-        ctx = self.ctx
-        tensors = {f"model.{k}": v for k, v in self.model.state_dict().items()}
-        optim_tensors, optim_json = split_optimizer_state(self.optimizer.state_dict())
-        tensors.update(optim_tensors)
+    def checkpoint(self, ctx: DistContext) -> tuple[dict[str, torch.Tensor], dict]:
+        """``(tensors, sidecar entries)`` of ``last`` for this state and every process's RNGs; a collective
+        under DDP (every rank must call it; only rank 0's result is written). The carried state is stored
+        as the global batch (the rows of all ranks concatenated), as a 1-process run stores it."""
+        tensors = {}
         for rank, state in enumerate(ddp.gather_bytes(ctx, torch.get_rng_state())):
             tensors[f"rng.torch_cpu.{rank}"] = state
-        if self.device.type == "cuda":
-            for rank, state in enumerate(ddp.gather_bytes(ctx, torch.cuda.get_rng_state(self.device))):
+        if ctx.device.type == "cuda":
+            for rank, state in enumerate(ddp.gather_bytes(ctx, torch.cuda.get_rng_state(ctx.device))):
                 tensors[f"rng.cuda.{rank}"] = state
         hidden_skeleton = None
         if self.hidden is not None:
-            # Stored as the global batch (rows of all ranks concatenated), like a 1-process run.
             full = map_state(self.hidden, lambda t: ddp.gather_rows(ctx, t))
             hidden_tensors, hidden_skeleton = flatten_state(full, "hidden")
             tensors.update(hidden_tensors)
-        trainer_state = self._trainer_state()
-        if not ctx.is_main:
+        meta = {
+            "schedule": self.schedule.state_dict(),
+            "trainer": self.counters(ctx),
+            "rng": _rng_json_state(self.bptt_rng),
+            "hidden": hidden_skeleton,
+            "history": self.history,
+        }
+        return tensors, meta
+
+    def restore(self, tensors: dict[str, torch.Tensor], meta: dict, ctx: DistContext) -> Optional[str]:
+        """Take this state and this process's RNGs from ``last`` (as :meth:`checkpoint` wrote them, or an
+        older version of it); returns a note when the checkpoint was written by another number of processes."""
+        self.schedule.load_state_dict(meta["schedule"])
+        state = meta["trainer"]
+        self.epoch, self.batch, self.position = state["epoch"], state["batch"], state["position"]
+        self.steps_total = state["steps_total"]
+        self.best_metric = state["best_metric"]
+        self.best_valid_ppl = state["best_valid_ppl"]
+        self.bad_epochs = state["bad_epochs"]
+        # The running sums are global; rank 0 carries them so that the all-reduce gives them back.
+        self.epoch_loss_sum.fill_(state["epoch_loss_sum"] if ctx.is_main else 0.0)
+        self.epoch_tokens = state["epoch_tokens"] if ctx.is_main else 0
+        self.history = list(meta.get("history", []))
+        if meta.get("hidden") is not None:
+            full = unflatten_state(tensors, meta["hidden"])
+            # Fresh copies: a tensor read from the file may sit at an address with another alignment than
+            # a fresh allocation, and CPU kernels pick their vector paths (hence their rounding) by it.
+            self.hidden = map_state(
+                full, lambda t: batching.shard_rows(t, ctx.rank, ctx.world_size).to(ctx.device, copy=True)
+            )
+        _restore_rng_json(meta["rng"], self.bptt_rng)
+        cpu_key = f"rng.torch_cpu.{ctx.rank}"
+        if cpu_key in tensors:
+            torch.set_rng_state(tensors[cpu_key].cpu())
+        cuda_key = f"rng.cuda.{ctx.rank}"
+        if ctx.device.type == "cuda" and cuda_key in tensors:
+            torch.cuda.set_rng_state(tensors[cuda_key].cpu(), ctx.device)
+        if state.get("world_size", 1) != ctx.world_size:
+            return (f"checkpoint written by {state.get('world_size')} processes, resuming with {ctx.world_size}: "
+                    f"dropout masks will differ from an uninterrupted run")
+        return None
+
+
+class CheckpointState:
+    """Mixin of :class:`~induce.training.trainer.Trainer`: the ``last`` / ``best`` checkpoints
+    (``self.loop`` plus the weights, the optimiser and the run's identity)."""
+
+    def _save_last(self) -> None:
+        """The resumable checkpoint (a collective under DDP: every rank must call it)."""
+        tensors = {f"model.{k}": v for k, v in self.model.state_dict().items()}
+        optim_tensors, optim_json = split_optimizer_state(self.optimizer.state_dict())
+        tensors.update(optim_tensors)
+        loop_tensors, loop_meta = self.loop.checkpoint(self.ctx)
+        tensors.update(loop_tensors)
+        if not self.ctx.is_main:
             return
         meta = self._meta("last")
-        meta.update(
-            optimizer=optim_json,
-            optimizer_kind=type(self.optimizer).__name__,
-            schedule=self.schedule.state_dict(),
-            trainer=trainer_state,
-            rng=_rng_json_state(self.bptt_rng),
-            hidden=hidden_skeleton,
-            history=self.history,
-        )
+        meta.update(optimizer=optim_json, optimizer_kind=type(self.optimizer).__name__, **loop_meta)
         save_checkpoint(self.run_dir / LAST, tensors, meta)
 
     def _save_best(self, metrics: dict) -> None:
@@ -148,55 +250,28 @@ class CheckpointState:
             "model_name": self.config.model_name,
             "config": self.config.to_dict(),
             "vocab": self.vocab.to_json(),
-            "epoch": self.epoch,
+            "epoch": self.loop.epoch,
             "written_at": now(),
         }
 
     def _restore(self) -> None:
         tensors, meta = self.resume_tensors, self.resume_meta
-        ctx = self.ctx
         self.model.load_state_dict(prefixed(tensors, "model"))
-        self.schedule.load_state_dict(meta["schedule"])
-        if self.schedule.asgd_active:
+        # The loop state first: its schedule says whether the optimiser is ASGD by now.
+        note = self.loop.restore(tensors, meta, self.ctx)
+        if self.loop.schedule.asgd_active:
             self.optimizer = build_optimizer(self.model.parameters(), self.config.optim, asgd=True)
         if meta.get("optimizer_kind") != type(self.optimizer).__name__:
             raise CheckpointError(
                 f"{self.run_dir}: checkpoint optimiser {meta.get('optimizer_kind')} does not match {type(self.optimizer).__name__}"
             )
         optim_state = join_optimizer_state(tensors, meta["optimizer"])
-        # Fresh (aligned) copies, not views into the file's buffer: see the recurrent state below.
+        # Fresh (aligned) copies, not views into the file's buffer: see the recurrent state in LoopState.restore.
         optim_state["state"] = {
             i: {k: v.to(self.device, copy=True) if isinstance(v, torch.Tensor) and v.dim() > 0 else v
                 for k, v in s.items()}
             for i, s in optim_state["state"].items()
         }
         self.optimizer.load_state_dict(optim_state)
-        state = meta["trainer"]
-        self.epoch, self.batch, self.position = state["epoch"], state["batch"], state["position"]
-        self.steps_total = state["steps_total"]
-        self.best_metric = state["best_metric"]
-        self.best_valid_ppl = state["best_valid_ppl"]
-        self.bad_epochs = state["bad_epochs"]
-        # The running sums are global; rank 0 carries them so that the all-reduce gives them back.
-        self.epoch_loss_sum.fill_(state["epoch_loss_sum"] if ctx.is_main else 0.0)
-        self.epoch_tokens = state["epoch_tokens"] if ctx.is_main else 0
-        self.history = list(meta.get("history", []))
-        if meta.get("hidden") is not None:
-            full = unflatten_state(tensors, meta["hidden"])
-            # Fresh copies: a tensor read from the file may sit at an address with another alignment than
-            # a fresh allocation, and CPU kernels pick their vector paths (hence their rounding) by it.
-            self.hidden = map_state(
-                full, lambda t: batching.shard_rows(t, ctx.rank, ctx.world_size).to(self.device, copy=True)
-            )
-        _restore_rng_json(meta["rng"], self.bptt_rng)
-        if state.get("world_size", 1) != ctx.world_size:
-            self._log(
-                f"[yellow]note:[/] checkpoint written by {state.get('world_size')} processes, resuming with "
-                f"{ctx.world_size}: dropout masks will differ from an uninterrupted run"
-            )
-        cpu_key = f"rng.torch_cpu.{ctx.rank}"
-        if cpu_key in tensors:
-            torch.set_rng_state(tensors[cpu_key].cpu())
-        cuda_key = f"rng.cuda.{ctx.rank}"
-        if self.device.type == "cuda" and cuda_key in tensors:
-            torch.cuda.set_rng_state(tensors[cuda_key].cpu(), self.device)
+        if note is not None:
+            self._log(f"[yellow]note:[/] {note}")

@@ -187,7 +187,7 @@ class Trainer(TrainerSetup, CheckpointState):
 
     def _write_metrics_file(self) -> None:
         if self.ctx.is_main:
-            write_metrics(self.run_dir, self.history)
+            write_metrics(self.run_dir, self.loop.history)
 
     # ------------------------------------------------------------------------------------- interrupt
 
@@ -224,14 +224,14 @@ class Trainer(TrainerSetup, CheckpointState):
         return "time_budget" if flags[1] else None
 
     def _show_loss(self, task, interval_start: float, interval_tokens: int) -> None:
-        mean = self.epoch_loss_sum.item() / max(self.epoch_tokens, 1)  # a host sync
+        mean = self.loop.epoch_loss_sum.item() / max(self.loop.epoch_tokens, 1)  # a host sync
         if not math.isfinite(mean) and self.diverged is None:
-            self.diverged = f"training loss {mean} at epoch {self.epoch}, batch {self.batch}"
+            self.diverged = f"training loss {mean} at epoch {self.loop.epoch}, batch {self.loop.batch}"
         speed = interval_tokens * self.ctx.world_size / max(time.monotonic() - interval_start, 1e-9)
         if task is not None:
             self.progress.update(task, loss=f"loss {mean:.3f} ppl {math.exp(min(mean, 50)):.1f} {speed:,.0f} tok/s")
         if self.tensorboard is not None:
-            self.tensorboard.interval(mean, self.steps_total)
+            self.tensorboard.interval(mean, self.loop.steps_total)
 
     def _train_epoch(self, progress: Optional[Progress]) -> Optional[str]:
         """Run (the rest of) the current epoch; returns None when it is complete, else why it stopped
@@ -240,58 +240,58 @@ class Trainer(TrainerSetup, CheckpointState):
         cfg = self.config
         model, data = self.model, self.train_data
         model.train()
-        if self.hidden is None:
-            self.hidden = model.init_state(data.size(0), self.device)
+        if self.loop.hidden is None:
+            self.loop.hidden = model.init_state(data.size(0), self.device)
         params = [p for p in model.parameters() if p.requires_grad]
         length = data.size(1)
         batches_per_epoch = max(1, (length - 1) // cfg.data.bptt)
         task = None
         self.progress = progress
         if progress is not None:
-            task = progress.add_task(f"epoch {self.epoch}", total=batches_per_epoch, loss="")
-            progress.update(task, completed=self.batch)
+            task = progress.add_task(f"epoch {self.loop.epoch}", total=batches_per_epoch, loss="")
+            progress.update(task, completed=self.loop.batch)
         autocast = cfg.train.amp and self.device.type == "cuda"
         interval_start, interval_tokens = time.monotonic(), 0
-        while self.position < length - 2:
+        while self.loop.position < length - 2:
             seq_len = batching.next_segment_length(
-                self.bptt_rng, cfg.data.bptt, cfg.data.bptt_std, cfg.data.min_bptt, cfg.data.max_bptt_extra,
+                self.loop.bptt_rng, cfg.data.bptt, cfg.data.bptt_std, cfg.data.min_bptt, cfg.data.max_bptt_extra,
                 bucket=cfg.data.bptt_bucket,
             )
-            inputs, targets = batching.segment(data, self.position, seq_len)
+            inputs, targets = batching.segment(data, self.loop.position, seq_len)
             steps = inputs.size(1)
             gold = None
             if self.train_gold is not None:
-                gold = self.train_gold[:, self.position : self.position + steps]
-            self.hidden = detach_state(self.hidden)
-            self.schedule.step_lr(self.optimizer, steps / cfg.data.bptt)
+                gold = self.train_gold[:, self.loop.position : self.loop.position + steps]
+            self.loop.hidden = detach_state(self.loop.hidden)
+            self.loop.schedule.step_lr(self.optimizer, steps / cfg.data.bptt)
             if self.static_steps is not None and steps == seq_len:
                 # train.cuda_graphs: the same step on static buffers, captured per shape on CUDA (graphs.py);
                 # not the epoch's last segment, clipped at the end of the rows (a one-off length).
-                loss, cross_entropy, self.hidden = self.static_steps.step(
-                    self.optimizer, params, inputs, targets, self.hidden, gold)
+                loss, cross_entropy, self.loop.hidden = self.static_steps.step(
+                    self.optimizer, params, inputs, targets, self.loop.hidden, gold)
             else:
                 self.optimizer.zero_grad(set_to_none=True)
                 with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=autocast):
-                    loss, cross_entropy, self.hidden = self.loss_module(inputs, targets, self.hidden, gold)
+                    loss, cross_entropy, self.loop.hidden = self.loss_module(inputs, targets, self.loop.hidden, gold)
                 loss.backward()
                 clip_gradients(self.optimizer, params, cfg.optim.clip)  # per part for optim.scorer_optimizer=adam
                 self.optimizer.step()
-            self.epoch_loss_sum += cross_entropy.double() * targets.numel()
-            self.epoch_tokens += targets.numel()
+            self.loop.epoch_loss_sum += cross_entropy.double() * targets.numel()
+            self.loop.epoch_tokens += targets.numel()
             interval_tokens += targets.numel()
-            self.position += steps
-            self.batch += 1
-            self.steps_total += 1
+            self.loop.position += steps
+            self.loop.batch += 1
+            self.loop.steps_total += 1
             self.batches_this_run += 1
             if task is not None:
                 progress.update(task, advance=1)
-            if self.ctx.distributed and self.batch % STOP_CHECK_BATCHES == 0 and self.batch % cfg.train.log_interval:
+            if self.ctx.distributed and self.loop.batch % STOP_CHECK_BATCHES == 0 and self.loop.batch % cfg.train.log_interval:
                 # Under DDP the processes agree on stopping through a broadcast (a host sync), so it
                 # is checked every few batches rather than every batch.
                 reason = self._stop_reason()
                 if reason:
                     return reason
-            if self.batch % cfg.train.log_interval == 0:
+            if self.loop.batch % cfg.train.log_interval == 0:
                 # The loop's host syncs: the running loss every log_interval batches ...
                 self._show_loss(task, interval_start, interval_tokens)
                 interval_start, interval_tokens = time.monotonic(), 0
@@ -310,12 +310,12 @@ class Trainer(TrainerSetup, CheckpointState):
                     self.timing_started = time.monotonic()
                 else:
                     seconds = (time.monotonic() - self.timing_started) / 3
-                    epochs_left = cfg.train.epochs - self.epoch + 1
+                    epochs_left = cfg.train.epochs - self.loop.epoch + 1
                     self._log(advice.estimate_message(seconds, batches_per_epoch, epochs_left, "2-4"))
-            if cfg.train.checkpoint_every and self.batch % cfg.train.checkpoint_every == 0:
+            if cfg.train.checkpoint_every and self.loop.batch % cfg.train.checkpoint_every == 0:
                 self._save_last()
             if self.on_batch is not None:
-                self.on_batch(self, self.epoch, self.batch)
+                self.on_batch(self, self.loop.epoch, self.loop.batch)
             if self.interrupt_requested and not self.ctx.distributed:
                 return "interrupted"
         # The epoch's batches are done; an interrupt now is handled after its evaluation and checkpoint.
@@ -355,45 +355,45 @@ class Trainer(TrainerSetup, CheckpointState):
         """Evaluate, select, log the epoch; ``{}`` (nothing saved or recorded) when the training or
         validation loss is not finite (``self.diverged`` says which)."""
         cfg = self.config
-        loss_sum = ddp.all_reduce_sum(self.ctx, self.epoch_loss_sum).item()  # (waits for the device)
-        tokens = ddp.all_reduce_sum(self.ctx, torch.tensor(float(self.epoch_tokens))).item()
+        loss_sum = ddp.all_reduce_sum(self.ctx, self.loop.epoch_loss_sum).item()  # (waits for the device)
+        tokens = ddp.all_reduce_sum(self.ctx, torch.tensor(float(self.loop.epoch_tokens))).item()
         # Tokens of this invocation only (a resumed epoch counts from the resume point).
         new_tokens = tokens - self.epoch_tokens_at_start
         train_seconds = time.monotonic() - epoch_started
         train_loss = loss_sum / max(tokens, 1)
         if not math.isfinite(train_loss):  # the same value on every process (all-reduced)
-            self.diverged = f"training loss {train_loss} in epoch {self.epoch}"
+            self.diverged = f"training loss {train_loss} in epoch {self.loop.epoch}"
             return {}
-        metrics = {"epoch": self.epoch}
+        metrics = {"epoch": self.loop.epoch}
         if not complete:
             metrics["partial"] = True
         metrics.update(train_loss=train_loss, train_ppl=math.exp(min(train_loss, 50.0)), train_tokens=int(tokens))
         metrics.update(self._evaluate())
         if not math.isfinite(metrics["valid_loss"]):  # broadcast from rank 0: the same everywhere
-            self.diverged = f"validation loss {metrics['valid_loss']} after epoch {self.epoch}"
+            self.diverged = f"validation loss {metrics['valid_loss']} after epoch {self.loop.epoch}"
             return {}
         metrics.update(
-            lr=self.schedule.base_lr,
+            lr=self.loop.schedule.base_lr,
             optimizer=type(self.optimizer).__name__,
-            steps=self.steps_total,
+            steps=self.loop.steps_total,
             train_seconds=round(train_seconds, 3),
             epoch_seconds=round(time.monotonic() - epoch_started, 3),
             tokens_per_s=round(new_tokens / max(train_seconds, 1e-9), 1),
         )
         value = self._selection_value(metrics)
-        improved = value is not None and (self.best_metric is None or value > self.best_metric)
+        improved = value is not None and (self.loop.best_metric is None or value > self.loop.best_metric)
         if improved:
-            self.best_metric = value
-            self.bad_epochs = 0
+            self.loop.best_metric = value
+            self.loop.bad_epochs = 0
             self._save_best(metrics)
         elif complete:
-            self.bad_epochs += 1
-        self.best_valid_ppl = min(self.best_valid_ppl, metrics["valid_ppl"])
+            self.loop.bad_epochs += 1
+        self.loop.best_valid_ppl = min(self.loop.best_valid_ppl, metrics["valid_ppl"])
         metrics["best"] = improved
-        if complete and self.schedule.after_evaluation(self.epoch, metrics["valid_loss"]):
-            self._log(f"epoch {self.epoch}: switching to ASGD")
+        if complete and self.loop.schedule.after_evaluation(self.loop.epoch, metrics["valid_loss"]):
+            self._log(f"epoch {self.loop.epoch}: switching to ASGD")
             self.optimizer = build_optimizer(self.model.parameters(), cfg.optim, asgd=True)
-        self.history.append(metrics)
+        self.loop.history.append(metrics)
         return metrics
 
     def _claim_folder(self) -> Optional[RunLock]:
@@ -432,7 +432,7 @@ class Trainer(TrainerSetup, CheckpointState):
             f"{words:,} words + {len(sentences):,} sentence ends = {words + len(sentences):,} tokens, an epoch "
             f"predicts up to {predicted:,} of them in {cfg.data.batch_size} streams), device {self.device}"
             + (f", {ctx.world_size} processes" if ctx.distributed else "")
-            + (f", resuming epoch {self.epoch} at batch {self.batch}" if self.resume else "")
+            + (f", resuming epoch {self.loop.epoch} at batch {self.loop.batch}" if self.resume else "")
         )
         self.warn_large = self.device.type == "cpu" and advice.is_large_run(n_params, tokens_per_epoch)
         if self.warn_large:
@@ -453,8 +453,8 @@ class Trainer(TrainerSetup, CheckpointState):
         self._save_last()
         self._write_metrics_file()
         self._write_status("interrupted", interrupted_at=now(), stop_reason="interrupted",
-                           epoch=self.epoch, batch=self.batch)
-        self._log(f"interrupted at epoch {self.epoch}, batch {self.batch}: checkpoint written to "
+                           epoch=self.loop.epoch, batch=self.loop.batch)
+        self._log(f"interrupted at epoch {self.loop.epoch}, batch {self.loop.batch}: checkpoint written to "
                   f"{self.run_dir / LAST}.safetensors\ncontinue with: "
                   f"{resume_command(self.run_dir, self.ctx.world_size)}")
 
@@ -462,7 +462,7 @@ class Trainer(TrainerSetup, CheckpointState):
         """A non-finite loss: mark the run diverged (``best`` and ``last`` keep what they held before)
         and raise :class:`TrainingDiverged` with what to do."""
         self._write_metrics_file()
-        self._write_status("diverged", diverged_at=now(), stop_reason="diverged", epoch=self.epoch, batch=self.batch,
+        self._write_status("diverged", diverged_at=now(), stop_reason="diverged", epoch=self.loop.epoch, batch=self.loop.batch,
                            error=f"non-finite {self.diverged}")
         lr = f"optim.lr={self.config.optim.lr}"
         raise TrainingDiverged(
@@ -491,7 +491,7 @@ class Trainer(TrainerSetup, CheckpointState):
                 status = {"started_at": now()} if not self.resume else {"resumed_at": now()}
                 self._write_status("running", world_size=ctx.world_size, pid=os.getpid(), **status)
                 if cfg.train.tensorboard:
-                    self.tensorboard = TensorBoardLog(self.run_dir, self.steps_total if self.resume else None)
+                    self.tensorboard = TensorBoardLog(self.run_dir, self.loop.steps_total if self.resume else None)
             self._announce()
             self.started = time.monotonic()
             self.batches_this_run = 0
@@ -500,10 +500,10 @@ class Trainer(TrainerSetup, CheckpointState):
             if progress is not None:
                 progress.start()
             try:
-                while self.epoch <= cfg.train.epochs:
+                while self.loop.epoch <= cfg.train.epochs:
                     epoch_started = time.monotonic()
                     self.epoch_tokens_at_start = int(
-                        ddp.all_reduce_sum(ctx, torch.tensor(float(self.epoch_tokens))).item()
+                        ddp.all_reduce_sum(ctx, torch.tensor(float(self.loop.epoch_tokens))).item()
                     )
                     reason = self._train_epoch(progress)
                     if reason in ("interrupted", "diverged"):
@@ -514,7 +514,7 @@ class Trainer(TrainerSetup, CheckpointState):
                     complete = reason is None
                     metrics = self._end_of_epoch(complete, epoch_started)
                     if self.tensorboard is not None:
-                        self.tensorboard.epoch(metrics, self.steps_total)
+                        self.tensorboard.epoch(metrics, self.loop.steps_total)
                     if self.diverged is not None:
                         stop_reason = "diverged"
                         break
@@ -525,20 +525,16 @@ class Trainer(TrainerSetup, CheckpointState):
                         + f" | {metrics['tokens_per_s']:,.0f} tok/s" + (" *" if metrics["best"] else "")
                     )
                     if complete:
-                        self.epoch += 1
-                        self.batch = self.position = 0
-                        self.hidden = None
-                        self.epoch_loss_sum.zero_()
-                        self.epoch_tokens = 0
+                        self.loop.next_epoch()
                     self._save_last()
                     self._write_metrics_file()
                     if not complete:
                         stop_reason = "time_budget"
                         break
-                    if cfg.train.patience is not None and self.bad_epochs >= cfg.train.patience:
+                    if cfg.train.patience is not None and self.loop.bad_epochs >= cfg.train.patience:
                         stop_reason = "early_stopping"
                         break
-                    if self.epoch <= cfg.train.epochs:
+                    if self.loop.epoch <= cfg.train.epochs:
                         reason = self._stop_reason()
                         if reason:
                             stop_reason = reason
@@ -552,13 +548,13 @@ class Trainer(TrainerSetup, CheckpointState):
                 self._stop_interrupted()
             else:
                 self._write_status(
-                    "finished", finished_at=now(), stop_reason=stop_reason, epochs_done=len(self.history),
-                    best_valid_ppl=self.best_valid_ppl,
+                    "finished", finished_at=now(), stop_reason=stop_reason, epochs_done=len(self.loop.history),
+                    best_valid_ppl=self.loop.best_valid_ppl,
                 )
-            result = TrainResult(self.run_dir, len(self.history), stop_reason, self.best_valid_ppl,
-                                 self.best_metric if self.best_metric is not None else math.nan, list(self.history))
+            result = TrainResult(self.run_dir, len(self.loop.history), stop_reason, self.loop.best_valid_ppl,
+                                 self.loop.best_metric if self.loop.best_metric is not None else math.nan, list(self.loop.history))
             if stop_reason == "interrupted":
-                raise TrainingInterrupted(result, self.epoch, self.batch)
+                raise TrainingInterrupted(result, self.loop.epoch, self.loop.batch)
             return result
         except (TrainingInterrupted, TrainingDiverged):
             raise
