@@ -378,7 +378,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="paper,long1024,long4096", help=f"comma list of {', '.join(SIZES)}")
     parser.add_argument("--kernels", default=None, help="comma list of kernels to run (default: all)")
-    parser.add_argument("--tiers", default=None, help="comma list of tiers to run (reference, torch, triton, per-span; default: all)")
+    parser.add_argument("--tiers", default=None,
+                        help="comma list of tiers to run (reference, torch, triton, per-span; default: all)")
     parser.add_argument("--threads", default="1,2", help="comma list of torch thread counts")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per entry (median reported)")
     parser.add_argument("--slow-repeats", type=int, default=3, help=f"timed runs for {', '.join(SLOW_TIERS)}")

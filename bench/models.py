@@ -312,7 +312,7 @@ class ExternalTrainer:
 
 def train_speeds(entries: list[str], steps: int, warmup: int, bf16: bool,
                  externals: dict[str, str] | None = None, device: str = "cpu",
-                 cuda_graphs: bool = False) -> dict[str, "Trainer"]:
+                 cuda_graphs: bool = False) -> dict[str, Trainer]:
     """The trainers after ``warmup`` untimed and ``steps`` timed steps each, interleaved (round robin);
     ``.tokens_per_second()`` is the median over the timed steps. ``cuda_graphs``: also ``ENTRY+graphs``."""
     trainers = {entry: Trainer(entry, device) for entry in entries}
@@ -381,11 +381,11 @@ def launch_counts(entries: list[str], externals: dict[str, str], device: str) ->
     for entry in entries:
         counts[entry] = {
             tier: None if tier == "triton" and triton_missing else
-            step_launches(lambda: Trainer(entry, device), tier, device).total
+            step_launches(lambda entry=entry: Trainer(entry, device), tier, device).total
             for tier in TIERS
         }
     for name, path in externals.items():
-        counts[name] = {"own": step_launches(lambda: ExternalTrainer(path, device), None, device).total}
+        counts[name] = {"own": step_launches(lambda path=path: ExternalTrainer(path, device), None, device).total}
     return counts
 
 
@@ -477,6 +477,10 @@ GPU_JSON = Path(__file__).resolve().parent / "gpu_training.json"
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The benchmark script: parse the arguments, time the steps, print the table, write the JSON files.
+
+    Long because it is one sequence of short steps that all read the parsed arguments and the rows made so
+    far; split, each piece would take most of them as parameters."""
     global _tiny
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=list(SETUPS), choices=list(SETUPS))

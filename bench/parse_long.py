@@ -22,7 +22,6 @@ larger sizes after that.
 from __future__ import annotations
 
 import argparse
-import random
 import signal
 import statistics
 import sys

@@ -105,10 +105,11 @@ def test_trainer_reads_bucketed_segments(tmp_path):
     """``data.bptt_bucket`` reaches the training loop: every segment but the row's clipped last one
     has a bucketed length, and the epoch still reads every position once."""
     from rich.console import Console
-    from helpers import STANDIN, make_corpus
 
     from induce.config import load_config
     from induce.training import train
+
+    from helpers import STANDIN, make_corpus
 
     corpus = make_corpus(tmp_path / "corpora", train=40, valid=6, test=4)
     config = load_config(STANDIN, overrides=[

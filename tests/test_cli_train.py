@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import nltk
 import pytest
@@ -80,8 +79,8 @@ def test_resume_continues_to_more_epochs(workdir, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, ["train", "--resume", "runs/copy", "--max-epochs", "2", "--no-progress"])
     assert result.exit_code == 0, result.output
-    lines = [json.loads(l) for l in (copy / "metrics.jsonl").read_text().splitlines()]
-    assert [l["epoch"] for l in lines] == [1, 2] and lines[1]["steps"] == 2 * lines[0]["steps"]
+    lines = [json.loads(line) for line in (copy / "metrics.jsonl").read_text().splitlines()]
+    assert [line["epoch"] for line in lines] == [1, 2] and lines[1]["steps"] == 2 * lines[0]["steps"]
     result = runner.invoke(app, ["train", "--resume", "runs/copy", "--model", "prpn"])
     assert result.exit_code == 2 and "--resume keeps the run's config" in result.output
 

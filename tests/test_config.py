@@ -5,8 +5,8 @@ import pytest
 import yaml
 
 from induce.config import (
-    ConfigError,
     CONFIG_DIR,
+    ConfigError,
     apply_overrides,
     load_config,
     load_config_file,

@@ -82,7 +82,8 @@ def test_find_treebank_kinds_and_priority(tmp_path):
         locate.find_treebank(tmp_path / "ldc")
     found = locate.find_treebank(tmp_path / "ldc", {"train": (2, 3), "valid": (22,), "test": (23,)})
     assert found.kind == "ldc" and sorted(found.split_files) == ["train", "valid"]  # 23 absent: no test
-    assert [p.name for p in found.split_files["train"]] == ["wsj_0200.mrg", "wsj_0201.mrg", "wsj_0300.mrg", "wsj_0301.mrg"]
+    assert [p.name for p in found.split_files["train"]] == [
+        "wsj_0200.mrg", "wsj_0201.mrg", "wsj_0300.mrg", "wsj_0301.mrg"]
 
 
 def test_parse_sections():

@@ -51,7 +51,8 @@ def test_layout_and_alignment(tmp_path):
         f"{s}.{k}" for s in ("train", "valid") for k in ("orig.txt", "gold.txt", "nopunct.txt", "txt")
     }
     # gold: traces and function tags gone, punctuation kept, ROOT label
-    assert tree_to_line(corpus.gold_trees("train")[1]) == "(ROOT (S (NP (NNP Mary)) (VP (VBD paid) (NP ($ $) (CD 3.5) (CD million))) (. .)))"
+    assert tree_to_line(corpus.gold_trees("train")[1]) == (
+        "(ROOT (S (NP (NNP Mary)) (VP (VBD paid) (NP ($ $) (CD 3.5) (CD million))) (. .)))")
     assert corpus.nopunct_trees("train")[1].leaves() == ["Mary", "paid", "3.5", "million"]
     assert corpus.orig_trees("train")[1].pos()[-2] == ("*-1", "-NONE-")
     # counts: the/sat/cat/dog... vocab of 6 = <eos>, <unk> + 4 most frequent training tokens

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import time
 from pathlib import Path
 
 import nltk
 import pytest
-import torch
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -129,7 +127,8 @@ def test_an_interrupted_folder_says_what_it_holds(tmp_path, runs):
     assert "missing best.json" not in message
     # what it suggests works: the last weights parse
     (tmp_path / "in.txt").write_text("the cat sat\n")
-    result = runner.invoke(app, ["parse", str(tmp_path / "in.txt"), "--checkpoint", str(run / "last"), "--device", "cpu"])
+    result = runner.invoke(app, ["parse", str(tmp_path / "in.txt"), "--checkpoint", str(run / "last"),
+                                 "--device", "cpu"])
     assert result.exit_code == 0, result.output
     result = runner.invoke(app, ["parse", str(tmp_path / "in.txt"), "--checkpoint", str(run)])
     assert result.exit_code == 2 and "no best checkpoint yet" in result.output

@@ -329,7 +329,8 @@ def test_bad_option_values_are_messages(tmp_path, tree_file, gold_file):
     out = clean_failure(runner.invoke(app, ["preprocess", "--out-dir", out_dir, "--train", str(tree_file),
                                             "--max-vocab", "2"]))
     assert "--max-vocab 2:" in out
-    out = clean_failure(runner.invoke(app, ["eval", "--baseline", "right", "--gold", str(gold_file), "--max-length", "0"]))
+    out = clean_failure(runner.invoke(app, ["eval", "--baseline", "right", "--gold", str(gold_file),
+                                            "--max-length", "0"]))
     assert "--max-length 0" in out
     result = runner.invoke(app, ["diagnose", "grad", "--model", "rellstm", "--n", "0", "--out", str(tmp_path / "g")])
     assert result.exit_code == 2 and "Traceback" not in result.output and not (tmp_path / "g.json").exists()
@@ -411,7 +412,8 @@ def test_a_model_too_large_for_the_memory_says_what_fits(tmp_path, tiny_corpus, 
     vocab = len(json.loads((tiny_corpus / "vocab.json").read_text())["itos"])
     for key, value in (("emb_size", emb), ("hidden_size", hidden)):  # the size named fits, one more does not
         config = load_config("tiny-lstm", overrides=["model.emb_size=4000", f"model.{key}={value}"])
-        assert fits.check_parameters_fit(get_model_class("tiny-lstm"), vocab, config, torch.device("cpu")) <= 4 * 1024**2
+        needed = fits.check_parameters_fit(get_model_class("tiny-lstm"), vocab, config, torch.device("cpu"))
+        assert needed <= 4 * 1024**2
         config = load_config("tiny-lstm", overrides=["model.emb_size=4000", f"model.{key}={value + 1}"])
         with pytest.raises(fits.DoesNotFit):
             fits.check_parameters_fit(get_model_class("tiny-lstm"), vocab, config, torch.device("cpu"))
@@ -483,7 +485,8 @@ def test_option_values_that_used_to_end_in_a_traceback_or_silently(tmp_path, run
     # show attention -o: not an image name, under a file, and an image writer that fails (a read-only place)
     out = clean_failure(runner.invoke(app, ["show", "attention", "a b", "-c", str(run_dir), "-o", "fig.txt"]))
     assert "fig.txt: --out: '.txt' is not an image format; give a name ending in .png" in out
-    out = clean_failure(runner.invoke(app, ["show", "attention", "a b", "-c", str(run_dir), "-o", str(a_file / "f.png")]))
+    out = clean_failure(runner.invoke(app, ["show", "attention", "a b", "-c", str(run_dir),
+                                            "-o", str(a_file / "f.png")]))
     assert f"{a_file} is a file, not a folder" in out
     import induce.figures
 
@@ -508,5 +511,6 @@ def test_option_values_that_used_to_end_in_a_traceback_or_silently(tmp_path, run
     monkeypatch.undo()
     assert not (tmp_path / "results").exists()
     # eval --wsj10 --wsj40 silently used the smaller limit
-    out = clean_failure(runner.invoke(app, ["eval", "--baseline", "right", "--gold", str(gold_file), "--wsj10", "--wsj40"]))
+    out = clean_failure(runner.invoke(app, ["eval", "--baseline", "right", "--gold", str(gold_file),
+                                            "--wsj10", "--wsj40"]))
     assert "--wsj10 and --wsj40 together: choose one" in out

@@ -145,7 +145,9 @@ def test_f1_and_branching_against_brute_force(n, seed_pred, seed_gold):
     if n < 2:
         assert result.n_sentences == 0
         return
-    counted = lambda spans: {(i, j) for i, j in spans if j - i >= 2 and (i, j) != (0, n)}
+    def counted(spans):
+        return {(i, j) for i, j in spans if j - i >= 2 and (i, j) != (0, n)}
+
     p, g = counted(pred_spans), counted(gold_spans)
     match = len(p & g)
     precision = match / len(p) if p else (1.0 if not g else 0.0)
@@ -177,7 +179,9 @@ def test_corpus_f1_sums_counts(lengths, seed):
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 12])
 def test_baselines_are_the_expected_binary_trees(n):
-    spans = lambda node: {(i, j) for _, i, j in constituents(node) if j - i >= 2}
+    def spans(node):
+        return {(i, j) for _, i, j in constituents(node) if j - i >= 2}
+
     assert spans(baseline_tree(n, "right")) == {(i, n) for i in range(n - 1)}
     assert spans(baseline_tree(n, "left")) == {(0, j) for j in range(2, n + 1)}
     for kind in ("balanced", "random"):

@@ -33,7 +33,8 @@ def corpus(tmp_path_factory) -> Path:
     return make_corpus(tmp_path_factory.mktemp("untrained") / "corpora", train=10, valid=14, test=2)
 
 
-def gold_of(corpus: Path, convention: EvalConvention = EvalConvention()):
+def gold_of(corpus: Path, convention: EvalConvention | None = None):
+    convention = convention or EvalConvention()
     return [prepare_gold(item.tree, convention) for item in read_trees(corpus / "valid.gold.txt")]
 
 
@@ -83,7 +84,8 @@ def test_cli_untrained_table_json_and_corpus_vocabulary(corpus, tmp_path, monkey
     out = invoke("--untrained", "palm", "--inits", "2", "--corpus", str(corpus), *flags(*TINY_PALM))
     assert out["model"] == "palm" and out["inits"] == 2 and len(out["per_init"]) == 2
     assert out["model_config"]["hidden_size"] == 8 and out["model_config"]["variant"] == "released"
-    assert "vocabulary of" in out["vocabulary"] and out["vocab_size"] == len(json.loads((corpus / "vocab.json").read_text())["itos"])
+    vocab_size = len(json.loads((corpus / "vocab.json").read_text())["itos"])
+    assert "vocabulary of" in out["vocabulary"] and out["vocab_size"] == vocab_size
     assert out["gold"].endswith("valid.gold.txt")
     table = runner.invoke(app, ["eval", "--untrained", "palm", "--inits", "2", "--corpus", str(corpus), "--no-progress",
                                 *flags(*TINY_PALM)])

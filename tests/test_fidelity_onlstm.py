@@ -72,7 +72,8 @@ def test_activation_regulariser_target(target):
 
 def test_dropconnect_hand_example():
     weight = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
-    torch.testing.assert_close(dropconnect(weight, 0.5, False, scale_at_eval=True), torch.tensor([[0.5, 1.0], [1.5, 2.0]]))
+    torch.testing.assert_close(dropconnect(weight, 0.5, False, scale_at_eval=True),
+                               torch.tensor([[0.5, 1.0], [1.5, 2.0]]))
     assert torch.equal(dropconnect(weight, 0.5, False), weight)
     assert torch.equal(dropconnect(weight, 0.0, True, scale_at_eval=True), weight)
     assert torch.equal(dropconnect(weight, 0.0, False, scale_at_eval=True), weight)

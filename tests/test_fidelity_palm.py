@@ -17,7 +17,7 @@ from induce.training import checkpoint, optim as optim_module
 from induce.training.optim import (ScorerSplitOptimizer, Schedule, averaged_parameters, build_optimizer,
                                    clip_gradients)
 
-from helpers import STANDIN, TinyLSTM, make_corpus
+from helpers import TinyLSTM, make_corpus
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -40,7 +40,8 @@ def test_released_variant_defaults_to_train_sh_sizes_and_explicit_values_win():
     assert {k: getattr(released, k) for k in RELEASED_DEFAULTS} == {
         "hidden_size": 1120, "wdrop": 0.5, "dropouth": 0.3, "max_span_length": 10}
     paper = PaLMConfig()
-    assert (paper.variant, paper.hidden_size, paper.wdrop, paper.dropouth, paper.max_span_length) == ("paper", 1020, 0.45, 0.2, 20)
+    assert (paper.variant, paper.hidden_size, paper.wdrop, paper.dropouth, paper.max_span_length) == (
+        "paper", 1020, 0.45, 0.2, 20)
     assert PaLMConfig(variant="released", hidden_size=64).hidden_size == 64
     with pytest.raises(ValueError, match="relevant_set"):
         PaLMConfig(variant="released", relevant_set=2)
@@ -78,7 +79,8 @@ def test_number_of_scored_spans(variant, n_spans):
         for k in range(m):
             assert bool(torch.isfinite(scores[:, t, k]).all()) == (k < n_spans and t - k >= 0), (t, k)
     # with a carried memory every row has all its spans
-    out = model(torch.randint(0, VOCAB, (2, steps)), model(torch.randint(0, VOCAB, (2, steps)), model.init_state(2)).state)
+    first = model(torch.randint(0, VOCAB, (2, steps)), model.init_state(2))
+    out = model(torch.randint(0, VOCAB, (2, steps)), first.state)
     assert int(torch.isfinite(out.structure["span_scores"][:, :-1]).sum(-1).unique().item()) == n_spans
 
 
@@ -134,10 +136,13 @@ def test_released_span_gate_scores_and_context_by_hand():
     h = torch.randn(1, steps, hid, dtype=torch.float64)
     _, scores = att(h, None, m)
     context = captured["context"]
-    sig = lambda x: 1 / (1 + math.exp(-x))
+    def sig(x):
+        return 1 / (1 + math.exp(-x))
+
     W, b = att.rrnn.weight.tolist(), att.rrnn_forget_bias.tolist()
     x = h[0].tolist()
-    dot = lambda w, v: sum(a * c for a, c in zip(w, v))
+    def dot(w, v):
+        return sum(a * c for a, c in zip(w, v))
 
     def span_rep(i, j):
         """Run each direction's rational RNN over [i, j] alone (no tanh on u, no u bias)."""
@@ -302,8 +307,9 @@ def released_optim(*overrides):
 def test_scorer_parameters_are_marked():
     model = make("released")
     marked = {n for n, p in model.named_parameters() if getattr(p, SCORER_MARK, False)}
-    assert marked == {"span_attention.rrnn.weight", "span_attention.rrnn_forget_bias", "span_attention.span_gate.weight",
-                      "span_attention.span_gate.bias", "span_attention.query.weight", "span_attention.query.bias",
+    assert marked == {"span_attention.rrnn.weight", "span_attention.rrnn_forget_bias",
+                      "span_attention.span_gate.weight", "span_attention.span_gate.bias",
+                      "span_attention.query.weight", "span_attention.query.bias",
                       "span_attention.w_span", "span_attention.v"}
     assert SCORER_MARK == optim_module.SCORER_MARK
     model.to(torch.float64)  # the mark lives on the parameter objects, which .to keeps
@@ -329,7 +335,9 @@ def test_released_schedule_splits_lm_sgd_and_scorer_adam():
     for p in model.parameters():
         p.grad = torch.full_like(p, 3.0)
     clip_gradients(opt, list(model.parameters()), cfg.clip)
-    norm = lambda ps: torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in ps])).item()
+    def norm(ps):
+        return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in ps])).item()
+
     lm_params = [p for p in model.parameters() if id(p) not in scorer]
     scorer_params = [p for p in model.parameters() if id(p) in scorer]
     assert norm(lm_params) == pytest.approx(0.25) and norm(scorer_params) == pytest.approx(1.0)
@@ -343,7 +351,7 @@ def test_released_schedule_switches_on_nonmono_15_to_one_asgd_over_everything():
     cfg = released_optim()
     schedule = Schedule(cfg)
     losses = [10.0 - 0.1 * i for i in range(16)]  # 16 improving evaluations, then one worse than 15 back
-    assert not any(schedule.after_evaluation(e, l) for e, l in enumerate(losses, 1))
+    assert not any(schedule.after_evaluation(e, loss) for e, loss in enumerate(losses, 1))
     assert schedule.after_evaluation(17, losses[0] + 0.05)
     assert schedule.base_lr == 30
     opt = build_optimizer(model.parameters(), cfg, asgd=True)
@@ -360,7 +368,8 @@ def test_released_schedule_switches_on_nonmono_15_to_one_asgd_over_everything():
     # the window is 15 evaluations: after 15 the same bad loss does not switch yet, with nonmono 14 it does
     for nonmono, switched in ((15, False), (14, True)):
         early = Schedule(released_optim(f"optim.nonmono={nonmono}"))
-        assert [early.after_evaluation(e, l) for e, l in enumerate([*losses[:15], losses[0] + 0.05], 1)][-1] == switched
+        calls = [early.after_evaluation(e, loss) for e, loss in enumerate([*losses[:15], losses[0] + 0.05], 1)]
+        assert calls[-1] == switched
 
 
 @pytest.mark.parametrize("asgd", [False, True])
@@ -405,14 +414,15 @@ def test_trainer_runs_the_released_schedule_and_resumes(tmp_path):
         f"data.corpus={corpus}", "data.batch_size=4", "data.eval_batch_size=3", "data.bptt=8", "data.min_bptt=2",
         "data.bptt_std=2", "train.epochs=2", "train.log_interval=4", "train.device=cpu", "train.dev_f1=false",
         "train.checkpoint_every=3", "model.emb_size=8", "model.hidden_size=8", "model.rrnn_size=3",
-        "model.attention_size=4", "model.max_span_length=3", "optim.lr=2", "optim.asgd=epoch", "optim.asgd_after_epochs=1",
+        "model.attention_size=4", "model.max_span_length=3", "optim.lr=2", "optim.asgd=epoch",
+        "optim.asgd_after_epochs=1",
     ])
     quiet = Console(quiet=True)
     straight = tmp_path / "straight"
     train(cfg, straight, console=quiet, progress=False)
-    lines = [json.loads(l) for l in (straight / "metrics.jsonl").read_text().splitlines()]
-    assert [l["optimizer"] for l in lines] == ["ScorerSplitOptimizer"] * 2
-    assert all(math.isfinite(l["valid_loss"]) for l in lines)
+    lines = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
+    assert [line["optimizer"] for line in lines] == ["ScorerSplitOptimizer"] * 2
+    assert all(math.isfinite(line["valid_loss"]) for line in lines)
 
     class Killed(Exception):
         pass
@@ -448,7 +458,12 @@ def test_predict_trees_parses_a_released_model_as_one_stream_in_corpus_order(mon
     for variant, expected_calls in (("released", 1), ("paper", 0)):
         model = make(variant, max_span_length=3).eval()
         real = type(model).parse_stream
-        monkeypatch.setattr(type(model), "parse_stream", lambda self, sents, eos: streams.append(list(sents)) or real(self, sents, eos))
+
+        def recorded(self, sents, eos, real=real):
+            streams.append(list(sents))
+            return real(self, sents, eos)
+
+        monkeypatch.setattr(type(model), "parse_stream", recorded)
         streams.clear()
         trees = predict_trees(LoadedRun(model, vocab, {}, Path(".")), sentences)
         assert [t.leaves() for t in trees] == sentences

@@ -85,7 +85,7 @@ def test_lstm_gates_are_each_orthogonal():
     """model.py: block_orthogonal(v, [v.shape[0] // 4, v.shape[1]]) for weight_ih and weight_hh: each
     gate's [H, I] block orthogonal on its own (orthonormal rows when H <= I, else columns)."""
     model = make("released")
-    for l, layer in enumerate(model.layers):
+    for index, layer in enumerate(model.layers):
         hidden = layer.hidden_size
         for name in ("weight_ih", "weight_hh"):
             weight = getattr(layer, name).detach().double()
@@ -95,7 +95,7 @@ def test_lstm_gates_are_each_orthogonal():
                 rows, cols = block.shape
                 gram = block @ block.T if rows <= cols else block.T @ block
                 torch.testing.assert_close(gram, torch.eye(min(rows, cols), dtype=torch.float64),
-                                           atol=1e-5, rtol=0, msg=f"layer {l} {name} gate {gate}")
+                                           atol=1e-5, rtol=0, msg=f"layer {index} {name} gate {gate}")
             # independent blocks, not one orthogonal matrix cut in four
             assert (blocks[0].T @ blocks[1]).abs().max() > 1e-3
     # the AWD-LSTM default for other users of the layer is unchanged: all uniform, biases included
@@ -181,7 +181,8 @@ def test_released_backward_layout_is_the_view_of_batch_major_states():
 
 def _span_block(layout: str) -> SpanAttention:
     torch.manual_seed(4)
-    return SpanAttention(hidden_size=6, rrnn_size=3, attention_size=5, variant="released", backward_layout=layout).eval()
+    return SpanAttention(hidden_size=6, rrnn_size=3, attention_size=5, variant="released",
+                         backward_layout=layout).eval()
 
 
 def test_backward_layout_option_changes_only_batches_of_more_than_one():

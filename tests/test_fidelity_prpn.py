@@ -170,8 +170,8 @@ def test_model_input_dropout_masks(mode):
     position with per_step, the same at every position with locked."""
     model = make(**{**NO_DROPOUT, "dropouti": 0.5}, dropout_masks=mode).train()
     seen = {}
-    model.layers[0].register_forward_pre_hook(lambda module, args, kwargs: seen.update(x=args[0], key=kwargs["key_input"]),
-                                              with_kwargs=True)
+    model.layers[0].register_forward_pre_hook(
+        lambda module, args, kwargs: seen.update(x=args[0], key=kwargs["key_input"]), with_kwargs=True)
     model(torch.randint(0, VOCAB, (2, 6)), model.init_state(2))
     mask = seen["x"] / seen["key"]  # the key reads the input before the cell's dropout
     assert set(mask.unique().tolist()) <= {0.0, 2.0}

@@ -210,7 +210,8 @@ def test_eval_whitespace_does_not_change_the_scores(fuzz_dir, data):
 
 
 @FUZZ
-@given(data=st.one_of(text_bytes(), reformatted(GOLD), st.lists(st.sampled_from(GOLD + PRED), min_size=1).flatmap(reformatted)))
+@given(data=st.one_of(text_bytes(), reformatted(GOLD),
+                      st.lists(st.sampled_from(GOLD + PRED), min_size=1).flatmap(reformatted)))
 def test_preprocess_fuzzed_tree_file(fuzz_dir, data):
     train = fuzz_dir / "train.mrg"
     train.write_bytes(data)

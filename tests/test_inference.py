@@ -33,7 +33,6 @@ from induce.training.checkpoint import CheckpointError
 
 from helpers import STANDIN, make_corpus
 
-
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
@@ -168,9 +167,11 @@ def test_parse_lines_leaves_are_the_tokens(trained):
     assert pretty.splitlines()[-1].split() == brackets.split()
     assert predict_trees(run, [brackets.split()])[0].leaves() == brackets.split()
     # json: lossless in one line per sentence, brackets included, for both tokenisations
+    def flat(node):
+        return [leaf for child in node for leaf in flat(child)] if isinstance(node, list) else [node]
+
     for text, pretokenized in ((brackets, True), (lines[0], False)):
         nested = json.loads(parse_lines(run, [text], pretokenized=pretokenized, style="json")[0])
-        flat = lambda node: [leaf for child in node for leaf in flat(child)] if isinstance(node, list) else [node]  # noqa: E731
         assert flat(nested) == (text.split() if pretokenized else tokenize(text))
     with pytest.raises(InduceError, match="decoder"):
         parse_lines(run, ["a b"], decoder="span")

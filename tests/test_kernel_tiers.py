@@ -62,7 +62,8 @@ def public_functions(module: str, read: Callable[[str], str]) -> dict[str, ast.F
 def declared_names(module: str, read: Callable[[str], str], name: str) -> set[str]:
     """The strings of a module-level tuple/list/set assignment ``name = (...)`` (empty when absent)."""
     for node in ast.parse(read(module)).body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target] if isinstance(node, ast.AnnAssign) else [])
         if any(isinstance(t, ast.Name) and t.id == name for t in targets):
             return set(ast.literal_eval(node.value))
     return set()

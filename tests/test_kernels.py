@@ -309,10 +309,14 @@ def test_gradcheck_torch_tier_float64():
     u = scan["u"].requires_grad_()
     c0 = torch.randn(2, 3, dtype=torch.float64, generator=gen, requires_grad=True)
     for reverse in (False, True):
-        assert torch.autograd.gradcheck(lambda a, b, c: K.linear_scan(a, b, c, reverse=reverse, backend=TIER),
-                                        (log_f, u, c0))
-        assert torch.autograd.gradcheck(
-            lambda c, lf: K.span_representations(c, lf, 3, reverse=reverse, backend=TIER), (u, log_f))
+        def scan(a, b, c, reverse=reverse):
+            return K.linear_scan(a, b, c, reverse=reverse, backend=TIER)
+
+        def spans(c, lf, reverse=reverse):
+            return K.span_representations(c, lf, 3, reverse=reverse, backend=TIER)
+
+        assert torch.autograd.gradcheck(scan, (log_f, u, c0))
+        assert torch.autograd.gradcheck(spans, (u, log_f))
     cell = onlstm_cell_inputs(2, 3, 2, scale=1.0, seed=14, dtype=torch.float64)
     assert torch.autograd.gradcheck(lambda g, c: K.onlstm_cell(g, c, 3, backend=TIER),
                                     tuple(t.requires_grad_() for t in cell.values()))

@@ -243,7 +243,7 @@ def test_span_attention_unused_score_gradient_is_not_materialised():
     K.span_attention(**reference, max_len=5, backend="reference")[0].sum().backward()
     for name, want in reference.items():
         torch.testing.assert_close(leaves[name].grad.cpu(), want.grad, rtol=2e-5, atol=2e-5,
-                                   msg=lambda m: f"d/d{name}: {m}")
+                                   msg=lambda m, name=name: f"d/d{name}: {m}")
 
 
 def _small_case(name):

@@ -34,7 +34,8 @@ def run(run_dir):
 
 
 def test_import_induce_is_cheap():
-    code = ("import sys, induce; heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'nltk', 'numpy'));"
+    code = ("import sys, induce; "
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'nltk', 'numpy'));"
             "print(heavy); assert callable(induce.load) and induce.__version__")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -295,7 +295,7 @@ def test_onlstm_layer_matches_the_equations():
     for t in range(6):
         z = x[:, t] @ layer.weight_ih.T + h @ layer.weight_hh.T + layer.bias + layer.bias_hh  # two biases, as the code
         v1, v2, u = z[:, :p], z[:, p : 2 * p], z[:, 2 * p :]
-        f, i, o = torch.sigmoid(u[:, :hidden]), torch.sigmoid(u[:, hidden : 2 * hidden]), torch.sigmoid(u[:, 2 * hidden : 3 * hidden])
+        f, i, o = (torch.sigmoid(u[:, k * hidden : (k + 1) * hidden]) for k in range(3))
         cand = torch.tanh(u[:, 3 * hidden :])
         cf = torch.cumsum(torch.softmax(v1, -1), -1)
         ci = 1 - torch.cumsum(torch.softmax(v2, -1), -1)
@@ -387,7 +387,8 @@ def test_palm_released_kernel_tiers_agree():
         with use_backend(backend):
             out = model(tokens, model.init_state(2))
             (out.hidden.square().sum() + out.structure["span_scores"].nan_to_num(neginf=0.0).sum()).backward()
-        results[backend] = (out.hidden.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results[backend] = (out.hidden.detach(), grads)
     torch.testing.assert_close(results["torch"][0], results["reference"][0])
     assert results["torch"][1].keys() == results["reference"][1].keys()
     for key, grad in results["reference"][1].items():

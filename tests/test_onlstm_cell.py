@@ -54,6 +54,7 @@ def test_fused_layer_matches_eager_layer(batch, steps, input_size, hidden, chunk
     fused, fused_grads = _run(layer, x, state, "triton")
     eager, eager_grads = _run(layer, x, state, "torch")
     for name, got, want in zip(("out", "h", "c", "distances"), fused, eager):
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
     for name, want in eager_grads.items():
-        torch.testing.assert_close(fused_grads[name], want, rtol=1e-4, atol=1e-5, msg=lambda m: f"d/d{name}: {m}")
+        torch.testing.assert_close(fused_grads[name], want, rtol=1e-4, atol=1e-5,
+                                   msg=lambda m, name=name: f"d/d{name}: {m}")

@@ -139,7 +139,7 @@ def test_span_decoder_against_brute_force_recursion():
     for n in range(1, 9):
         s = rng.normal(size=(n, n))
 
-        def brute(i, j):
+        def brute(i, j, s=s):
             if i == j:
                 return i
             best = max(range(i + 1, j + 1), key=lambda k: (s[j, j - k], -k))

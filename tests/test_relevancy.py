@@ -105,7 +105,7 @@ def test_parallel_plug_in_matches_the_module_with_learned_attention():
     memory.reset(batch)
     beta = torch.zeros(batch, steps)
     history = []
-    for t in range(steps):
+    for _ in range(steps):
         memory.push(torch.randn(batch, D))
         _, weights = memory.attend(torch.randn(batch, D))
         times = memory.slot_times
@@ -139,7 +139,8 @@ def test_memory_size_bounded_by_nu_plus_rho(nu, rho):
         # Stored steps are distinct and the buffer holds exactly the last nu steps.
         times = memory.slot_times[0][memory.slot_valid[0]].tolist()
         assert len(set(times)) == len(times)
-        assert sorted(memory.buffer_times[0][memory.buffer_times[0] >= 0].tolist()) == list(range(max(0, t - nu + 1), t + 1))
+        times = memory.buffer_times[0]
+        assert sorted(times[times >= 0].tolist()) == list(range(max(0, t - nu + 1), t + 1))
 
 
 def test_gradients_reach_kept_states_but_not_evicted_ones():

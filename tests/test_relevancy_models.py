@@ -425,7 +425,8 @@ def test_prpn_chosen_states_are_the_top_rho_by_beta():
             chosen = {int(p) for p, ok in zip(positions[b, t], valid[b, t]) if ok}
             assert chosen == top_rho(beta[b].tolist(), range(0, t - slots), rho), (b, t)
     index, plug_valid = relevant_indices(beta, slots, rho)  # the set after the push of step t = read at t + 1
-    assert torch.equal(torch.where(plug_valid[:, :-1], index[:, :-1], -1), torch.where(valid[:, 1:], positions[:, 1:], -1))
+    assert torch.equal(torch.where(plug_valid[:, :-1], index[:, :-1], -1),
+                       torch.where(valid[:, 1:], positions[:, 1:], -1))
     assert len({tuple(sorted(p)) for p in positions[:, -1].tolist()}) > 1  # not the same set in every example
     for b in range(batch):
         for t in range(steps - 1):

@@ -215,7 +215,8 @@ def test_missing_test_split_and_unknown_profile_are_clear_errors(pipeline, tmp_p
     lm_only = tmp_path / "lm"
     lm_only.mkdir()
     (lm_only / "meta.json").write_text(json.dumps({"name": "lm", "has_trees": False}))
-    result = runner.invoke(app, ["reproduce", "--profile", "toy", "--corpus", str(lm_only), "--out", str(tmp_path / "r")])
+    result = runner.invoke(app, ["reproduce", "--profile", "toy", "--corpus", str(lm_only),
+                                 "--out", str(tmp_path / "r")])
     assert result.exit_code == 2 and "treebank" in result.output
     bad = toy_profile(tmp_path / "bad")
     (bad / "profile.yaml").write_text((bad / "profile.yaml").read_text() + "epochz: 3\n")

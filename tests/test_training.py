@@ -232,12 +232,12 @@ def test_training_writes_a_run_and_learns(tmp_path, corpus):
             "status.json"} <= {p.name for p in run.iterdir()}
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [line["epoch"] for line in lines] == [1, 2, 3]
-    assert all(math.isclose(l["valid_ppl"], math.exp(l["valid_loss"])) for l in lines)
+    assert all(math.isclose(line["valid_ppl"], math.exp(line["valid_loss"])) for line in lines)
     assert lines[-1]["train_loss"] < lines[0]["train_loss"]
     assert read_status(run)["state"] == "finished" and result.epochs_done == 3
     # the best checkpoint holds the epoch with the lowest validation perplexity, and evaluating it
     # again gives that perplexity
-    best = min(lines, key=lambda l: l["valid_ppl"])
+    best = min(lines, key=lambda line: line["valid_ppl"])
     _, meta = load_checkpoint(run / "best")
     assert meta["metrics"]["epoch"] == best["epoch"]
     trainer = Trainer(cfg, tmp_path / "unused", console=QUIET, progress=False)
@@ -277,9 +277,12 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path, corpus):
         assert a.keys() == b.keys()
         for key in a:
             assert torch.equal(a[key], b[key]), (stem, key)
-    strip = lambda line: {k: v for k, v in json.loads(line).items() if k not in ("epoch_seconds", "train_seconds", "tokens_per_s")}
-    assert [strip(l) for l in (straight / "metrics.jsonl").read_text().splitlines()] == [
-        strip(l) for l in (killed / "metrics.jsonl").read_text().splitlines()
+    def strip(line):
+        timing = ("epoch_seconds", "train_seconds", "tokens_per_s")
+        return {k: v for k, v in json.loads(line).items() if k not in timing}
+
+    assert [strip(line) for line in (straight / "metrics.jsonl").read_text().splitlines()] == [
+        strip(line) for line in (killed / "metrics.jsonl").read_text().splitlines()
     ]
     # the comparison is sensitive: another seed gives other weights
     other = tmp_path / "other"
@@ -296,12 +299,12 @@ def test_early_stopping_and_time_budget(tmp_path, corpus):
                    tmp_path / "es", console=QUIET, progress=False)
     lines = (tmp_path / "es" / "metrics.jsonl").read_text().splitlines()
     assert result.stop_reason == "early_stopping" and len(lines) == 2
-    history = [json.loads(l) for l in lines]
+    history = [json.loads(line) for line in lines]
     assert not history[-1]["best"]
     result = train(tiny_config(corpus, "train.epochs=50", "train.time_budget=0.001", "train.log_interval=1"),
                    tmp_path / "tb", console=QUIET, progress=False)
     assert result.stop_reason == "time_budget" and result.epochs_done == 1
-    history = [json.loads(l) for l in (tmp_path / "tb" / "metrics.jsonl").read_text().splitlines()]
+    history = [json.loads(line) for line in (tmp_path / "tb" / "metrics.jsonl").read_text().splitlines()]
     assert history[0].get("partial") is True and history[0]["steps"] == 1
     assert read_status(tmp_path / "tb")["stop_reason"] == "time_budget"
 
@@ -330,7 +333,7 @@ def test_dev_f1_is_logged_and_selects_the_best_checkpoint(tmp_path, corpus):
 
     cfg = tiny_config(corpus, "train.dev_f1=true", "train.select_by=dev_f1", "train.epochs=2")
     train(cfg, tmp_path / "f1", console=QUIET, progress=False)
-    history = [json.loads(l) for l in (tmp_path / "f1" / "metrics.jsonl").read_text().splitlines()]
+    history = [json.loads(line) for line in (tmp_path / "f1" / "metrics.jsonl").read_text().splitlines()]
     for line in history:
         assert 0.0 <= line["dev_f1_wsj10"] <= 100.0 and 0.0 <= line["dev_f1"] <= 100.0
         assert 0.0 <= line["dev_left_split_pct"] + line["dev_right_split_pct"] <= 100.0

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -29,7 +28,8 @@ NO_DROPOUT = ["model.dropout=0", "model.dropouth=0", "model.dropouti=0", "model.
 MODEL = "palm-rb"
 TINY = ["model.emb_size=8", "model.hidden_size=12", "model.rrnn_size=4", "model.attention_size=4",
         "model.max_span_length=4", "data.batch_size=4", "data.bptt=8",
-        "data.eval_batch_size=2", "optim.optimizer=sgd", "optim.asgd=never", "optim.lr=1", "train.log_interval=5", "train.dev_f1=false", "train.seed=3"]
+        "data.eval_batch_size=2", "optim.optimizer=sgd", "optim.asgd=never", "optim.lr=1", "train.log_interval=5",
+        "train.dev_f1=false", "train.seed=3"]
 
 
 def test_python_path_extends_the_callers():
@@ -67,11 +67,11 @@ def test_two_cpu_processes_match_one_process(tmp_path):
     for key in keys:
         torch.testing.assert_close(ddp_tensors[key], one_tensors[key], rtol=1e-4, atol=2e-5)
     # the runs really trained
-    ddp_lines = [json.loads(l) for l in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
-    one_lines = [json.loads(l) for l in (tmp_path / "single" / "metrics.jsonl").read_text().splitlines()]
-    assert [l["steps"] for l in ddp_lines] == [l["steps"] for l in one_lines]
+    ddp_lines = [json.loads(line) for line in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
+    one_lines = [json.loads(line) for line in (tmp_path / "single" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["steps"] for line in ddp_lines] == [line["steps"] for line in one_lines]
     # the processes shared the global batch (each read half of the rows), they did not each read it all
-    assert [l["train_tokens"] for l in ddp_lines] == [l["train_tokens"] for l in one_lines]
+    assert [line["train_tokens"] for line in ddp_lines] == [line["train_tokens"] for line in one_lines]
     for a, b in zip(ddp_lines, one_lines):
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5)
         assert a["valid_loss"] == pytest.approx(b["valid_loss"], rel=1e-5)
@@ -85,7 +85,10 @@ def test_ctrl_c_under_torchrun_then_resume_is_exact_with_dropout(tmp_path):
     RNG states and carried rows, and `--resume` (dropout on, a different mask stream per process,
     variable BPTT) ends with the weights of a straight 2-epoch torchrun run, bit for bit."""
     corpus = make_corpus(tmp_path / "corpora", train=300, valid=6, test=2)
-    env = child_env()
+    # torchrun starts each worker in its own session: the SIGINT below reaches torchrun alone, which sends
+    # SIGINT on to the workers and SIGKILLs those still running after TORCH_ELASTIC_SHUTDOWN_TIMEOUT
+    # (30 s by default): on a loaded machine, too short for the next stop check and the checkpoint.
+    env = {**child_env(), "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "300"}
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                 "-m", "cli.main", "train", "--no-progress"]
     fresh = ["--model", "onlstm", "--corpus", str(corpus), "--device", "cpu", "--max-epochs", "2",

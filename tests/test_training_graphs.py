@@ -74,8 +74,8 @@ def segments(trainer, n):
     """``n`` (inputs, targets, gold) segments as the trainer draws them (its BPTT-length generator)."""
     cfg, data, position = trainer.config, trainer.train_data, 0
     for _ in range(n):
-        length = batching.next_segment_length(trainer.loop.bptt_rng, cfg.data.bptt, cfg.data.bptt_std, cfg.data.min_bptt,
-                                              cfg.data.max_bptt_extra, bucket=cfg.data.bptt_bucket)
+        length = batching.next_segment_length(trainer.loop.bptt_rng, cfg.data.bptt, cfg.data.bptt_std,
+                                              cfg.data.min_bptt, cfg.data.max_bptt_extra, bucket=cfg.data.bptt_bucket)
         if position + length >= data.size(1) - 1:
             position = 0
         inputs, targets = batching.segment(data, position, length)
@@ -137,7 +137,8 @@ def run_pair(corpus, tmp_path, model, n, *extra, capture_fn=None, warmup=None, m
         loss_a, ce_a, a.loop.hidden = eager_step(a, inputs, targets, detach_state(a.loop.hidden), gold)
         rng_after_a = rng_states(a.device)[1]
         set_rng_states(b.device, rng)
-        loss_b, ce_b, b.loop.hidden = steps.step(b.optimizer, b._params, inputs, targets, detach_state(b.loop.hidden), gold)
+        loss_b, ce_b, b.loop.hidden = steps.step(b.optimizer, b._params, inputs, targets,
+                                                 detach_state(b.loop.hidden), gold)
         if exact:
             assert torch.equal(loss_a, loss_b) and torch.equal(ce_a, ce_b)
             assert_same(a, b)
@@ -423,7 +424,8 @@ def test_the_clipped_last_segment_takes_the_eager_step(corpus, tmp_path):
 
     trainer._set_up_graphs = spy_setup
     trainer.run()
-    rng, position, length, expected, clipped = np.random.default_rng(cfg.train.seed), 0, trainer.train_data.size(1), [], 0
+    rng, position, length = np.random.default_rng(cfg.train.seed), 0, trainer.train_data.size(1)
+    expected, clipped = [], 0
     while position < length - 2:
         drawn = batching.next_segment_length(rng, cfg.data.bptt, cfg.data.bptt_std, cfg.data.min_bptt,
                                              cfg.data.max_bptt_extra, bucket=cfg.data.bptt_bucket)

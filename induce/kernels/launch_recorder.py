@@ -168,7 +168,7 @@ class Recorder:
         variant.sightings.add(f"{self.label} {self.kind}".strip())
         return True  # skip the compilation and the launch: nothing runs
 
-    def merge(self, other: "Recorder") -> None:
+    def merge(self, other: Recorder) -> None:
         """Add ``other``'s variants and calls (a variant keeps its earliest sighting)."""
         self.launches += other.launches
         for ident, variant in other.variants.items():

@@ -98,11 +98,12 @@ def compare_with_reference(
     ref_outs, ref_grads = run_with_grads(lambda **kw: fn(**kw, backend="reference"), inputs, kwargs)
     for i, (out, ref) in enumerate(zip(outs, ref_outs)):
         assert out.shape == ref.shape, f"{name}[{tier}] output {i}: shape {tuple(out.shape)} != {tuple(ref.shape)}"
-        torch.testing.assert_close(out, ref, rtol=rtol, atol=atol, msg=lambda m: f"{name}[{tier}] output {i}: {m}")
+        torch.testing.assert_close(out, ref, rtol=rtol, atol=atol, msg=lambda m, i=i: f"{name}[{tier}] output {i}: {m}")
     for arg, ref in ref_grads.items():
         got = grads.get(arg)
         if ref is None:
             continue
         assert got is not None, f"{name}[{tier}]: no gradient for {arg}"
         assert torch.isfinite(got).all(), f"{name}[{tier}]: non-finite gradient for {arg}"
-        torch.testing.assert_close(got, ref, rtol=rtol, atol=atol, msg=lambda m: f"{name}[{tier}] d/d{arg}: {m}")
+        torch.testing.assert_close(got, ref, rtol=rtol, atol=atol,
+                                   msg=lambda m, arg=arg: f"{name}[{tier}] d/d{arg}: {m}")

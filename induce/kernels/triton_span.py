@@ -15,7 +15,6 @@ from torch.autograd.function import once_differentiable
 
 from induce.kernels.triton_base import _length_free_jit, _pow2, _tanh
 
-
 # ====================================================================== span representations
 # A span tile is ``[BT, BD]``: positions ``t`` (rows) x features ``d`` (columns) for one span length
 # ``k``. Its forget-gate product ``prod_{j=t-k..t} f_j`` is summed in log space over the window, so

@@ -96,7 +96,9 @@ def segment_length_distribution(bptt: int, std: float = 5.0, min_length: int = 5
             # int(x) == drawn for x in [drawn, drawn + 1) (x > 0); the clamps take the tails
             lower = -math.inf if drawn == min_length else drawn
             upper = math.inf if drawn == high else drawn + 1
-            p = share * ((1.0 if upper == math.inf else cdf(upper, mean)) - (0.0 if lower == -math.inf else cdf(lower, mean)))
+            below_upper = 1.0 if upper == math.inf else cdf(upper, mean)
+            below_lower = 0.0 if lower == -math.inf else cdf(lower, mean)
+            p = share * (below_upper - below_lower)
             length = bucket_length(drawn, bucket, min_length, high) if bucket else drawn
             probabilities[length] = probabilities.get(length, 0.0) + p
     return {length: p for length, p in sorted(probabilities.items()) if p > 0}

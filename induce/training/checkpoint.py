@@ -140,7 +140,8 @@ def read_sidecar(path: Union[str, Path]) -> dict:
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CheckpointError(f"{sidecar_path}: damaged checkpoint sidecar (not JSON: {err})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise CheckpointError(f"{sidecar_path}: not an induce checkpoint (format {meta.get('format') if isinstance(meta, dict) else None!r})")
+        found = meta.get("format") if isinstance(meta, dict) else None
+        raise CheckpointError(f"{sidecar_path}: not an induce checkpoint (format {found!r})")
     if meta.get("format_version") not in READABLE_VERSIONS:
         raise CheckpointError(
             f"{sidecar_path}: checkpoint format version {meta.get('format_version')!r}; "
@@ -172,7 +173,9 @@ def verify_checkpoint(path: Union[str, Path]) -> dict:
     return meta
 
 
-def load_checkpoint(path: Union[str, Path], device: Union[str, torch.device] = "cpu") -> tuple[dict[str, torch.Tensor], dict]:
+def load_checkpoint(
+    path: Union[str, Path], device: Union[str, torch.device] = "cpu"
+) -> tuple[dict[str, torch.Tensor], dict]:
     """``(tensors, meta)`` of a checkpoint after :func:`verify_checkpoint`."""
     weights_path, _ = checkpoint_paths(path)
     meta = verify_checkpoint(path)

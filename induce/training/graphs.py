@@ -83,9 +83,9 @@ eager, for that step and every later one, with the process as an eager run would
 * The lr is a constant of each graph, not a device tensor: with variable BPTT the lr of a step is
   ``base_lr * T / bptt`` (:meth:`Schedule.step_lr`), a function of the segment length, i.e. of the
   bucket, so each :class:`StaticStep` has one lr. When it changes (plateau, ASGD switch or restart)
-  every step is dropped and rebuilt when next used (all shapes' lrs change together). A tensor lr would not help: torch 2.13's foreach SGD turns a tensor lr
-  into a Python number (``alpha=-lr``, a host sync), so it would force ``fused=True`` SGD, whose
-  rounding differs from the eager step's.
+  every step is dropped and rebuilt when next used (all shapes' lrs change together). A tensor lr
+  would not help: torch 2.13's foreach SGD turns a tensor lr into a Python number (``alpha=-lr``, a
+  host sync), so it would force ``fused=True`` SGD, whose rounding differs from the eager step's.
 * Optimisers: Adam and ASGD need ``capturable=True`` on CUDA (step counts and ASGD's eta / mu kept on
   the device); :func:`prepare_optimizer` switches it on for the optimiser the graphs use and moves
   existing step counts to the device (``build_optimizer`` already makes ASGD capturable on CUDA).
@@ -212,7 +212,7 @@ class StaticStep:
     call, or any other graph's replay, which is after the trainer has copied them in again).
     """
 
-    def __init__(self, owner: "StaticSteps", optimizer, params: list[nn.Parameter], inputs: torch.Tensor,
+    def __init__(self, owner: StaticSteps, optimizer, params: list[nn.Parameter], inputs: torch.Tensor,
                  targets: torch.Tensor, state: Any, gold: Optional[torch.Tensor], capture: bool):
         self.owner, self.optimizer, self.params = owner, optimizer, params
         self.inputs = torch.empty_like(inputs, memory_format=torch.contiguous_format)
@@ -340,8 +340,9 @@ class StaticSteps:
     """The trainer's cache of :class:`StaticStep` objects, keyed by static shape.
 
     ``step(optimizer, params, inputs, targets, state, gold)`` -> ``(loss, cross_entropy, new_state)``.
-    A new optimiser object (ASGD switch / restart) or a new lr (a plateau) drops every cached step. ``note`` prints one line (why steps are not captured, that a
-    capture failed, that :data:`MAX_GRAPHS` is reached). On CUDA all graphs share one memory pool
+    A new optimiser object (ASGD switch / restart) or a new lr (a plateau) drops every cached step.
+    ``note`` prints one line (why steps are not captured, that a capture failed, that
+    :data:`MAX_GRAPHS` is reached). On CUDA all graphs share one memory pool
     (:meth:`memory_pool`) and one side stream for warm-ups and captures (:meth:`capture_stream`).
     """
 
@@ -373,7 +374,7 @@ class StaticSteps:
             self._pool = torch.cuda.graph_pool_handle()
         return self._pool
 
-    def capture_stream(self) -> "torch.cuda.Stream":
+    def capture_stream(self) -> torch.cuda.Stream:
         """The side stream of every warm-up and capture (made at the first use)."""
         if self._stream is None:
             self._stream = torch.cuda.Stream(self.device)

@@ -34,7 +34,9 @@ import torch
 from induce.config import OptimConfig
 
 
-def build_optimizer(params: Iterable[torch.nn.Parameter], config: OptimConfig, asgd: bool = False) -> torch.optim.Optimizer:
+def build_optimizer(
+    params: Iterable[torch.nn.Parameter], config: OptimConfig, asgd: bool = False
+) -> torch.optim.Optimizer:
     """The optimiser of the current phase: ``config.optimizer`` before the switch, ASGD after it.
 
     With ``config.scorer_optimizer == "adam"`` a :class:`ScorerSplitOptimizer` (see there)."""
@@ -163,7 +165,8 @@ class ScorerSplitOptimizer:
     @property
     def scheduled_param_groups(self) -> list[dict]:
         # looked up on every call: torch's load_state_dict replaces the group dicts
-        return [group for opt, scheduled in zip(self.optimizers, self.scheduled) if scheduled for group in opt.param_groups]
+        return [group for opt, scheduled in zip(self.optimizers, self.scheduled) if scheduled
+                for group in opt.param_groups]
 
     @property
     def param_groups(self) -> list[dict]:
@@ -201,7 +204,8 @@ class ScorerSplitOptimizer:
             if len(own_groups) != len(opt.param_groups):
                 raise ValueError("optimiser state does not match the scorer/LM split (different number of groups)")
             part = {
-                "state": {int(i) - offset: v for i, v in state_dict["state"].items() if offset <= int(i) < offset + count},
+                "state": {int(i) - offset: v for i, v in state_dict["state"].items()
+                          if offset <= int(i) < offset + count},
                 "param_groups": [{**group, "params": [i - offset for i in group["params"]]} for group in own_groups],
             }
             opt.load_state_dict(part)
@@ -229,7 +233,8 @@ def _scorer_split_optimizer(params: list[torch.nn.Parameter], config: OptimConfi
         return ScorerSplitOptimizer([(build_optimizer(params, plain, asgd=True), True)], [(lm, config.clip)])
     lm_opt = build_optimizer(lm, config.model_copy(update={"scorer_optimizer": "shared"}))
     scorer_opt = torch.optim.Adam(scorer, lr=config.scorer_lr, weight_decay=config.wdecay)
-    return ScorerSplitOptimizer([(lm_opt, True), (scorer_opt, False)], [(lm, config.clip), (scorer, config.scorer_clip)])
+    return ScorerSplitOptimizer([(lm_opt, True), (scorer_opt, False)],
+                                [(lm, config.clip), (scorer, config.scorer_clip)])
 
 
 def clip_gradients(optimizer, params: list[torch.nn.Parameter], clip: Optional[float]) -> None:

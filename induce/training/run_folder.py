@@ -188,7 +188,7 @@ class RunLock:
             except (OSError, ValueError):
                 pass
 
-    def __enter__(self) -> "RunLock":
+    def __enter__(self) -> RunLock:
         self.acquire()
         return self
 

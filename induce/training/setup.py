@@ -154,7 +154,8 @@ class TrainerSetup:
         targets = gold_span_targets(self.corpus.nopunct_trees("train"), self.config.model["max_span_length"])
         if targets.size(0) != n_tokens:
             raise InduceError(
-                f"{self.corpus.path}: train trees give {targets.size(0)} gold-span rows but the LM text has {n_tokens} tokens"
+                f"{self.corpus.path}: train trees give {targets.size(0)} gold-span rows but the LM text has "
+                f"{n_tokens} tokens"
             )
         rows = batching.batchify(targets, self.config.data.batch_size)
         return batching.shard_rows(rows, self.ctx.rank, self.ctx.world_size).to(self.device)

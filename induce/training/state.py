@@ -129,7 +129,7 @@ class LoopState:
     hidden: Any = None
 
     @classmethod
-    def fresh(cls, config: RunConfig, device: torch.device) -> "LoopState":
+    def fresh(cls, config: RunConfig, device: torch.device) -> LoopState:
         """The state before the first step of a run."""
         return cls(
             schedule=Schedule(config.optim),
@@ -263,7 +263,8 @@ class CheckpointState:
             self.optimizer = build_optimizer(self.model.parameters(), self.config.optim, asgd=True)
         if meta.get("optimizer_kind") != type(self.optimizer).__name__:
             raise CheckpointError(
-                f"{self.run_dir}: checkpoint optimiser {meta.get('optimizer_kind')} does not match {type(self.optimizer).__name__}"
+                f"{self.run_dir}: checkpoint optimiser {meta.get('optimizer_kind')} does not match "
+                f"{type(self.optimizer).__name__}"
             )
         optim_state = join_optimizer_state(tensors, meta["optimizer"])
         # Fresh (aligned) copies, not views into the file's buffer: see the recurrent state in LoopState.restore.

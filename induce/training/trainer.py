@@ -75,13 +75,13 @@ from .run_folder import (
     write_status,
 )
 from .setup import TrainerSetup
-from .tensorboard import TensorBoardLog, require_tensorboard
 from .state import CheckpointState, detach_state, map_state
+from .tensorboard import TensorBoardLog, require_tensorboard
 
 __all__ = [
     "BEST", "CONFIG_FILE", "DEV_LENGTHS", "LAST", "LMLoss", "METRICS_FILE", "STATUS_FILE", "TrainResult",
-    "Trainer", "TrainingDiverged", "TrainingInterrupted", "detach_state", "dev_parse_metrics", "evaluate_lm", "map_state",
-    "read_status", "resolve_corpus", "resume", "train",
+    "Trainer", "TrainingDiverged", "TrainingInterrupted", "detach_state", "dev_parse_metrics", "evaluate_lm",
+    "map_state", "read_status", "resolve_corpus", "resume", "train",
 ]
 
 
@@ -108,7 +108,7 @@ class TrainingInterrupted(KeyboardInterrupt):
     """Raised by :meth:`Trainer.run` after SIGINT once ``last`` is written at the interrupted step and
     the resume command printed: still a ``KeyboardInterrupt`` for callers (``induce reproduce`` stops)."""
 
-    def __init__(self, result: "TrainResult", epoch: int, batch: int):
+    def __init__(self, result: TrainResult, epoch: int, batch: int):
         super().__init__(f"{result.run_dir}: interrupted at epoch {epoch}, batch {batch}")
         self.result, self.epoch, self.batch = result, epoch, batch
         self.resume_command = resume_command(result.run_dir)
@@ -143,7 +143,7 @@ class Trainer(TrainerSetup, CheckpointState):
         resume: bool = False,
         console: Optional[Console] = None,
         progress: bool = True,
-        on_batch: Optional[Callable[["Trainer", int, int], None]] = None,
+        on_batch: Optional[Callable[[Trainer, int, int], None]] = None,
         corpora_dir: Path = Path("corpora"),
         force: bool = False,
         allow_foreign: bool = True,
@@ -236,7 +236,11 @@ class Trainer(TrainerSetup, CheckpointState):
     def _train_epoch(self, progress: Optional[Progress]) -> Optional[str]:
         """Run (the rest of) the current epoch; returns None when it is complete, else why it stopped
         (``"time_budget"`` or ``"interrupted"``: then ``last`` must be written at this position;
-        ``"diverged"``: nothing more is written)."""
+        ``"diverged"``: nothing more is written).
+
+        Long because the step, the running sums, the host syncs (loss shown, stop checks under DDP) and the
+        periodic checkpoint happen in one order per batch that exact resume and DDP's agreement on the
+        stopping step depend on; it reads best as one loop."""
         cfg = self.config
         model, data = self.model, self.train_data
         model.train()
@@ -285,7 +289,8 @@ class Trainer(TrainerSetup, CheckpointState):
             self.batches_this_run += 1
             if task is not None:
                 progress.update(task, advance=1)
-            if self.ctx.distributed and self.loop.batch % STOP_CHECK_BATCHES == 0 and self.loop.batch % cfg.train.log_interval:
+            at_check = self.loop.batch % STOP_CHECK_BATCHES == 0 and self.loop.batch % cfg.train.log_interval
+            if self.ctx.distributed and at_check:
                 # Under DDP the processes agree on stopping through a broadcast (a host sync), so it
                 # is checked every few batches rather than every batch.
                 reason = self._stop_reason()
@@ -462,8 +467,8 @@ class Trainer(TrainerSetup, CheckpointState):
         """A non-finite loss: mark the run diverged (``best`` and ``last`` keep what they held before)
         and raise :class:`TrainingDiverged` with what to do."""
         self._write_metrics_file()
-        self._write_status("diverged", diverged_at=now(), stop_reason="diverged", epoch=self.loop.epoch, batch=self.loop.batch,
-                           error=f"non-finite {self.diverged}")
+        self._write_status("diverged", diverged_at=now(), stop_reason="diverged", epoch=self.loop.epoch,
+                           batch=self.loop.batch, error=f"non-finite {self.diverged}")
         lr = f"optim.lr={self.config.optim.lr}"
         raise TrainingDiverged(
             f"{self.run_dir}: training diverged (non-finite {self.diverged}); the run is marked diverged "
@@ -474,6 +479,45 @@ class Trainer(TrainerSetup, CheckpointState):
     def _started(self) -> bool:
         """Whether this run has written its folder (config and status), i.e. there is a run to report on."""
         return hasattr(self, "ctx") and self.ctx.is_main and (self.run_dir / CONFIG_FILE).is_file()
+
+    def _run_epochs(self, progress: Optional[Progress]) -> str:
+        """Train, evaluate and checkpoint epoch after epoch; returns why it stopped (``"epochs"``: all done,
+        ``"early_stopping"``, ``"time_budget"``, ``"interrupted"``, ``"diverged"``)."""
+        cfg, ctx = self.config, self.ctx
+        while self.loop.epoch <= cfg.train.epochs:
+            epoch_started = time.monotonic()
+            self.epoch_tokens_at_start = int(
+                ddp.all_reduce_sum(ctx, torch.tensor(float(self.loop.epoch_tokens))).item()
+            )
+            reason = self._train_epoch(progress)
+            if reason in ("interrupted", "diverged"):
+                # No evaluation of a partial epoch: the resumed run must see what an uninterrupted one sees.
+                return reason
+            complete = reason is None
+            metrics = self._end_of_epoch(complete, epoch_started)
+            if self.tensorboard is not None:
+                self.tensorboard.epoch(metrics, self.loop.steps_total)
+            if self.diverged is not None:
+                return "diverged"
+            self._log(
+                f"epoch {metrics['epoch']:3d} | train ppl {metrics['train_ppl']:8.2f} | valid ppl "
+                f"{metrics['valid_ppl']:8.2f}"
+                + (f" | dev F1 {metrics['dev_f1']:.3f}" if "dev_f1" in metrics else "")
+                + f" | {metrics['tokens_per_s']:,.0f} tok/s" + (" *" if metrics["best"] else "")
+            )
+            if complete:
+                self.loop.next_epoch()
+            self._save_last()
+            self._write_metrics_file()
+            if not complete:
+                return "time_budget"
+            if cfg.train.patience is not None and self.loop.bad_epochs >= cfg.train.patience:
+                return "early_stopping"
+            if self.loop.epoch <= cfg.train.epochs:
+                reason = self._stop_reason()
+                if reason:
+                    return reason
+        return "epochs"
 
     def run(self) -> TrainResult:
         created = not self.run_dir.exists()
@@ -495,50 +539,11 @@ class Trainer(TrainerSetup, CheckpointState):
             self._announce()
             self.started = time.monotonic()
             self.batches_this_run = 0
-            stop_reason = "epochs"
             progress = self._make_progress() if self.show_progress and ctx.is_main else None
             if progress is not None:
                 progress.start()
             try:
-                while self.loop.epoch <= cfg.train.epochs:
-                    epoch_started = time.monotonic()
-                    self.epoch_tokens_at_start = int(
-                        ddp.all_reduce_sum(ctx, torch.tensor(float(self.loop.epoch_tokens))).item()
-                    )
-                    reason = self._train_epoch(progress)
-                    if reason in ("interrupted", "diverged"):
-                        # No evaluation of a partial epoch: the resumed run must see what an
-                        # uninterrupted one sees.
-                        stop_reason = reason
-                        break
-                    complete = reason is None
-                    metrics = self._end_of_epoch(complete, epoch_started)
-                    if self.tensorboard is not None:
-                        self.tensorboard.epoch(metrics, self.loop.steps_total)
-                    if self.diverged is not None:
-                        stop_reason = "diverged"
-                        break
-                    self._log(
-                        f"epoch {metrics['epoch']:3d} | train ppl {metrics['train_ppl']:8.2f} | valid ppl "
-                        f"{metrics['valid_ppl']:8.2f}"
-                        + (f" | dev F1 {metrics['dev_f1']:.3f}" if "dev_f1" in metrics else "")
-                        + f" | {metrics['tokens_per_s']:,.0f} tok/s" + (" *" if metrics["best"] else "")
-                    )
-                    if complete:
-                        self.loop.next_epoch()
-                    self._save_last()
-                    self._write_metrics_file()
-                    if not complete:
-                        stop_reason = "time_budget"
-                        break
-                    if cfg.train.patience is not None and self.loop.bad_epochs >= cfg.train.patience:
-                        stop_reason = "early_stopping"
-                        break
-                    if self.loop.epoch <= cfg.train.epochs:
-                        reason = self._stop_reason()
-                        if reason:
-                            stop_reason = reason
-                            break
+                stop_reason = self._run_epochs(progress)
             finally:
                 if progress is not None:
                     progress.stop()
@@ -551,8 +556,9 @@ class Trainer(TrainerSetup, CheckpointState):
                     "finished", finished_at=now(), stop_reason=stop_reason, epochs_done=len(self.loop.history),
                     best_valid_ppl=self.loop.best_valid_ppl,
                 )
-            result = TrainResult(self.run_dir, len(self.loop.history), stop_reason, self.loop.best_valid_ppl,
-                                 self.loop.best_metric if self.loop.best_metric is not None else math.nan, list(self.loop.history))
+            loop = self.loop
+            result = TrainResult(self.run_dir, len(loop.history), stop_reason, loop.best_valid_ppl,
+                                 loop.best_metric if loop.best_metric is not None else math.nan, list(loop.history))
             if stop_reason == "interrupted":
                 raise TrainingInterrupted(result, self.loop.epoch, self.loop.batch)
             return result
