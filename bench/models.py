@@ -459,7 +459,7 @@ def training_rows(entries: list[str], trainers: dict, externals: dict[str, str],
 def parse_speed(entry: str, n_sentences: int, bf16: bool) -> float | None:
     if entry.endswith("-mm") or n_sentences == 0:
         return None
-    path = Path(os.environ.get("INDUCE_DATA", "../shared/data")) / "ptb_lm" / "ptb.valid.txt"
+    path = Path(os.environ.get("INDUCE_DATA", "data")) / "ptb_lm" / "ptb.valid.txt"
     if not path.exists():
         return None
     lines = [line.split() for line in path.read_text().splitlines() if line.strip()][:n_sentences]
