@@ -4,7 +4,7 @@ The default :class:`EvalConvention` is the one of Kim et al. (2019), used by mos
 unsupervised constituency parsing:
 
 * punctuation and traces removed by the word-tag filter: only leaves whose gold POS tag is in
-  :data:`induce.ptb.WORD_TAGS` are kept (``$`` and ``#`` go too);
+  :data:`induce.trees.ptb.WORD_TAGS` are kept (``$`` and ``#`` go too);
 * length filters apply to the sentence after that removal; sentences of length 1 are skipped;
 * spans of length 1 and the whole-sentence span are not counted; spans are sets;
 * per-sentence F1 when the gold tree has no span: recall 1, and precision 1 if the prediction
@@ -28,9 +28,9 @@ from typing import Callable, Optional, Sequence
 import nltk
 
 from induce.errors import InduceError, InputError
-from induce.ptb import TRACE_TAG, WORD_TAGS, strip_function_tags
+from induce.trees.ptb import TRACE_TAG, WORD_TAGS, strip_function_tags
 
-from .trees import Node, branching_nodes, constituents, from_nltk, prune
+from induce.trees.nodes import Node, branching_nodes, constituents, from_nltk, prune
 
 #: Gold labels whose recall is reported.
 REPORTED_LABELS = ("NP", "VP", "PP", "SBAR", "ADJP", "ADVP")

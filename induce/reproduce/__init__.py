@@ -6,7 +6,7 @@
   skipping / resuming;
 * :mod:`.results` — ``results.json``: what the steps wrote, gathered and summarised over seeds;
 * :mod:`.drawing` — the report's figures from the runs;
-* :mod:`induce.report` / :mod:`induce.findings` — ``REPORT.md`` and the sentences it generates
+* :mod:`induce.report` / :mod:`induce.report.findings` — ``REPORT.md`` and the sentences it generates
   from the results.
 """
 from .pipeline import (

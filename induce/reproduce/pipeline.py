@@ -96,7 +96,7 @@ class StepRecord:
 
 
 def _write_json(path: Path, payload) -> Path:
-    from induce.treeio import atomic_write_text
+    from induce.trees.brackets import atomic_write_text
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -411,7 +411,9 @@ class Reproduction:
         return data if current else {}
 
     def evaluate_run(self, model: str, seed: int) -> tuple[str, str]:
-        from induce.inference import format_tree, lm_perplexity, load_run, predict_trees
+        from induce.inference.predict import format_tree, predict_trees
+        from induce.inference.language_model import lm_perplexity
+        from induce.inference.loading import load_run
         from induce.training.checkpoint import verify_checkpoint
         from induce.training.trainer import read_status
 
@@ -450,7 +452,7 @@ class Reproduction:
         if self.mikolov is not None:
             mikolov_ppl = sentences_perplexity(loaded, self.mikolov["sentences"], self.eval_device)
         trees_path = path.with_suffix(".trees.txt")
-        from induce.treeio import atomic_write_text
+        from induce.trees.brackets import atomic_write_text
 
         atomic_write_text(trees_path, "".join(
             (format_tree(tree) if tree is not None else "(S " + " ".join(words) + ")") + "\n"
@@ -558,9 +560,8 @@ class Reproduction:
     def run(self) -> dict:
         import torch
 
-        from induce import report
-
-        from .drawing import make_figures
+        from induce.report.drawing import make_figures
+        from induce.report.markdown import write_results
 
         started_wall, started = now(), time.monotonic()
         self.started = started
@@ -592,7 +593,7 @@ class Reproduction:
             self._record_step(record)
             results["steps"] = [asdict(step) for step in self.steps]
             results["step_log"] = read_json(self.out / STEPS_FILE)
-            report.write_results(results, self.out)
+            write_results(results, self.out)
             return results
         finally:
             torch.set_num_threads(old_threads)

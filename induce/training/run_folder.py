@@ -28,7 +28,7 @@ from typing import Optional
 
 from induce.errors import InduceError
 from induce.files import process_alive, strict_json
-from induce.treeio import atomic_write_text
+from induce.trees.brackets import atomic_write_text
 
 STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.jsonl"

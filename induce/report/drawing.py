@@ -1,11 +1,11 @@
 """The report's figures, drawn from the results and the trained runs (:func:`make_figures`); the
-plotting itself is :mod:`induce.figures`."""
+plotting itself is :mod:`induce.report.figures`."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from induce.names import display
-from induce.report import split_name
+from induce.report.names import display
+from induce.report.text import split_name
 
 
 def choose_examples(kept: list, count: int, shortest: int = 8, longest: int = 15) -> list[int]:
@@ -21,10 +21,11 @@ def choose_examples(kept: list, count: int, shortest: int = 8, longest: int = 15
 def make_figures(results: dict, out: Path, repro) -> dict:
     """Draw every figure into ``out/figures``; returns ``{name: relative path}`` and adds the
     example sentences (text trees, per-model F1) to ``results["examples"]``."""
-    from induce import figures
+    from induce.report import figures
     from induce.evaluation import EvalConvention, prepare_gold
-    from induce.inference import format_tree, load_run
-    from induce.show import display_gold, sentence_structure, tree_f1
+    from induce.inference.predict import format_tree
+    from induce.inference.loading import load_run
+    from induce.inference.show import display_gold, sentence_structure, tree_f1
     from induce.training.batching import predicted_per_epoch
 
     out = Path(out)
@@ -117,7 +118,7 @@ def _all_layers(run, structure, device: str) -> None:
     only the layers up to the one it reads (ON-LSTM), the figure shows all of them (full forward)."""
     import torch
 
-    from induce.inference import normalize
+    from induce.inference.predict import normalize
 
     if structure.layer_distances is None:
         return
