@@ -18,16 +18,23 @@ from induce.training.trainer import map_state
 
 def lm_perplexity(run: Union[str, Path, LoadedRun], corpus_dir: Union[str, Path], split: str = "valid",
                   device: Union[str, torch.device] = "auto") -> float:
-    """Perplexity of the run's model on ``split`` of a prepared corpus (the run's eval batching:
-    ``data.eval_batch_size`` streams, ``data.bptt`` segments, state carried)."""
+    """Perplexity of the run's model on ``split`` of a prepared corpus (see :func:`sentences_perplexity`)."""
     from induce.data.corpus import PreparedCorpus
+
+    return sentences_perplexity(run, PreparedCorpus(corpus_dir).lm_sentences(split), device)
+
+
+def sentences_perplexity(run: Union[str, Path, LoadedRun], sentences: Sequence[Sequence[str]],
+                         device: Union[str, torch.device] = "auto") -> float:
+    """Perplexity of the run's model on ``sentences`` (token lists; words outside its vocabulary count as
+    ``<unk>``), read as one stream with the run's eval batching: ``data.eval_batch_size`` streams (fewer
+    for a short text), ``data.bptt`` segments, state carried (as ``induce eval --lm``)."""
     from induce.training.batching import batchify, stream_ids
     from induce.training.trainer import evaluate_lm
 
     loaded = as_loaded(run, device)
-    corpus = PreparedCorpus(corpus_dir)
     data_cfg = loaded.config["data"]
-    stream = stream_ids(corpus.lm_sentences(split), loaded.vocab)
+    stream = stream_ids(sentences, loaded.vocab)
     batch = max(1, min(data_cfg["eval_batch_size"], stream.numel() // 2))
     loss = evaluate_lm(loaded.model, batchify(stream, batch), data_cfg["bptt"], next(loaded.model.parameters()).device)
     return math.exp(loss)

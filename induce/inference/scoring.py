@@ -79,7 +79,7 @@ def load_gold(gold: Optional[Union[str, Path]] = None, corpus: Optional[Union[st
 
 
 def parse_gold(run, gold_sentences: list, convention, batch_size: int = 64, decoder: Optional[str] = None,
-               device="auto", progress: Progress = None) -> list:
+               device="auto", progress: Progress = None, one_word_trees: bool = False) -> list:
     """A run's trees of the gold sentences (None for those outside the convention's length filter, which
     are not parsed). ``run``: a run folder, checkpoint or :class:`~induce.inference.loading.LoadedRun`.
 
@@ -88,6 +88,11 @@ def parse_gold(run, gold_sentences: list, convention, batch_size: int = 64, deco
     taken for punctuation again (a possessive ``'`` would be attached instead of parsed, unlike the
     trainer's dev F1 and ``induce reproduce``). With ``keep_punct`` the punctuation is hidden from the
     model and attached afterwards, as for raw text.
+
+    ``one_word_trees``: one-word sentences that the convention's length filter leaves out get their only
+    tree, ``(S word)``, without the model (``induce reproduce`` parses once under the default convention
+    and scores the trees under every convention, ON-LSTM's counting one-word sentences among them).
+    What the model reads is the same either way.
     """
     from induce.inference import predict
 
@@ -99,6 +104,12 @@ def parse_gold(run, gold_sentences: list, convention, batch_size: int = 64, deco
     trees = [None] * len(gold_sentences)
     for i, tree in zip(wanted, parsed):
         trees[i] = tree
+    if one_word_trees:
+        import nltk
+
+        for i, words in enumerate(kept):
+            if len(words) == 1 and trees[i] is None:
+                trees[i] = nltk.Tree("S", list(words))
     return trees
 
 
