@@ -12,7 +12,7 @@ from typing import Callable, Iterator, Optional
 
 from rich.console import Console
 
-#: Where the commands look for a run without --checkpoint (see induce.runs.DEFAULT_RUN_DIRS).
+#: Where the commands look for a run without --checkpoint (see induce.inference.runs.DEFAULT_RUN_DIRS).
 LATEST_RUN_HELP = ("the newest finished run under runs/ or results/runs/ (where `make reproduce` puts its runs), "
                    "controls such as palm-rb and diverged runs left out")
 CHECKPOINT_HELP = f"Run folder or checkpoint (default: {LATEST_RUN_HELP})."
@@ -24,12 +24,12 @@ PROGRESS_HELP = "Progress bars on stderr (shown only when stderr is a terminal).
 def pick_run(checkpoint: Optional[Path], console: Console, runs_dir: Optional[Path] = None,
              need_parser: bool = False) -> Path:
     """``checkpoint``, or the newest finished run that may be used by default (under ``runs_dir``, else
-    runs/ and results/runs/; :func:`induce.runs.latest_run`), saying on ``console`` which one is used:
+    runs/ and results/runs/; :func:`induce.inference.runs.latest_run`), saying on ``console`` which one is used:
     folder, model, when it finished, its selected epoch's figures. ``need_parser``: leave out language
     models that do not parse."""
     if checkpoint is not None:
         return checkpoint
-    from induce.runs import describe_run, latest_run
+    from induce.inference.runs import describe_run, latest_run
 
     found = latest_run(runs_dir, need_parser=need_parser)
     console.print(f"using the latest finished run: {describe_run(found)}", highlight=False, soft_wrap=True)

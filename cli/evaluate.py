@@ -89,7 +89,7 @@ def eval_command(
     from cli.messages import error_text
     from induce.evaluation import EvalConvention, baseline_predictions
     from induce.files import check_not_input, check_output_file
-    from induce.scoring import gold_files, load_gold, parse_gold, score
+    from induce.inference.scoring import gold_files, load_gold, parse_gold, score
 
     console = Console(stderr=True)
     steps = ProgressSteps(console, progress)
@@ -133,7 +133,7 @@ def eval_command(
             if gold is not None:
                 raise InduceError("--lm reads the LM text of a prepared corpus: use --corpus or the run's corpus, "
                                   "not --gold")
-            from induce.inference import lm_perplexity
+            from induce.inference.language_model import lm_perplexity
 
             ppl = lm_perplexity(run_dir, corpus, split, device=device)
             if as_json:
@@ -147,7 +147,7 @@ def eval_command(
 
         locations = None
         if predicted is not None:
-            from induce.treeio import read_trees
+            from induce.trees.brackets import read_trees
 
             located = read_trees(predicted, one_per_line=True, progress=steps.bar("reading predicted trees"))
             pred_trees = [item.tree for item in located]
@@ -183,7 +183,7 @@ def _untrained_summary(model, sets, inits, seed, lm, per_sentence, gold, corpus,
     if lm or per_sentence is not None:
         raise InduceError(f"--untrained: {'--lm' if lm else '--per-sentence'} needs a trained run (--checkpoint)")
     from induce.evaluation.untrained import evaluate_untrained, untrained_config, untrained_vocabulary
-    from induce.scoring import load_gold
+    from induce.inference.scoring import load_gold
 
     run_config = untrained_config(model, sets)  # config errors before the gold is read
     if gold is None and corpus is None:
@@ -202,7 +202,7 @@ def _default_eval_corpus(run_dir: Optional[Path], data: Optional[Path], console:
     """The prepared corpus to evaluate on when neither --gold nor --corpus is given: a run's own (unless
     --data names a data root), else the default corpus; said on ``console``."""
     if run_dir is not None and data is None:
-        from induce.scoring import eval_corpus_of_run
+        from induce.inference.scoring import eval_corpus_of_run
 
         chosen = eval_corpus_of_run(run_dir)
         console.print(f"evaluating on {chosen.description}", highlight=False, soft_wrap=True)
@@ -213,7 +213,7 @@ def _default_eval_corpus(run_dir: Optional[Path], data: Optional[Path], console:
 
 
 def _run_files(run_dir: Optional[Path]) -> list:
-    from induce.runs import run_files
+    from induce.inference.runs import run_files
 
     return run_files(run_dir) if run_dir is not None else []
 
@@ -264,7 +264,7 @@ def _print_untrained(summary: dict, console: Console) -> None:
 
 
 def _write_per_sentence(path: Path, result) -> None:
-    from induce.treeio import atomic_write_text
+    from induce.trees.brackets import atomic_write_text
     import io
 
     buffer = io.StringIO()

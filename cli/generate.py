@@ -27,7 +27,8 @@ def generate_command(
 
     <eos> tokens are printed as line breaks.
     """
-    from induce.inference import generate, tokenize
+    from induce.inference.language_model import generate
+    from induce.inference.predict import tokenize
 
     console = Console(stderr=True)
     try:

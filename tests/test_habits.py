@@ -1,7 +1,7 @@
 """The project's habits, checked: test modules share helpers through ``tests/helpers.py`` (or fixtures in
 ``conftest.py``), never by importing another test module; ``ruff check`` (``[tool.ruff]`` in
-pyproject.toml) passes; no function is longer than :data:`MAX_FUNCTION_LINES` lines unless its docstring
-says why (a sentence starting "Long because"). Both cover :data:`CHECKED` (paths from the repository root).
+pyproject.toml) passes over :data:`CHECKED` (paths from the repository root). Function length is checked by
+``test_layout.py``.
 """
 from __future__ import annotations
 
@@ -13,10 +13,8 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
-#: The folders held to ruff and to the function length (the whole tree once issue 21's move is merged).
+#: The folders held to ruff (the whole tree once issue 21's move is merged).
 CHECKED = ("induce/training", "induce/kernels", "tests", "bench")
-MAX_FUNCTION_LINES = 80
-LONG_REASON = "Long because"
 
 
 def imports_of_test_modules(source: str) -> list[tuple[int, str]]:
@@ -65,31 +63,3 @@ def test_ruff_check_passes():
                           text=True, timeout=120)
     assert done.returncode == 0, f"ruff check {' '.join(CHECKED)}:\n{done.stdout[-4000:]}{done.stderr[-2000:]}"
 
-
-def long_functions(source: str, limit: int = MAX_FUNCTION_LINES) -> list[tuple[str, int]]:
-    """``(name, lines)`` of each function longer than ``limit`` lines whose docstring gives no reason."""
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            lines = node.end_lineno - node.lineno + 1
-            if lines > limit and LONG_REASON not in (ast.get_docstring(node) or ""):
-                found.append((node.name, lines))
-    return found
-
-
-def test_the_length_check_counts_lines_and_accepts_a_stated_reason():
-    body = "".join(f"    x{i} = {i}\n" for i in range(5))
-    assert long_functions(f"def f():\n{body}", limit=6) == []
-    assert long_functions(f"def f():\n{body}    return x0\n", limit=6) == [("f", 7)]
-    reason = f'    """Does f.\n\n    {LONG_REASON} it must."""\n'
-    assert long_functions(f"def f():\n{reason}{body}", limit=6) == []
-    method = "class C:\n    def g(self):\n        \"\"\"Does g.\"\"\"\n" + body.replace("    ", "        ")
-    assert long_functions(method, limit=6) == [("g", 7)]
-
-
-def test_no_function_is_long_without_a_reason():
-    long = [f"{path.relative_to(REPO)}: {name} ({lines} lines)" for folder in CHECKED
-            for path in sorted((REPO / folder).rglob("*.py"))
-            for name, lines in long_functions(path.read_text(encoding="utf-8"))]
-    assert not long, (f"functions over {MAX_FUNCTION_LINES} lines: split them, or say why in the docstring "
-                      f"({LONG_REASON} ...):\n" + "\n".join(long))
