@@ -85,7 +85,7 @@ def test_growth_exponent_on_exact_powers():
 
 
 def _app():
-    from cli import diagnose
+    from induce.cli import diagnose
 
     app = typer.Typer()
     diagnose.register(app)

@@ -7,7 +7,7 @@ import torch
 from rich.console import Console
 from typer.testing import CliRunner
 
-from cli.main import app
+from induce.cli.main import app
 from induce.config import load_config
 from induce.inference import load_run, predict_trees
 from induce.show import dev_sentence, sentence_structure, tree_f1

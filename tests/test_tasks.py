@@ -111,7 +111,7 @@ def test_load_checkpoint_errors_name_the_file(tmp_path):
 
 
 def _app():
-    from cli import diagnose
+    from induce.cli import diagnose
 
     app = typer.Typer()
     diagnose.register(app)

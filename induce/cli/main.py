@@ -16,15 +16,15 @@ import typer
 from induce import __version__
 
 COMMAND_MODULES = (
-    "cli.preprocess",
-    "cli.evaluate",
-    "cli.train",
-    "cli.parse",
-    "cli.generate",
-    "cli.models",
-    "cli.diagnose",
-    "cli.reproduce",
-    "cli.show",
+    "induce.cli.preprocess",
+    "induce.cli.evaluate",
+    "induce.cli.train",
+    "induce.cli.parse",
+    "induce.cli.generate",
+    "induce.cli.models",
+    "induce.cli.diagnose",
+    "induce.cli.reproduce",
+    "induce.cli.show",
 )
 
 app = typer.Typer(
@@ -110,7 +110,8 @@ _reflow_help(app)
 
 
 def main() -> None:
-    app()
+    """The ``induce`` command (also ``python -m induce`` and ``python -m induce.cli.main``: one name in the help)."""
+    app(prog_name="induce")
 
 
 if __name__ == "__main__":

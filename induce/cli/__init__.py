@@ -2,7 +2,7 @@
 
 Shared by the commands: the help texts of ``--checkpoint`` and ``--device``, finding the default
 run (:func:`pick_run`) and progress bars on stderr (:func:`progress_steps`). This module imports
-nothing heavy (see :mod:`cli.main`).
+nothing heavy (see :mod:`induce.cli.main`).
 """
 from __future__ import annotations
 

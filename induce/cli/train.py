@@ -89,7 +89,7 @@ def train_command(
             run_dir = out or Path("runs") / f"{run_config.model_name}-{stamp}"
             result = train(run_config, run_dir, console=console, progress=progress, force=force, allow_foreign=False)
     except (InduceError, OSError) as err:  # OSError: a file operation outside the run (its own are messages)
-        from cli.messages import error_text
+        from induce.cli.messages import error_text
 
         console.print(f"[bold red]error:[/] {error_text(err)}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2)

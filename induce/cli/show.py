@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from cli import CHECKPOINT_HELP, DEVICE_HELP, pick_run
+from induce.cli import CHECKPOINT_HELP, DEVICE_HELP, pick_run
 from induce.errors import InduceError
 
 show_app = typer.Typer(help="Show one sentence's induced tree, span attention or syntactic distances.",
@@ -64,7 +64,7 @@ def tree_command(
     from induce.inference import format_tree
     from induce.show import sentence_structure, tree_f1
 
-    from cli.messages import error_text
+    from induce.cli.messages import error_text
 
     console = Console(stderr=True)
     out = Console()
@@ -102,7 +102,7 @@ def attention_command(
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
 ) -> None:
     """Plot what the parser reads for one sentence: PaLM's span attention (heat map) or the ON-LSTM / PRPN syntactic distances (bars), as a PNG; the numbers are printed too."""  # noqa: E501
-    from cli.messages import error_text
+    from induce.cli.messages import error_text
     from induce.figures import check_image_path
     from induce.files import check_not_input
     from induce.runs import run_files

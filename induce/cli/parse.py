@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from cli import CHECKPOINT_HELP, DEVICE_HELP, PROGRESS_HELP, RUNS_DIR_HELP, pick_run, progress_steps
+from induce.cli import CHECKPOINT_HELP, DEVICE_HELP, PROGRESS_HELP, RUNS_DIR_HELP, pick_run, progress_steps
 from induce.errors import InduceError
 
 
@@ -49,7 +49,7 @@ def parse_command(
     Examples: `induce parse corpus.txt`, `induce parse corpus.txt --checkpoint runs/RUN --format pretty`,
     `echo "The dog barked ." | induce parse - --pretokenized`.
     """
-    from cli.messages import error_text
+    from induce.cli.messages import error_text
     from induce.files import check_not_input, check_output_file
     from induce.inference import load_run, parse_lines, read_text_lines
     from induce.runs import run_files

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from induce.errors import InduceError
-from cli.messages import error_text
+from induce.cli.messages import error_text
 from induce.files import check_output_file
 
 console = Console()

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli import DEVICE_HELP, LATEST_RUN_HELP, PROGRESS_HELP, ProgressSteps, pick_run
+from induce.cli import DEVICE_HELP, LATEST_RUN_HELP, PROGRESS_HELP, ProgressSteps, pick_run
 from induce.errors import InduceError
 
 CONVENTION_HELP = (
@@ -86,7 +86,7 @@ def eval_command(
     Examples: `induce eval pred.txt --gold 22.mrg`, `induce eval --baseline right --wsj40`,
     `induce eval --checkpoint runs/RUN --wsj10`, `induce eval --untrained palm --inits 25 --wsj40`.
     """
-    from cli.messages import error_text
+    from induce.cli.messages import error_text
     from induce.evaluation import EvalConvention, baseline_predictions
     from induce.files import check_not_input, check_output_file
     from induce.scoring import gold_files, load_gold, parse_gold, score

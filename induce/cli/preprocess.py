@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.messages import error_text
+from induce.cli.messages import error_text
 from induce.errors import InduceError
 
 # The option defaults of induce.data.preprocess (DEFAULT_MAX_VOCAB, DEFAULT_SECTIONS), written out so that

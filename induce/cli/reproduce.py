@@ -88,7 +88,7 @@ def reproduce_command(
         )
         results = reproduce(options, console=console)
     except (InduceError, OSError) as err:  # OSError: a file that could not be written (a full disk)
-        from cli.messages import error_text
+        from induce.cli.messages import error_text
 
         console.print(f"[bold red]error:[/] {error_text(err)}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2)

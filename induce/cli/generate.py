@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from cli import CHECKPOINT_HELP, DEVICE_HELP, RUNS_DIR_HELP, pick_run
+from induce.cli import CHECKPOINT_HELP, DEVICE_HELP, RUNS_DIR_HELP, pick_run
 from induce.errors import InduceError
 
 
@@ -35,7 +35,7 @@ def generate_command(
         tokens = generate(checkpoint, n_words=words, temperature=temperature, beam=beam,
                           prompt=tokenize(prompt) if prompt else None, seed=seed, device=device)
     except (InduceError, OSError) as err:  # OSError: an unreadable checkpoint
-        from cli.messages import error_text
+        from induce.cli.messages import error_text
 
         console.print(f"[bold red]error:[/] {error_text(err)}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2)
