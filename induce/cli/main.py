@@ -14,6 +14,7 @@ import re
 import typer
 
 from induce import __version__
+from induce.cli.messages import guard_commands
 
 COMMAND_MODULES = (
     "induce.cli.preprocess",
@@ -107,6 +108,7 @@ def escape_markup(text: str) -> str:
 for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(app)
 _reflow_help(app)
+guard_commands(app)
 
 
 def main() -> None:
