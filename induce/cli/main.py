@@ -3,7 +3,8 @@
 Each module in :data:`COMMAND_MODULES` defines ``register(app)`` that adds its commands. Command
 modules import only typer, rich and light parts of :mod:`induce` at the top; torch, nltk, numpy
 and the models are imported inside the commands, so that ``induce --help`` stays fast
-(``tests/test_cli_main.py`` checks that it imports none of them).
+(``tests/test_cli_main.py`` checks that it imports none of them). Every command runs inside
+:func:`induce.cli.messages.report_user_errors` (one line and exit status 2 for a user error).
 """
 from __future__ import annotations
 
