@@ -104,7 +104,7 @@ def dry_data(root: str, target: str, n_train: int, n_valid: int) -> None:
     """A data root of a few trees for the dry run, from the first file of ``root``'s dev split (reading all of
     WSJ 02-21 would take most of a minute on a small CPU)."""
     from induce.data.locate import find_treebank
-    from induce.treeio import read_trees, write_trees
+    from induce.trees.brackets import read_trees, write_trees
 
     trees = [located.tree for located in read_trees(find_treebank(Path(root)).split_files["valid"][0])]
     folder = Path(target) / "wsj"

@@ -2,7 +2,7 @@
 
 Training tokens/s: one step = forward + backward + gradient clipping + optimiser step on a random
 ``[batch, bptt]`` segment (vocabulary 10,000), median over ``--steps`` steps after ``--warmup``.
-Parsing sentences/s: :func:`induce.parsing.parse_batch` on the first ``--parse-sentences`` lines of
+Parsing sentences/s: :func:`induce.trees.decoders.parse_batch` on the first ``--parse-sentences`` lines of
 ``ptb.valid.txt`` (``$INDUCE_DATA/ptb_lm``; untrained weights: only the speed is meaningful).
 
     python bench/models.py --threads 2                       # all models, fp32
@@ -76,7 +76,7 @@ from induce.models.awd import RecurrentProjection, WeightDropLSTM
 from induce.models.registry import get_model_class
 from induce.training.graphs import WARMUP_STEPS
 from induce.training.state import detach_state
-from induce.parsing import parse_batch
+from induce.trees.decoders import parse_batch
 
 VOCAB = 10_000
 #: (batch, bptt, optimiser, config overrides) per benchmark entry; sizes from the papers.
@@ -459,7 +459,7 @@ def training_rows(entries: list[str], trainers: dict, externals: dict[str, str],
 def parse_speed(entry: str, n_sentences: int, bf16: bool) -> float | None:
     if entry.endswith("-mm") or n_sentences == 0:
         return None
-    path = Path(os.environ.get("INDUCE_DATA", "../shared/data")) / "ptb_lm" / "ptb.valid.txt"
+    path = Path(os.environ.get("INDUCE_DATA", "data")) / "ptb_lm" / "ptb.valid.txt"
     if not path.exists():
         return None
     lines = [line.split() for line in path.read_text().splitlines() if line.strip()][:n_sentences]

@@ -3,7 +3,7 @@
 The text: sentences of the synthetic treebank (:mod:`induce.data.synthetic`, with commas and
 periods) joined into ONE line of N tokens. The model: an untrained ``--model`` at the toy profile's
 size (``configs/toy/<model>.yaml``; only the time matters), vocabulary = the synthetic words.
-Each size is parsed with :func:`induce.inference.parse_lines` (tokenizer, model on pieces of
+Each size is parsed with :func:`induce.inference.predict.parse_lines` (tokenizer, model on pieces of
 ``--max-length`` tokens, decoder, punctuation attached, one bracketed line), in two versions:
 
 * ``after``: the code as it is;
@@ -37,7 +37,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from induce import inference  # noqa: E402
+from induce.inference import predict as inference  # noqa: E402
 from induce.config import load_config  # noqa: E402
 from induce.data.corpus import Vocab  # noqa: E402
 from induce.data.synthetic import sample_treebank  # noqa: E402
@@ -54,7 +54,7 @@ def long_line(n_tokens: int, seed: int = 0) -> tuple[str, list[str]]:
 
 
 def untrained_run(model_name: str, words: list[str]) -> inference.LoadedRun:
-    """An untrained model at the toy profile's size, ready for :func:`induce.inference.parse_lines`."""
+    """An untrained model at the toy profile's size, ready for :func:`induce.inference.predict.parse_lines`."""
     config = load_config(model_name, config_file=ROOT / "configs" / "toy" / f"{model_name}.yaml")
     vocab = Vocab(["<eos>", "<unk>"] + sorted(set(inference.normalize(words)) - {"<eos>", "<unk>"}))
     torch.manual_seed(0)

@@ -1,6 +1,6 @@
 """induce: unsupervised grammar induction toolkit (PRPN, ON-LSTM, PaLM) with one evaluation protocol.
 
-As a library (see :mod:`induce.api`)::
+As a library (see :mod:`induce.inference.api`)::
 
     import induce
     run = induce.load("runs/x")
@@ -18,16 +18,16 @@ __all__ = ["Run", "__version__", "format_tree", "load"]
 
 def load(path, device: str = "auto"):
     """The trained run in ``path`` (a run folder or a checkpoint), ready to parse and score: an
-    :class:`induce.api.Run` (see :func:`induce.api.load`)."""
-    from induce.api import load as load_run
+    :class:`induce.inference.api.Run` (see :func:`induce.inference.api.load`)."""
+    from induce.inference.api import load as load_run
 
     return load_run(path, device)
 
 
 def format_tree(tree, style: str = "ptb") -> str:
     """A tree as ``induce parse`` writes it: ``ptb`` (one bracketed line), ``pretty`` or ``json``
-    (see :func:`induce.inference.format_tree`)."""
-    from induce.inference import format_tree as format_one
+    (see :func:`induce.inference.predict.format_tree`)."""
+    from induce.inference.predict import format_tree as format_one
 
     return format_one(tree, style)
 
@@ -35,7 +35,7 @@ def format_tree(tree, style: str = "ptb") -> str:
 def __getattr__(name: str):
     # `induce.Run` without importing torch at `import induce`.
     if name == "Run":
-        from induce.api import Run
+        from induce.inference.api import Run
 
         return Run
     raise AttributeError(f"module 'induce' has no attribute {name!r}")

@@ -9,7 +9,9 @@
   folder holding one, whatever path or link names it, before anything is read;
 * :func:`os_error_message` — a one-line user message for an ``OSError`` (path and reason);
 * :func:`strict_json` — JSON text without ``NaN`` / ``Infinity`` (which are not JSON), for the files
-  other programs read.
+  other programs read;
+* :func:`now` — the time stamp the status, step and results files record;
+* :func:`process_alive` — whether a process (the holder of a run folder's lock) still runs.
 """
 from __future__ import annotations
 
@@ -190,6 +192,14 @@ def check_not_input(output: Optional[PathLike], inputs: dict, option: str, holdi
             if within and Path(path).is_dir() and _inside(output, path):
                 raise InputError(f"{option}: this lies inside {what} {path}, which is replaced as a whole when it "
                                  "is rebuilt: choose an output outside it", output)
+
+
+def now() -> str:
+    """The current time in UTC, to the second, as the ISO 8601 text the status and step files record
+    (``2024-01-01T12:00:00+00:00``)."""
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def process_alive(pid: int) -> bool:

@@ -74,7 +74,7 @@ def test_agreement_with_real_mikolov_sections_00_01():
     root = os.environ.get("INDUCE_DATA")
     if not root or not (Path(root) / "ptb_lm" / "ptb.train.txt").is_file():
         pytest.skip("INDUCE_DATA with ptb_lm/ and nltk_treebank/ not available")
-    from induce.treeio import read_trees
+    from induce.trees.brackets import read_trees
 
     files = sorted((Path(root) / "nltk_treebank").glob("wsj_*.mrg"))
     trees = [located.tree for path in files for located in read_trees(path)]

@@ -13,7 +13,7 @@ from induce.data import mikolov
 from induce.data.corpus import PreparedCorpus
 from induce.data.preprocess import preprocess_lm_text, preprocess_tree_files
 from induce.errors import InduceError, InputError
-from induce.treeio import tree_to_line
+from induce.trees.brackets import tree_to_line
 
 TRAIN = """( (S (NP-SBJ (DT The) (NN cat) ) (VP (VBD sat) (PP-LOC (IN on) (NP (DT the) (NN mat) ))) (. .) ))
 ( (S (NP-SBJ-1 (NNP Mary) ) (VP (VBD paid) (NP ($ $) (CD 3.5) (CD million) ) (NP (-NONE- *-1) )) (. .) ))

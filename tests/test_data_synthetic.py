@@ -4,8 +4,8 @@ from __future__ import annotations
 from induce.data import synthetic
 from induce.data.corpus import PreparedCorpus
 from induce.data.preprocess import preprocess_synthetic
-from induce.ptb import WORD_TAGS, clean_tree
-from induce.treeio import tree_to_line
+from induce.trees.ptb import WORD_TAGS, clean_tree
+from induce.trees.brackets import tree_to_line
 
 
 def lines(treebank):

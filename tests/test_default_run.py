@@ -21,9 +21,9 @@ from induce.cli.main import app
 from induce.config import load_config
 from induce.data import locate
 from induce.errors import InduceError
-from induce.inference import load_run
+from induce.inference.loading import load_run
 from induce.models.registry import is_control
-from induce.runs import describe_run, latest_run
+from induce.inference.runs import describe_run, latest_run
 from induce.training import train
 from induce.training.checkpoint import CheckpointError
 

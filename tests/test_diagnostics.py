@@ -6,7 +6,7 @@ import json
 import torch
 from typer.testing import CliRunner
 
-from induce import diagnostics, tasks
+from induce.diagnostics import measure as diagnostics, tasks
 
 torch.set_num_threads(1)  # tiny models: more threads only add contention on shared CI cores
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from induce.cli.main import app
 from induce.files import check_output_file, new_file_mode, sha256_file
 from induce.errors import InputError
-from induce.treeio import atomic_write_text
+from induce.trees.brackets import atomic_write_text
 
 from test_training_standin import train_tiny_run
 
@@ -192,12 +192,12 @@ def test_parse_checkpoint_weights_not_a_file(tmp_path, run_dir):
 
 
 def test_parse_write_failure_after_parsing_is_a_message(tmp_path, run_dir, monkeypatch):
-    import induce.treeio
+    import induce.trees.brackets
 
     def disk_full(path, text):
         raise OSError(28, "No space left on device", str(path))
 
-    monkeypatch.setattr(induce.treeio, "atomic_write_text", disk_full)
+    monkeypatch.setattr(induce.trees.brackets, "atomic_write_text", disk_full)
     text = tmp_path / "in.txt"
     text.write_text("the cat sat\n")
     out = clean_failure(runner.invoke(app, ["parse", str(text), "-c", str(run_dir), "-o", str(tmp_path / "t.txt")]))
@@ -259,7 +259,7 @@ def test_checkpoints_honour_the_umask(tmp_path, mask):
     mode a plain open() gives, like every other output."""
     import torch
 
-    from induce.tasks import save_checkpoint as save_task_checkpoint
+    from induce.diagnostics.tasks import save_checkpoint as save_task_checkpoint
     from induce.training.checkpoint import save_checkpoint
 
     class Tiny(torch.nn.Module):
@@ -485,12 +485,12 @@ def test_option_values_that_used_to_end_in_a_traceback_or_silently(tmp_path, run
     assert "fig.txt: --out: '.txt' is not an image format; give a name ending in .png" in out
     out = clean_failure(runner.invoke(app, ["show", "attention", "a b", "-c", str(run_dir), "-o", str(a_file / "f.png")]))
     assert f"{a_file} is a file, not a folder" in out
-    import induce.figures
+    import induce.report.figures
 
     def read_only(fig, path, dpi=100):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(induce.figures, "save_figure", read_only)
+    monkeypatch.setattr(induce.report.figures, "save_figure", read_only)
     out = clean_failure(runner.invoke(app, ["show", "attention", "a b", "-c", str(run_dir), "-o", "f.png"]))
     assert out == "error: f.png: permission denied"
     # generate -t nan / inf

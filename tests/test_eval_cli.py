@@ -89,9 +89,9 @@ def test_eval_checkpoint_parses_the_filtered_gold_words_as_words(tmp_path, monke
     again (a possessive ' was attached instead of parsed, unlike the trainer's dev F1 and
     `induce reproduce`); with --keep-punct the punctuation is hidden from the model as for raw text.
     The scores equal those of the same trees written to a file and scored."""
-    import induce.inference as inference
+    import induce.inference.predict as inference
     from induce.evaluation import EvalConvention, prepare_gold
-    from induce.treeio import read_trees
+    from induce.trees.brackets import read_trees
     from test_training_standin import train_tiny_run
 
     run = train_tiny_run(tmp_path)

@@ -7,16 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from induce.errors import InputError
-from induce.evaluation import (
-    EvalConvention,
-    Node,
-    baseline_predictions,
-    baseline_tree,
-    constituents,
-    evaluate,
-    prepare_gold,
-    sentence_prf,
-)
+from induce.evaluation import EvalConvention, baseline_predictions, baseline_tree, evaluate, prepare_gold, sentence_prf
+from induce.trees.nodes import Node, constituents
 
 T = nltk.Tree.fromstring
 GOLD = "(S (NP (DT the) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .))"
@@ -199,7 +191,7 @@ def test_random_baseline_is_uniform_over_split_points():
 
 def test_empty_constituents_cover_no_span():
     """``(NP )`` in a tree covers no word: it adds no span and no split; ``()`` alone has no word."""
-    from induce.evaluation import from_nltk
+    from induce.trees.nodes import from_nltk
 
     with_empty = nltk.Tree.fromstring("(S (NP ) (NP (DT the) (NN cat)) (VP (VBD sat)) (ADVP ))")
     plain = nltk.Tree.fromstring("(S (NP (DT the) (NN cat)) (VP (VBD sat)))")

@@ -17,7 +17,7 @@ from induce.data.mikolov import normalize_word
 from induce.evaluation import EvalConvention, prepare_gold
 from induce.evaluation.untrained import build_untrained, evaluate_untrained, untrained_config, untrained_vocabulary
 from induce.models.registry import get_model_class
-from induce.treeio import read_trees
+from induce.trees.brackets import read_trees
 
 from test_training_standin import make_corpus
 

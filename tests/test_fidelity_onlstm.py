@@ -313,7 +313,7 @@ def make_old(run_dir: Path) -> None:
 def test_old_checkpoint_loads_and_parses_as_it_was_trained(tmp_path, tiny_corpus):
     from rich.console import Console
 
-    from induce.inference import load_run
+    from induce.inference.loading import load_run
     from induce.training.checkpoint import load_checkpoint
     from induce.training.trainer import train
 

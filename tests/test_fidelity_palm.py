@@ -12,7 +12,7 @@ import torch
 from induce.config import ConfigError, load_config
 from induce.models.palm import RELEASED_DEFAULTS, SCORER_MARK, PaLM, PaLMConfig, SpanAttention
 from induce.models.registry import get_model_class
-from induce.parsing import parse_batch
+from induce.trees.decoders import parse_batch
 from induce.training import checkpoint, optim as optim_module
 from induce.training.optim import (ScorerSplitOptimizer, Schedule, averaged_parameters, build_optimizer,
                                    clip_gradients)
@@ -435,12 +435,13 @@ def test_trainer_runs_the_released_schedule_and_resumes(tmp_path):
 
 
 def test_predict_trees_parses_a_released_model_as_one_stream_in_corpus_order(monkeypatch):
-    """induce.inference.predict_trees groups sentences by length for speed; a released model gets
+    """induce.inference.predict.predict_trees groups sentences by length for speed; a released model gets
     them all, in the given order, in one stream (so the carried state follows the corpus)."""
     from pathlib import Path
 
     from induce.data.corpus import Vocab
-    from induce.inference import LoadedRun, predict_trees
+    from induce.inference.loading import LoadedRun
+    from induce.inference.predict import predict_trees
 
     vocab = Vocab(["<unk>", "<eos>", *[f"w{i}" for i in range(VOCAB - 2)]])
     sentences = [["w1", "w2", "w3", "w4", "w5"], ["w6", "w7"], ["w8", "w9", "w10"]]

@@ -136,7 +136,7 @@ def test_the_init_happens_at_construction_only(tmp_path):
     from rich.console import Console
 
     from induce.config import load_config
-    from induce.inference import load_run
+    from induce.inference.loading import load_run
     from induce.training import checkpoint, train
 
     from test_training_standin import make_corpus

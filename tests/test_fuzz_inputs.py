@@ -73,7 +73,7 @@ def assert_clean(result) -> str:
 
 
 def trees_in(data: bytes):
-    """The trees a well-formed file holds, found independently of :mod:`induce.treeio` (a plain
+    """The trees a well-formed file holds, found independently of :mod:`induce.trees.brackets` (a plain
     character loop): None unless it is UTF-8 with balanced brackets, only ASCII whitespace between
     trees, and each tree readable by ``nltk.Tree.fromstring``."""
     try:

@@ -17,17 +17,12 @@ from rich.console import Console
 
 from induce.config import load_config
 from induce.errors import InduceError
-from induce.inference import (
-    format_tree,
-    generate,
-    latest_run,
-    lm_perplexity,
-    load_run,
-    parse_lines,
-    predict_trees,
-    tokenize,
-)
-from induce.parsing import peel_tree, to_nltk
+from induce.inference.predict import format_tree, parse_lines, predict_trees, tokenize
+from induce.inference.language_model import generate, lm_perplexity
+from induce.inference.runs import latest_run
+from induce.inference.loading import load_run
+from induce.trees.decoders import peel_tree
+from induce.trees.nodes import to_nltk
 from induce.training import train
 from induce.training.checkpoint import CheckpointError
 
@@ -99,7 +94,7 @@ def test_predict_trees_matches_the_decoder_on_normalised_tokens(trained):
 
 
 def test_punctuation_is_recognised_and_attached():
-    from induce.inference import _attach_punctuation, is_punctuation
+    from induce.inference.predict import _attach_punctuation, is_punctuation
 
     assert [w for w in ["$", "5", "%", "&", "--", "...", "-LRB-", "'s", "n't", "U.S.", ",", "``"]
             if is_punctuation(w)] == ["$", "--", "...", "-LRB-", ",", "``"]
@@ -190,7 +185,7 @@ def test_latest_run_looks_in_runs_and_results_runs(tmp_path, monkeypatch, traine
 
 
 def test_device_auto_is_cpu_without_cuda():
-    from induce.inference import resolve_device
+    from induce.inference.loading import resolve_device
 
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert resolve_device("auto").type == expected and resolve_device(None).type == expected
@@ -291,7 +286,7 @@ def punctuated(draw):
 @settings(max_examples=200, deadline=None, derandomize=True, database=None)
 @given(punctuated())
 def test_attach_punctuation_matches_a_brute_force_search(case):
-    from induce.inference import _attach_punctuation
+    from induce.inference.predict import _attach_punctuation
 
     words, tree, content = case
     before = tree.copy(deep=True)
@@ -304,7 +299,7 @@ def test_a_200k_token_line_is_attached_and_formatted_without_recursion():
     """200k tokens, every third a comma, over a right-branching content tree (a long line parsed in
     pieces is joined right-branching): attaching the marks and writing the tree (ptb, json) use no
     recursion; nltk's pformat and a descent from the root per mark were quadratic in the depth."""
-    from induce.inference import _attach_punctuation, _join_right
+    from induce.inference.predict import _attach_punctuation, _join_right
 
     n = 200_000
     words = [("," if i % 3 == 0 else f"w{i}") for i in range(n)]

@@ -14,7 +14,8 @@ import yaml
 
 from induce.models.awd import RecurrentProjection, WeightDropLSTM, _onednn_packing_available
 from induce.models.registry import get_model_class, list_models
-from induce.parsing import gold_span_targets, parse_batch, peel_tree, to_nltk
+from induce.trees.decoders import gold_span_targets, parse_batch, peel_tree
+from induce.trees.nodes import to_nltk
 
 VOCAB = 23
 PALM_TINY = dict(emb_size=12, hidden_size=16, rrnn_size=5, attention_size=7, max_span_length=4)
@@ -208,7 +209,7 @@ def test_palm_s_supervision_loss():
     model = make("palm-s").train()
     tokens = torch.randint(0, VOCAB, (2, 6))
     # two sentences of 2 and 3 words: "a b <eos> c d e <eos>" minus the final token -> 6 LM tokens
-    targets = gold_span_targets([(2, []), (3, [(1, 2)])], m)  # [2 + 1 + 3 + 1, m]
+    targets = gold_span_targets([(2, []), (3, [(1, 3)])], m)  # [2 + 1 + 3 + 1, m]
     gold = torch.stack([targets[:6], targets[1:7]])
     out = model(tokens, model.init_state(2), gold_spans=gold)
     scores = out.structure["span_scores"]

@@ -1,4 +1,4 @@
-"""Decoders of induce.parsing against brute force, hand-built examples and tree round trips."""
+"""Decoders of induce.trees.decoders against brute force, hand-built examples and tree round trips."""
 from __future__ import annotations
 
 import nltk
@@ -8,17 +8,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from induce.parsing import (
-    gold_span_targets,
-    index_tree_from_nltk,
-    index_tree_spans,
-    nltk_tree_spans,
-    peel_tree,
-    span_tree,
-    to_nltk,
-    tree_from_split_points,
-    unbiased_tree,
-)
+from induce.evaluation.baselines import baseline_tree
+from induce.trees.decoders import gold_span_targets, peel_tree, span_tree, unbiased_tree
+from induce.trees.nodes import build_binary, from_index_tree, from_nltk, index_tree_from_nltk, to_nltk, tree_spans
 
 
 # ---------------------------------------------------------------- brute-force references
@@ -84,8 +76,8 @@ def span_score_encoding(tree):
     every other span 0 (at each node the right child is the longest gold span among the candidates)."""
     n = len(leaves(tree))
     s = np.zeros((n, n))
-    for i, j in index_tree_spans(tree):
-        s[j, j - i] = j - i + 1
+    for start, end in tree_spans(tree, min_length=1):
+        s[end - 1, end - 1 - start] = end - start
     return s
 
 
@@ -149,9 +141,18 @@ def test_span_decoder_against_brute_force_recursion():
 
 
 # ---------------------------------------------------------------- helpers
-def test_tree_from_split_points_rejects_bad_split():
+def test_build_binary_rejects_bad_split():
     with pytest.raises(ValueError):
-        tree_from_split_points(0, 3, lambda i, j: i)
+        build_binary(0, 4, lambda start, end: start)
+    with pytest.raises(ValueError):
+        build_binary(0, 4, lambda start, end: end)
+
+
+def test_build_binary_hand_example_end_exclusive():
+    # [0, 4) split at 1, then [1, 4) at 3, [1, 3) at 2: (0 ((1 2) 3))
+    splits = {(0, 4): 1, (1, 4): 3, (1, 3): 2}
+    assert build_binary(0, 4, lambda start, end: splits[(start, end)]) == (0, ((1, 2), 3))
+    assert build_binary(2, 3, lambda start, end: 1 / 0) == 2  # one word: no split asked
 
 
 @settings(max_examples=50, deadline=None)
@@ -161,15 +162,36 @@ def test_nltk_conversion_round_trip(tree):
     nltk_tree = to_nltk(tree, words)
     assert nltk_tree.leaves() == words
     assert index_tree_from_nltk(nltk_tree) == tree
-    n, spans = nltk_tree_spans(nltk_tree)
-    internal = {(i, j) for i, j in index_tree_spans(tree) if j > i}
-    assert n == len(words) and {(i, j) for i, j in spans if j > i} == internal
+    # one span convention (end exclusive) whichever form the tree takes
+    spans = tree_spans(tree)
+    assert tree_spans(nltk_tree) == tree_spans(from_index_tree(tree)) == spans
+    assert tree_spans(tree, min_length=1) == spans | {(i, i + 1) for i in range(len(words))}
+    assert all(end - start >= 2 for start, end in spans) and (len(words) < 2 or (0, len(words)) in spans)
+    # one to_nltk: of the index tree or of the Node it converts to, the same tree
+    assert to_nltk(from_index_tree(tree), words) == nltk_tree
+    assert index_tree_from_nltk(to_nltk(from_nltk(nltk_tree), words)) == tree
+
+
+def test_spans_hand_example():
+    tree = nltk.Tree.fromstring("(S (NP (D a) (N b)) (VP (V c) (NP (D d) (N e))))")
+    assert tree_spans(tree) == {(0, 2), (2, 5), (3, 5), (0, 5)}
+    assert tree_spans(((0, 1), (2, (3, 4)))) == {(0, 2), (2, 5), (3, 5), (0, 5)}
+    assert to_nltk(3, ["a", "b", "c", "d"]) == nltk.Tree("S", ["d"])
+
+
+@pytest.mark.parametrize("kind", ["balanced", "random"])
+def test_baselines_use_the_shared_builder(kind):
+    # balanced: the left part gets ceil(length / 2) words, at every node
+    node = baseline_tree(5, kind)
+    assert tree_spans(node, min_length=1) >= {(0, 5)}
+    if kind == "balanced":
+        assert tree_spans(node) == {(0, 5), (0, 3), (3, 5), (0, 2)}
 
 
 def test_gold_span_targets_alignment():
-    # (S (NP a b) (VP c (NP d e))): non-trivial spans [0,1], [2,4], [3,4]; the whole [0,4] is trivial.
+    # (S (NP a b) (VP c (NP d e))): non-trivial spans (0, 2), (2, 5), (3, 5); the whole (0, 5) is trivial.
     tree = nltk.Tree.fromstring("(S (NP (D a) (N b)) (VP (V c) (NP (D d) (N e))))")
-    targets = gold_span_targets([tree, (2, [(0, 1)])], m=3)
+    targets = gold_span_targets([tree, (2, [(0, 2)])], m=3)
     assert targets.shape == (5 + 1 + 2 + 1, 3)
     expected = torch.zeros(9, 3)
     expected[1, 1] = 1.0  # [0, 1] ends at word 1, length 2

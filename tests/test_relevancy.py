@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from induce.models.relmem import MODELS
-from induce.relevancy import FullMemory, RelevancyMemory, gather_relevant, relevant_indices
+from induce.models.relevancy import FullMemory, RelevancyMemory, gather_relevant, relevant_indices
 
 D = 4
 torch.set_num_threads(1)  # tiny tensors: more threads only add contention on shared CI cores

@@ -19,7 +19,7 @@ from induce.models import prpn_reading
 from induce.models.palm import SpanAttention, relevant_span_representations, relevant_span_starts
 from induce.models.prpn import ReadingLayer, fresh_relevant_state
 from induce.models.registry import get_model_class, list_models
-from induce.relevancy import RelevancyMemory, relevant_indices
+from induce.models.relevancy import RelevancyMemory, relevant_indices
 from induce.training.trainer import detach_state
 
 from test_training_standin import make_corpus
@@ -93,7 +93,9 @@ def test_rellstm_checkpoint_cannot_parse_with_a_clear_error(rellstm_run, monkeyp
     from typer.testing import CliRunner
 
     from induce.cli.main import app
-    from induce.inference import lm_perplexity, load_run, predict_trees
+    from induce.inference.language_model import lm_perplexity
+    from induce.inference.loading import load_run
+    from induce.inference.predict import predict_trees
 
     root, corpus, result = rellstm_run
     run = load_run(root / "runs" / "rel")

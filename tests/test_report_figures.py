@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from induce import figures
-from induce.show import SentenceStructure
+from induce.report import figures
+from induce.inference.show import SentenceStructure
 
 pytest.importorskip("matplotlib")
 

@@ -39,7 +39,8 @@ def variants() -> dict:
 
 
 def render(results: dict) -> str:
-    from induce.report import PUBLISHED, render_markdown
+    from induce.report.published import PUBLISHED
+    from induce.report.markdown import render_markdown
 
     return render_markdown(dict(results, published=PUBLISHED))
 

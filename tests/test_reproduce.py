@@ -263,7 +263,7 @@ def _papers_dir():
 
 
 def test_published_figures_are_the_paper_texts():
-    from induce.report import PAPER_FILE, PUBLISHED
+    from induce.report.published import PAPER_FILE, PUBLISHED
 
     text = (_papers_dir() / PAPER_FILE).read_text(encoding="utf-8")
     table3 = text[text.index("Right Branching"): text.index("Table 3:")]

@@ -1,4 +1,4 @@
-"""`induce show tree` / `induce show attention` and :mod:`induce.show` on tiny trained ON-LSTM and PaLM runs."""
+"""`induce show tree` / `induce show attention` and :mod:`induce.inference.show` on tiny trained ON-LSTM and PaLM runs."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,8 +9,9 @@ from typer.testing import CliRunner
 
 from induce.cli.main import app
 from induce.config import load_config
-from induce.inference import load_run, predict_trees
-from induce.show import dev_sentence, sentence_structure, tree_f1
+from induce.inference.loading import load_run
+from induce.inference.predict import predict_trees
+from induce.inference.show import dev_sentence, sentence_structure, tree_f1
 from induce.training import train
 
 from test_training_standin import make_corpus
@@ -65,7 +66,8 @@ def test_structure_of_palm_and_its_attention(runs):
     assert np.allclose(attention.sum(1), 1.0)
     assert np.all(np.triu(attention, 1) == 0.0)  # no span starts after its end
     # the tree is the greedy PaLM decoding of these scores
-    from induce.parsing import span_tree, to_nltk
+    from induce.trees.decoders import span_tree
+    from induce.trees.nodes import to_nltk
 
     assert to_nltk(span_tree(structure.span_scores, 9), tokens) == structure.tree
 

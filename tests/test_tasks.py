@@ -8,7 +8,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from induce import tasks
+from induce.diagnostics import tasks
 from induce.errors import InduceError, InputError
 
 torch.set_num_threads(1)  # tiny models: more threads only add contention on shared CI cores
@@ -133,3 +133,33 @@ def test_task_cli_train_and_eval(tmp_path):
     assert result.exit_code == 2 and "nope" in result.output
     result = runner.invoke(_app(), ["task", "train", "--task", "sort", "--out", str(ckpt)])
     assert result.exit_code == 2 and "unknown task" in result.output
+
+
+def test_task_checkpoints_use_the_trainer_format_and_old_ones_still_load(tmp_path):
+    """Task checkpoints are written by the trainer's checkpoint code (format, hashes: a damaged weights file
+    is refused); a checkpoint written before that (a plain safetensors file and a sidecar without
+    ``format``) still loads, to the same weights."""
+    import json
+
+    from safetensors.torch import save_file
+
+    from induce.training.checkpoint import CheckpointError
+
+    torch.manual_seed(0)
+    model = tasks.build_model("rellstm", hidden_size=8, attention_size=8, nu=2, rho=2)
+    path, sidecar = tasks.save_checkpoint(tmp_path / "new.safetensors", model, {"task": "copy", "T": 3})
+    assert (path.name, sidecar.name) == ("new.safetensors", "new.json")
+    meta = json.loads(sidecar.read_text())
+    assert meta["format"] == "induce-checkpoint" and meta["model"] == "rellstm" and meta["T"] == 3
+    old = tmp_path / "old.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(old))
+    (tmp_path / "old.json").write_text(json.dumps({"model": "rellstm", "config": model.config.model_dump(),
+                                                    "vocab_size": model.vocab_size, "task": "copy", "T": 3}))
+    for stored in (path, old):
+        loaded, loaded_meta = tasks.load_checkpoint(stored)
+        assert loaded_meta["T"] == 3
+        for name, tensor in model.state_dict().items():
+            torch.testing.assert_close(loaded.state_dict()[name], tensor)
+    path.write_bytes(path.read_bytes()[:-4] + b"\0\0\0\0")
+    with pytest.raises(CheckpointError, match="damaged checkpoint"):
+        tasks.load_checkpoint(path)

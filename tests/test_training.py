@@ -326,7 +326,8 @@ def test_missing_corpus_is_a_clear_error(tmp_path):
 def test_dev_f1_is_logged_and_selects_the_best_checkpoint(tmp_path, corpus):
     from induce.evaluation import EvalConvention, evaluate
     from induce.data.corpus import PreparedCorpus
-    from induce.inference import load_run, predict_trees
+    from induce.inference.loading import load_run
+    from induce.inference.predict import predict_trees
 
     cfg = tiny_config(corpus, "train.dev_f1=true", "train.select_by=dev_f1", "train.epochs=2")
     train(cfg, tmp_path / "f1", console=QUIET, progress=False)
@@ -364,7 +365,7 @@ def test_a_sidecar_that_names_another_model_is_refused(tmp_path, corpus):
     refused with a clear error; an untouched copy and a version-1 sidecar (no model hash) load."""
     import shutil
 
-    from induce.inference import load_run
+    from induce.inference.loading import load_run
 
     cfg = load_config("palm", overrides=[
         f"data.corpus={corpus}", "model.emb_size=6", "model.hidden_size=8", "model.rrnn_size=4",

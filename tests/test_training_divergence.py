@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from induce.cli.main import app
 from induce.config import load_config
 from induce.errors import InduceError
-from induce.inference import latest_run
+from induce.inference.runs import latest_run
 from induce.training import train
 from induce.training.trainer import TrainingDiverged
 

@@ -29,7 +29,7 @@ def test_train_parse_evaluate_on_the_nltk_sample(tmp_path, monkeypatch):
     from induce.data.corpus import PreparedCorpus
     from induce.data.preprocess import nltk_sample_split_files, preprocess_tree_files
     from induce.evaluation import EvalConvention, evaluate
-    from induce.inference import predict_trees
+    from induce.inference.predict import predict_trees
 
     files = nltk_sample_split_files(nltk_sample_dir())
     corpus = preprocess_tree_files({"train": files["train"][:12], "valid": files["valid"][:2]}, tmp_path / "corpora",

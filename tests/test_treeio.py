@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from induce.errors import InputError
-from induce.treeio import nltk_corpus_reader, read_trees, tree_to_line, write_trees
+from induce.trees.brackets import nltk_corpus_reader, read_trees, tree_to_line, write_trees
 
 MULTILINE = """( (S
     (NP-SBJ (DT The) (NN cat) )
@@ -153,7 +153,7 @@ def test_tree_to_line_is_nltks_one_line_format(tree):
 @settings(max_examples=100, deadline=None, derandomize=True, database=None)
 @given(nltk_trees())
 def test_copy_tree_copies_every_node(tree):
-    from induce.treeio import copy_tree
+    from induce.trees.brackets import copy_tree
 
     copied = copy_tree(tree)
     assert copied == tree

@@ -83,7 +83,7 @@ def test_every_kernel_is_covered(report):
 
 def test_the_parse_lengths_are_covered(report):
     """The span kernels of parsing were driven at every span count up to the default --max-length's."""
-    from induce.inference import DEFAULT_MAX_LENGTH
+    from induce.inference.predict import DEFAULT_MAX_LENGTH
     from induce.kernels.compile_workloads import SPAN_COUNT_SWEEP
 
     assert set(range(1, DEFAULT_MAX_LENGTH + 3)) <= set(SPAN_COUNT_SWEEP)

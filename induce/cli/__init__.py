@@ -1,7 +1,7 @@
 """The `induce` command-line application (thin: parsing options and printing only).
 
 Shared by the commands: the help texts of ``--checkpoint`` and ``--device`` and progress bars on
-stderr (:func:`progress_steps`); the default run is :func:`induce.runs.pick_run`, user errors are
+stderr (:func:`progress_steps`); the default run is :func:`induce.inference.runs.pick_run`, user errors are
 reported by :mod:`induce.cli.messages`. This module imports nothing heavy (see :mod:`induce.cli.main`).
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from rich.console import Console
 
 from induce.errors import InduceError
 
-#: Where the commands look for a run without --checkpoint (see induce.runs.DEFAULT_RUN_DIRS).
+#: Where the commands look for a run without --checkpoint (see induce.inference.runs.DEFAULT_RUN_DIRS).
 LATEST_RUN_HELP = ("the newest finished run under runs/ or results/runs/ (where `make reproduce` puts its runs), "
                    "controls such as palm-rb and diverged runs left out")
 CHECKPOINT_HELP = f"Run folder or checkpoint (default: {LATEST_RUN_HELP})."

@@ -1,6 +1,6 @@
 """`induce diagnose grad|memory` and `induce task train|eval` (Kerg et al. 2020 diagnostics and tasks).
 
-Thin layer: option parsing and printing; the logic is in :mod:`induce.tasks` and :mod:`induce.diagnostics`.
+Thin layer: option parsing and printing; the logic is in :mod:`induce.diagnostics.tasks` and :mod:`induce.diagnostics.measure`.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def _config(hidden_size: Optional[int], attention_size: Optional[int], nu: Optio
 
 
 def _write_json(path: Path, payload) -> Path:
-    from induce.treeio import atomic_write_text
+    from induce.trees.brackets import atomic_write_text
 
     atomic_write_text(path, json.dumps(payload, indent=2))
     return path
@@ -72,7 +72,7 @@ def task_train(
     """Train a model on Copy / Denoise with the loss on the answer steps only; save a checkpoint."""
     import torch
 
-    from induce import tasks
+    from induce.diagnostics import tasks
 
     torch.set_num_threads(threads)
     for flag, value in (("--lr", lr), ("--time-budget", time_budget)):
@@ -112,7 +112,7 @@ def task_eval(
     """Accuracy of a checkpoint at one or several T (Transfer Copy: train at 100, test at larger T)."""
     import torch
 
-    from induce import tasks
+    from induce.diagnostics import tasks
 
     torch.set_num_threads(threads)
     check_output_file(out, "--out")
@@ -146,7 +146,7 @@ def diagnose_grad(
     """||dL/dh_t|| as a function of t for trained and/or fresh models (PNG + JSON)."""
     import torch
 
-    from induce import diagnostics, tasks
+    from induce.diagnostics import measure as diagnostics, tasks
 
     torch.set_num_threads(threads)
     results = {}
@@ -184,7 +184,7 @@ def diagnose_memory(
     """Memory and time per step against T for each model (PNG + JSON)."""
     import torch
 
-    from induce import diagnostics
+    from induce.diagnostics import measure as diagnostics
 
     torch.set_num_threads(threads)
     diagnostics.require_matplotlib()

@@ -89,12 +89,11 @@ def eval_command(
 
     console = Console(stderr=True)
     with progress_steps(console, progress) as steps:
-        outcome = run_eval(
-            predicted=predicted, gold=gold, baseline=baseline, seed=seed, checkpoint=checkpoint, untrained=untrained,
-            inits=inits, sets=sets, lm=lm, decoder=decoder, batch_size=batch_size, device=device, data=data,
-            corpus=corpus, split=split, wsj10=wsj10, wsj40=wsj40, max_length=max_length, keep_punct=keep_punct,
-            count_root=count_root, multiset=multiset, per_sentence=per_sentence, console=console, steps=steps,
-        )
+        outcome = run_eval(predicted=predicted, gold=gold, baseline=baseline, seed=seed, checkpoint=checkpoint,
+                           untrained=untrained, inits=inits, sets=sets, lm=lm, decoder=decoder, batch_size=batch_size,
+                           device=device, data=data, corpus=corpus, split=split, wsj10=wsj10, wsj40=wsj40,
+                           max_length=max_length, keep_punct=keep_punct, count_root=count_root, multiset=multiset,
+                           per_sentence=per_sentence, console=console, steps=steps)
     if as_json:
         typer.echo(json.dumps(outcome.summary, sort_keys=True))
     elif outcome.kind == "perplexity":

@@ -26,8 +26,9 @@ def generate_command(
 
     <eos> tokens are printed as line breaks.
     """
-    from induce.inference import generate, tokenize
-    from induce.runs import pick_run
+    from induce.inference.language_model import generate
+    from induce.inference.predict import tokenize
+    from induce.inference.runs import pick_run
 
     checkpoint = pick_run(checkpoint, Console(stderr=True), runs_dir)
     tokens = generate(checkpoint, n_words=words, temperature=temperature, beam=beam,

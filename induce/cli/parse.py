@@ -50,9 +50,10 @@ def parse_command(
     `echo "The dog barked ." | induce parse - --pretokenized`.
     """
     from induce.files import check_not_input, check_output_file
-    from induce.inference import load_run, parse_lines, read_text_lines
-    from induce.runs import pick_run, run_files
-    from induce.treeio import atomic_write_text
+    from induce.inference.loading import load_run
+    from induce.inference.predict import parse_lines, read_text_lines
+    from induce.inference.runs import pick_run, run_files
+    from induce.trees.brackets import atomic_write_text
 
     console = Console(stderr=True)
     check_output_file(out, "--out")

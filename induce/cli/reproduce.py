@@ -98,7 +98,8 @@ def reproduce_command(
 
 
 def _print_summary(results: dict, console: Console) -> None:
-    from induce.report import display, fmt, split_label
+    from induce.report.names import display
+    from induce.report.text import fmt, split_label
 
     source = results["corpus"]["eval"]
     where = split_label(results["split"], source.get("source_kind") or source.get("kind"))

@@ -1,4 +1,4 @@
-"""`induce show tree` / `induce show attention`: one sentence through a trained model (logic: :mod:`induce.show`)."""
+"""`induce show tree` / `induce show attention`: one sentence through a trained model (logic: :mod:`induce.inference.show`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,7 +21,7 @@ SENTENCE_HELP = "The sentence (tokenised with NLTK's Treebank tokenizer unless -
 def _sentence(sentence, index, pretokenized, corpus, data, split, console, run):
     """``(tokens, gold tree or None)`` from the argument or from sentence ``index`` of a corpus split: of
     ``corpus``, else of the default corpus of ``data``, else of the corpus ``run`` was trained on."""
-    from induce.inference import tokenize
+    from induce.inference.predict import tokenize
 
     if sentence is None and index is None:
         raise InduceError("no sentence: give one (e.g. \"The dog barked .\") or --index N (sentence N of the "
@@ -33,10 +33,10 @@ def _sentence(sentence, index, pretokenized, corpus, data, split, console, run):
         if not tokens:
             raise InduceError("the sentence is empty")
         return tokens, None
-    from induce.show import dev_sentence
+    from induce.inference.show import dev_sentence
 
     if corpus is None and data is None:
-        from induce.scoring import eval_corpus_of_run
+        from induce.inference.scoring import eval_corpus_of_run
 
         chosen = eval_corpus_of_run(run)
         console.print(f"sentence {index} of {split} of {chosen.description}", highlight=False, soft_wrap=True)
@@ -61,9 +61,9 @@ def tree_command(
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
 ) -> None:
     """Draw the tree a trained model induces for one sentence (and the gold tree with --index)."""
-    from induce.inference import format_tree
-    from induce.runs import pick_run
-    from induce.show import sentence_structure, tree_f1
+    from induce.inference.predict import format_tree
+    from induce.inference.runs import pick_run
+    from induce.inference.show import sentence_structure, tree_f1
 
     console = Console(stderr=True)
     out = Console()
@@ -74,7 +74,7 @@ def tree_command(
     out.rule(f"[bold]{structure.model_name}[/]", align="left")
     out.print(Text(format_tree(structure.tree, "pretty")), soft_wrap=True)
     if gold is not None:
-        from induce.show import display_gold
+        from induce.inference.show import display_gold
 
         out.rule("[bold]gold[/] (punctuation and POS tags removed)", align="left")
         out.print(Text(format_tree(display_gold(gold), "pretty")), soft_wrap=True)
@@ -97,10 +97,10 @@ def attention_command(
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
 ) -> None:
     """Plot what the parser reads for one sentence: PaLM's span attention (heat map) or the ON-LSTM / PRPN syntactic distances (bars), as a PNG; the numbers are printed too."""  # noqa: E501
-    from induce.figures import check_image_path
+    from induce.report.figures import check_image_path
     from induce.files import check_not_input
-    from induce.runs import pick_run, run_files
-    from induce.show import plot_structure, sentence_structure
+    from induce.inference.runs import pick_run, run_files
+    from induce.inference.show import plot_structure, sentence_structure
 
     console = Console(stderr=True)
     run = pick_run(checkpoint, console, need_parser=True)

@@ -24,7 +24,7 @@ import nltk
 
 from induce.errors import InduceError, InputError
 from induce.files import os_error_reason
-from induce.treeio import read_trees
+from induce.trees.brackets import read_trees
 
 SPLITS = ("train", "valid", "test")
 UNK = "<unk>"

@@ -3,7 +3,7 @@
 Per leaf, in order (see :func:`lm_tokens`):
 
 1. the word-tag filter: a leaf is kept iff its gold POS tag is in
-   :data:`induce.ptb.WORD_TAGS` (traces, punctuation, ``$`` and ``#`` go);
+   :data:`induce.trees.ptb.WORD_TAGS` (traces, punctuation, ``$`` and ``#`` go);
 2. lower-casing;
 3. numbers become ``N``: a token is a number iff it is groups of digits separated by
    ``.``, ``,``, ``:``, ``-`` or ``\\/`` with an optional sign (``3.5``, ``1,000``, ``.5``,
@@ -33,7 +33,7 @@ import nltk
 
 from induce.data.corpus import EOS, UNK, Vocab
 from induce.errors import InputError
-from induce.ptb import WORD_TAGS
+from induce.trees.ptb import WORD_TAGS
 
 #: What counts as a number (matched against the lower-cased token).
 NUMBER = re.compile(r"^(?:[+-]?(?:\d+|\d*\.\d+)(?:(?:[.,:-]|\\/)\d+)*|%)$")

@@ -37,8 +37,8 @@ from induce.data.corpus import META_FILE, SPLITS, UNK, VOCAB_FILE, Vocab
 from induce.errors import InduceError, InputError
 from induce.files import (check_not_input, check_output_folder, honour_umask, os_error_message, process_alive,
                           sha256_file)
-from induce.ptb import TRACE_TAG, clean_tree
-from induce.treeio import read_trees, tree_to_line
+from induce.trees.ptb import TRACE_TAG, clean_tree
+from induce.trees.brackets import read_trees, tree_to_line
 
 #: Bumped when the output format or a convention changes (invalidates cached corpora).
 FORMAT_VERSION = 1
@@ -51,10 +51,10 @@ NLTK_SAMPLE_SPLIT = {"train": range(1, 160), "valid": range(160, 180), "test": r
 
 CONVENTIONS = {
     "orig": "trees as read (NLTK tree I/O), one per line; traces, function tags, empty root label kept",
-    "gold": "induce.ptb.clean_tree(keep_punct=True): -NONE- leaves, emptied constituents and function tags "
+    "gold": "induce.trees.ptb.clean_tree(keep_punct=True): -NONE- leaves, emptied constituents and function tags "
     "removed; punctuation kept; empty root label -> ROOT",
-    "nopunct": "induce.ptb.clean_tree(keep_punct=False): also every leaf whose POS tag is not in "
-    "induce.ptb.WORD_TAGS (word-tag filter of Kim et al. 2019)",
+    "nopunct": "induce.trees.ptb.clean_tree(keep_punct=False): also every leaf whose POS tag is not in "
+    "induce.trees.ptb.WORD_TAGS (word-tag filter of Kim et al. 2019)",
     "lm_text": "Mikolov: nopunct leaves, lower-cased, numbers and % -> N (induce.data.mikolov.NUMBER), "
     "<unk> outside the vocabulary; one sentence per line, no <eos> written",
     "vocab": "most frequent training tokens, ties alphabetical; max_vocab counts <eos> and <unk>",

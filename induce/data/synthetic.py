@@ -1,7 +1,7 @@
 """A small English-like PCFG treebank with known true trees (for tests and for machines without PTB).
 
 The grammar is an :class:`nltk.PCFG`. Preterminals use Penn Treebank POS tags from
-:data:`induce.ptb.WORD_TAGS`, so evaluation's word-tag filter keeps every word; each
+:data:`induce.trees.ptb.WORD_TAGS`, so evaluation's word-tag filter keeps every word; each
 sentence ends with ``(. .)`` and some have a ``(, ,)``, so the filter is exercised.
 Grammar symbols that cannot be written as NLTK nonterminals are renamed in the output
 trees (:data:`OUTPUT_LABEL`): ``S_TOP`` -> ``S``, ``COMMA`` -> ``,``, ``PERIOD`` -> ``.``,

@@ -10,10 +10,8 @@ from .metrics import (
     require_sentences,
     sentence_prf,
 )
-from .trees import Node, constituents, from_nltk, prune, to_nltk
 
 __all__ = [
-    "BASELINES", "REPORTED_LABELS", "BranchingStats", "EvalConvention", "EvalResult", "Node",
-    "baseline_predictions", "baseline_tree", "constituents", "evaluate", "from_nltk", "prepare_gold",
-    "prune", "require_sentences", "sentence_prf", "to_nltk",
+    "BASELINES", "REPORTED_LABELS", "BranchingStats", "EvalConvention", "EvalResult",
+    "baseline_predictions", "baseline_tree", "evaluate", "prepare_gold", "require_sentences", "sentence_prf",
 ]

@@ -14,7 +14,7 @@ import nltk
 from induce.errors import InvalidValueError
 
 from .metrics import EvalConvention, GoldSentence, prepare_gold
-from .trees import Node, left_branching, right_branching, split_tree
+from induce.trees.nodes import Node, build_binary, from_index_tree, left_branching, right_branching
 
 BASELINES = ("right", "left", "balanced", "random")
 
@@ -32,9 +32,9 @@ def baseline_tree(n_words: int, kind: str, rng: random.Random | None = None) -> 
     if n_words == 1:
         return Node("S", 0, 1, [Node(None, 0, 1)])
     if kind == "balanced":
-        return split_tree(0, n_words, lambda i, j: i + (j - i + 1) // 2)
+        return from_index_tree(build_binary(0, n_words, lambda start, end: start + (end - start + 1) // 2))
     rng = rng or random.Random(0)
-    return split_tree(0, n_words, lambda i, j: rng.randint(i + 1, j - 1))
+    return from_index_tree(build_binary(0, n_words, lambda start, end: rng.randint(start + 1, end - 1)))
 
 
 def baseline_predictions(

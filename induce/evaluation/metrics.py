@@ -4,7 +4,7 @@ The default :class:`EvalConvention` is the one of Kim et al. (2019), used by mos
 unsupervised constituency parsing:
 
 * punctuation and traces removed by the word-tag filter: only leaves whose gold POS tag is in
-  :data:`induce.ptb.WORD_TAGS` are kept (``$`` and ``#`` go too);
+  :data:`induce.trees.ptb.WORD_TAGS` are kept (``$`` and ``#`` go too);
 * length filters apply to the sentence after that removal; sentences of length 1 are skipped;
 * spans of length 1 and the whole-sentence span are not counted; spans are sets;
 * per-sentence F1 when the gold tree has no span: recall 1, and precision 1 if the prediction
@@ -28,9 +28,9 @@ from typing import Callable, Optional, Sequence
 import nltk
 
 from induce.errors import InduceError, InputError
-from induce.ptb import TRACE_TAG, WORD_TAGS, strip_function_tags
+from induce.trees.ptb import TRACE_TAG, WORD_TAGS, strip_function_tags
 
-from .trees import Node, branching_nodes, constituents, from_nltk, prune
+from induce.trees.nodes import Node, branching_nodes, constituents, from_nltk, prune
 
 #: Gold labels whose recall is reported.
 REPORTED_LABELS = ("NP", "VP", "PP", "SBAR", "ADJP", "ADVP")
@@ -235,6 +235,36 @@ def _align_prediction(pred: Node, gold: GoldSentence, pred_words: Optional[Seque
     return aligned
 
 
+def _check_same_count(pred_trees: Sequence, gold_trees: Sequence, pred_locations: Optional[Sequence[tuple]]) -> None:
+    """One prediction per gold tree, or an :class:`InputError` naming the first unmatched sentence."""
+    if len(pred_trees) == len(gold_trees):
+        return
+    first = min(len(pred_trees), len(gold_trees)) + 1
+    where = pred_locations[first - 1] if pred_locations and first <= len(pred_locations) else (None, None)
+    raise InputError(
+        f"{len(pred_trees)} predicted trees but {len(gold_trees)} gold trees "
+        f"(first unmatched sentence: {first})",
+        *where,
+    )
+
+
+def _count_label_recall(gold: "GoldSentence", pred_spans: Counter, convention: EvalConvention,
+                        label_hits: Counter, label_totals: Counter) -> None:
+    """Add one sentence's gold constituents of :data:`REPORTED_LABELS` (spans of two words or more, the
+    whole sentence only with ``count_root``, duplicates only with ``multiset``) to ``label_totals``, and
+    those the prediction has to ``label_hits``."""
+    length = len(gold.words)
+    seen = set()
+    for label, i, j in gold.labelled:
+        if label in REPORTED_LABELS and j - i >= 2 and (convention.count_root or (i, j) != (0, length)):
+            key = (label, i, j)
+            if key in seen and not convention.multiset:
+                continue
+            seen.add(key)
+            label_totals[label] += 1
+            label_hits[label] += (i, j) in pred_spans
+
+
 def evaluate(
     pred_trees: Sequence,
     gold_trees: Sequence[nltk.Tree],
@@ -253,14 +283,7 @@ def evaluate(
     progress: called as ``progress(done, total)`` every 1,000 sentences and at the end.
     pred_locations: ``(path, line)`` of each prediction, for error messages.
     """
-    if len(pred_trees) != len(gold_trees):
-        first = min(len(pred_trees), len(gold_trees)) + 1
-        where = pred_locations[first - 1] if pred_locations and first <= len(pred_locations) else (None, None)
-        raise InputError(
-            f"{len(pred_trees)} predicted trees but {len(gold_trees)} gold trees "
-            f"(first unmatched sentence: {first})",
-            *where,
-        )
+    _check_same_count(pred_trees, gold_trees, pred_locations)
     label_hits, label_totals = Counter(), Counter()
     tp = fp = fn = 0
     scores: list[SentenceScore] = []
@@ -290,15 +313,7 @@ def evaluate(
         tp, fp, fn = tp + match, fp + n_pred - match, fn + n_gold - match
         precision, recall, f1 = sentence_prf(match, n_pred, n_gold)
         scores.append(SentenceScore(index, length, f1, precision, recall, n_pred, n_gold, match))
-        seen = set()
-        for label, i, j in gold.labelled:
-            if label in REPORTED_LABELS and j - i >= 2 and (convention.count_root or (i, j) != (0, length)):
-                key = (label, i, j)
-                if key in seen and not convention.multiset:
-                    continue
-                seen.add(key)
-                label_totals[label] += 1
-                label_hits[label] += (i, j) in pred_spans
+        _count_label_recall(gold, pred_spans, convention, label_hits, label_totals)
         pred_branching.add(aligned)
         gold_branching.add(gold.tree)
     if progress is not None:

@@ -33,7 +33,7 @@ class NoProgress:
 
 @dataclass(frozen=True)
 class EvalOutcome:
-    """What :func:`run_eval` found. ``kind``: ``scores`` (:func:`induce.scoring.score`'s summary),
+    """What :func:`run_eval` found. ``kind``: ``scores`` (:func:`induce.inference.scoring.score`'s summary),
     ``untrained`` (mean and spread over the inits, one row per init) or ``perplexity`` (``perplexity``,
     ``split``, ``corpus``, ``run``)."""
 
@@ -70,15 +70,18 @@ def run_eval(
     """Evaluate one source of trees, named by at most one of ``predicted`` (a file of bracketed trees, one
     per line), ``baseline`` (right, left, balanced, random: seeded by ``seed``), ``checkpoint`` (a run
     folder or checkpoint) and ``untrained`` (a model name: ``inits`` models with ``sets`` overrides); with
-    none, the latest finished run (:func:`induce.runs.pick_run`). ``lm``: the run's perplexity on ``split``
+    none, the latest finished run (:func:`induce.inference.runs.pick_run`). ``lm``: the run's perplexity on ``split``
     instead. ``wsj10`` / ``wsj40`` / ``max_length``, ``keep_punct``, ``count_root``, ``multiset``: the
     convention (:class:`induce.evaluation.EvalConvention`). ``per_sentence``: a CSV with one row per
     sentence. What was chosen is said on ``console`` (stderr); ``steps`` draws the progress bars.
-    Argument errors name the command's flags."""
+    Argument errors name the command's flags.
+
+    Long because it takes each option of ``induce eval`` as a typed argument (24 lines of signature);
+    the body is about 50 lines."""
     from induce.evaluation import baseline_predictions
     from induce.files import check_not_input, check_output_file
-    from induce.runs import pick_run
-    from induce.scoring import gold_files, load_gold, parse_gold, score
+    from induce.inference.runs import pick_run
+    from induce.inference.scoring import gold_files, load_gold, parse_gold, score
 
     console = console or Console(stderr=True)
     steps = steps or NoProgress()
@@ -108,7 +111,7 @@ def run_eval(
 
     locations = None
     if predicted is not None:
-        from induce.treeio import read_trees
+        from induce.trees.brackets import read_trees
 
         located = read_trees(predicted, one_per_line=True, progress=steps.bar("reading predicted trees"))
         pred_trees = [item.tree for item in located]
@@ -153,7 +156,7 @@ def _perplexity(run_dir: Optional[Path], gold: Optional[Path], corpus: Path, spl
         raise InduceError("--lm needs a trained run (--checkpoint)")
     if gold is not None:
         raise InduceError("--lm reads the LM text of a prepared corpus: use --corpus or the run's corpus, not --gold")
-    from induce.inference import lm_perplexity
+    from induce.inference.language_model import lm_perplexity
 
     ppl = lm_perplexity(run_dir, corpus, split, device=device)
     return EvalOutcome("perplexity", {"perplexity": ppl, "split": split, "corpus": str(corpus), "run": str(run_dir)})
@@ -166,7 +169,7 @@ def _untrained_summary(model, sets, inits, seed, lm, per_sentence, gold, corpus,
     if lm or per_sentence is not None:
         raise InduceError(f"--untrained: {'--lm' if lm else '--per-sentence'} needs a trained run (--checkpoint)")
     from induce.evaluation.untrained import evaluate_untrained, untrained_config, untrained_vocabulary
-    from induce.scoring import load_gold
+    from induce.inference.scoring import load_gold
 
     run_config = untrained_config(model, sets)  # config errors before the gold is read
     if gold is None and corpus is None:
@@ -185,7 +188,7 @@ def _default_eval_corpus(run_dir: Optional[Path], data: Optional[Path], console:
     """The prepared corpus to evaluate on when neither --gold nor --corpus is given: a run's own (unless
     --data names a data root), else the default corpus; said on ``console``."""
     if run_dir is not None and data is None:
-        from induce.scoring import eval_corpus_of_run
+        from induce.inference.scoring import eval_corpus_of_run
 
         chosen = eval_corpus_of_run(run_dir)
         console.print(f"evaluating on {chosen.description}", highlight=False, soft_wrap=True)
@@ -196,13 +199,13 @@ def _default_eval_corpus(run_dir: Optional[Path], data: Optional[Path], console:
 
 
 def _run_files(run_dir: Optional[Path]) -> list:
-    from induce.runs import run_files
+    from induce.inference.runs import run_files
 
     return run_files(run_dir) if run_dir is not None else []
 
 
 def _write_per_sentence(path: Path, result) -> None:
-    from induce.treeio import atomic_write_text
+    from induce.trees.brackets import atomic_write_text
 
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")

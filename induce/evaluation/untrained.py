@@ -16,7 +16,7 @@ rows of ``induce reproduce`` both call it.
   vocabulary (as for a model trained on that corpus); given bare gold trees, every word type of the
   gold sentences (normalised as in training: lower case, numbers -> ``N``) gets its own row.
   Never a run folder's: the result depends only on the gold trees, the model config and the seeds.
-* Parsing: as ``induce eval --checkpoint`` (:func:`induce.inference.predict_trees`): the words the
+* Parsing: as ``induce eval --checkpoint`` (:func:`induce.inference.predict.predict_trees`): the words the
   convention keeps, each sentence from a fresh state, except for a model that reads its parses as
   one stream (PaLM ``variant: released``); with ``keep_punct`` the punctuation is hidden from the
   model and attached afterwards, as for raw text.
@@ -110,8 +110,8 @@ def evaluate_untrained(
     splits of any init), ``n_sentences``, ``n_skipped``, ``model``, ``model_config``, ``seeds``,
     ``vocab_size`` and ``convention``. An :class:`InduceError` when the filters leave no sentence.
     """
-    from induce.inference import LoadedRun, resolve_device
-    from induce.scoring import parse_gold
+    from induce.inference.loading import LoadedRun, resolve_device
+    from induce.inference.scoring import parse_gold
 
     if inits < 1:
         raise InduceError(f"inits {inits}: give at least one untrained model")

@@ -23,13 +23,13 @@ spans ending at its own position, so it gets the queries shifted by one: query r
   so the first position of a sequence gets a zero context.
 
 **Relevant set beyond the window** (``relevant_set: rho``, default 0 = off: exactly the model
-above). Kerg et al.'s (2020) relevancy screening (:mod:`induce.relevancy`) applied to the span
+above). Kerg et al.'s (2020) relevancy screening (:mod:`induce.models.relevancy`) applied to the span
 starts: at kernel row ``t`` (the spans ending at ``t``) the window is the ``m`` spans ``[t-k, t]``,
 ``k < m``, i.e. start positions ``t-m+1 .. t``. A start ``i`` is in the window at rows
 ``t = i .. i+m-1``; its relevance ``beta(i)`` is the total attention the spans starting at ``i``
 received there (the kernel's window softmax, detached: the screening is not differentiated, as in
 the paper). At every row ``t`` the ``rho`` most relevant starts ``i <= t - m`` (top-``rho`` by
-``beta``, earlier positions winning ties: :func:`induce.relevancy.relevant_indices` with ``nu = m``)
+``beta``, earlier positions winning ties: :func:`induce.models.relevancy.relevant_indices` with ``nu = m``)
 add the extra spans ``[i, t]``:
 
 * representation: the same Alg. 1 formula as the window spans, bidirectional,
@@ -76,7 +76,7 @@ parsing script ``eval_parsing.py`` only in its first commit 0888e06) differs fro
   dropouth 0.3, m = 10; the paper's Table 5: 1,020, 0.45, 0.2, m = 20); explicit values win;
 * parsing carries the LSTM state from one test sentence to the next (``eval_parsing.py``,
   ``parse``: ``hidden`` is carried, ``c_hidden`` reset per sentence): ``parse_state_carry`` is true
-  and :func:`induce.parsing.parse_batch` reads the sentences in the given order as one stream
+  and :func:`induce.trees.decoders.parse_batch` reads the sentences in the given order as one stream
   (:meth:`PaLMBase.parse_stream`; the first sentence from a fresh state after an ``<eos>``, where the
   released script starts from a zero state without it).
 
@@ -114,9 +114,9 @@ released training schedule (SGD lr 30 for the LM, the scorer in its own Adam, no
 Table 3/4 behaviour (strongly right-branching attention) needs full-size GPU runs: not measured.
 
 Variants: ``palm-s`` adds ``lambda * CE(gold, attention)`` (Eq. 5) from ``gold_spans [B, T, m]``
-(same ``[t-k, t]`` convention, see :func:`induce.parsing.gold_span_targets`); ``palm-rb`` fixes the
+(same ``[t-k, t]`` convention, see :func:`induce.trees.decoders.gold_span_targets`); ``palm-rb`` fixes the
 scores to ``s[t, k] = k + 1`` (longer spans score higher) so that the greedy parser of
-:mod:`induce.parsing` returns right-branching trees.
+:mod:`induce.trees.decoders` returns right-branching trees.
 """
 from __future__ import annotations
 
@@ -312,7 +312,7 @@ class PaLMBase(TiedLanguageModel):
         no span reaches into the previous sentence (as the released ``eval_parsing.py``, which carries
         ``hidden`` and resets ``c_hidden``). Returns per sentence of ``n`` words the table
         ``[n, m']`` whose row ``i`` scores the spans ending at word ``i`` (for
-        :func:`induce.parsing.span_tree`). Batch of one stream, eval mode assumed.
+        :func:`induce.trees.decoders.span_tree`). Batch of one stream, eval mode assumed.
 
         Since the layers below the span attention carry their state from segment to segment, they run
         over consecutive segments of up to ``chunk_tokens`` tokens in one call per layer (the same

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from induce.kernels import linear_scan, span_attention, span_representations
-from induce.relevancy import gather_relevant, relevant_indices
+from induce.models.relevancy import gather_relevant, relevant_indices
 
 from .awd import locked_dropout
 
@@ -29,7 +29,7 @@ def relevant_span_starts(row_scores: torch.Tensor, rho: int, first_row: int = 0)
     when invalid); rows before ``first_row`` have no real query and do not count. Returns ``beta
     [B, R]`` (at least float32, detached: ``beta[b, i]`` = sum over rows ``t = i .. i+m-1``, ``t >=
     first_row``, of the window softmax weight of ``[i, t]``) and ``index, valid [B, R, rho]`` from
-    :func:`induce.relevancy.relevant_indices` with ``nu = m``: the starts ``i <= t - m`` of row ``t``.
+    :func:`induce.models.relevancy.relevant_indices` with ``nu = m``: the starts ``i <= t - m`` of row ``t``.
     """
     batch, rows, max_len = row_scores.shape
     with torch.no_grad():

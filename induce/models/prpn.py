@@ -73,12 +73,12 @@ the kernel gives 0 (it reads zeros either way; only the softmax mass differs in 
 positions of a fresh state).
 
 **Relevant set beyond the tape** (``relevant_set: rho``, default 0 = off: exactly the model above).
-Kerg et al.'s (2020) relevancy screening (:mod:`induce.relevancy`) on each reading layer's tape:
+Kerg et al.'s (2020) relevancy screening (:mod:`induce.models.relevancy`) on each reading layer's tape:
 a state's relevance ``beta`` is the total reading attention it received while on the tape (the
 ``M`` reads after it was written; detached, as in the paper). When it leaves the tape it replaces
 the least relevant member of the layer's relevant set (at most ``rho`` states ``(h, c)``) if it is
 strictly more relevant (or a slot is free); so the set is the top-``rho`` of all states that left
-the tape, earlier states winning ties (:class:`induce.relevancy.RelevancyMemory`'s rule, run inside
+the tape, earlier states winning ties (:class:`induce.models.relevancy.RelevancyMemory`'s rule, run inside
 the reading loop with the joint attention, as in that class). At every read the relevant states
 are extra memory slots, attended together with the tape in one gated softmax, and the predict
 network reads the top layer's relevant set the same way (the set the reading layer read at step
@@ -99,7 +99,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from induce.kernels import stick_breaking_gates
-from induce.relevancy import EMPTY_RELEVANCE
+from induce.models.relevancy import EMPTY_RELEVANCE
 
 from .awd import AWDConfig, DropoutRate, PositiveInt, TiedLanguageModel, dropconnect
 from .base import LMOutput

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from induce.relevancy import EMPTY_RELEVANCE
+from induce.models.relevancy import EMPTY_RELEVANCE
 
 from .awd import RecurrentProjection, dropconnect, locked_dropout
 

@@ -7,9 +7,9 @@ At every step (Algorithm 1 of the paper, with ``s`` the macro-state)::
     summary, z = memory.attend(s_{t-1})            # additive attention v^T tanh(W s_{t-1} + U m)
     s_t = h_t + summary
 
-``rellstm`` / ``relrnn`` attend to :class:`induce.relevancy.RelevancyMemory` (at most ``nu + rho``
+``rellstm`` / ``relrnn`` attend to :class:`induce.models.relevancy.RelevancyMemory` (at most ``nu + rho``
 states: linear memory in ``T``); ``memlstm`` attends to every past state
-(:class:`induce.relevancy.FullMemory`: quadratic). The output layer reads ``s_t``.
+(:class:`induce.models.relevancy.FullMemory`: quadratic). The output layer reads ``s_t``.
 
 The memory is rebuilt at every ``forward`` (it does not carry over BPTT segments; only
 ``(s, c)`` does). These models have no syntactic structure: ``parser_kind = "none"``. They train as
@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from induce.errors import InduceError
-from induce.relevancy import FullMemory, RelevancyMemory
+from induce.models.relevancy import FullMemory, RelevancyMemory
 
 from .base import LanguageModel, LMOutput, ModelConfig
 from .registry import register

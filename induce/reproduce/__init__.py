@@ -2,16 +2,15 @@
 
 * :mod:`.profiles` — what a profile asks for (``configs/<profile>/``) and the run configs it builds;
 * :mod:`.subset` — the subset corpus of small profiles;
-* :mod:`.pipeline` — the steps (prepare, train, untrained models, baselines, evaluate) and their
-  skipping / resuming;
+* :mod:`.pipeline` — the plan: which steps, in which order, their records, chunks and the report at the end;
+* :mod:`.steps` — what each step does (prepare, train, untrained models, baselines, evaluate) and when it
+  is skipped or resumed;
 * :mod:`.results` — ``results.json``: what the steps wrote, gathered and summarised over seeds;
-* :mod:`.drawing` — the report's figures from the runs;
-* :mod:`induce.report` / :mod:`induce.findings` — ``REPORT.md`` and the sentences it generates
+* :mod:`induce.report.drawing` — the report's figures from the runs;
+* :mod:`induce.report` / :mod:`induce.report.findings` — ``REPORT.md`` and the sentences it generates
   from the results.
 """
 from .pipeline import (
-    EVAL_VERSION,
-    RUN_STAMP,
     ReproduceOptions,
     Reproduction,
     StepRecord,
@@ -20,6 +19,7 @@ from .pipeline import (
 )
 from .profiles import PROFILE_FILE, Profile, build_run_config, list_profiles, load_profile, resolve_profile_name
 from .results import LENGTHS, SCORE_SETS, collect_results, mean_std, read_history, summarise
+from .steps import EVAL_VERSION, RUN_STAMP
 from .subset import subset_corpus
 
 __all__ = [

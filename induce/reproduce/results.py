@@ -12,11 +12,11 @@ import json
 import math
 import os
 import platform
-from datetime import datetime, timezone
 from pathlib import Path
 
 from induce.config import read_yaml
 from induce.evaluation.metrics import mean_std
+from induce.files import now
 
 #: name -> EvalConvention keyword arguments; the first three are our default convention.
 SCORE_SETS = {
@@ -29,10 +29,6 @@ SCORE_SETS = {
 }
 #: Length subsets of the default convention (words after punctuation removal).
 LENGTHS = (("all", None), ("wsj10", 10), ("wsj40", 40))
-
-
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def read_json(path: Path) -> dict:

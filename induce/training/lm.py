@@ -101,7 +101,7 @@ def dev_parse_metrics(model, words: list[list[str]], ids: list[list[int]], gold_
         from induce.evaluation import EvalConvention, evaluate
     except ImportError:
         return {}
-    from induce.parsing import parse_batch
+    from induce.trees.decoders import parse_batch
 
     if not ids:
         return {}

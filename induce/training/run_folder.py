@@ -22,13 +22,12 @@ import os
 import shlex
 import shutil
 import socket
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
 from induce.errors import InduceError
-from induce.files import process_alive, strict_json
-from induce.treeio import atomic_write_text
+from induce.files import now, process_alive, strict_json  # noqa: F401 (now: the trainer and its state import it from here)
+from induce.trees.brackets import atomic_write_text
 
 STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.jsonl"
@@ -45,10 +44,6 @@ RUN_FILES = (CONFIG_FILE, METRICS_FILE, STATUS_FILE, f"{BEST}.json", f"{BEST}.sa
 
 class RunFolderError(InduceError):
     """The run folder is in use, already holds a run, or is not a run folder."""
-
-
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def read_status(run_dir: Path) -> dict:

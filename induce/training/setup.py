@@ -164,7 +164,7 @@ class TrainerSetup:
 
     def _gold_spans(self, n_tokens: int) -> torch.Tensor:
         """PaLM-S targets ``[B/W, L, m]`` aligned with the training rows."""
-        from induce.parsing import gold_span_targets
+        from induce.trees.decoders import gold_span_targets
 
         if not self.corpus.has_trees:
             raise InduceError(f"{self.corpus.path}: {self.config.model_name} needs a corpus with trees (gold spans)")

@@ -479,6 +479,7 @@ class Trainer(TrainerSetup, CheckpointState):
         created = not self.run_dir.exists()
         lock = self._claim_folder()
         previous_handlers: dict = {}
+        ranks_agree = False
         try:
             self._setup()
             # From here Ctrl-C means "stop after this batch" (during setup it stops at once).
@@ -546,6 +547,7 @@ class Trainer(TrainerSetup, CheckpointState):
             finally:
                 if progress is not None:
                     progress.stop()
+            ranks_agree = True  # every process took the same stop decision (a broadcast): they can meet once more
             if stop_reason == "diverged":
                 self._stop_diverged()
             if stop_reason == "interrupted":
@@ -587,7 +589,7 @@ class Trainer(TrainerSetup, CheckpointState):
             for sig, handler in previous_handlers.items():
                 signal.signal(sig, handler)
             if hasattr(self, "ctx"):
-                ddp.shutdown(self.ctx)
+                ddp.shutdown(self.ctx, meet_first=ranks_agree)
             if lock is not None:
                 lock.release()
                 if created and self.run_dir.is_dir() and not any(self.run_dir.iterdir()):

@@ -1,23 +1,20 @@
-"""Using a trained run: load it, parse raw sentences, score a corpus, generate text.
+"""Parsing raw sentences with a trained run, and trees as text.
 
-* :func:`load_run` — model + vocabulary from a run folder or checkpoint (hash-checked, no pickle;
-  a folder without ``best`` says what it holds instead, and a checkpoint that is not the model its
-  folder's ``config.yaml`` describes is refused);
 * :func:`predict_trees` — raw tokens -> binary trees whose leaves are the original tokens (the
-  tokens are normalised as in training: lower case, numbers -> ``N``, unknown -> ``<unk>``);
-* :func:`lm_perplexity` — perplexity of a prepared corpus split;
-* :func:`generate` — sampling with a temperature, or beam search.
+  tokens are normalised as in training: lower case, numbers -> ``N``, unknown -> ``<unk>``;
+  punctuation is hidden from the model and attached afterwards);
+* :func:`parse_texts` / :func:`parse_lines` — the same from raw lines (:func:`tokenize`), as ``induce parse``;
+* :func:`format_tree` — one tree in the text formats of ``induce parse``.
 
-Which run the commands use by default (:func:`induce.runs.latest_run`) is :mod:`induce.runs`.
+Loading a run is :mod:`induce.inference.loading`; perplexity and generation
+:mod:`induce.inference.language_model`; which run the commands use by default :mod:`induce.inference.runs`.
 """
 from __future__ import annotations
 
 import json
-import math
 import re
 import sys
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence, Union
 
@@ -25,10 +22,8 @@ import nltk
 import torch
 
 from induce.errors import InduceError
-from induce.runs import DEFAULT_RUN_DIRS, latest_run, read_run_sidecar  # noqa: F401 (latest_run re-exported)
-from induce.training.checkpoint import CheckpointError, checkpoint_paths, load_checkpoint, prefixed
-from induce.training.trainer import CONFIG_FILE, map_state
-from induce.treeio import copy_tree, flat_tree_text, tree_to_line
+from induce.inference.loading import LoadedRun, as_loaded
+from induce.trees.brackets import copy_tree, flat_tree_text, tree_to_line
 
 #: Sentences longer than this are parsed in pieces (see :func:`predict_trees`).
 DEFAULT_MAX_LENGTH = 300
@@ -36,87 +31,6 @@ DEFAULT_MAX_LENGTH = 300
 #: models, whose parse builds a ``[B, T, T]`` score table) stays under these budgets.
 TOKEN_BUDGET = 8192
 SPAN_BUDGET = 400_000
-
-
-@dataclass
-class LoadedRun:
-    """A model ready for inference (eval mode) with its vocabulary and checkpoint sidecar."""
-
-    model: torch.nn.Module
-    vocab: object
-    meta: dict
-    path: Path
-
-    @property
-    def config(self) -> dict:
-        return self.meta["config"]
-
-
-def resolve_device(device: Union[str, torch.device, None]) -> torch.device:
-    """``auto`` (or None) -> ``cuda`` when CUDA is available, else ``cpu``; other names are checked
-    (a clear error for ``cuda`` without CUDA or a name that is not a device)."""
-    if isinstance(device, torch.device):
-        return device
-    from induce.training.ddp import resolve_device as resolve
-
-    return resolve("auto" if device is None else str(device))
-
-
-def load_run(path: Union[str, Path], device: Union[str, torch.device] = "auto") -> LoadedRun:
-    """Model and vocabulary of a run folder (its ``best`` checkpoint) or of a checkpoint file/stem,
-    on ``device`` (``auto``: CUDA when available, see :func:`resolve_device`)."""
-    from induce.config import stored_config, validate_config
-    from induce.data.corpus import Vocab
-    from induce.models.registry import get_model_class
-
-    path = Path(path)
-    weights, sidecar = checkpoint_paths(path)
-    if not path.exists() and not any(p.exists() for p in (weights, sidecar)):
-        raise InduceError(f"{path}: no such run folder or checkpoint")
-    read_run_sidecar(path)  # a run folder without `best` says what it holds instead
-    tensors, meta = load_checkpoint(path, device="cpu")
-    config = validate_config(stored_config(meta["config"]), source=str(sidecar))
-    _check_folder_config(sidecar, config)
-    vocab = Vocab.from_json(meta["vocab"])
-    model = get_model_class(config.model_name)(len(vocab), config.model_config_object())
-    missing, unexpected = model.load_state_dict(prefixed(tensors, "model"), strict=False)
-    if missing or unexpected:
-        raise InduceError(f"{path}: checkpoint does not fit model {config.model_name} "
-                          f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
-    model.to(resolve_device(device)).eval()
-    return LoadedRun(model, vocab, meta, path)
-
-
-def _check_folder_config(sidecar: Path, config) -> None:
-    """Refuse a checkpoint whose model is not the one its run folder's ``config.yaml`` describes (weights
-    and sidecar of another run copied in: each is intact, so their hashes agree). Model name and
-    ``model`` section are compared; the ``train`` keys a resume may change are not. An unreadable
-    ``config.yaml`` is not this check's business (the checkpoint is self-contained)."""
-    from induce.config import read_yaml, stored_config, validate_config
-
-    folder_config = sidecar.parent / CONFIG_FILE
-    if not folder_config.is_file():
-        return
-    try:
-        # read with the stored defaults, so that a run written before a model field existed compares equal
-        expected = validate_config(stored_config(read_yaml(folder_config)), source=str(folder_config))
-    except InduceError:
-        return
-    if expected.model_name == config.model_name and expected.model == config.model:
-        return
-    if expected.model_name != config.model_name:
-        what = f"a {config.model_name} model but {folder_config} says {expected.model_name}"
-    else:
-        keys = sorted(k for k in set(expected.model) | set(config.model)
-                      if expected.model.get(k) != config.model.get(k))
-        shown = ", ".join(f"model.{k} {config.model.get(k)!r} vs {expected.model.get(k)!r}" for k in keys[:3])
-        what = f"a {config.model_name} model of another size than {folder_config} says ({shown})"
-    raise CheckpointError(f"{sidecar}: this checkpoint is {what}: the checkpoint files come from another run; "
-                          "put them back in their own folder, or pass the checkpoint that belongs here")
-
-
-def _as_loaded(run: Union[str, Path, LoadedRun], device="auto") -> LoadedRun:
-    return run if isinstance(run, LoadedRun) else load_run(run, device)
 
 
 def normalize(words: Sequence[str]) -> list[str]:
@@ -247,9 +161,9 @@ def predict_trees(
     Batches hold at most ``batch_size`` sentences of similar length. ``progress(done, total)``, when
     given, is called after each batch (counts of sentence pieces).
     """
-    from induce.parsing import parse_batch
+    from induce.trees.decoders import parse_batch
 
-    loaded = _as_loaded(run, device)
+    loaded = as_loaded(run, device)
     model, vocab = loaded.model, loaded.vocab
     contents = [[i for i, w in enumerate(words) if keep_punct or not is_punctuation(w)] for words in sentences]
     pieces: list[tuple[int, list[str]]] = []  # (sentence index, words of one piece)
@@ -327,7 +241,7 @@ def parse_texts(
     progress: Optional[Callable[[int], None]] = None,
 ) -> list[nltk.Tree]:
     """One tree per raw line, its leaves the line's tokens as typed (:func:`tokenize`, then
-    :func:`predict_trees`): what ``induce parse`` and :meth:`induce.api.Run.parse` do. An item that is a
+    :func:`predict_trees`): what ``induce parse`` and :meth:`induce.inference.api.Run.parse` do. An item that is a
     list of tokens (the library's) is taken as it is."""
     sentences = [tokenize(line, pretokenized) if isinstance(line, str) else [str(token) for token in line]
                  for line in lines]
@@ -388,107 +302,3 @@ def _escape_round_brackets(token: str) -> str:
 
 def _json_leaf(token: str) -> str:
     return json.dumps(token, ensure_ascii=False)
-
-
-def lm_perplexity(run: Union[str, Path, LoadedRun], corpus_dir: Union[str, Path], split: str = "valid",
-                  device: Union[str, torch.device] = "auto") -> float:
-    """Perplexity of the run's model on ``split`` of a prepared corpus (the run's eval batching:
-    ``data.eval_batch_size`` streams, ``data.bptt`` segments, state carried)."""
-    from induce.data.corpus import PreparedCorpus
-    from induce.training.batching import batchify, stream_ids
-    from induce.training.trainer import evaluate_lm
-
-    loaded = _as_loaded(run, device)
-    corpus = PreparedCorpus(corpus_dir)
-    data_cfg = loaded.config["data"]
-    stream = stream_ids(corpus.lm_sentences(split), loaded.vocab)
-    batch = max(1, min(data_cfg["eval_batch_size"], stream.numel() // 2))
-    loss = evaluate_lm(loaded.model, batchify(stream, batch), data_cfg["bptt"], next(loaded.model.parameters()).device)
-    return math.exp(loss)
-
-
-@torch.no_grad()
-def generate(
-    run: Union[str, Path, LoadedRun],
-    n_words: int = 50,
-    temperature: float = 1.0,
-    beam: Optional[int] = None,
-    prompt: Optional[Sequence[str]] = None,
-    seed: Optional[int] = None,
-    device: Union[str, torch.device] = "auto",
-) -> list[str]:
-    """Generated tokens (``<eos>`` marks sentence ends).
-
-    Sampling (``beam=None``): ``n_words`` tokens drawn from ``softmax(logits / temperature)``.
-    Beam search (``beam=K``): the most probable continuation up to the first ``<eos>`` or
-    ``n_words`` tokens, finished hypotheses ranked by mean log-probability per token (raw sums
-    would favour the shortest sentence). The context is ``<eos>`` followed by the normalised prompt.
-    """
-    if math.isnan(temperature):
-        raise InduceError(f"--temperature {temperature}: not a number; give a positive number (1 samples the "
-                          "model's own distribution)")
-    if not 0 < temperature < math.inf:
-        raise InduceError(f"--temperature {temperature}: must be positive and finite")
-    if beam is not None and beam < 1:
-        raise InduceError("--beam must be at least 1")
-    loaded = _as_loaded(run, device)
-    model, vocab = loaded.model, loaded.vocab
-    dev = next(model.parameters()).device
-    context = [vocab.eos_id] + vocab.encode(normalize(prompt or []))
-    state = model.init_state(1, dev)
-    out = model(torch.tensor([context], device=dev), state)
-    log_probs = torch.log_softmax(model.logits(out.hidden[:, -1]).float(), -1)  # [1, V]
-    generator = torch.Generator(device="cpu")
-    generator.manual_seed(seed if seed is not None else torch.seed() % 2**63)
-    if beam is None:
-        tokens = []
-        state = out.state
-        for _ in range(n_words):
-            probs = torch.softmax(log_probs.cpu() / temperature, -1)
-            token = int(torch.multinomial(probs[0], 1, generator=generator))
-            tokens.append(token)
-            out = model(torch.tensor([[token]], device=dev), state)
-            state = out.state
-            log_probs = torch.log_softmax(model.logits(out.hidden[:, -1]).float(), -1)
-        return vocab.decode(tokens)
-    return vocab.decode(_beam_search(model, out.state, log_probs, beam, n_words, vocab.eos_id, dev))
-
-
-def _beam_search(model, state, log_probs, beam: int, max_words: int, eos_id: int, device) -> list[int]:
-    """Beam search from one context; ``log_probs [1, V]`` of the first token; ``state`` batch 1."""
-    state = map_state(state, lambda t: t.expand(beam, *t.shape[1:]).contiguous())
-    scores = torch.full((beam,), float("-inf"), device=device)
-    scores[0] = 0.0  # all beams start identical: expand only the first
-    log_probs = log_probs.expand(beam, -1)
-    sequences: list[list[int]] = [[] for _ in range(beam)]
-    finished: list[tuple[float, list[int]]] = []
-    for step in range(max_words):
-        vocab_size = log_probs.size(-1)
-        candidates = (scores[:, None] + log_probs).reshape(-1)
-        top_scores, top_index = candidates.topk(min(2 * beam, candidates.numel()))
-        next_beams, next_scores, next_tokens = [], [], []
-        for score, index in zip(top_scores.tolist(), top_index.tolist()):
-            origin, token = divmod(index, vocab_size)
-            if math.isinf(score):
-                continue
-            sequence = sequences[origin] + [token]
-            if token == eos_id or step == max_words - 1:
-                finished.append((score / len(sequence), sequence))
-            else:
-                next_beams.append(origin)
-                next_scores.append(score)
-                next_tokens.append(token)
-            if len(next_beams) == beam:
-                break
-        if not next_beams or len(finished) >= beam:
-            break
-        index = torch.tensor(next_beams, device=device)
-        sequences = [sequences[o] + [t] for o, t in zip(next_beams, next_tokens)]
-        state = map_state(state, lambda t: t.index_select(0, index))
-        scores = torch.tensor(next_scores, device=device)
-        out = model(torch.tensor(next_tokens, device=device)[:, None], state)
-        state = out.state
-        log_probs = torch.log_softmax(model.logits(out.hidden[:, -1]).float(), -1)
-    if not finished:
-        return sequences[0]
-    return max(finished, key=lambda f: f[0])[1]

@@ -25,10 +25,10 @@ from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from induce.errors import InduceError, InputError
-from induce.files import honour_umask
+from induce.training import checkpoint
 
 BLANK, MARKER = 0, 9
 N_SYMBOLS = 10  # alphabet size (vocabulary of the models)
@@ -184,17 +184,11 @@ def train(
 
 
 def save_checkpoint(path: str | Path, model, meta: dict) -> tuple[Path, Path]:
-    """Write ``model``'s weights to ``path`` (safetensors) and ``{model, config, vocab_size, **meta}``
-    to ``path`` with suffix ``.json``. Returns both paths."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    weights = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-    save_file(weights, str(path))
-    honour_umask(path)  # safetensors writes 0600; an output like any other (mode as open() + umask)
-    sidecar = path.with_suffix(".json")
+    """Write ``model``'s weights and ``{model, config, vocab_size, **meta}`` as a checkpoint of the trainer's
+    format (:func:`induce.training.checkpoint.save_checkpoint`: atomic, hash-checked): ``STEM.safetensors``
+    and ``STEM.json`` for ``path`` = ``STEM.safetensors`` (or ``STEM``). Returns both paths."""
     record = {"model": model.name, "config": model.config.model_dump(), "vocab_size": model.vocab_size, **meta}
-    sidecar.write_text(json.dumps(record, indent=2))
-    return path, sidecar
+    return checkpoint.save_checkpoint(path, model.state_dict(), record)
 
 
 def model_class(name: str):
@@ -221,19 +215,28 @@ def build_model(name: str, vocab_size: int = N_SYMBOLS, **config):
 
 
 def load_checkpoint(path: str | Path):
-    """Inverse of :func:`save_checkpoint`: ``(model, sidecar dict)``."""
-    path = Path(path)
-    sidecar = path.with_suffix(".json")
-    for needed in (path, sidecar):
+    """Inverse of :func:`save_checkpoint`: ``(model, sidecar dict)``. The weights are hash-checked
+    (:func:`induce.training.checkpoint.load_checkpoint`); a sidecar written before task checkpoints used
+    the trainer's format (no ``format`` field, ``STEM.json`` beside ``STEM.safetensors``) is still read,
+    without a hash to check."""
+    weights, sidecar = checkpoint.checkpoint_paths(path)
+    for needed in (weights, sidecar):
         if not needed.exists():
             raise InputError("checkpoint file not found", path=needed)
     try:
         meta = json.loads(sidecar.read_text())
         model = build_model(meta["model"], meta["vocab_size"], **meta["config"])
-    except (json.JSONDecodeError, KeyError) as err:
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
         raise InputError(f"not a checkpoint sidecar ({err})", path=sidecar) from None
+    if "format" in meta:
+        tensors, meta = checkpoint.load_checkpoint(weights)
+    else:
+        try:
+            tensors = load_file(str(weights))
+        except Exception as err:  # safetensors header errors
+            raise InputError(f"cannot load weights: {err}", path=weights) from None
     try:
-        model.load_state_dict(load_file(str(path)))
-    except Exception as err:  # safetensors header errors / shape mismatches
-        raise InputError(f"cannot load weights: {err}", path=path) from None
+        model.load_state_dict(tensors)
+    except RuntimeError as err:  # shape mismatches, missing or unexpected tensors
+        raise InputError(f"cannot load weights: {err}", path=weights) from None
     return model, meta

@@ -18,7 +18,7 @@ import math
 import statistics
 from typing import Optional
 
-from induce.names import display
+from induce.report.names import display
 
 #: F1 points by which a model must fall short of a baseline to be called "below" it.
 BELOW_MARGIN = 0.5

@@ -1,7 +1,7 @@
 """Diagnostics of recurrence vs attention (Kerg et al. 2020, section 6).
 
 * :func:`gradient_norms`: ``||dL/dh_t||`` for every step ``t`` of a task batch (the loss is the
-  answer-only cross-entropy of :mod:`induce.tasks`), for a trained or a fresh model.
+  answer-only cross-entropy of :mod:`induce.diagnostics.tasks`), for a trained or a fresh model.
 * :func:`memory_profile`: activation memory and time per step as a function of the sequence
   length ``T`` for each model. On CPU the memory is the total size of the distinct tensors autograd
   saves for the backward pass during the forward (``torch.autograd.graph.saved_tensors_hooks``):
@@ -19,9 +19,9 @@ from typing import Iterable, Optional
 
 import torch
 
-from induce import tasks
+from induce.diagnostics import tasks
 from induce.errors import InduceError
-from induce.figures import pyplot, save_figure
+from induce.report.figures import pyplot, save_figure
 
 
 def gradient_norms(model, task: str, delay: int, n: int = 32, seed: int = 0) -> dict:

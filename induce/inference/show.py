@@ -1,7 +1,7 @@
 """What a trained model makes of one sentence: its tree, and the numbers the tree is decoded from.
 
 * :func:`sentence_structure` — for a run (or a loaded model) and the tokens of one sentence: the
-  induced tree over all tokens (as :func:`induce.inference.predict_trees` gives it), and either the
+  induced tree over all tokens (as :func:`induce.inference.predict.predict_trees` gives it), and either the
   syntactic distances (ON-LSTM, PRPN; ON-LSTM also per layer) or PaLM's span scores over the
   words the model saw (punctuation left out, as in training);
 * :meth:`SentenceStructure.attention` — PaLM's span attention: for every span end ``j`` a softmax
@@ -70,7 +70,7 @@ class SentenceStructure:
 
 
 def _loaded(run, device):
-    from induce.inference import LoadedRun, load_run
+    from induce.inference.loading import LoadedRun, load_run
 
     return run if isinstance(run, LoadedRun) else load_run(run, device)
 
@@ -80,11 +80,11 @@ def sentence_structure(
 ) -> SentenceStructure:
     """The tree and the structure scores of one sentence (``tokens``: raw tokens, punctuation allowed).
 
-    ``run``: a run folder, checkpoint or :class:`induce.inference.LoadedRun`. The words are normalised
-    and read as ``<eos> words <eos>`` from a fresh state, exactly as :func:`induce.inference.predict_trees`
+    ``run``: a run folder, checkpoint or :class:`induce.inference.loading.LoadedRun`. The words are normalised
+    and read as ``<eos> words <eos>`` from a fresh state, exactly as :func:`induce.inference.predict.predict_trees`
     does, so the tree returned is the one ``induce parse`` gives.
     """
-    from induce.inference import is_punctuation, normalize, predict_trees
+    from induce.inference.predict import is_punctuation, normalize, predict_trees
 
     tokens = list(tokens)
     words = [w for w in tokens if keep_punct or not is_punctuation(w)]
@@ -142,7 +142,7 @@ def display_gold(gold: nltk.Tree) -> nltk.Tree:
     """The gold tree as the evaluation sees it: traces and punctuation removed (word-tag filter),
     function tags stripped, pre-terminals (POS tags) dropped so that it reads like an induced tree."""
     from induce.evaluation import EvalConvention, prepare_gold
-    from induce.evaluation.trees import to_nltk
+    from induce.trees.nodes import to_nltk
 
     prepared = prepare_gold(gold, EvalConvention())
     if prepared.tree is None:
@@ -170,7 +170,7 @@ def tree_f1(tree: nltk.Tree, gold: nltk.Tree) -> Optional[float]:
 
 def plot_structure(structure: SentenceStructure, path: Union[str, Path], title: Optional[str] = None) -> Path:
     """PNG of the span attention (PaLM) or the distances (ON-LSTM, PRPN) of one sentence."""
-    from induce import figures
+    from induce.report import figures
 
     if structure.kind == "span":
         return figures.plot_span_attention([(title or structure.model_name, structure)], path)

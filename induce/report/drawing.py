@@ -1,11 +1,11 @@
 """The report's figures, drawn from the results and the trained runs (:func:`make_figures`); the
-plotting itself is :mod:`induce.figures`."""
+plotting itself is :mod:`induce.report.figures`."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from induce.names import display
-from induce.report import split_name
+from induce.report.names import display
+from induce.report.text import split_name
 
 
 def choose_examples(kept: list, count: int, shortest: int = 8, longest: int = 15) -> list[int]:
@@ -21,23 +21,25 @@ def choose_examples(kept: list, count: int, shortest: int = 8, longest: int = 15
 def make_figures(results: dict, out: Path, repro) -> dict:
     """Draw every figure into ``out/figures``; returns ``{name: relative path}`` and adds the
     example sentences (text trees, per-model F1) to ``results["examples"]``."""
-    from induce import figures
-    from induce.evaluation import EvalConvention, prepare_gold
-    from induce.inference import format_tree, load_run
-    from induce.show import display_gold, sentence_structure, tree_f1
-    from induce.training.batching import predicted_per_epoch
-
     out = Path(out)
     folder = out / "figures"
     made: dict = {}
-    models = results["models_order"]
-    first_seed = {m: next(iter(results["models"][m]["seeds"]), None) for m in models}
+    made.update(_training_curves(results, folder, out))
+    made.update(_branching(results, folder, out))
+    made.update(_examples(results, folder, out, repro))
+    return made
+
+
+def _training_curves(results: dict, folder: Path, out: Path) -> dict:
+    """Validation / training perplexity and dev F1 per epoch of every run, on an axis of tokens trained."""
+    from induce.report import figures
+    from induce.training.batching import predicted_per_epoch
 
     histories, epoch_tokens = {}, {}
     counts = (results["corpus"]["train"].get("splits") or {}).get("train") or {}
     text_tokens = (counts["lm_tokens"] + counts["lm_sentences"]) if {"lm_tokens", "lm_sentences"} <= counts.keys() \
         else None
-    for model in models:
+    for model in results["models_order"]:
         batch = ((results.get("configs") or {}).get(model, {}).get("data") or {}).get("batch_size")
         for seed, data in results["models"][model]["seeds"].items():
             label = display(model) + (f" (seed {seed})" if len(results["seeds"]) > 1 else "")
@@ -45,16 +47,22 @@ def make_figures(results: dict, out: Path, repro) -> dict:
             if text_tokens is not None and isinstance(batch, int):
                 # what an epoch predicts (train_tokens counts that), not the words of the text
                 epoch_tokens[label] = predicted_per_epoch(text_tokens, batch)
-    if any(histories.values()):
-        made["training_curves"] = _rel(figures.plot_training_curves(
-            histories, folder / "training-curves.png", epoch_tokens=epoch_tokens), out)
+    if not any(histories.values()):
+        return {}
+    return {"training_curves": _rel(figures.plot_training_curves(
+        histories, folder / "training-curves.png", epoch_tokens=epoch_tokens), out)}
+
+
+def _branching(results: dict, folder: Path, out: Path) -> dict:
+    """Shares of left / right / other splits of the untrained models, the trained ones and the gold trees."""
+    from induce.report import figures
 
     rows = []
     for model, info in results["random_init"].items():
         rows.append((f"{display(model)} untrained ({info['n_models']} inits)", info["left_split_pct"]["mean"],
                      info["right_split_pct"]["mean"],
                      100 - info["left_split_pct"]["mean"] - info["right_split_pct"]["mean"], 0.0))
-    for model in models:
+    for model in results["models_order"]:
         summary = results["models"][model]["summary"]
         if summary["left_split_pct_wsj40"]["mean"] is not None:
             rows.append((display(model), summary["left_split_pct_wsj40"]["mean"],
@@ -63,29 +71,39 @@ def make_figures(results: dict, out: Path, repro) -> dict:
     if gold:
         rows.append(("gold", gold["left_split_pct"], gold["right_split_pct"], gold["other_binary_split_pct"],
                      gold["nary_split_pct"]))
-    if rows:
-        made["branching"] = _rel(figures.plot_branching(
-            rows, folder / "branching.png", title=f"Splits of spans > 2 words, WSJ40 {split_name(results)}"), out)
+    if not rows:
+        return {}
+    return {"branching": _rel(figures.plot_branching(
+        rows, folder / "branching.png", title=f"Splits of spans > 2 words, WSJ40 {split_name(results)}"), out)}
 
-    gold_trees, kept = repro._gold()
-    indices = choose_examples(kept, repro.profile.example_sentences)
+
+def _examples(results: dict, folder: Path, out: Path, repro) -> dict:
+    """The example sentences: each model's tree next to the gold tree (``results["examples"]`` gets the
+    text trees and F1), and per model its span attention or distances over all the examples."""
+    from induce.inference.loading import load_run
+    from induce.inference.predict import format_tree
+    from induce.inference.show import display_gold, sentence_structure, tree_f1
+    from induce.report import figures
+
+    gold_trees, prepared_gold = repro._gold()
+    indices = choose_examples([sentence.words for sentence in prepared_gold], repro.profile.example_sentences)
     loaded = {}
-    for model in models:
-        seed = first_seed[model]
+    for model in results["models_order"]:
+        seed = next(iter(results["models"][model]["seeds"]), None)
         if seed is not None:
             try:
                 loaded[model] = load_run(results["models"][model]["seeds"][seed]["run_dir"], repro.eval_device)
             except Exception:  # noqa: BLE001 - a figure must not stop the report
                 continue
-    examples = []
+    made, examples = {}, []
     structures: dict = {model: [] for model in loaded}
     for number, index in enumerate(indices, start=1):
-        prepared = prepare_gold(gold_trees[index], EvalConvention())
+        words = prepared_gold[index].words
         gold_tree = display_gold(gold_trees[index])
-        entry = {"index": index, "words": prepared.words, "gold": format_tree(gold_tree), "trees": {}, "f1": {}}
+        entry = {"index": index, "words": words, "gold": format_tree(gold_tree), "trees": {}, "f1": {}}
         panels = []
         for model, run in loaded.items():
-            structure = sentence_structure(run, prepared.words, device=repro.eval_device, keep_punct=True)
+            structure = sentence_structure(run, words, device=repro.eval_device, keep_punct=True)
             _all_layers(run, structure, repro.eval_device)
             structures[model].append((f"sentence {index}", structure))
             f1 = tree_f1(structure.tree, gold_trees[index])
@@ -117,7 +135,7 @@ def _all_layers(run, structure, device: str) -> None:
     only the layers up to the one it reads (ON-LSTM), the figure shows all of them (full forward)."""
     import torch
 
-    from induce.inference import normalize
+    from induce.inference.predict import normalize
 
     if structure.layer_distances is None:
         return

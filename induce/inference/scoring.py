@@ -1,11 +1,11 @@
-"""Scoring trees against gold trees: what ``induce eval`` and :meth:`induce.api.Run.score` share.
+"""Scoring trees against gold trees: what ``induce eval`` and :meth:`induce.inference.api.Run.score` share.
 
 * :func:`load_gold` — the gold sentences of a treebank file / folder of ``.mrg`` files, or of a split of
   a prepared corpus, each reduced at once to what the evaluator needs under a convention;
 * :func:`parse_gold` — a trained run's trees of those sentences (the words the convention kept);
 * :func:`score` — the figures (the dict ``induce eval --json`` prints);
 * :func:`eval_corpus_of_run` — the corpus a run is evaluated on when none is named: its own
-  (:func:`induce.runs.run_corpus`).
+  (:func:`induce.inference.runs.run_corpus`).
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def load_gold(gold: Optional[Union[str, Path]] = None, corpus: Optional[Union[st
     the nltk trees of a 40,000-tree file are not all kept. ``reading(done, total)`` and
     ``preparing(done, total)`` report progress."""
     from induce.evaluation import EvalConvention, prepare_gold
-    from induce.treeio import read_trees
+    from induce.trees.brackets import read_trees
 
     convention = convention or EvalConvention()
     if gold is not None:
@@ -79,26 +79,37 @@ def load_gold(gold: Optional[Union[str, Path]] = None, corpus: Optional[Union[st
 
 
 def parse_gold(run, gold_sentences: list, convention, batch_size: int = 64, decoder: Optional[str] = None,
-               device="auto", progress: Progress = None) -> list:
+               device="auto", progress: Progress = None, one_word_trees: bool = False) -> list:
     """A run's trees of the gold sentences (None for those outside the convention's length filter, which
-    are not parsed). ``run``: a run folder, checkpoint or :class:`~induce.inference.LoadedRun`.
+    are not parsed). ``run``: a run folder, checkpoint or :class:`~induce.inference.loading.LoadedRun`.
 
     The gold words have already been through the convention's filter: by default the word-tag filter
     that also made the training text, so every word is one the model was trained on and none may be
     taken for punctuation again (a possessive ``'`` would be attached instead of parsed, unlike the
     trainer's dev F1 and ``induce reproduce``). With ``keep_punct`` the punctuation is hidden from the
     model and attached afterwards, as for raw text.
+
+    ``one_word_trees``: one-word sentences that the convention's length filter leaves out get their only
+    tree, ``(S word)``, without the model (``induce reproduce`` parses once under the default convention
+    and scores the trees under every convention, ON-LSTM's counting one-word sentences among them).
+    What the model reads is the same either way.
     """
-    from induce import inference
+    from induce.inference import predict
 
     kept = [sentence.words for sentence in gold_sentences]
     wanted = [i for i, words in enumerate(kept)
               if len(words) >= convention.min_length and not (convention.max_length and len(words) > convention.max_length)]
-    parsed = inference.predict_trees(run, [kept[i] for i in wanted], batch_size=batch_size, decoder=decoder,
+    parsed = predict.predict_trees(run, [kept[i] for i in wanted], batch_size=batch_size, decoder=decoder,
                                      device=device, keep_punct=not convention.keep_punct, progress=progress)
     trees = [None] * len(gold_sentences)
     for i, tree in zip(wanted, parsed):
         trees[i] = tree
+    if one_word_trees:
+        import nltk
+
+        for i, words in enumerate(kept):
+            if len(words) == 1 and trees[i] is None:
+                trees[i] = nltk.Tree("S", list(words))
     return trees
 
 
@@ -117,11 +128,11 @@ def score(pred_trees: list, gold: GoldSet, convention, source: str, locations=No
     return summary, result
 
 
-def eval_corpus_of_run(run) -> "RunCorpus":  # noqa: F821 (induce.runs.RunCorpus)
-    """The corpus a run (folder, checkpoint or :class:`~induce.inference.LoadedRun`) is evaluated on when
-    none is named: the one it was trained on (:func:`induce.runs.run_corpus`); its sidecar is read, its
+def eval_corpus_of_run(run) -> "RunCorpus":  # noqa: F821 (induce.inference.runs.RunCorpus)
+    """The corpus a run (folder, checkpoint or :class:`~induce.inference.loading.LoadedRun`) is evaluated on when
+    none is named: the one it was trained on (:func:`induce.inference.runs.run_corpus`); its sidecar is read, its
     weights are not."""
-    from induce.runs import read_run_sidecar, run_corpus
+    from induce.inference.runs import read_run_sidecar, run_corpus
 
     if hasattr(run, "meta"):
         meta, where = run.meta, run.path

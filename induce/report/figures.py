@@ -19,6 +19,8 @@ from typing import Optional, Sequence, Union
 import nltk
 import numpy as np
 
+from induce.trees.nodes import tree_spans
+
 PathLike = Union[str, Path]
 #: Colours of induced constituents that the gold tree has / lacks, and of uncounted nodes.
 MATCH, MISS, NEUTRAL = "#1a9850", "#d73027", "#555555"
@@ -248,24 +250,6 @@ def _simplify(tree):
     return (tree.label(), children)
 
 
-def tree_spans(tree: nltk.Tree) -> set:
-    """Spans ``(start, end)`` (end exclusive) of every constituent with >= 2 words."""
-    spans = set()
-
-    def rec(node, start):
-        if not isinstance(node, nltk.Tree):
-            return start + 1
-        end = start
-        for child in node:
-            end = rec(child, end)
-        if end - start >= 2:
-            spans.add((start, end))
-        return end
-
-    rec(tree, 0)
-    return spans
-
-
 def _draw_tree(ax, tree: nltk.Tree, gold_spans: Optional[set], show_labels: bool, title: str) -> None:
     root = _simplify(tree)
     n_leaves = len(tree.leaves())
@@ -318,7 +302,7 @@ def plot_trees(panels: Sequence[tuple], path: PathLike, title: str = "", gold: O
     rows, cols = _grid(len(items))
     width = max(4.0, 0.42 * max(len(t.leaves()) for _, t in items))
     fig, axes = plt.subplots(rows, cols, figsize=(width * cols, 3.4 * rows), squeeze=False)
-    gold_spans = tree_spans(gold) if gold is not None else None
+    gold_spans = tree_spans(gold) if gold is not None else None  # (start, end), end exclusive
     for ax, (label, tree) in zip(axes.flat, items):
         is_gold = gold is not None and tree is gold
         _draw_tree(ax, tree, None if is_gold else gold_spans, show_labels=is_gold, title=label)

@@ -14,46 +14,33 @@ Index conventions (0-based word positions of one sentence ``w_0 .. w_{n-1}``):
     ``(tree[i, k-1], tree[k, j])`` (the variant of Dyer et al., 2019). Every binary tree is
     reachable: give each internal node's split position a distance larger than all splits below it.
 
-* **span scores** ``s[t, k]`` scores the span ``[t-k, t]`` (length ``k+1``, ending at ``w_t``).
-  ``decoder="span"`` (PaLM, Peng et al. 2019, Eq. 4): a span ``[i, j]`` is split into
-  ``[i, k-1]`` and ``[k, j]`` with ``k = argmax_{i < k <= j} s[j, j-k]`` (only the score of the right
+* **span scores** ``s[t, k]`` scores the words ``w_{t-k} .. w_t`` (length ``k+1``, ending at ``w_t``):
+  the models' indexing (by last word and length), which only this module reads.
+  ``decoder="span"`` (PaLM, Peng et al. 2019, Eq. 4): a span ``[i, j)`` is split into
+  ``[i, k)`` and ``[k, j)`` with ``k = argmax_{i < k < j} s[j-1, j-1-k]`` (only the score of the right
   part counts; the first maximum in order of increasing ``k``, i.e. the longest right span, wins ties).
   Increasing scores ``s[t, k] = k + 1`` therefore give right-branching trees.
 
-Trees are first built as nested tuples of word positions (``int`` leaves, ``(left, right)`` nodes)
-by pure functions, then turned into :class:`nltk.Tree` over the words.
+(In this docstring ``[i, j]`` is inclusive and ``[i, j)`` exclusive; every function takes and returns
+spans as ``(start, end)`` with ``end`` exclusive, the convention of :mod:`induce.trees`.)
+
+Trees are built as :data:`~induce.trees.nodes.IndexTree` (nested tuples of word positions) by pure
+functions with :func:`~induce.trees.nodes.build_binary`, then turned into :class:`nltk.Tree` over the
+words by :func:`~induce.trees.nodes.to_nltk`.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Optional, Sequence, Union
+from typing import Iterable, Optional, Sequence
 
 import nltk
 import numpy as np
 import torch
 
 from induce.errors import InvalidValueError
-
-#: A binary tree over word positions: a position, or a pair of subtrees.
-IndexTree = Union[int, tuple]
+from induce.trees.nodes import IndexTree, build_binary, to_nltk, tree_spans
 
 DECODERS = ("peel", "unbiased", "span")
 DISTANCE_DECODERS = ("peel", "unbiased")
-#: Label of every internal node of a produced tree.
-NODE_LABEL = "S"
-
-
-def tree_from_split_points(i: int, j: int, split_of: Callable[[int, int], int]) -> IndexTree:
-    """Top-down binary tree over positions ``i..j`` (inclusive).
-
-    ``split_of(a, b)`` (called only for ``a < b``) returns ``k`` with ``a < k <= b``: the span ``[a, b]``
-    becomes ``([a, k-1], [k, b])``.
-    """
-    if i == j:
-        return i
-    k = split_of(i, j)
-    if not i < k <= j:
-        raise ValueError(f"split point {k} outside ({i}, {j}]")
-    return (tree_from_split_points(i, k - 1, split_of), tree_from_split_points(k, j, split_of))
 
 
 def peel_tree(distances: Sequence[float]) -> IndexTree:
@@ -62,26 +49,26 @@ def peel_tree(distances: Sequence[float]) -> IndexTree:
     if d.ndim != 1 or d.size == 0:
         raise ValueError("distances must be a non-empty 1-d sequence")
 
-    def build(i: int, j: int) -> Optional[IndexTree]:
-        if i > j:
+    def build(start: int, end: int) -> Optional[IndexTree]:
+        if end - start < 1:
             return None
-        if i == j:
-            return i
-        k = i + int(np.argmax(d[i : j + 1]))
-        right_rest = build(k + 1, j)
+        if end - start == 1:
+            return start
+        k = start + int(np.argmax(d[start:end]))
+        right_rest = build(k + 1, end)
         right = k if right_rest is None else (k, right_rest)
-        left = build(i, k - 1)
+        left = build(start, k)
         return right if left is None else (left, right)
 
-    return build(0, d.size - 1)
+    return build(0, d.size)
 
 
 def unbiased_tree(distances: Sequence[float]) -> IndexTree:
-    """Unbiased top-down decoding of ``distances [n]``: split ``[i, j]`` before ``argmax_{i<t<=j} d[t]``."""
+    """Unbiased top-down decoding of ``distances [n]``: split ``[i, j)`` before ``argmax_{i<t<j} d[t]``."""
     d = np.asarray(distances, dtype=np.float64)
     if d.ndim != 1 or d.size == 0:
         raise ValueError("distances must be a non-empty 1-d sequence")
-    return tree_from_split_points(0, d.size - 1, lambda i, j: i + 1 + int(np.argmax(d[i + 1 : j + 1])))
+    return build_binary(0, d.size, lambda start, end: start + 1 + int(np.argmax(d[start + 1 : end])))
 
 
 def span_tree(scores, length: int) -> IndexTree:
@@ -92,12 +79,14 @@ def span_tree(scores, length: int) -> IndexTree:
     if s.ndim != 2 or s.shape[0] < length or (length > 1 and s.shape[1] < length - 1):
         raise ValueError(f"scores of shape {s.shape} do not cover a sentence of length {length}")
 
-    def split_of(i: int, j: int) -> int:
-        # candidate right spans [k, j] for k = i+1 .. j have lengths j-k+1 = j-i .. 1, i.e. index j-k.
-        right_scores = s[j, j - np.arange(i + 1, j + 1)]
-        return i + 1 + int(np.argmax(right_scores))
+    def split_of(start: int, end: int) -> int:
+        # candidate right spans [k, end) for k = start+1 .. end-1 end at word end-1 and have lengths
+        # end-k = end-start-1 .. 1, i.e. the score index end-1-k.
+        last = end - 1
+        right_scores = s[last, last - np.arange(start + 1, end)]
+        return start + 1 + int(np.argmax(right_scores))
 
-    return tree_from_split_points(0, length - 1, split_of)
+    return build_binary(0, length, split_of)
 
 
 def decode(structure_row, length: int, decoder: str) -> IndexTree:
@@ -111,80 +100,11 @@ def decode(structure_row, length: int, decoder: str) -> IndexTree:
     raise InvalidValueError(f"unknown decoder {decoder!r}; choose one of {', '.join(DECODERS)}")
 
 
-def to_nltk(tree: IndexTree, words: Sequence[str], label: str = NODE_LABEL) -> nltk.Tree:
-    """Nested-tuple tree over positions -> :class:`nltk.Tree` with ``words`` as leaves.
-
-    A one-word sentence becomes ``(S word)``; otherwise every internal node is binary.
-    """
-    if isinstance(tree, int):
-        return nltk.Tree(label, [words[tree]])
-
-    def rec(node):
-        if isinstance(node, int):
-            return words[node]
-        return nltk.Tree(label, [rec(node[0]), rec(node[1])])
-
-    return rec(tree)
-
-
-def index_tree_spans(tree: IndexTree) -> set[tuple[int, int]]:
-    """All spans ``(i, j)`` (inclusive) of internal nodes and leaves of a nested-tuple tree."""
-    spans: set[tuple[int, int]] = set()
-
-    def rec(node) -> tuple[int, int]:
-        if isinstance(node, int):
-            spans.add((node, node))
-            return node, node
-        left, right = rec(node[0]), rec(node[1])
-        spans.add((left[0], right[1]))
-        return left[0], right[1]
-
-    rec(tree)
-    return spans
-
-
-def nltk_tree_spans(tree: nltk.Tree) -> tuple[int, set[tuple[int, int]]]:
-    """``(number of leaves, {(i, j)})``: inclusive word spans of every constituent of ``tree``.
-
-    Pre-terminals (a label over one word) count as single-word spans; unary chains collapse.
-    """
-    spans: set[tuple[int, int]] = set()
-
-    def rec(node, start: int) -> int:
-        if not isinstance(node, nltk.Tree):
-            return start + 1
-        end = start
-        for child in node:
-            end = rec(child, end)
-        if end > start:
-            spans.add((start, end - 1))
-        return end
-
-    n = rec(tree, 0)
-    return n, spans
-
-
-def index_tree_from_nltk(tree: nltk.Tree) -> IndexTree:
-    """Inverse of :func:`to_nltk` for binary trees (leaves numbered left to right)."""
-    counter = iter(range(len(tree.leaves())))
-
-    def rec(node):
-        if not isinstance(node, nltk.Tree):
-            return next(counter)
-        if len(node) == 1:
-            return rec(node[0])
-        if len(node) != 2:
-            raise ValueError("tree is not binary")
-        return (rec(node[0]), rec(node[1]))
-
-    return rec(tree)
-
-
 def gold_span_targets(sentences: Iterable, m: int) -> torch.Tensor:
     """PaLM-S attention targets aligned with the LM token stream ``w_0 .. w_{n-1} <eos>`` per sentence.
 
     ``sentences``: per sentence either an :class:`nltk.Tree` whose leaves are the LM words
-    (punctuation already removed) or a pair ``(n_words, spans)`` with inclusive ``(i, j)`` word spans.
+    (punctuation already removed) or a pair ``(n_words, spans)`` of ``(start, end)`` word spans (end exclusive).
     Returns ``[N, m]`` float rows, ``N = sum(n + 1)``: row of ``w_t`` puts mass on ``k`` when
     ``[t-k, t]`` is a gold constituent (same convention as ``span_scores``); trivial spans (single
     words, the whole sentence) are ignored; rows are normalised to sum to 1, or are all zero (no
@@ -192,13 +112,13 @@ def gold_span_targets(sentences: Iterable, m: int) -> torch.Tensor:
     """
     rows = []
     for sentence in sentences:
-        n, spans = nltk_tree_spans(sentence) if isinstance(sentence, nltk.Tree) else sentence
+        n, spans = (len(sentence.leaves()), tree_spans(sentence)) if isinstance(sentence, nltk.Tree) else sentence
         target = torch.zeros(n + 1, m)
-        for i, j in spans:
-            length = j - i + 1
-            if length <= 1 or length >= n or length > m or i < 0 or j >= n:
+        for start, end in spans:
+            length = end - start
+            if length <= 1 or length >= n or length > m or start < 0 or end > n:
                 continue
-            target[j, length - 1] = 1.0
+            target[end - 1, length - 1] = 1.0
         totals = target.sum(-1, keepdim=True)
         rows.append(torch.where(totals > 0, target / totals.clamp_min(1.0e-12), target))
     if not rows:

@@ -1,93 +1,32 @@
-"""The reproduction report: ``results.json``, ``REPORT.md`` and the figures it embeds.
+"""The reproduction report: ``results.json`` and ``REPORT.md`` (:func:`write_results`).
 
-The published figures quoted here are the ones in the PaLM paper's text (:data:`PUBLISHED`, each
-with its table); ``tests/test_reproduce.py`` checks them against that text when the developers'
-copy of it is present. Nothing else is quoted: where a paper's table is not in the texts
-(PaLM's Table 1 perplexities, ON-LSTM's and Kim et al.'s F1 and label recall) the report says so.
+``REPORT.md`` is :data:`SECTIONS`, one function per section, each taking the fields of :class:`ReportContext`
+it reads; the published figures it quotes are :mod:`induce.report.published`, its small text pieces
+:mod:`induce.report.text`, its generated sentences :mod:`induce.report.findings`.
 """
 from __future__ import annotations
 
-import math
-from pathlib import Path
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Optional
 
-from induce.findings import all_findings
-from induce.names import NAMES, display  # noqa: F401 (re-exported: the names the report's readers use)
-
-PAPER_FILE = "palm-peng-schwartz-smith-2019.txt"
-PALM = "Peng, Schwartz and Smith (2019), PaLM"
-
-#: Published figures, from the text of the PaLM paper (``palm-peng-schwartz-smith-2019.txt``).
-PUBLISHED = {
-    "table3": {
-        "source": f"{PALM}, Table 3: unlabeled unsupervised parsing F1 on WSJ-40 (test, punctuation removed)",
-        "rows": {"right": 40.7, "prpn": 52.4, "palm": 42.0, "DIORA": 60.6},
-        "notes": {"prpn": "taken by PaLM from Drozdov et al. (2019)", "DIORA": "trained on AllNLI; not part of this toolkit"},
-    },
-    "table4": {
-        "source": f"{PALM}, Table 4: % left / right splits on the WSJ-40 test set",
-        "random": {"left": 39.3, "left_std": 10.5, "right": 41.2, "right_std": 8.8, "n_models": 25, "model": "palm"},
-        "palm": {"left": 1.1, "right": 85.6},
-        "gold": {"left": 6.5, "right": 52.7},
-    },
-    "table1": {
-        "source": f"{PALM}, Table 1: PTB language-model perplexity",
-        "rows": {},
-        "missing": "the values of PaLM's Table 1 are not quoted: this report quotes only the tables checked "
-                   "against the paper's text (Tables 3, 4 and 5)",
-    },
-    "kim_onlstm": {
-        "missing": "ON-LSTM's (Shen et al. 2019) and Kim et al.'s (2019) WSJ10 / full-test F1 and per-label recall are "
-                   "not quoted in this report",
-    },
-}
-
-#: Published LM perplexities on Mikolov's PTB text, as the issue that asked for them quotes them; the
-#: paper texts available here do not hold these tables (the report says so).
-PUBLISHED["lm"] = {
-    "rows": {
-        "onlstm": {"value": 56.17, "source": "Shen et al. 2019, ON-LSTM, Table 1, PTB test"},
-        "prpn": {"value": 61.98, "source": "Shen et al. 2018, PRPN, Table 2, PTB test"},
-    },
-    "note": "test perplexities on Mikolov's PTB text (`ptb.test.txt`, his 10k vocabulary), quoted from the papers' "
-            "LM tables.",
-}
-
-LABELS = ("NP", "VP", "PP", "SBAR", "ADJP", "ADVP")
-
-
-def fmt(stat, digits: int = 1) -> str:
-    """``mean ± std`` (std only over several seeds), ``—`` when missing."""
-    if stat is None:
-        return "—"
-    if isinstance(stat, dict):
-        mean, std = stat.get("mean"), stat.get("std")
-        if mean is None or (isinstance(mean, float) and math.isnan(mean)):
-            return "—"
-        text = f"{mean:,.{digits}f}"
-        return text + (f" ± {std:.{digits}f}" if std is not None else "")
-    if isinstance(stat, float) and math.isnan(stat):
-        return "—"
-    return f"{stat:,.{digits}f}" if isinstance(stat, float) else str(stat)
-
-
-def _pub(value) -> str:
-    return "—" if value is None else f"{value:.1f}"
-
-
-
-def split_label(split: str, source_kind: Optional[str]) -> str:
-    """``dev (WSJ 22)``, ``test (WSJ 23)``, ``dev (NLTK sample)``, ``dev (synthetic treebank)``..."""
-    name = "dev" if split == "valid" else "test"
-    where = {"ldc": "WSJ 22" if split == "valid" else "WSJ 23", "wsj-files": "WSJ 22" if split == "valid" else "WSJ 23",
-             "nltk-sample": "NLTK sample", "synthetic": "synthetic treebank"}.get(source_kind or "", "")
-    return f"{name} ({where})" if where else f"{split} split"
-
-
-def split_name(results: dict) -> str:
-    source = results["corpus"]["eval"]
-    return split_label(results["split"], source.get("source_kind") or source.get("kind"))
+from induce.evaluation.baselines import BASELINES
+from induce.evaluation.metrics import REPORTED_LABELS
+from induce.report.findings import all_findings
+from induce.report.names import display
+from induce.report.published import PUBLISHED
+from induce.report.text import (
+    budget_text,
+    count_text,
+    fmt,
+    markdown_table,
+    minutes,
+    published_value,
+    split_name,
+    text_size,
+    tokens_trained_note,
+    wall_text,
+)
 
 
 # ------------------------------------------------------------------------------------------- report
@@ -96,7 +35,7 @@ def split_name(results: dict) -> str:
 def write_results(results: dict, out: Path) -> tuple[Path, Path]:
     """``out/results.json`` and ``out/REPORT.md``."""
     from induce.files import strict_json
-    from induce.treeio import atomic_write_text
+    from induce.trees.brackets import atomic_write_text
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -107,19 +46,6 @@ def write_results(results: dict, out: Path) -> tuple[Path, Path]:
     md_path = out / "REPORT.md"
     atomic_write_text(md_path, render_markdown(results))
     return json_path, md_path
-
-
-def _table(header: list[str], rows: list[list[str]], align: Optional[list[str]] = None) -> list[str]:
-    align = align or ["---"] + ["---:"] * (len(header) - 1)
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return lines
-
-
-def _minutes(seconds) -> str:
-    if seconds is None:
-        return "—"
-    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
 @dataclass(frozen=True)
@@ -181,9 +107,9 @@ def _preamble(*, results, profile, where, models, per_model, eval_corpus, budget
     small = bool(budget) or bool(budgets) or bool(profile.get("train_sentences"))
     scope = []
     if budget:
-        scope.append(f"trained for {_minutes(budget)} per model and seed")
+        scope.append(f"trained for {minutes(budget)} per model and seed")
     elif budgets:
-        scope.append("trained for " + ", ".join(f"{_minutes(b)} ({display(m)})" for m, b in budgets.items())
+        scope.append("trained for " + ", ".join(f"{minutes(b)} ({display(m)})" for m, b in budgets.items())
                      + " per seed")
     if profile.get("train_sentences"):
         scope.append(f"on the first {profile['train_sentences']:,} training sentences")
@@ -206,7 +132,7 @@ def _preamble(*, results, profile, where, models, per_model, eval_corpus, budget
     add("")
 
     if results.get("incomplete"):
-        add(f"**Not finished yet.** This invocation's chunk of training time ({_minutes(results.get('chunk_s'))}) "
+        add(f"**Not finished yet.** This invocation's chunk of training time ({minutes(results.get('chunk_s'))}) "
             f"ended before these runs were done: {', '.join(results['incomplete'])}. Their figures are missing (`—`); "
             f"run `{results.get('command') or 'induce reproduce'}` again to continue them from their checkpoints.")
         add("")
@@ -214,7 +140,7 @@ def _preamble(*, results, profile, where, models, per_model, eval_corpus, budget
     if findings:
         add("## What the results show")
         add("")
-        add("Generated from the figures below (`induce.findings`): the best parser against the trivial baselines, "
+        add("Generated from the figures below (`induce.report.findings`): the best parser against the trivial baselines, "
             "models below a baseline, seeds far from the others, dev F1 curves that fall.")
         add("")
         lines.extend(f"* {sentence}" for sentence in findings)
@@ -244,7 +170,7 @@ def _setup(*, results, profile, split, where, models, per_model, eval_corpus, tr
     machine = results.get("machine", {})
     train_splits = train_corpus.get("splits") or {}
     subset = train_corpus.get("subset") or {}
-    train_text = f"`{train_corpus['path']}`: {_text_size(train_splits.get('train', {}))}"
+    train_text = f"`{train_corpus['path']}`: {text_size(train_splits.get('train', {}))}"
     if subset.get("train_sentences"):
         train_text += f" (the first {subset['train_sentences']:,} training sentences of `{subset.get('of')}`, its vocabulary)"
     monitor = train_splits.get("valid", {})
@@ -252,14 +178,14 @@ def _setup(*, results, profile, split, where, models, per_model, eval_corpus, tr
         ["profile", f"`{profile['name']}` ({results.get('profile_folder')}): {profile.get('description', '')}"],
         ["models", ", ".join(display(m) for m in models)],
         ["seeds", ", ".join(str(s) for s in seeds)],
-        ["training budget", _budget_text(budget, budgets, models, results.get("chunk_s"))],
+        ["training budget", budget_text(budget, budgets, models, results.get("chunk_s"))],
         ["training data", train_text],
         ["vocabulary", f"{eval_corpus.get('vocab_size', '?'):,} types (including `<unk>`, `<eos>`)"
          if isinstance(eval_corpus.get("vocab_size"), int) else "?"],
         ["model selection", f"best validation perplexity on `{train_corpus['path']}` valid "
-                            f"({_text_size(monitor)}), checked each epoch"],
-        ["evaluation", f"{where}: `{eval_corpus['path']}` {split}, {_count(eval_counts.get('trees'))} trees; "
-                       f"LM text {_text_size(eval_counts)}"],
+                            f"({text_size(monitor)}), checked each epoch"],
+        ["evaluation", f"{where}: `{eval_corpus['path']}` {split}, {count_text(eval_counts.get('trees'))} trees; "
+                       f"LM text {text_size(eval_counts)}"],
         ["configs", "`configs/<model>.yaml`" + (f" < `{results.get('profile_folder')}/<model>.yaml`" if profile else "")
          + " < profile overrides: " + (", ".join(f"`{o}`" for o in profile.get("overrides", [])) or "none")],
         ["profile's model changes", "; ".join(
@@ -268,9 +194,9 @@ def _setup(*, results, profile, split, where, models, per_model, eval_corpus, tr
         ["machine", f"{machine.get('cpu', '?')}, {machine.get('cpu_count', '?')} cores, torch {machine.get('torch', '?')} "
                     f"(torch threads: {machine.get('torch_threads', '?')}), device {machine.get('device', '?')}"
                     + (f" ({machine['gpu']})" if machine.get("gpu") else "") + f"; {machine.get('platform', '')}"],
-        ["wall time", _wall_text(results)],
+        ["wall time", wall_text(results)],
     ]
-    lines += _table(["", ""], setup_rows, ["---", "---"])
+    lines += markdown_table(["", ""], setup_rows, ["---", "---"])
     add("")
     params = {m: per_model[m]["summary"]["params"]["mean"] for m in models}
     sizes = []
@@ -279,7 +205,7 @@ def _setup(*, results, profile, split, where, models, per_model, eval_corpus, tr
         bits = [f"{k} {cfg[k]}" for k in ("emb_size", "hidden_size", "n_layers", "chunk_size", "rrnn_size",
                                           "attention_size", "max_span_length") if k in cfg]
         sizes.append([display(m), f"{params[m]:,.0f}" if params[m] else "—", ", ".join(bits)])
-    lines += _table(["model", "parameters", "size"], sizes, ["---", "---:", "---"])
+    lines += markdown_table(["model", "parameters", "size"], sizes, ["---", "---:", "---"])
     add("")
     return lines
 
@@ -329,14 +255,14 @@ def _language_modelling(*, results, where, models, per_model, **_) -> list[str]:
         s = per_model[m]["summary"]
         pub = pub_lm["rows"].get(m)
         rows.append([display(m), fmt(s["epochs"], 0), f"{s['train_tokens']['mean']:,.0f}" if s["train_tokens"]["mean"] else "—",
-                     _minutes(s["train_seconds"]["mean"]), fmt(s["perplexity"]),
+                     minutes(s["train_seconds"]["mean"]), fmt(s["perplexity"]),
                      fmt(s.get("mikolov_perplexity")) if mikolov else "not found",
                      f"{pub['value']:.2f} ({pub['source']})" if pub else "—"])
-    lines += _table(["model", "epochs", "tokens trained", "training time (with validation)",
+    lines += markdown_table(["model", "epochs", "tokens trained", "training time (with validation)",
                      f"perplexity, our {results['split']} text", f"perplexity, Mikolov's {results['split']} text",
                      "published (Mikolov's PTB test text)"], rows)
     add("")
-    add(_tokens_trained_note(results, models))
+    add(tokens_trained_note(results, models))
     add("")
     if mikolov:
         add(f"Mikolov's text: `{mikolov['path']}`, {mikolov['tokens']:,} words. **The vocabularies differ**: ours is "
@@ -363,19 +289,19 @@ def _parsing_wsj40(*, where, models, per_model, baselines, **_) -> list[str]:
     add("")
     pub3 = PUBLISHED["table3"]["rows"]
     rows = []
-    for kind in ("right", "left", "balanced", "random"):
+    for kind in BASELINES:
         if kind in baselines:
             sc = baselines[kind]["scores"]
             rows.append([f"{display(kind)} (baseline)", fmt(sc["wsj40"]["sentence_f1"]), fmt(sc["wsj40"]["corpus_f1"]),
-                         fmt((sc.get("palm_wsj40") or {}).get("sentence_f1")), _pub(pub3.get(kind))])
+                         fmt((sc.get("palm_wsj40") or {}).get("sentence_f1")), published_value(pub3.get(kind))])
     for m in models:
         s = per_model[m]["summary"]
         note = PUBLISHED["table3"]["notes"].get(m)
         rows.append([display(m), fmt(s["sentence_f1_wsj40"]), fmt(s["corpus_f1_wsj40"]), fmt(s.get("sentence_f1_palm_wsj40")),
-                     _pub(pub3.get(m)) + (f" ({note})" if note and m in pub3 else "")])
+                     published_value(pub3.get(m)) + (f" ({note})" if note and m in pub3 else "")])
     rows.append(["DIORA", "not run", "not run", "not run",
                  f"{pub3['DIORA']:.1f} ({PUBLISHED['table3']['notes']['DIORA']})"])
-    lines += _table(["model", "sentence F1 (ours)", "corpus F1 (ours)", "sentence F1, PaLM's convention",
+    lines += markdown_table(["model", "sentence F1 (ours)", "corpus F1 (ours)", "sentence F1, PaLM's convention",
                      "published F1 (PaLM's convention)"], rows)
     add("")
     add(f"Published: {PUBLISHED['table3']['source']}. Compare the last two columns: both count the whole-sentence "
@@ -402,12 +328,12 @@ def _branching(*, results, where, models, per_model, **_) -> list[str]:
         s = per_model[m]["summary"]
         pub = pub4.get(m)
         rows.append([display(m), fmt(s["left_split_pct_wsj40"]), fmt(s["right_split_pct_wsj40"]),
-                     _pub(pub["left"]) if pub else "—", _pub(pub["right"]) if pub else "—"])
+                     published_value(pub["left"]) if pub else "—", published_value(pub["right"]) if pub else "—"])
     gold = results.get("gold", {}).get("wsj40")
     if gold:
         rows.append(["gold", fmt(gold["left_split_pct"]), fmt(gold["right_split_pct"]),
-                     _pub(pub4["gold"]["left"]), _pub(pub4["gold"]["right"])])
-    lines += _table(["", "% left (ours)", "% right (ours)", "% left (published)", "% right (published)"], rows)
+                     published_value(pub4["gold"]["left"]), published_value(pub4["gold"]["right"])])
+    lines += markdown_table(["", "% left (ours)", "% right (ours)", "% left (published)", "% right (published)"], rows)
     add("")
     add(f"Published: {pub4['source']}; its first row averages {pub4['random']['n_models']} randomly initialised PaLM "
         "models. PaLM-RB is not listed untrained (its trees do not depend on its weights: always right-branching), "
@@ -424,25 +350,25 @@ def _wsj10_and_labels(*, where, models, per_model, baselines, **_) -> list[str]:
     add(f"## 4. WSJ10, all lengths and per-label recall (ON-LSTM / Kim et al. style), {where}")
     add("")
     rows = []
-    for kind in ("right", "left", "balanced", "random"):
+    for kind in BASELINES:
         if kind in baselines:
             sc = baselines[kind]["scores"]
             rows.append([f"{display(kind)} (baseline)", fmt(sc["wsj10"]["sentence_f1"]), fmt(sc["all"]["sentence_f1"]),
                          fmt((sc.get("onlstm_wsj10") or {}).get("sentence_f1")),
                          fmt((sc.get("onlstm_all") or {}).get("sentence_f1"))]
-                        + [fmt(sc["all"]["label_recall"].get(label)) for label in LABELS])
+                        + [fmt(sc["all"]["label_recall"].get(label)) for label in REPORTED_LABELS])
     for m in models:
         s = per_model[m]["summary"]
         rows.append([display(m), fmt(s["sentence_f1_wsj10"]), fmt(s["sentence_f1_all"]),
                      fmt(s.get("sentence_f1_onlstm_wsj10")), fmt(s.get("sentence_f1_onlstm_all"))]
-                    + [fmt(s[f"recall_{label}"]) for label in LABELS])
+                    + [fmt(s[f"recall_{label}"]) for label in REPORTED_LABELS])
     counts = None
     if baselines:
         counts = next(iter(baselines.values()))["scores"]["all"]["label_counts"]
     header = ["model", "WSJ10 F1", "all-length F1", "WSJ10 F1, ON-LSTM's convention",
               "all-length F1, ON-LSTM's convention"] + [f"{label} recall" + (f" ({counts[label]:,})" if counts else "")
-                                                       for label in LABELS]
-    lines += _table(header, rows)
+                                                       for label in REPORTED_LABELS]
+    lines += markdown_table(header, rows)
     add("")
     add(f"Per-label recall: share of the gold constituents with that label (all lengths; their number in brackets) "
         f"that the induced tree has. ON-LSTM's convention keeps one-word sentences, each scoring F1 = 1 (ours skips "
@@ -526,9 +452,9 @@ def _steps_and_files(*, results, **_) -> list[str]:
     for step in results.get("steps", []):
         previous = log.get(step["name"], {})
         seconds = step["seconds"] if step["status"] != "skipped" else previous.get("seconds")
-        rows.append([step["name"], step["status"], _minutes(seconds) if seconds is not None else "—",
+        rows.append([step["name"], step["status"], minutes(seconds) if seconds is not None else "—",
                      step.get("detail", "").replace("|", "/")[:160]])
-    lines += _table(["step", "this run", "time (last run)", "detail"], rows, ["---", "---", "---:", "---"])
+    lines += markdown_table(["step", "this run", "time (last run)", "detail"], rows, ["---", "---", "---:", "---"])
     add("")
     add("## 7. Files and commands")
     add("")
@@ -556,56 +482,3 @@ SECTIONS = (
 )
 
 
-def _count(value) -> str:
-    return f"{value:,}" if isinstance(value, int) else "?"
-
-
-def _text_size(counts: dict) -> str:
-    """A split's LM text from its ``meta.json`` counts, saying what each number counts: ``N sentences:
-    W words + N sentence ends = T tokens`` (the model reads and predicts the sentence ends too)."""
-    sentences, words = counts.get("lm_sentences"), counts.get("lm_tokens")
-    if isinstance(sentences, int) and isinstance(words, int):
-        return f"{sentences:,} sentences: {words:,} words + {sentences:,} sentence ends = {words + sentences:,} tokens"
-    return f"{_count(sentences)} sentences, {_count(words)} words"
-
-
-def _tokens_trained_note(results: dict, models: list) -> str:
-    """What the "tokens trained" column counts, with the tokens one epoch predicts per batch size."""
-    from induce.training.batching import predicted_per_epoch
-
-    counts = ((results["corpus"]["train"].get("splits") or {}).get("train") or {})
-    text = ("*Tokens trained*: the tokens the model predicted in training, all epochs together (`train_tokens` of "
-            "`metrics.jsonl`). An epoch predicts the tokens of the training text (setup: words + sentence ends) but "
-            "the first of each of the `data.batch_size` parallel streams and the tail that does not fill them")
-    if not (isinstance(counts.get("lm_sentences"), int) and isinstance(counts.get("lm_tokens"), int)):
-        return text + "."
-    tokens = counts["lm_sentences"] + counts["lm_tokens"]
-    sizes = {}
-    for m in models:
-        batch = ((results.get("configs") or {}).get(m, {}).get("data") or {}).get("batch_size")
-        if isinstance(batch, int):
-            sizes.setdefault(batch, []).append(display(m))
-    parts = [f"{predicted_per_epoch(tokens, batch):,} with {batch} streams"
-             + (f" ({', '.join(names)})" if len(sizes) > 1 else "") for batch, names in sizes.items()]
-    return text + (": up to " + "; ".join(parts) + " per epoch here." if parts else ".")
-
-
-def _budget_text(budget, budgets: dict, models: list, chunk) -> str:
-    if budget:
-        text = f"{_minutes(budget)} per model and seed"
-    elif budgets:
-        text = "per seed: " + ", ".join(f"{display(m)} {_minutes(budgets[m])}" if m in budgets
-                                        else f"{display(m)}: the config's epochs" for m in models)
-    else:
-        return "the configs' epochs / early stopping (no time budget)" + (
-            f"; trained in chunks of {_minutes(chunk)} per invocation" if chunk else "")
-    text += (" (`train.time_budget`, per-epoch validation included; how much a model trains in that time depends "
-             "on the machine's speed and load)")
-    return text + (f"; trained in chunks of {_minutes(chunk)} per invocation" if chunk else "")
-
-
-def _wall_text(results: dict) -> str:
-    log = results.get("step_log", {})
-    total = sum(float(entry.get("seconds", 0.0)) for entry in log.values())
-    return (f"this invocation {_minutes(results.get('wall_seconds'))}; all steps' last runs together "
-            f"{_minutes(total)} (steps skipped here ran in an earlier invocation)")

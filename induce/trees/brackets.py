@@ -8,7 +8,7 @@ starts and ends, so that errors can name the file and the line.
 
 Convention for the outer bracket: it is **kept**. The ``.mrg`` wrapper ``( (S ...) )``
 is read as ``Tree('', [Tree('S', ...)])`` (label ``''``); ``(TOP (S ...))`` keeps ``TOP``.
-:func:`induce.ptb.clean_tree` turns an empty outer label into ``ROOT``.
+:func:`induce.trees.ptb.clean_tree` turns an empty outer label into ``ROOT``.
 """
 from __future__ import annotations
 

@@ -13,13 +13,13 @@
 
 Trees are :class:`nltk.Tree` objects (internal nodes labelled ``S``, binary; a one-word sentence is
 ``(S word)``, an empty one ``(S )``) whose leaves are the tokens exactly as given: ``tree.leaves()``,
-``tree.pretty_print()``, :func:`induce.inference.format_tree` for the text formats of ``induce parse``.
+``tree.pretty_print()``, :func:`induce.inference.predict.format_tree` for the text formats of ``induce parse``.
 Raw strings are split into tokens as ``induce parse`` splits a line (NLTK's Treebank tokenizer, each
 token the text it covers; ``pretokenized=True``: at spaces, as ``induce parse --pretokenized``); a
 sentence given as a list of tokens is taken as it is.
 
-Every method calls what the command calls (:func:`induce.inference.predict_trees`,
-:mod:`induce.scoring`, :func:`induce.inference.lm_perplexity`), so the figures are the commands'.
+Every method calls what the command calls (:func:`induce.inference.predict.predict_trees`,
+:mod:`induce.inference.scoring`, :func:`induce.inference.language_model.lm_perplexity`), so the figures are the commands'.
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ class Run:
         return self._loaded.config["model_name"]
 
     def __repr__(self) -> str:
-        from induce.runs import describe_run
+        from induce.inference.runs import describe_run
 
         return f"<induce.Run {describe_run(self.path)}>"
 
@@ -81,7 +81,7 @@ class Run:
         ``decoder``: ``peel`` (default) or ``unbiased`` for distance models; ``max_length``: longer
         sentences are parsed in pieces (default 300 tokens).
         """
-        from induce.inference import DEFAULT_MAX_LENGTH, parse_texts
+        from induce.inference.predict import DEFAULT_MAX_LENGTH, parse_texts
 
         if isinstance(sentences, str):
             sentences = [sentences]
@@ -102,7 +102,7 @@ class Run:
         ``keep_punct``, ``count_root``, ``multiset``: the convention switches of ``induce eval``.
         """
         from induce.evaluation import EvalConvention
-        from induce.scoring import eval_corpus_of_run, load_gold, parse_gold, score
+        from induce.inference.scoring import eval_corpus_of_run, load_gold, parse_gold, score
 
         if max_length is not None and max_length < 1:
             raise InduceError(f"max_length={max_length}: give a number of words >= 1")
@@ -118,8 +118,8 @@ class Run:
     def perplexity(self, corpus: Optional[PathLike] = None, split: str = "valid") -> float:
         """Perplexity of the run's language model on ``split`` of the prepared corpus ``corpus`` (default: the
         corpus it was trained on), read as in training (``induce eval --checkpoint RUN --lm``)."""
-        from induce.inference import lm_perplexity
-        from induce.scoring import eval_corpus_of_run
+        from induce.inference.language_model import lm_perplexity
+        from induce.inference.scoring import eval_corpus_of_run
 
         if corpus is None:
             corpus = eval_corpus_of_run(self._loaded).path
@@ -129,7 +129,8 @@ class Run:
                  prompt: Optional[str] = None, seed: Optional[int] = None) -> list:
         """Generated tokens (``<eos>`` ends a sentence), as ``induce generate``: sampling, or beam search with
         ``beam``; ``prompt`` is split as ``induce generate --prompt`` splits it."""
-        from induce.inference import generate, tokenize
+        from induce.inference.language_model import generate
+        from induce.inference.predict import tokenize
 
         return generate(self._loaded, n_words=n_words, temperature=temperature, beam=beam,
                         prompt=tokenize(prompt) if prompt else None, seed=seed)
@@ -140,6 +141,6 @@ def load(path: PathLike, device: str = "auto") -> Run:
     as ``runs/x/last``), on ``device`` (``auto``: CUDA when available, else CPU). Raises an
     :class:`~induce.errors.InduceError` with a one-line reason when it cannot be used (no checkpoint
     yet, a damaged file, a checkpoint that is not its folder's model)."""
-    from induce.inference import load_run
+    from induce.inference.loading import load_run
 
     return Run(load_run(path, device))

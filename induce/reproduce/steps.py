@@ -1,0 +1,394 @@
+"""The steps of ``induce reproduce`` (see :mod:`induce.reproduce.pipeline` for the list and their
+order): preparing the corpus, training a run, evaluating it, the baselines and the untrained models,
+each deciding whether its outputs are up to date (then it is skipped) and returning
+``(status, detail)``.
+
+:class:`PipelineSteps` holds them as methods of :class:`~induce.reproduce.pipeline.Reproduction`
+(which sets ``options``, ``profile``, ``out``, ``budgets``, ``chunk``, ``unfinished``, ``failed_runs``,
+``model_sections``, ``device`` and ``eval_device`` before any step runs).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Optional
+
+from induce.errors import InduceError
+from induce.files import now
+
+from .profiles import build_run_config
+from .results import SCORE_SETS, convention, read_json, run_summary
+from .subset import subset_corpus
+
+RUN_STAMP = "reproduce.json"
+#: Bumped when the content of the evaluation JSON files changes (forces re-evaluation).
+EVAL_VERSION = 2
+#: Config keys that may differ without making a finished run stale.
+VOLATILE_TRAIN_KEYS = ("device", "kernels", "log_interval", "tensorboard")
+
+
+def write_json(path: Path, payload) -> Path:
+    """``payload`` as indented JSON at ``path`` (folders made, written atomically); returns ``path``."""
+    from induce.trees.brackets import atomic_write_text
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(payload, indent=1, sort_keys=True, default=str) + "\n")
+    return path
+
+
+def _comparable(config: dict) -> dict:
+    out = json.loads(json.dumps(config))
+    for key in VOLATILE_TRAIN_KEYS:
+        out.get("train", {}).pop(key, None)
+    return out
+
+
+def _checkpoint_problem(stem: Path) -> Optional[str]:
+    """Why the checkpoint ``stem`` cannot be used (missing, damaged, foreign), or None when it verifies."""
+    from induce.training.checkpoint import verify_checkpoint
+
+    try:
+        verify_checkpoint(stem)
+    except InduceError as err:
+        return str(err)
+    return None
+
+
+class _BudgetTracker:
+    """Keeps ``reproduce.json`` of a run folder up to date with the training seconds used (an
+    interrupted run continues with the rest of its budget)."""
+
+    def __init__(self, path: Path, config: dict, used: float):
+        self.path, self.config, self.used = path, config, used
+        self.paused = False
+        self.started = time.monotonic()
+        self.last_write = 0.0
+
+    def seconds(self) -> float:
+        return self.used + time.monotonic() - self.started
+
+    def on_batch(self, trainer, epoch, batch) -> None:
+        if time.monotonic() - self.last_write > 10.0:
+            self.write()
+
+    def write(self) -> None:
+        if self.path.parent.is_dir():
+            write_json(self.path, {"config": self.config, "train_seconds": round(self.seconds(), 1),
+                                    "paused": self.paused, "updated_at": now()})
+        self.last_write = time.monotonic()
+
+
+class PipelineSteps:
+    """The steps of the pipeline (mixed into :class:`~induce.reproduce.pipeline.Reproduction`)."""
+
+    def prepare(self) -> tuple[str, str]:
+        from induce.data.corpus import PreparedCorpus
+        from induce.data.locate import default_corpus
+
+        started = time.time()
+        if self.options.corpus is not None:
+            eval_dir = Path(self.options.corpus)
+            PreparedCorpus(eval_dir)  # a clear error when it is not a prepared corpus
+            status = "skipped"
+            detail = f"given corpus {eval_dir}"
+        else:
+            # Another --out keeps its corpora in OUT/corpora; a PTB corpus prepared in ./corpora before
+            # (where the other commands look) still counts when no data root is named.
+            eval_dir = default_corpus(self.options.data, corpora_dir=self.options.corpora_dir, console=self.console,
+                                      also_prepared_in=(Path("corpora"),))
+            fresh = (eval_dir / "meta.json").stat().st_mtime >= started
+            status = "ran" if fresh else "skipped"
+            detail = f"{'prepared' if fresh else 'cached'} {eval_dir}"
+        corpus = PreparedCorpus(eval_dir)
+        if not corpus.has_trees:
+            raise InduceError(f"{eval_dir}: reproduce needs a treebank (this corpus is LM text only)")
+        if self.options.split not in corpus.splits:
+            raise InduceError(f"{eval_dir}: no {self.options.split} split (splits: {', '.join(corpus.splits)}); "
+                              "WSJ section 23 is held out here: evaluate on valid (section 22)")
+        self.eval_corpus = corpus
+        train_dir = eval_dir
+        if self.profile.train_sentences or self.profile.monitor_sentences:
+            train_dir = subset_corpus(eval_dir, self.options.corpora_dir, self.profile.train_sentences,
+                                      self.profile.monitor_sentences)
+            detail += f"; training corpus {train_dir}"
+        self.train_corpus = PreparedCorpus(train_dir)
+        self.mikolov = self._find_mikolov(corpus)
+        if self.mikolov is not None:
+            detail += f"; Mikolov text {self.mikolov['path']}"
+        self.configs = {
+            model: {seed: build_run_config(self.profile, model, self._train_overrides(train_dir, model, seed))
+                    for seed in self.profile.seeds}
+            for model in self.profile.models
+        }
+        return status, detail
+
+    def _find_mikolov(self, corpus) -> Optional[dict]:
+        """Mikolov's text of the evaluation split (``ptb.valid.txt`` / ``ptb.test.txt``) from
+        ``--lm-text``, else, for a corpus made from the WSJ files, ``ptb_lm/`` under the data root;
+        with how much of it our vocabulary covers (its tokens outside ours count as ``<unk>``)."""
+        from induce.data.locate import resolve_data_root
+        from induce.data.mikolov import read_lm_text
+
+        folder = self.options.lm_text
+        if folder is None and (corpus.meta.get("source") or {}).get("kind") in ("ldc", "wsj-files"):
+            try:
+                root = resolve_data_root(self.options.data, self.options.corpora_dir)
+            except InduceError:
+                root = None
+            folder = root / "ptb_lm" if root is not None else None
+        if folder is None:
+            return None
+        path = Path(folder) / f"ptb.{self.options.split}.txt"
+        if not path.is_file():
+            if self.options.lm_text is not None:
+                raise InduceError(f"--lm-text {folder}: no {path.name} there (Mikolov's ptb.train/valid/test.txt)")
+            return None
+        sentences = read_lm_text(path)
+        vocab = corpus.vocab
+        tokens = [token for sentence in sentences for token in sentence]
+        theirs_unk = sum(token == "<unk>" for token in tokens)
+        ours_unk = sum(token not in vocab.stoi or token == "<unk>" for token in tokens)
+        stat = path.stat()
+        return {"path": str(path), "sentences": sentences, "key": [str(path), stat.st_size, stat.st_mtime_ns],
+                "tokens": len(tokens), "their_unk": theirs_unk, "our_unk": ours_unk}
+
+    def _train_overrides(self, train_dir: Path, model: str, seed: int) -> list[str]:
+        overrides = [f"data.corpus={train_dir}", f"train.seed={seed}", f"train.device={self.device}"]
+        if self.budgets[model] is not None:
+            overrides.append(f"train.time_budget={self.budgets[model]}")
+        return overrides
+
+    def train(self, model: str, seed: int) -> tuple[str, str]:
+        """Train (or continue, or skip) one run. A run that the chunk's end stopped is *paused*:
+        ``reproduce.json`` says so, the trainer's checkpoint ``last.*`` continues it next time."""
+        from induce.training import resume, train
+        from induce.training.trainer import read_status
+
+        config = self.configs[model][seed]
+        requested = _comparable(config.to_dict())
+        run_dir = self.run_dir(model, seed)
+        stamp = read_json(run_dir / RUN_STAMP)
+        same = stamp.get("config") == requested
+        status = read_status(run_dir)
+        if same and status.get("state") == "diverged":
+            raise InduceError(f"{run_dir} diverged ({status.get('error', 'non-finite loss')}); with the same config it "
+                              "would diverge again: lower its learning rate in the profile's config")
+        if same and not stamp.get("paused") and status.get("state") == "finished":
+            problem = _checkpoint_problem(run_dir / "best")
+            if problem is None:
+                return "skipped", (f"{run_dir} finished ({status.get('stop_reason')}, "
+                                   f"{status.get('epochs_done')} epochs)")
+            self._log(f"{run_dir}: its best checkpoint is not usable ({problem}); training it again")
+            same = False  # its weights are gone: nothing of it is reused
+        if same and (run_dir / "last.json").is_file():
+            problem = _checkpoint_problem(run_dir / "last")
+            if problem is not None:
+                self._log(f"{run_dir}: its last checkpoint is not usable ({problem}); training it again from the start")
+                same = False
+        used = float(stamp.get("train_seconds", 0.0)) if same else 0.0
+        own = self.budgets[model]
+        left = None if own is None else max(own - used, 1.0)
+        chunk_left = self.chunk_left()
+        if chunk_left is not None and chunk_left <= 0:
+            self.unfinished.add((model, seed))
+            return "pending", "this invocation's chunk of training time is used up; run the same command again"
+        # This invocation's budget: the rest of the run's own, cut at the chunk's end.
+        budget = left if chunk_left is None else (chunk_left if left is None else min(left, chunk_left))
+        cut_by_chunk = chunk_left is not None and (left is None or chunk_left < left)
+        tracker = _BudgetTracker(run_dir / RUN_STAMP, requested, used)
+        kwargs = dict(console=self.console, progress=self.options.progress and self.console.is_terminal,
+                      on_batch=tracker.on_batch)
+        try:
+            if same and (run_dir / "last.json").is_file():
+                self._log(f"continuing the {'paused' if stamp.get('paused') else 'interrupted'} run {run_dir} "
+                          f"({used:.0f} s of training done)")
+                result = resume(run_dir, {"device": self.device, "time_budget": budget}, **kwargs)
+                state = "resumed"
+            else:
+                if run_dir.exists():
+                    old = run_dir.with_name(run_dir.name + ".replaced")
+                    shutil.rmtree(old, ignore_errors=True)
+                    run_dir.rename(old)
+                    why = ("another config or a damaged checkpoint" if not same
+                           else "no checkpoint to continue from")
+                    self._log(f"{run_dir}: {why}; the old folder is now {old}, training afresh")
+                run_dir.mkdir(parents=True)
+                tracker.write()
+                if budget != config.train.time_budget:
+                    config = config.model_copy(update={"train": config.train.model_copy(update={"time_budget": budget})})
+                result = train(config, run_dir, **kwargs)
+                state = "ran"
+            tracker.paused = cut_by_chunk and result.stop_reason == "time_budget"
+        finally:
+            tracker.write()
+        detail = f"{result.epochs_done} epochs ({result.stop_reason}), best monitored valid ppl {result.best_valid_ppl:.2f}"
+        if tracker.paused:
+            self.unfinished.add((model, seed))
+            return "paused", detail + "; paused at the chunk's end (run the same command again to continue)"
+        return state, detail
+
+    def _gold(self):
+        """Evaluation split: the gold trees, and the same prepared under the default convention (computed once)."""
+        if not hasattr(self, "_gold_cache"):
+            from induce.evaluation import EvalConvention, prepare_gold
+
+            gold = self.eval_corpus.gold_trees(self.options.split)
+            prepared = [prepare_gold(tree, EvalConvention()) for tree in gold]
+            self._gold_cache = (gold, prepared)
+        return self._gold_cache
+
+    def _score(self, predictions: list, gold: list) -> dict:
+        """Every score set of :data:`SCORE_SETS` (our convention and each paper's)."""
+        from induce.evaluation import evaluate
+
+        return {name: evaluate(predictions, gold, convention(name)).to_dict() for name in SCORE_SETS}
+
+    def _corpus_key(self) -> dict:
+        return {"version": EVAL_VERSION, "split": self.options.split, "corpus": str(self.eval_corpus.path),
+                "fingerprint": self.eval_corpus.meta.get("fingerprint")}
+
+    def eval_path(self, stem: str) -> Path:
+        return self.out / "eval" / f"{stem}.{self.options.split}.json"
+
+    def _eval_key(self, model: str, seed: int, weights_sha256: Optional[str]) -> dict:
+        """What an evaluation file must have been made from: this corpus split and the checkpoint whose
+        weights have ``weights_sha256`` (at this path, size and time)."""
+        checkpoint = self.run_dir(model, seed) / "best.safetensors"
+        stat = checkpoint.stat()
+        return {**self._corpus_key(), "checkpoint": str(checkpoint), "checkpoint_mtime_ns": stat.st_mtime_ns,
+                "checkpoint_bytes": stat.st_size, "weights_sha256": weights_sha256,
+                "mikolov": (self.mikolov or {}).get("key")}
+
+    def current_evaluation(self, model: str, seed: int) -> dict:
+        """The evaluation file of a run when the current files support it: made from the run's current
+        ``best`` checkpoint (its key; the checkpoint's hashes were verified by this invocation's
+        evaluate step, which would have failed otherwise), and neither the run's training nor its
+        evaluation failed in this invocation. ``{}`` otherwise: no figures are reported for it."""
+        from induce.training.checkpoint import read_sidecar
+
+        if (model, seed) in self.failed_runs:
+            return {}
+        data = read_json(self.eval_path(f"{model}-seed{seed}"))
+        try:
+            sha = read_sidecar(self.run_dir(model, seed) / "best").get("weights_sha256")
+            current = data.get("key") == self._eval_key(model, seed, sha)
+        except (InduceError, OSError):
+            current = False
+        return data if current else {}
+
+    def evaluate_run(self, model: str, seed: int) -> tuple[str, str]:
+        from induce.evaluation import EvalConvention
+        from induce.inference.language_model import lm_perplexity, sentences_perplexity
+        from induce.inference.loading import load_run
+        from induce.inference.predict import format_tree
+        from induce.inference.scoring import parse_gold
+        from induce.training.checkpoint import verify_checkpoint
+        from induce.training.trainer import read_status
+
+        run_dir = self.run_dir(model, seed)
+        checkpoint = run_dir / "best.safetensors"
+        if (model, seed) in self.unfinished or read_json(run_dir / RUN_STAMP).get("paused"):
+            return "pending", f"{run_dir} is paused at a chunk's end; evaluated once its training is done"
+        if (model, seed) in self.failed_runs:
+            raise InduceError(f"{run_dir}: its training failed in this run ({self.failed_runs[(model, seed)]})")
+        if read_status(run_dir).get("state") != "finished" or not checkpoint.is_file():
+            raise InduceError(f"{run_dir}: no finished run to evaluate (its training failed or was interrupted)")
+        meta = verify_checkpoint(run_dir / "best")  # a damaged checkpoint is a failed step, not old figures
+        path = self.eval_path(f"{model}-seed{seed}")
+        stat = checkpoint.stat()
+        key = self._eval_key(model, seed, meta.get("weights_sha256"))
+        if read_json(path).get("key") == key and path.stat().st_mtime_ns >= stat.st_mtime_ns:
+            return "skipped", f"{path} is newer than {checkpoint}"
+        started = time.monotonic()
+        gold, prepared = self._gold()
+        kept = [sentence.words for sentence in prepared]
+        loaded = load_run(run_dir, self.eval_device)
+        # The default convention's sentences (two words or more: the word-tag-filtered words the LM was
+        # trained on); one-word sentences are scored only where they count (ON-LSTM's convention).
+        predictions = parse_gold(loaded, prepared, EvalConvention(), batch_size=self.profile.eval_batch_size,
+                                 device=self.eval_device, one_word_trees=True)
+        scores = self._score(predictions, gold)
+        parse_seconds = time.monotonic() - started
+        ppl = lm_perplexity(loaded, self.eval_corpus.path, self.options.split, device=self.eval_device)
+        mikolov_ppl = None
+        if self.mikolov is not None:
+            mikolov_ppl = sentences_perplexity(loaded, self.mikolov["sentences"], self.eval_device)
+        trees_path = path.with_suffix(".trees.txt")
+        from induce.trees.brackets import atomic_write_text
+
+        atomic_write_text(trees_path, "".join(
+            (format_tree(tree) if tree is not None else "(S " + " ".join(words) + ")") + "\n"
+            for tree, words in zip(predictions, kept)))
+        payload = {"key": key, "model": model, "seed": seed, "perplexity": ppl, "mikolov_perplexity": mikolov_ppl,
+                   "scores": scores,
+                   "run": run_summary(run_dir, loaded.model), "trees": str(trees_path),
+                   "parse_seconds": round(parse_seconds, 2), "seconds": round(time.monotonic() - started, 2)}
+        write_json(path, payload)
+        mikolov = f" (Mikolov text {mikolov_ppl:.1f})" if mikolov_ppl else ""
+        return "ran", (f"ppl {ppl:.1f}{mikolov}, F1 all {scores['all']['sentence_f1']:.1f} / WSJ10 "
+                       f"{scores['wsj10']['sentence_f1']:.1f} / WSJ40 {scores['wsj40']['sentence_f1']:.1f}")
+
+    def baseline(self, kind: str) -> tuple[str, str]:
+        from induce.evaluation import EvalConvention, baseline_predictions
+
+        path = self.eval_path(f"baseline-{kind}")
+        key = {**self._corpus_key(), "baseline": kind, "seed": 0}
+        if read_json(path).get("key") == key:
+            return "skipped", str(path)
+        gold, _ = self._gold()
+        predictions = baseline_predictions(gold, kind, EvalConvention(), seed=0)
+        scores = self._score(predictions, gold)
+        write_json(path, {"key": key, "baseline": kind, "scores": scores})
+        return "ran", f"F1 all {scores['all']['sentence_f1']:.1f} / WSJ40 {scores['wsj40']['sentence_f1']:.1f}"
+
+    def init_models(self) -> list[str]:
+        """Models whose untrained parses are measured: PaLM-RB's trees do not depend on its weights
+        (always right-branching), and a supervised PaLM is, untrained, the same model as PaLM."""
+        from induce.models.registry import get_model_class
+
+        chosen = []
+        models = self.profile.models
+        for name in models:
+            cls = get_model_class(name)
+            if getattr(cls, "fixed_right_branching", False):
+                continue
+            if getattr(cls, "supervised", False):
+                twins = [other for other in models if other != name
+                         and not getattr(get_model_class(other), "supervised", False)
+                         and not getattr(get_model_class(other), "fixed_right_branching", False)
+                         and get_model_class(other).parser_kind == cls.parser_kind
+                         and self.model_sections[other] == self.model_sections[name]]
+                if twins:
+                    continue
+            chosen.append(name)
+        return chosen
+
+    def random_init(self, model: str) -> tuple[str, str]:
+        """The profile's ``random_init_seeds`` untrained ``model``s (the run config's model section, inits
+        seeded 1..N, the training corpus's vocabulary) parse the first ``random_init_sentences`` WSJ40
+        sentences of the split: :func:`induce.evaluation.untrained.evaluate_untrained`, as ``induce eval
+        --untrained``. Writes ``OUT/eval/init-<model>.<split>.json``."""
+        from induce.evaluation import EvalConvention, prepare_gold
+        from induce.evaluation.untrained import evaluate_untrained
+
+        config = self.configs[model][self.profile.seeds[0]]
+        vocab = self.train_corpus.vocab
+        inits, limit = self.profile.random_init_seeds, self.profile.random_init_sentences
+        path = self.eval_path(f"init-{model}")
+        key = {**self._corpus_key(), "model": model, "model_config": config.model, "inits": inits, "first_seed": 1,
+               "sentences": limit, "vocab_size": len(vocab)}
+        if read_json(path).get("key") == key:
+            return "skipped", str(path)
+        gold, prepared = self._gold()
+        chosen = [i for i, sentence in enumerate(prepared) if 2 <= len(sentence.words) <= 40][:limit]
+        convention = EvalConvention(max_length=40)
+        result = evaluate_untrained(model, config.model, [prepare_gold(gold[i], convention) for i in chosen], vocab,
+                                    convention, inits=inits, seed=0, batch_size=self.profile.eval_batch_size,
+                                    device=self.eval_device)
+        write_json(path, {"key": key, **result})
+        s = result["summary"]
+        return "ran", (f"{inits} inits, {result['n_sentences']} sentences: left {s['left_split_pct']['mean']:.1f}%, "
+                       f"right {s['right_split_pct']['mean']:.1f}%, F1 {s['sentence_f1']['mean']:.1f}")
