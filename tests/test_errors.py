@@ -16,7 +16,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from cli.main import app
+from induce.cli.main import app
 from induce.files import check_output_file, new_file_mode, sha256_file
 from induce.errors import InputError
 from induce.trees.brackets import atomic_write_text
