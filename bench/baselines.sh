@@ -2,7 +2,7 @@
 # Baseline F1 and gold branching statistics on a gold treebank (default: WSJ dev, section 22).
 # Usage: bash bench/baselines.sh [GOLD_FILE_OR_FOLDER]   (prints one JSON line per run)
 set -euo pipefail
-gold="${1:-${INDUCE_DATA:-../shared/data}/wsj/22.mrg}"
+gold="${1:-${INDUCE_DATA:-data}/wsj/22.mrg}"
 for length in "" --wsj10 --wsj40; do
   for baseline in right left balanced; do
     python -m induce eval --gold "$gold" --baseline "$baseline" $length --json |
