@@ -5,7 +5,7 @@ PIP_OPTS ?=
 # Where the treebank data is (see README "Data"); empty = INDUCE_DATA / corpora/ / NLTK data path / synthetic.
 DATA ?=
 DATA_OPT := $(if $(DATA),--data $(DATA),)
-INDUCE := $(PYTHON) -m cli.main
+INDUCE := $(PYTHON) -m induce
 
 .PHONY: install test test-triton reproduce baselines bench gpu-check clean
 

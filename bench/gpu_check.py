@@ -78,7 +78,7 @@ SUMMARY, LOG, TRAINING_JSON, BENCH_JSON = "summary.json", "gpu-check.log", "gpu_
 REQUIRED_MODULES = ("torch", "triton", "numpy", "rich", "typer", "yaml", "safetensors", "nltk", "pydantic", "pytest",
                     "hypothesis")
 PROJECT_MODULES = ("induce.config", "induce.data.locate", "induce.training.trainer", "induce.kernels.triton_impl",
-                   "cli.main")
+                   "induce.cli.main")
 COMPILE_TEST = "tests/test_triton_compile_h100.py"
 KERNEL_TESTS = ("tests/test_kernels_triton.py", "tests/test_onlstm_cell.py", "tests/test_batching.py",
                 "tests/test_weight_drop_lstm.py")
@@ -155,7 +155,7 @@ def plan(paths: Paths, dry: bool) -> list[Step]:
         data = paths.work / "dry-data"
         commands.append(python(TASKS, "dry-data", str(paths.data), str(data), str(DRY_SENTENCES), str(DRY_MONITOR)))
     commands += [
-        python("-m", "cli.main", "preprocess", "--data", str(data), "--out-dir", str(paths.corpora),
+        python("-m", "induce.cli.main", "preprocess", "--data", str(data), "--out-dir", str(paths.corpora),
                "--name", "gpu-check"),
         python(TASKS, "subsets", str(paths.corpora / "gpu-check"), str(paths.corpora), ",".join(map(str, sizes)),
                str(monitor)),

@@ -417,7 +417,7 @@ def induce_train_speeds(model: str, epochs: int, device: str, corpus: str | None
     import sys
 
     run_dir = workdir / f"run-{model}"
-    command = [sys.executable, "-m", "cli.main", "train", "--model", model, "--device", device,
+    command = [sys.executable, "-m", "induce.cli.main", "train", "--model", model, "--device", device,
                "--max-epochs", str(epochs), "--out", str(run_dir), "--no-progress", *overrides]
     if corpus:
         command += ["--corpus", corpus]

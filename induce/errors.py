@@ -20,3 +20,9 @@ class InputError(InduceError):
         if self.path is not None:
             where = f"{self.path}:{line}: " if line is not None else f"{self.path}: "
         super().__init__(where + message)
+
+
+class InvalidValueError(InduceError, ValueError):
+    """A value the user chose that a function cannot take (an unknown baseline or decoder name, a decoder
+    that does not fit the model): still a ``ValueError`` for library callers, and at the command line a
+    one-line message like any :class:`InduceError` (a plain ``ValueError`` there is a bug)."""

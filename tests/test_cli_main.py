@@ -1,8 +1,8 @@
 """The top-level `induce` app: help, version, every command registered."""
 from typer.testing import CliRunner
 
-from cli.main import app
 from induce import __version__
+from induce.cli.main import app
 
 runner = CliRunner()
 
@@ -31,7 +31,7 @@ def test_help_does_not_import_heavy_modules():
 
     script = (
         "import sys\n"
-        "from cli.main import main\n"
+        "from induce.cli.main import main\n"
         "for argv in (['induce', '--help'], ['induce', 'parse', '--help'], ['induce', 'eval', '--help']):\n"
         "    sys.argv = argv\n"
         "    try:\n"
@@ -48,7 +48,7 @@ def test_help_does_not_import_heavy_modules():
 
 
 def test_preprocess_defaults_agree_with_the_library():
-    from cli import preprocess as cli_preprocess
+    from induce.cli import preprocess as cli_preprocess
     from induce.data import preprocess
 
     assert cli_preprocess.DEFAULT_MAX_VOCAB == preprocess.DEFAULT_MAX_VOCAB
@@ -56,7 +56,7 @@ def test_preprocess_defaults_agree_with_the_library():
 
 
 def test_help_paragraphs_are_reflowed():
-    from cli.main import reflow
+    from induce.cli.main import reflow
 
     assert reflow("Title line.\n\n    One sentence\n    goes on.\n\n    - item one\n    - item two\n") == (
         "Title line.\n\nOne sentence goes on.\n\n- item one\n- item two"

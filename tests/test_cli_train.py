@@ -10,7 +10,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from cli.main import app
+from induce.cli.main import app
 from induce.models.registry import list_models
 
 from helpers import make_corpus

@@ -153,7 +153,7 @@ def test_a_prepared_treebank_in_corpora_is_the_default_without_its_sources(clean
     the bare commands use it: not "no Penn Treebank found" and the synthetic grammar."""
     from typer.testing import CliRunner
 
-    from cli.main import app
+    from induce.cli.main import app
 
     root = make_wsj_files(tmp_path / "data")
     clean_env.setenv(locate.ENV_VAR, str(root))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
+from induce.cli.main import app
 from induce.data import mikolov
 from induce.data.corpus import PreparedCorpus
 from induce.data.preprocess import preprocess_lm_text, preprocess_tree_files

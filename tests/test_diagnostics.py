@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 
 import torch
-import typer
 from typer.testing import CliRunner
 
 from induce.diagnostics import measure as diagnostics
@@ -87,10 +86,8 @@ def test_growth_exponent_on_exact_powers():
 
 
 def _app():
-    from cli import diagnose
+    from induce.cli.main import app  # with its error wrapper (induce.cli.messages.guard_commands)
 
-    app = typer.Typer()
-    diagnose.register(app)
     return app
 
 

@@ -16,9 +16,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from cli.main import app
-from induce.files import check_output_file, new_file_mode, sha256_file
+from induce.cli.main import app
 from induce.errors import InputError
+from induce.files import check_output_file, new_file_mode, sha256_file
 from induce.trees.brackets import atomic_write_text
 
 from helpers import train_tiny_run
@@ -426,6 +426,7 @@ def test_a_batch_too_large_for_the_memory_says_what_fits(tmp_path, monkeypatch, 
     from induce.config import load_config
     from induce.training import fits
     from induce.training.lm import LMLoss
+
     from helpers import TinyLSTM, make_corpus
 
     corpus = make_corpus(tmp_path / "corpora", train=400, valid=5, test=5)  # rows of >= 22 tokens up to 150 rows

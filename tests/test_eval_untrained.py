@@ -12,7 +12,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from cli.main import app
+from induce.cli.main import app
 from induce.data.mikolov import normalize_word
 from induce.evaluation import EvalConvention, prepare_gold
 from induce.evaluation.untrained import build_untrained, evaluate_untrained, untrained_config, untrained_vocabulary

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from cli.main import app
+from induce.cli.main import app
 from induce.evaluation import EvalConvention, prepare_gold
 
 from helpers import train_tiny_run

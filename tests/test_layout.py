@@ -1,5 +1,5 @@
-"""The package layout: no import circle between induce's (and the CLI's) modules, only the agreed modules
-at the root of ``induce``, and no long function without a reason.
+"""The package layout: no import circle between induce's modules (the CLI's, induce.cli, included), only the
+agreed modules at the root of ``induce``, and no long function without a reason.
 
 Imports are read from the source (``ast``), those inside functions included: a circle hidden behind a
 function-level import (the report and its findings once imported each other that way) is still a circle.
@@ -10,9 +10,9 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("induce", "cli")
-#: The modules that stay at the root of ``induce`` (README, "Layout").
-ROOT_MODULES = {"__init__", "config", "errors", "files"}
+PACKAGES = ("induce",)  # the CLI is induce.cli
+#: The modules that stay at the root of ``induce`` (README, "Layout"); ``__main__`` is ``python -m induce``.
+ROOT_MODULES = {"__init__", "__main__", "config", "errors", "files"}
 
 
 def module_files() -> dict[str, Path]:
@@ -139,9 +139,6 @@ LONG_REASON = "Long because"
 #: Long functions not yet split or explained, as ``path::qualified name``: this list only shrinks (an
 #: entry that is no longer long, or gone, fails the test too, so that it is taken off).
 LONG_FUNCTIONS_LEFT = {
-    "cli/evaluate.py::eval_command",
-    "cli/preprocess.py::preprocess_command",
-    "cli/train.py::train_command",
     "induce/models/prpn_reading.py::ReadingLayer.forward",
 }
 

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 import induce
-from cli.main import app
+from induce.cli.main import app
 from induce.errors import InduceError
 
 from helpers import train_tiny_run

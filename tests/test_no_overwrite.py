@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
+from induce.cli.main import app
 from induce.errors import InputError
 from induce.files import check_not_input, same_file
 

@@ -19,7 +19,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from cli.main import app
+from induce.cli.main import app
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Examples that are run for real (cheap), with the NLTK sample as data.
@@ -104,8 +104,9 @@ def make_commands(example: str) -> list[str]:
     assert done.returncode == 0, f"{example}: {done.stderr}"
     commands = []
     for line in done.stdout.splitlines():
-        if "-m cli.main" in line:
-            commands.append("induce " + line.split("-m cli.main", 1)[1].strip())
+        found = re.search(r"-m induce(?:\.cli\.main)? (.*)", line)
+        if found:
+            commands.append("induce " + found.group(1).strip())
     return commands
 
 

@@ -92,7 +92,7 @@ def test_rellstm_trains_through_the_trainer_without_dev_f1(rellstm_run):
 def test_rellstm_checkpoint_cannot_parse_with_a_clear_error(rellstm_run, monkeypatch):
     from typer.testing import CliRunner
 
-    from cli.main import app
+    from induce.cli.main import app
     from induce.inference.language_model import lm_perplexity
     from induce.inference.loading import load_run
     from induce.inference.predict import predict_trees

@@ -15,7 +15,7 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
-from cli.main import app
+from induce.cli.main import app
 from induce.config import CONFIG_DIR
 from induce.errors import InduceError
 from induce.reproduce import list_profiles, load_profile, subset_corpus
@@ -193,7 +193,7 @@ def test_a_damaged_checkpoint_is_never_reported_as_finished(pipeline, monkeypatc
 def test_another_out_keeps_the_whole_reproduction_in_it(tmp_path, monkeypatch):
     """`--out DIR` (make reproduce OUT=DIR) puts the corpora it prepares in DIR/corpora, beside DIR/runs;
     the default output keeps ./corpora, where the other commands look."""
-    from cli.reproduce import default_corpora_dir
+    from induce.cli.reproduce import default_corpora_dir
 
     assert default_corpora_dir(Path("results")) == Path("corpora")
     assert default_corpora_dir(Path("exp")) == Path("exp") / "corpora"
@@ -287,7 +287,7 @@ def test_published_figures_are_the_paper_texts():
 def test_chunked_training_pauses_and_the_same_command_continues(tmp_path, monkeypatch):
     """A chunk's end pauses the run in training (resumable checkpoint), leaves the rest pending,
     exits with status 75; the next invocation continues the paused run and finishes."""
-    from cli.reproduce import INCOMPLETE_EXIT
+    from induce.cli.reproduce import INCOMPLETE_EXIT
     from induce.reproduce.pipeline import Reproduction
 
     corpus = make_corpus(tmp_path / "corpora", train=60, valid=12, test=6)

@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from cli.main import app
+from induce.cli.main import app
 from induce.config import load_config
 from induce.training.run_folder import LOCK_FILE, RunFolderError, RunLock
 from induce.training.trainer import read_status, resume, train
@@ -130,7 +130,7 @@ def test_cli_refuses_finished_runs_and_foreign_folders(tmp_path, corpus, monkeyp
 def test_sigint_writes_a_checkpoint_and_prints_the_resume_command(tmp_path, corpus):
     run = tmp_path / "run"
     env = child_env()
-    command = [sys.executable, "-m", "cli.main", "train", "--model", "onlstm", "--corpus", str(corpus),
+    command = [sys.executable, "-m", "induce.cli.main", "train", "--model", "onlstm", "--corpus", str(corpus),
                "--out", str(run), "--device", "cpu", "--no-progress", "--max-epochs", "1000",
                "model.emb_size=8", "model.hidden_size=8", "model.chunk_size=4", "data.batch_size=2",
                "data.bptt=4", "train.dev_f1=false", "train.log_interval=1000"]
@@ -152,7 +152,7 @@ def test_sigint_writes_a_checkpoint_and_prints_the_resume_command(tmp_path, corp
     _, meta = __import__("induce.training", fromlist=["load_checkpoint"]).load_checkpoint(run / "last")
     assert (meta["trainer"]["epoch"], meta["trainer"]["batch"]) == (status["epoch"], status["batch"])
     # the printed command continues the run (here to the end of the interrupted epoch)
-    done = subprocess.run([sys.executable, "-m", "cli.main", "train", "--resume", str(run), "--no-progress",
+    done = subprocess.run([sys.executable, "-m", "induce.cli.main", "train", "--resume", str(run), "--no-progress",
                            "--max-epochs", str(status["epoch"])], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -172,7 +172,7 @@ def test_kill_9_mid_epoch_then_resume_equals_an_uninterrupted_run(tmp_path, corp
                  "data.bptt=5", "data.variable_bptt=true", "data.bptt_std=2", "data.min_bptt=2",
                  "train.dev_f1=false", "train.checkpoint_every=3", "train.log_interval=1000", "train.seed=4"]
     env = child_env()
-    base = [sys.executable, "-m", "cli.main", "train", "--no-progress"]
+    base = [sys.executable, "-m", "induce.cli.main", "train", "--no-progress"]
     child = subprocess.Popen([*base, "--model", "onlstm", "--corpus", str(corpus), "--out", str(run), "--device",
                               "cpu", "--max-epochs", "2", *overrides], cwd=tmp_path, env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -8,7 +8,7 @@ import torch
 from rich.console import Console
 from typer.testing import CliRunner
 
-from cli.main import app
+from induce.cli.main import app
 from induce.config import load_config
 from induce.inference.loading import load_run
 from induce.inference.predict import predict_trees

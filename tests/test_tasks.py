@@ -6,7 +6,6 @@ import json
 
 import pytest
 import torch
-import typer
 from typer.testing import CliRunner
 
 from induce.diagnostics import tasks
@@ -111,10 +110,8 @@ def test_load_checkpoint_errors_name_the_file(tmp_path):
 
 
 def _app():
-    from cli import diagnose
+    from induce.cli.main import app  # with its error wrapper (induce.cli.messages.guard_commands)
 
-    app = typer.Typer()
-    diagnose.register(app)
     return app
 
 

@@ -44,7 +44,7 @@ def test_two_cpu_processes_match_one_process(tmp_path):
     env = child_env()
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        "-m", "cli.main", "train", "--model", MODEL, "--corpus", str(corpus), "--out", str(tmp_path / "ddp"),
+        "-m", "induce.cli.main", "train", "--model", MODEL, "--corpus", str(corpus), "--out", str(tmp_path / "ddp"),
         "--max-epochs", "2", "--device", "cpu", "--no-progress", *overrides,
     ]
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
@@ -90,7 +90,7 @@ def test_ctrl_c_under_torchrun_then_resume_is_exact_with_dropout(tmp_path):
     # (30 s by default): on a loaded machine, too short for the next stop check and the checkpoint.
     env = {**child_env(), "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "300"}
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                "-m", "cli.main", "train", "--no-progress"]
+                "-m", "induce.cli.main", "train", "--no-progress"]
     fresh = ["--model", "onlstm", "--corpus", str(corpus), "--device", "cpu", "--max-epochs", "2",
              "model.emb_size=8", "model.hidden_size=8", "model.chunk_size=4", "data.batch_size=4", "data.bptt=5",
              "data.variable_bptt=true", "data.bptt_std=2", "data.min_bptt=2", "train.dev_f1=false", "train.seed=3",

@@ -13,7 +13,7 @@ import torch
 from rich.console import Console
 from typer.testing import CliRunner
 
-from cli.main import app
+from induce.cli.main import app
 from induce.config import load_config
 from induce.errors import InduceError
 from induce.inference.runs import latest_run

@@ -17,7 +17,7 @@ import torch
 from rich.console import Console
 from typer.testing import CliRunner
 
-from cli.main import app
+from induce.cli.main import app
 from induce.config import load_config
 from induce.training import load_checkpoint
 from induce.training.trainer import resume, train

@@ -239,15 +239,22 @@ def prepare_corpus(
     force: bool = False,
     allow_predicted_tags: bool = False,
     console: Optional[Console] = None,
+    default: bool = False,
 ) -> Path:
     """What ``induce preprocess`` does: pick the source from the options, prepare, return the folder.
 
-    At most one of ``split_files`` (explicit ``{split: [files]}``), ``lm_text`` (a folder of
-    Mikolov text), ``synthetic``; with none, the treebank found under the data root, as
-    :func:`default_corpus` (synthetic fallback with a warning). ``sections``
-    (``{split: (section, ...)}``) applies to the LDC layout only.
+    At most one of ``split_files`` (explicit ``{split: [files]}``, which must name train files when
+    it names any: the vocabulary comes from them), ``lm_text`` (a folder of Mikolov text),
+    ``synthetic``; with none, the treebank found under the data root, as :func:`default_corpus`
+    (synthetic fallback with a warning), which ``default`` asks for explicitly (then no source may
+    be given). ``sections`` (``{split: (section, ...)}``) applies to the LDC layout only.
     """
     console = console or Console(stderr=True)
+    split_files = {split: files for split, files in (split_files or {}).items() if files}
+    if split_files and "train" not in split_files:
+        raise InduceError("--valid/--test need --train (the vocabulary is built from the training split)")
+    if default and (split_files or lm_text or synthetic):
+        raise InduceError("--default takes no source option (--train, --lm-text, --synthetic)")
     if name is not None:
         check_corpus_name(name)
     chosen = [flag for flag, on in (("--train/--valid/--test", bool(split_files)), ("--lm-text", lm_text is not None),

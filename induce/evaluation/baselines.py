@@ -11,6 +11,8 @@ from typing import Sequence
 
 import nltk
 
+from induce.errors import InvalidValueError
+
 from .metrics import EvalConvention, GoldSentence, prepare_gold
 from induce.trees.nodes import Node, build_binary, from_index_tree, left_branching, right_branching
 
@@ -20,7 +22,7 @@ BASELINES = ("right", "left", "balanced", "random")
 def baseline_tree(n_words: int, kind: str, rng: random.Random | None = None) -> Node:
     """A baseline binary tree over ``n_words >= 1`` words."""
     if kind not in BASELINES:
-        raise ValueError(f"unknown baseline {kind!r}; choose one of {', '.join(BASELINES)}")
+        raise InvalidValueError(f"unknown baseline {kind!r}; choose one of {', '.join(BASELINES)}")
     if n_words < 1:
         raise ValueError("a tree needs at least one word")
     if kind == "right":

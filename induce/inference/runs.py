@@ -6,6 +6,7 @@ corpus, and what a run folder without a usable checkpoint holds.
   infinite validation loss in its ``best`` sidecar, as runs trained before the trainer stopped on
   them could have), and a parser where one is needed; what it passed over is said when none is left;
 * :func:`describe_run` — one line: model, folder, when it finished, its selected epoch's figures;
+* :func:`pick_run` — the run a command was given, else :func:`latest_run`, said on the console;
 * :func:`run_corpus` — the prepared corpus a run was trained on (``data.corpus`` of its config), for
   evaluating it on its own data by default; a reproduction's *subset* corpus stands for the corpus
   it was cut from (the same sentences, vocabulary and splits; the subset keeps only the first
@@ -223,3 +224,16 @@ def missing_checkpoint_message(folder: Path) -> Optional[str]:
                 f"`{resume_command(folder)}`, or use those weights with --checkpoint {folder / LAST}")
     detail = f": {status['error']}" if status.get("error") else ""
     return f"{folder}: no checkpoint in this run folder (state: {state}{detail})"
+
+
+def pick_run(checkpoint: Optional[PathLike], console, runs_dir: Union[PathLike, Sequence[PathLike], None] = None,
+             need_parser: bool = False) -> Path:
+    """``checkpoint``, or the newest finished run that may be used by default (under ``runs_dir``, else
+    runs/ and results/runs/; :func:`latest_run`), saying on ``console`` (a rich console) which one is
+    used: folder, model, when it finished, its selected epoch's figures (:func:`describe_run`).
+    ``need_parser``: leave out language models that do not parse."""
+    if checkpoint is not None:
+        return Path(checkpoint)
+    found = latest_run(runs_dir, need_parser=need_parser)
+    console.print(f"using the latest finished run: {describe_run(found)}", highlight=False, soft_wrap=True)
+    return found

@@ -11,7 +11,7 @@
 * :func:`display_gold` — a gold tree as the evaluation sees it (no punctuation, no POS tags);
 * :func:`plot_structure` — a PNG of the attention (heat map) or of the distances (bars).
 
-``induce show tree`` and ``induce show attention`` (``cli/show.py``) print and plot these; the
+``induce show tree`` and ``induce show attention`` (``induce/cli/show.py``) print and plot these; the
 reproduction report (:mod:`induce.report`) draws them for its example sentences.
 """
 from __future__ import annotations

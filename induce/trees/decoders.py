@@ -36,6 +36,7 @@ import nltk
 import numpy as np
 import torch
 
+from induce.errors import InvalidValueError
 from induce.trees.nodes import IndexTree, build_binary, to_nltk, tree_spans
 
 DECODERS = ("peel", "unbiased", "span")
@@ -96,7 +97,7 @@ def decode(structure_row, length: int, decoder: str) -> IndexTree:
         return unbiased_tree(np.asarray(structure_row)[:length])
     if decoder == "span":
         return span_tree(structure_row, length)
-    raise ValueError(f"unknown decoder {decoder!r}; choose one of {', '.join(DECODERS)}")
+    raise InvalidValueError(f"unknown decoder {decoder!r}; choose one of {', '.join(DECODERS)}")
 
 
 def gold_span_targets(sentences: Iterable, m: int) -> torch.Tensor:
@@ -163,7 +164,7 @@ def parse_batch(
     decoder = decoder or ("peel" if kind == "distance" else "span")
     allowed = DISTANCE_DECODERS if kind == "distance" else ("span",)
     if decoder not in allowed:
-        raise ValueError(f"decoder {decoder!r} does not apply to model {model.name!r}; use one of {allowed}")
+        raise InvalidValueError(f"decoder {decoder!r} does not apply to model {model.name!r}; use one of {allowed}")
     if kind == "span" and eos_id is None:
         raise ValueError("PaLM parsing needs eos_id: spans ending at the last word are scored at the end mark")
     if words is None:

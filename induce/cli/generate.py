@@ -7,8 +7,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from cli import CHECKPOINT_HELP, DEVICE_HELP, RUNS_DIR_HELP, pick_run
-from induce.errors import InduceError
+from induce.cli import CHECKPOINT_HELP, DEVICE_HELP, RUNS_DIR_HELP
 
 
 def generate_command(
@@ -29,17 +28,11 @@ def generate_command(
     """
     from induce.inference.language_model import generate
     from induce.inference.predict import tokenize
+    from induce.inference.runs import pick_run
 
-    console = Console(stderr=True)
-    try:
-        checkpoint = pick_run(checkpoint, console, runs_dir)
-        tokens = generate(checkpoint, n_words=words, temperature=temperature, beam=beam,
-                          prompt=tokenize(prompt) if prompt else None, seed=seed, device=device)
-    except (InduceError, OSError) as err:  # OSError: an unreadable checkpoint
-        from cli.messages import error_text
-
-        console.print(f"[bold red]error:[/] {error_text(err)}", highlight=False, soft_wrap=True)
-        raise typer.Exit(code=2)
+    checkpoint = pick_run(checkpoint, Console(stderr=True), runs_dir)
+    tokens = generate(checkpoint, n_words=words, temperature=temperature, beam=beam,
+                      prompt=tokenize(prompt) if prompt else None, seed=seed, device=device)
     lines, current = [], []
     for token in tokens:
         if token == "<eos>":

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from cli import CHECKPOINT_HELP, DEVICE_HELP, pick_run
+from induce.cli import CHECKPOINT_HELP, DEVICE_HELP
 from induce.errors import InduceError
 
 show_app = typer.Typer(help="Show one sentence's induced tree, span attention or syntactic distances.",
@@ -62,19 +62,14 @@ def tree_command(
 ) -> None:
     """Draw the tree a trained model induces for one sentence (and the gold tree with --index)."""
     from induce.inference.predict import format_tree
+    from induce.inference.runs import pick_run
     from induce.inference.show import sentence_structure, tree_f1
-
-    from cli.messages import error_text
 
     console = Console(stderr=True)
     out = Console()
-    try:
-        run = pick_run(checkpoint, console, need_parser=True)
-        tokens, gold = _sentence(sentence, index, pretokenized, corpus, data, split, console, run)
-        structure = sentence_structure(run, tokens, device=device)
-    except (InduceError, OSError) as err:  # OSError: an unreadable checkpoint or corpus
-        console.print(f"[bold red]error:[/] {error_text(err)}", highlight=False, soft_wrap=True)
-        raise typer.Exit(code=2)
+    run = pick_run(checkpoint, console, need_parser=True)
+    tokens, gold = _sentence(sentence, index, pretokenized, corpus, data, split, console, run)
+    structure = sentence_structure(run, tokens, device=device)
     # soft_wrap: a wide tree runs past the terminal's edge instead of being wrapped into garbage
     out.rule(f"[bold]{structure.model_name}[/]", align="left")
     out.print(Text(format_tree(structure.tree, "pretty")), soft_wrap=True)
@@ -102,23 +97,18 @@ def attention_command(
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
 ) -> None:
     """Plot what the parser reads for one sentence: PaLM's span attention (heat map) or the ON-LSTM / PRPN syntactic distances (bars), as a PNG; the numbers are printed too."""  # noqa: E501
-    from cli.messages import error_text
     from induce.report.figures import check_image_path
     from induce.files import check_not_input
-    from induce.inference.runs import run_files
+    from induce.inference.runs import pick_run, run_files
     from induce.inference.show import plot_structure, sentence_structure
 
     console = Console(stderr=True)
-    try:
-        run = pick_run(checkpoint, console, need_parser=True)
-        check_not_input(out, {"a file of the run": run_files(run)}, "--out")
-        check_image_path(out, "--out")
-        tokens, _ = _sentence(sentence, index, pretokenized, corpus, data, split, console, run)
-        structure = sentence_structure(run, tokens, device=device)
-        path = plot_structure(structure, out)
-    except (InduceError, OSError) as err:  # OSError: the figure could not be written
-        console.print(f"[bold red]error:[/] {error_text(err)}", highlight=False, soft_wrap=True)
-        raise typer.Exit(code=2)
+    run = pick_run(checkpoint, console, need_parser=True)
+    check_not_input(out, {"a file of the run": run_files(run)}, "--out")
+    check_image_path(out, "--out")
+    tokens, _ = _sentence(sentence, index, pretokenized, corpus, data, split, console, run)
+    structure = sentence_structure(run, tokens, device=device)
+    path = plot_structure(structure, out)
     table = Table(title=f"{structure.model_name}: " + ("span attention" if structure.kind == "span" else "distances"))
     table.add_column("word")
     if structure.kind == "span":

@@ -13,8 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from induce.cli import comma_ints
 from induce.errors import InduceError
-from cli.messages import error_text
 from induce.files import check_output_file
 
 console = Console()
@@ -25,23 +25,16 @@ task_app = typer.Typer(help="Synthetic Copy / Denoise tasks: train and evaluate 
 
 
 def _ints(text: str, option: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise InduceError(f"{option}: expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise InduceError(f"{option}: expected positive integers, got {text!r}")
+    """The positive integers of ``option`` (``10,20``); an empty list is an error too."""
+    values = comma_ints(text, option, minimum=1)
+    if not values:
+        raise InduceError(f"{option}: expected integers >= 1, got {text!r}")
     return values
 
 
 def _config(hidden_size: Optional[int], attention_size: Optional[int], nu: Optional[int], rho: Optional[int]) -> dict:
     pairs = dict(hidden_size=hidden_size, attention_size=attention_size, nu=nu, rho=rho)
     return {k: v for k, v in pairs.items() if v is not None}
-
-
-def _fail(err: Exception) -> None:
-    console.print(f"[red]error:[/red] {error_text(err)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
 
 
 def _write_json(path: Path, payload) -> Path:
@@ -82,30 +75,27 @@ def task_train(
     from induce.diagnostics import tasks
 
     torch.set_num_threads(threads)
-    try:
-        for flag, value in (("--lr", lr), ("--time-budget", time_budget)):
-            if value is not None and not (math.isfinite(value) and value > 0):
-                raise InduceError(f"{flag} {value}: give a positive (finite) number")
-        torch.manual_seed(seed)
-        previous = None
-        if init is not None:
-            net, previous = tasks.load_checkpoint(init)
-        else:
-            net = tasks.build_model(model, **_config(hidden_size, attention_size, nu, rho))
+    for flag, value in (("--lr", lr), ("--time-budget", time_budget)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise InduceError(f"{flag} {value}: give a positive (finite) number")
+    torch.manual_seed(seed)
+    previous = None
+    if init is not None:
+        net, previous = tasks.load_checkpoint(init)
+    else:
+        net = tasks.build_model(model, **_config(hidden_size, attention_size, nu, rho))
 
-        def log(record: dict) -> None:
-            console.print(f"step {record['step']:5d}  {record['seconds']:7.1f}s  train loss {record['train_loss']:.4f}"
-                          f"  test acc {record['symbol_accuracy']:.4f}  seq acc {record['sequence_accuracy']:.3f}")
+    def log(record: dict) -> None:
+        console.print(f"step {record['step']:5d}  {record['seconds']:7.1f}s  train loss {record['train_loss']:.4f}"
+                      f"  test acc {record['symbol_accuracy']:.4f}  seq acc {record['sequence_accuracy']:.3f}")
 
-        history = tasks.train(net, task, T, steps, batch_size=batch_size, lr=lr, seed=seed,
-                              eval_every=eval_every, time_budget_s=time_budget, log=log)
-        meta = {"task": task, "T": T, "train": {"steps": history["steps"], "seconds": history["seconds"],
-                "batch_size": batch_size, "lr": lr, "seed": seed, "final": history["final"],
-                "evals": history["evals"], "init": None if init is None else str(init),
-                "init_train": None if previous is None else previous.get("train")}}
-        weights, sidecar = tasks.save_checkpoint(out, net, meta)
-    except (InduceError, OSError) as err:
-        _fail(err)
+    history = tasks.train(net, task, T, steps, batch_size=batch_size, lr=lr, seed=seed,
+                          eval_every=eval_every, time_budget_s=time_budget, log=log)
+    meta = {"task": task, "T": T, "train": {"steps": history["steps"], "seconds": history["seconds"],
+            "batch_size": batch_size, "lr": lr, "seed": seed, "final": history["final"],
+            "evals": history["evals"], "init": None if init is None else str(init),
+            "init_train": None if previous is None else previous.get("train")}}
+    weights, sidecar = tasks.save_checkpoint(out, net, meta)
     console.print(f"wrote {weights} and {sidecar}")
 
 
@@ -125,25 +115,19 @@ def task_eval(
     from induce.diagnostics import tasks
 
     torch.set_num_threads(threads)
-    try:
-        check_output_file(out, "--out")
-        net, meta = tasks.load_checkpoint(checkpoint)
-        lengths = _ints(T, "--T") if T else [meta["T"]]
-        name = task or meta["task"]
-        results = [tasks.evaluate(net, name, length, n=n, seed=seed) for length in lengths]
-    except (InduceError, OSError) as err:
-        _fail(err)
+    check_output_file(out, "--out")
+    net, meta = tasks.load_checkpoint(checkpoint)
+    lengths = _ints(T, "--T") if T else [meta["T"]]
+    name = task or meta["task"]
+    results = [tasks.evaluate(net, name, length, n=n, seed=seed) for length in lengths]
     table = Table("task", "T", "n", "symbol acc", "sequence acc", "loss")
     for r in results:
         table.add_row(r["task"], str(r["T"]), str(r["n"]), f"{r['symbol_accuracy']:.4f}",
                       f"{r['sequence_accuracy']:.4f}", f"{r['loss']:.4f}")
     console.print(table)
     if out is not None:
-        try:
-            _write_json(out, {"checkpoint": str(checkpoint), "trained": {k: meta.get(k) for k in ("model", "task", "T")},
-                              "results": results})
-        except OSError as err:
-            _fail(err)
+        _write_json(out, {"checkpoint": str(checkpoint), "trained": {k: meta.get(k) for k in ("model", "task", "T")},
+                          "results": results})
         console.print(f"wrote {out}")
 
 
@@ -166,25 +150,19 @@ def diagnose_grad(
 
     torch.set_num_threads(threads)
     results = {}
-    try:
-        diagnostics.require_matplotlib()
-        _check_outputs(out)
-        if not checkpoint and not model:
-            raise InduceError("give at least one --checkpoint or --model")
-        for path in checkpoint:
-            net, meta = tasks.load_checkpoint(path)
-            results[f"{meta['model']} ({path.stem}, trained)"] = diagnostics.gradient_norms(net, task, T, n=n, seed=seed)
-        for name in model:
-            torch.manual_seed(seed)
-            cfg = {} if hidden_size is None else {"hidden_size": hidden_size}
-            results[f"{name} (fresh)"] = diagnostics.gradient_norms(tasks.build_model(name, **cfg), task, T, n=n, seed=seed)
-    except (InduceError, OSError) as err:
-        _fail(err)
-    try:
-        png = diagnostics.plot_gradient_norms(results, out.with_suffix(".png"))
-        _write_json(out.with_suffix(".json"), results)
-    except OSError as err:
-        _fail(err)
+    diagnostics.require_matplotlib()
+    _check_outputs(out)
+    if not checkpoint and not model:
+        raise InduceError("give at least one --checkpoint or --model")
+    for path in checkpoint:
+        net, meta = tasks.load_checkpoint(path)
+        results[f"{meta['model']} ({path.stem}, trained)"] = diagnostics.gradient_norms(net, task, T, n=n, seed=seed)
+    for name in model:
+        torch.manual_seed(seed)
+        cfg = {} if hidden_size is None else {"hidden_size": hidden_size}
+        results[f"{name} (fresh)"] = diagnostics.gradient_norms(tasks.build_model(name, **cfg), task, T, n=n, seed=seed)
+    png = diagnostics.plot_gradient_norms(results, out.with_suffix(".png"))
+    _write_json(out.with_suffix(".json"), results)
     for label, r in results.items():
         g = r["grad_norm"]
         console.print(f"{label}: ||dL/dh_0|| = {g[0]:.3e}, ||dL/dh_mid|| = {g[len(g) // 2]:.3e}, last = {g[-1]:.3e}")
@@ -209,30 +187,24 @@ def diagnose_memory(
     from induce.diagnostics import measure as diagnostics
 
     torch.set_num_threads(threads)
-    try:
-        diagnostics.require_matplotlib()
-        _check_outputs(out)
-        names = [m for m in models.split(",") if m]
-        ts = _ints(lengths, "--lengths")
-        records = diagnostics.memory_profile(
-            names, ts, batch_size=batch_size, repeats=repeats, device=device,
-            config=_config(hidden_size, attention_size, None, None),
-            log=lambda r: console.print(f"{r['model']:8s} T={r['T']:5d}  {r['memory_bytes'] / 2**20:9.2f} MiB"
-                                        f"  {1e3 * r['seconds_per_step']:.3f} ms/step"),
-        )
-    except (InduceError, OSError) as err:
-        _fail(err)
+    diagnostics.require_matplotlib()
+    _check_outputs(out)
+    names = [m for m in models.split(",") if m]
+    ts = _ints(lengths, "--lengths")
+    records = diagnostics.memory_profile(
+        names, ts, batch_size=batch_size, repeats=repeats, device=device,
+        config=_config(hidden_size, attention_size, None, None),
+        log=lambda r: console.print(f"{r['model']:8s} T={r['T']:5d}  {r['memory_bytes'] / 2**20:9.2f} MiB"
+                                    f"  {1e3 * r['seconds_per_step']:.3f} ms/step"),
+    )
     exponents = {}
     for name in names:
         rows = [r for r in records if r["model"] == name]
         exponents[name] = diagnostics.growth_exponent([r["T"] for r in rows], [r["memory_bytes"] for r in rows])
         console.print(f"{name}: memory ~ T^{exponents[name]:.2f} (least-squares log-log slope)")
-    try:
-        png = diagnostics.plot_memory_profile(records, out.with_suffix(".png"))
-        _write_json(out.with_suffix(".json"), {"records": records, "memory_growth_exponents": exponents,
-                                              "torch_threads": threads, "device": device})
-    except OSError as err:
-        _fail(err)
+    png = diagnostics.plot_memory_profile(records, out.with_suffix(".png"))
+    _write_json(out.with_suffix(".json"), {"records": records, "memory_growth_exponents": exponents,
+                                          "torch_threads": threads, "device": device})
     console.print(f"wrote {png} and {out.with_suffix('.json')}")
 
 

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from cli import CHECKPOINT_HELP, DEVICE_HELP, PROGRESS_HELP, RUNS_DIR_HELP, pick_run, progress_steps
+from induce.cli import CHECKPOINT_HELP, DEVICE_HELP, PROGRESS_HELP, RUNS_DIR_HELP, progress_steps
 from induce.errors import InduceError
 
 
@@ -49,33 +49,28 @@ def parse_command(
     Examples: `induce parse corpus.txt`, `induce parse corpus.txt --checkpoint runs/RUN --format pretty`,
     `echo "The dog barked ." | induce parse - --pretokenized`.
     """
-    from cli.messages import error_text
     from induce.files import check_not_input, check_output_file
     from induce.inference.loading import load_run
     from induce.inference.predict import parse_lines, read_text_lines
-    from induce.inference.runs import run_files
+    from induce.inference.runs import pick_run, run_files
     from induce.trees.brackets import atomic_write_text
 
     console = Console(stderr=True)
-    try:
-        check_output_file(out, "--out")
-        check_not_input(out, {"the input text": text}, "--out")
-        if style not in ("ptb", "pretty", "json"):
-            raise InduceError(f"--format {style!r}: use ptb, pretty or json")
-        checkpoint = pick_run(checkpoint, console, runs_dir, need_parser=True)
-        check_not_input(out, {"a file of the run": run_files(checkpoint)}, "--out")
-        lines = read_text_lines(text)
-        run = load_run(checkpoint, device)
-        with progress_steps(console, progress) as steps:
-            trees = parse_lines(run, lines, pretokenized=pretokenized, decoder=decoder, style=style,
-                                batch_size=batch_size, max_length=max_length, keep_punct=keep_punct,
-                                progress=steps.bar("parsing"))
-        text_out = "".join(tree + "\n" for tree in trees)
-        if out is not None:
-            atomic_write_text(out, text_out)
-    except (InduceError, OSError) as err:  # OSError: unreadable checkpoint or input, unwritable output
-        console.print(f"[bold red]error:[/] {error_text(err)}", highlight=False, soft_wrap=True)
-        raise typer.Exit(code=2)
+    check_output_file(out, "--out")
+    check_not_input(out, {"the input text": text}, "--out")
+    if style not in ("ptb", "pretty", "json"):
+        raise InduceError(f"--format {style!r}: use ptb, pretty or json")
+    checkpoint = pick_run(checkpoint, console, runs_dir, need_parser=True)
+    check_not_input(out, {"a file of the run": run_files(checkpoint)}, "--out")
+    lines = read_text_lines(text)
+    run = load_run(checkpoint, device)
+    with progress_steps(console, progress) as steps:
+        trees = parse_lines(run, lines, pretokenized=pretokenized, decoder=decoder, style=style,
+                            batch_size=batch_size, max_length=max_length, keep_punct=keep_punct,
+                            progress=steps.bar("parsing"))
+    text_out = "".join(tree + "\n" for tree in trees)
+    if out is not None:
+        atomic_write_text(out, text_out)
     if out is not None:
         console.print(f"{len(trees)} trees -> {out}", highlight=False)
     else:

@@ -1,16 +1,17 @@
 """The `induce` command-line application (thin: parsing options and printing only).
 
-Shared by the commands: the help texts of ``--checkpoint`` and ``--device``, finding the default
-run (:func:`pick_run`) and progress bars on stderr (:func:`progress_steps`). This module imports
-nothing heavy (see :mod:`cli.main`).
+Shared by the commands: the help texts of ``--checkpoint`` and ``--device`` and progress bars on
+stderr (:func:`progress_steps`); the default run is :func:`induce.inference.runs.pick_run`, user errors are
+reported by :mod:`induce.cli.messages`. This module imports nothing heavy (see :mod:`induce.cli.main`).
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from rich.console import Console
+
+from induce.errors import InduceError
 
 #: Where the commands look for a run without --checkpoint (see induce.inference.runs.DEFAULT_RUN_DIRS).
 LATEST_RUN_HELP = ("the newest finished run under runs/ or results/runs/ (where `make reproduce` puts its runs), "
@@ -19,21 +20,6 @@ CHECKPOINT_HELP = f"Run folder or checkpoint (default: {LATEST_RUN_HELP})."
 RUNS_DIR_HELP = "Look for the newest finished run only in this folder (default: runs/ and results/runs/)."
 DEVICE_HELP = "auto (CUDA when available, else CPU), cpu, cuda or cuda:N."
 PROGRESS_HELP = "Progress bars on stderr (shown only when stderr is a terminal)."
-
-
-def pick_run(checkpoint: Optional[Path], console: Console, runs_dir: Optional[Path] = None,
-             need_parser: bool = False) -> Path:
-    """``checkpoint``, or the newest finished run that may be used by default (under ``runs_dir``, else
-    runs/ and results/runs/; :func:`induce.inference.runs.latest_run`), saying on ``console`` which one is used:
-    folder, model, when it finished, its selected epoch's figures. ``need_parser``: leave out language
-    models that do not parse."""
-    if checkpoint is not None:
-        return checkpoint
-    from induce.inference.runs import describe_run, latest_run
-
-    found = latest_run(runs_dir, need_parser=need_parser)
-    console.print(f"using the latest finished run: {describe_run(found)}", highlight=False, soft_wrap=True)
-    return found
 
 
 class ProgressSteps:
@@ -69,3 +55,17 @@ def progress_steps(console: Console, enabled: bool = True) -> Iterator[ProgressS
         yield steps
     finally:
         steps.stop()
+
+
+def comma_ints(text: Optional[str], option: str, minimum: Optional[int] = None) -> Optional[list[int]]:
+    """The integers of an option written ``1,2,3``; ``None`` when ``text`` is empty. An InduceError naming
+    ``option`` for anything else, or (with ``minimum``) for a value below it."""
+    if text is None or not text.strip():
+        return None
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InduceError(f"{option}: expected comma-separated integers, e.g. 1,2,3; got {text!r}") from None
+    if minimum is not None and min(values) < minimum:
+        raise InduceError(f"{option}: expected integers >= {minimum}, got {text!r}")
+    return values

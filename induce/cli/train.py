@@ -1,14 +1,12 @@
-"""`induce train`: train a language model into a run folder (logic: :mod:`induce.training`)."""
+"""`induce train`: train a language model into a run folder (logic: :mod:`induce.training.launch`)."""
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
 
-from induce.errors import InduceError
 
 
 def train_command(
@@ -56,46 +54,13 @@ def train_command(
     values (data.bptt_bucket, chosen and printed at the start); train.cuda_graphs=false turns it
     off. On a CPU nothing changes.
     """
-    from induce.config import load_config, parse_duration
-    from induce.training import resume as resume_run
-    from induce.training import train
+    from induce.training.launch import TrainFlags, train_or_resume
 
     console = Console(stderr=True)
-    try:
-        cli_train = {}
-        if seed is not None:
-            cli_train["seed"] = seed
-        if device is not None:
-            cli_train["device"] = device
-        if kernels is not None:
-            cli_train["kernels"] = kernels
-        if max_epochs is not None:
-            cli_train["epochs"] = max_epochs
-        if time_budget is not None:
-            cli_train["time_budget"] = parse_duration(time_budget)
-        if tensorboard:
-            cli_train["tensorboard"] = True
-        if resume is not None:
-            if model or config or overrides or corpus or seed is not None or force:
-                raise InduceError("--resume keeps the run's config: only --max-epochs, --time-budget, --device, "
-                                  "--kernels, --tensorboard may change (and --force does not apply)")
-            result = resume_run(resume, cli_train, console=console, progress=progress)
-        else:
-            extra = [f"train.{key}={value}" for key, value in cli_train.items()]
-            if corpus is not None:
-                extra.append(f"data.corpus={corpus}")
-            run_config = load_config(model, config, list(overrides or []), flag_overrides=extra)
-            stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-            run_dir = out or Path("runs") / f"{run_config.model_name}-{stamp}"
-            result = train(run_config, run_dir, console=console, progress=progress, force=force, allow_foreign=False)
-    except (InduceError, OSError) as err:  # OSError: a file operation outside the run (its own are messages)
-        from cli.messages import error_text
-
-        console.print(f"[bold red]error:[/] {error_text(err)}", highlight=False, soft_wrap=True)
-        raise typer.Exit(code=2)
-    except KeyboardInterrupt:
-        # The trainer has said where the checkpoint is and printed the `--resume` command.
-        raise typer.Exit(code=130)
+    flags = TrainFlags(seed=seed, device=device, kernels=kernels, epochs=max_epochs, time_budget=time_budget,
+                       tensorboard=tensorboard)
+    result = train_or_resume(flags, model=model, config=config, overrides=overrides or (), out=out, corpus=corpus,
+                             resume=resume, force=force, console=console, progress=progress)
     console.print(
         f"{result.run_dir}: {result.epochs_done} epochs ({result.stop_reason}), best valid ppl {result.best_valid_ppl:.2f}",
         highlight=False,

@@ -12,8 +12,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.messages import error_text
-from induce.errors import InduceError
 
 # The option defaults of induce.data.preprocess (DEFAULT_MAX_VOCAB, DEFAULT_SECTIONS), written out so that
 # `induce --help` does not import nltk; tests/test_cli_main.py checks that they agree.
@@ -63,42 +61,38 @@ def preprocess_command(
     force: bool = typer.Option(False, "--force", help="Rebuild even if the output exists."),
 ) -> None:
     """Prepare a corpus: original/gold/no-punctuation trees and Mikolov-style LM text per split."""
-    from induce.data.corpus import PreparedCorpus
     from induce.data.locate import prepare_corpus
     from induce.data.preprocess import parse_sections
 
     console = Console(stderr=True)
     started = time.perf_counter()
-    try:
-        split_files = {split: files for split, files in (("train", train), ("valid", valid), ("test", test)) if files}
-        if split_files and "train" not in split_files:
-            raise InduceError("--valid/--test need --train (the vocabulary is built from the training split)")
-        if default and (split_files or lm_text or synthetic):
-            raise InduceError("--default takes no source option (--train, --lm-text, --synthetic)")
-        sections = {
-            "train": parse_sections(sections_train),
-            "valid": parse_sections(sections_valid),
-            "test": parse_sections(sections_test),
-        }
-        folder = prepare_corpus(
-            data=data,
-            corpora_dir=out_dir,
-            name=name,
-            split_files=split_files or None,
-            lm_text=lm_text,
-            synthetic=synthetic,
-            synthetic_sizes={"train": synthetic_train, "valid": synthetic_valid, "test": synthetic_test},
-            seed=seed,
-            sections=sections,
-            max_vocab=max_vocab,
-            force=force,
-            allow_predicted_tags=allow_predicted_tags,
-            console=console,
-        )
-        corpus = PreparedCorpus(folder)
-    except (InduceError, OSError) as err:  # OSError: unreadable sources, unwritable output
-        console.print(f"[bold red]error:[/] {error_text(err)}", highlight=False, soft_wrap=True)
-        raise typer.Exit(code=2)
+    folder = prepare_corpus(
+        data=data,
+        corpora_dir=out_dir,
+        name=name,
+        split_files={"train": train, "valid": valid, "test": test},
+        lm_text=lm_text,
+        synthetic=synthetic,
+        synthetic_sizes={"train": synthetic_train, "valid": synthetic_valid, "test": synthetic_test},
+        seed=seed,
+        sections={"train": parse_sections(sections_train), "valid": parse_sections(sections_valid),
+                  "test": parse_sections(sections_test)},
+        max_vocab=max_vocab,
+        force=force,
+        allow_predicted_tags=allow_predicted_tags,
+        console=console,
+        default=default,
+    )
+    _print_corpus(folder, console)
+    console.print(f"{folder} ready ({time.perf_counter() - started:.1f} s)", highlight=False)
+    typer.echo(str(folder))
+
+
+def _print_corpus(folder: Path, console: Console) -> None:
+    """A table of the prepared corpus in ``folder``: per split, trees, trees dropped, LM tokens, % <unk>."""
+    from induce.data.corpus import PreparedCorpus
+
+    corpus = PreparedCorpus(folder)
     table = Table(title=f"{corpus.name} ({corpus.meta.get('kind')}, vocab {corpus.meta.get('vocab_size')})")
     for column in ("split", "trees", "dropped", "LM tokens", "<unk> %"):
         table.add_column(column, justify="right")
@@ -109,8 +103,6 @@ def preprocess_command(
         table.add_row(split, str(counts.get("trees", "-")), str(counts.get("dropped_no_words", "-")), str(tokens),
                       f"{unk:.2f}")
     console.print(table)
-    console.print(f"{folder} ready ({time.perf_counter() - started:.1f} s)", highlight=False)
-    typer.echo(str(folder))
 
 
 def register(app: typer.Typer) -> None:

@@ -1,7 +1,7 @@
-"""`induce eval`: score predicted trees (a file, a baseline, or a trained model) against gold trees."""
+"""`induce eval`: score predicted trees (a file, a baseline, or a trained model) against gold trees
+(logic: :mod:`induce.evaluation.run_eval`)."""
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 from typing import Optional
@@ -10,8 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli import DEVICE_HELP, LATEST_RUN_HELP, PROGRESS_HELP, ProgressSteps, pick_run
-from induce.errors import InduceError
+from induce.cli import DEVICE_HELP, LATEST_RUN_HELP, PROGRESS_HELP, progress_steps
 
 CONVENTION_HELP = (
     "Default convention (Kim et al. 2019): punctuation and traces removed by the word-tag filter "
@@ -86,136 +85,24 @@ def eval_command(
     Examples: `induce eval pred.txt --gold 22.mrg`, `induce eval --baseline right --wsj40`,
     `induce eval --checkpoint runs/RUN --wsj10`, `induce eval --untrained palm --inits 25 --wsj40`.
     """
-    from cli.messages import error_text
-    from induce.evaluation import EvalConvention, baseline_predictions
-    from induce.files import check_not_input, check_output_file
-    from induce.inference.scoring import gold_files, load_gold, parse_gold, score
+    from induce.evaluation.run_eval import run_eval
 
     console = Console(stderr=True)
-    steps = ProgressSteps(console, progress)
-    try:
-        check_output_file(per_sentence, "--per-sentence")
-        if wsj10 and wsj40:
-            raise InduceError("--wsj10 and --wsj40 together: choose one (run the command twice for both figures)")
-        named_limits = [(n, flag) for n, flag in ((10 if wsj10 else None, "--wsj10"), (40 if wsj40 else None, "--wsj40"),
-                                                  (max_length, f"--max-length {max_length}")) if n is not None]
-        limits = [n for n, _ in named_limits]
-        if max_length is not None and max_length < 1:
-            raise InduceError(f"--max-length {max_length}: give a number of words >= 1")
-        convention = EvalConvention(
-            keep_punct=keep_punct, count_root=count_root, multiset=multiset, max_length=min(limits) if limits else None
-        )
-        length_option = min(named_limits)[1] if named_limits else "--max-length"
-        if sum(x is not None for x in (predicted, baseline, checkpoint, untrained)) > 1:
-            raise InduceError("give only one of: a predicted file, --baseline, --checkpoint, --untrained")
-        if untrained is None and (sets or inits is not None):
-            raise InduceError(f"{f'--set {sets[0]}' if sets else '--inits'}: applies to --untrained only")
-        if untrained is not None:
-            summary = _untrained_summary(untrained, sets, inits or 5, seed, lm, per_sentence, gold, corpus, data,
-                                         split, convention, batch_size, decoder, device, console, steps)
-            steps.stop()
-            if as_json:
-                typer.echo(json.dumps(summary, sort_keys=True))
-            else:
-                _print_untrained(summary, Console())
-            return
-        run_dir = None
-        if predicted is None and baseline is None:
-            run_dir = pick_run(checkpoint, console, need_parser=not lm)
-        if gold is None and corpus is None:
-            corpus = _default_eval_corpus(run_dir, data, console)
-        check_not_input(per_sentence, {"the predicted trees": predicted,
-                                       "--gold": gold_files(gold) if gold is not None and gold.exists() else gold,
-                                       "the run's checkpoint": _run_files(run_dir)}, "--per-sentence")
-        if lm:
-            if run_dir is None:
-                raise InduceError("--lm needs a trained run (--checkpoint)")
-            if gold is not None:
-                raise InduceError("--lm reads the LM text of a prepared corpus: use --corpus or the run's corpus, "
-                                  "not --gold")
-            from induce.inference.language_model import lm_perplexity
-
-            ppl = lm_perplexity(run_dir, corpus, split, device=device)
-            if as_json:
-                typer.echo(json.dumps({"perplexity": ppl, "split": split, "corpus": str(corpus), "run": str(run_dir)}))
-            else:
-                typer.echo(f"perplexity on {split} of {corpus}: {ppl:.2f}")
-            return
-        preparing = steps.bar("preparing gold trees") if gold is None or not gold.is_dir() else None
-        gold_set = load_gold(gold, corpus, split, convention, reading=steps.bar("reading gold trees"),
-                             preparing=preparing)
-
-        locations = None
-        if predicted is not None:
-            from induce.trees.brackets import read_trees
-
-            located = read_trees(predicted, one_per_line=True, progress=steps.bar("reading predicted trees"))
-            pred_trees = [item.tree for item in located]
-            locations = [(item.path, item.line) for item in located]
-            source = str(predicted)
-        elif baseline is not None:
-            pred_trees = baseline_predictions(gold_set.sentences, baseline, convention, seed=seed)
-            source = f"baseline {baseline}" + (f" (seed {seed})" if baseline == "random" else "")
-        else:
-            pred_trees = parse_gold(run_dir, gold_set.sentences, convention, batch_size=batch_size, decoder=decoder,
-                                    device=device, progress=steps.bar("parsing"))
-            source = f"run {run_dir}"
-        summary, result = score(pred_trees, gold_set, convention, source, locations=locations,
-                                length_option=length_option, progress=steps.bar("scoring"))
-        if per_sentence is not None:
-            _write_per_sentence(per_sentence, result)
-    except (InduceError, ValueError, OSError) as err:  # ValueError: e.g. an unknown baseline name
-        console.print(f"[red]error:[/] {error_text(err)}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
-    finally:
-        steps.stop()
-
+    with progress_steps(console, progress) as steps:
+        outcome = run_eval(predicted=predicted, gold=gold, baseline=baseline, seed=seed, checkpoint=checkpoint,
+                           untrained=untrained, inits=inits, sets=sets, lm=lm, decoder=decoder, batch_size=batch_size,
+                           device=device, data=data, corpus=corpus, split=split, wsj10=wsj10, wsj40=wsj40,
+                           max_length=max_length, keep_punct=keep_punct, count_root=count_root, multiset=multiset,
+                           per_sentence=per_sentence, console=console, steps=steps)
     if as_json:
-        typer.echo(json.dumps(summary, sort_keys=True))
+        typer.echo(json.dumps(outcome.summary, sort_keys=True))
+    elif outcome.kind == "perplexity":
+        summary = outcome.summary
+        typer.echo(f"perplexity on {summary['split']} of {summary['corpus']}: {summary['perplexity']:.2f}")
+    elif outcome.kind == "untrained":
+        _print_untrained(outcome.summary, Console())
     else:
-        _print_table(summary, Console())
-
-
-def _untrained_summary(model, sets, inits, seed, lm, per_sentence, gold, corpus, data, split, convention,
-                       batch_size, decoder, device, console, steps) -> dict:
-    """``--untrained MODEL``: :func:`induce.evaluation.untrained.evaluate_untrained` on the gold sentences
-    (--gold, --corpus, else the default corpus: never a run's), with the gold vocabulary or the corpus's."""
-    if lm or per_sentence is not None:
-        raise InduceError(f"--untrained: {'--lm' if lm else '--per-sentence'} needs a trained run (--checkpoint)")
-    from induce.evaluation.untrained import evaluate_untrained, untrained_config, untrained_vocabulary
-    from induce.inference.scoring import load_gold
-
-    run_config = untrained_config(model, sets)  # config errors before the gold is read
-    if gold is None and corpus is None:
-        corpus = _default_eval_corpus(None, data, console)
-    preparing = steps.bar("preparing gold trees") if gold is None or not gold.is_dir() else None
-    gold_set = load_gold(gold, corpus, split, convention, reading=steps.bar("reading gold trees"), preparing=preparing)
-    vocab, vocab_label = untrained_vocabulary(gold_set.sentences, gold_set.corpus_dir)
-    summary = evaluate_untrained(model, run_config.model, gold_set.sentences, vocab, convention, inits=inits, seed=seed,
-                                 batch_size=batch_size, decoder=decoder, device=device,
-                                 progress=steps.bar(f"untrained {model} models"))
-    summary.update({"gold": gold_set.label, "vocabulary": vocab_label})
-    return summary
-
-
-def _default_eval_corpus(run_dir: Optional[Path], data: Optional[Path], console: Console) -> Path:
-    """The prepared corpus to evaluate on when neither --gold nor --corpus is given: a run's own (unless
-    --data names a data root), else the default corpus; said on ``console``."""
-    if run_dir is not None and data is None:
-        from induce.inference.scoring import eval_corpus_of_run
-
-        chosen = eval_corpus_of_run(run_dir)
-        console.print(f"evaluating on {chosen.description}", highlight=False, soft_wrap=True)
-        return chosen.path
-    from induce.data.locate import default_corpus
-
-    return default_corpus(data, console=console)
-
-
-def _run_files(run_dir: Optional[Path]) -> list:
-    from induce.inference.runs import run_files
-
-    return run_files(run_dir) if run_dir is not None else []
+        _print_table(outcome.summary, Console())
 
 
 def _fmt(value) -> str:
@@ -261,19 +148,6 @@ def _print_untrained(summary: dict, console: Console) -> None:
                       ("sentence_f1", "corpus_f1", "left_split_pct", "right_split_pct")))
     console.print(inits)
     console.print(f"vocabulary: {summary['vocabulary']}; convention: {summary['convention']['description']}")
-
-
-def _write_per_sentence(path: Path, result) -> None:
-    from induce.trees.brackets import atomic_write_text
-    import io
-
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["index", "length", "f1", "precision", "recall", "n_pred_spans", "n_gold_spans", "n_matched"])
-    for s in result.sentences:
-        writer.writerow([s.index, s.length, f"{100 * s.f1:.4f}", f"{100 * s.precision:.4f}", f"{100 * s.recall:.4f}",
-                         s.n_pred, s.n_gold, s.n_match])
-    atomic_write_text(path, buffer.getvalue())
 
 
 def register(app: typer.Typer) -> None:

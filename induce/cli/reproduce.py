@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from induce.errors import InduceError
+from induce.cli import comma_ints
 
 
 #: Exit status while a chunked reproduction is not finished (EX_TEMPFAIL: "try again").
@@ -23,15 +23,6 @@ def default_corpora_dir(out: Path) -> Path:
     """Where a reproduction into ``out`` keeps its prepared corpora: ``corpora/`` for the default output
     (the other commands find them there), else ``OUT/corpora`` (the whole reproduction in one folder)."""
     return Path("corpora") if Path(out) == DEFAULT_OUT else Path(out) / "corpora"
-
-
-def _ints(text: Optional[str], option: str) -> Optional[list[int]]:
-    if text is None or not text.strip():
-        return None
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise InduceError(f"{option}: expected comma-separated integers, e.g. 1,2,3; got {text!r}") from None
 
 
 def reproduce_command(
@@ -74,29 +65,24 @@ def reproduce_command(
     from induce.reproduce import ReproduceOptions, check_out_folder, reproduce
 
     console = Console(stderr=True)
+    corpora_dir = corpora_dir if corpora_dir is not None else default_corpora_dir(out)
+    check_out_folder(out, corpus=corpus, data=data, lm_text=lm_text, corpora_dir=corpora_dir)
+    options = ReproduceOptions(
+        profile=profile, out=out, data=data, corpus=corpus, corpora_dir=corpora_dir,
+        seeds=comma_ints(seeds, "--seeds"), models=[m.strip() for m in models.split(",") if m.strip()] if models else None,
+        split=split, time_per_model=parse_duration(time_per_model) if time_per_model else None,
+        chunk=parse_duration(chunk) if chunk else None, lm_text=lm_text,
+        device=device, threads=threads, progress=progress,
+        command="induce " + " ".join(shlex.quote(arg) for arg in sys.argv[1:]) if sys.argv[1:2] == ["reproduce"]
+        else "induce reproduce",
+    )
     try:
-        corpora_dir = corpora_dir if corpora_dir is not None else default_corpora_dir(out)
-        check_out_folder(out, corpus=corpus, data=data, lm_text=lm_text, corpora_dir=corpora_dir)
-        options = ReproduceOptions(
-            profile=profile, out=out, data=data, corpus=corpus, corpora_dir=corpora_dir,
-            seeds=_ints(seeds, "--seeds"), models=[m.strip() for m in models.split(",") if m.strip()] if models else None,
-            split=split, time_per_model=parse_duration(time_per_model) if time_per_model else None,
-            chunk=parse_duration(chunk) if chunk else None, lm_text=lm_text,
-            device=device, threads=threads, progress=progress,
-            command="induce " + " ".join(shlex.quote(arg) for arg in sys.argv[1:]) if sys.argv[1:2] == ["reproduce"]
-            else "induce reproduce",
-        )
         results = reproduce(options, console=console)
-    except (InduceError, OSError) as err:  # OSError: a file that could not be written (a full disk)
-        from cli.messages import error_text
-
-        console.print(f"[bold red]error:[/] {error_text(err)}", highlight=False, soft_wrap=True)
-        raise typer.Exit(code=2)
     except KeyboardInterrupt:
         console.print("\n[bold yellow]interrupted.[/] Run the same command again to continue where it stopped "
                       "(finished steps are skipped, a training run continues from its last checkpoint).",
                       highlight=False)
-        raise typer.Exit(code=130)
+        raise
     _print_summary(results, Console())
     failed = [step for step in results["steps"] if step["status"] == "failed"]
     console.print(f"report: {out / 'REPORT.md'}  results: {out / 'results.json'}  "

@@ -3,7 +3,8 @@
 Each module in :data:`COMMAND_MODULES` defines ``register(app)`` that adds its commands. Command
 modules import only typer, rich and light parts of :mod:`induce` at the top; torch, nltk, numpy
 and the models are imported inside the commands, so that ``induce --help`` stays fast
-(``tests/test_cli_main.py`` checks that it imports none of them).
+(``tests/test_cli_main.py`` checks that it imports none of them). Every command runs inside
+:func:`induce.cli.messages.report_user_errors` (one line and exit status 2 for a user error).
 """
 from __future__ import annotations
 
@@ -14,17 +15,18 @@ import re
 import typer
 
 from induce import __version__
+from induce.cli.messages import guard_commands
 
 COMMAND_MODULES = (
-    "cli.preprocess",
-    "cli.evaluate",
-    "cli.train",
-    "cli.parse",
-    "cli.generate",
-    "cli.models",
-    "cli.diagnose",
-    "cli.reproduce",
-    "cli.show",
+    "induce.cli.preprocess",
+    "induce.cli.evaluate",
+    "induce.cli.train",
+    "induce.cli.parse",
+    "induce.cli.generate",
+    "induce.cli.models",
+    "induce.cli.diagnose",
+    "induce.cli.reproduce",
+    "induce.cli.show",
 )
 
 app = typer.Typer(
@@ -107,10 +109,12 @@ def escape_markup(text: str) -> str:
 for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(app)
 _reflow_help(app)
+guard_commands(app)
 
 
 def main() -> None:
-    app()
+    """The ``induce`` command (also ``python -m induce`` and ``python -m induce.cli.main``: one name in the help)."""
+    app(prog_name="induce")
 
 
 if __name__ == "__main__":
