@@ -189,8 +189,8 @@ class RunConfig(_Section):
 
 def _selection_problem(model_cls, select_by: Any) -> Optional[str]:
     """Why ``train.select_by`` cannot be used with ``model_cls`` (``None`` when it can): a model
-    without syntactic structure (``parser_kind = "none"``, e.g. rellstm) has no dev F1 to select by."""
-    if select_by == "dev_f1" and getattr(model_cls, "parser_kind", None) == "none":
+    without syntactic structure (``parser_kind = NO_PARSER``, e.g. rellstm) has no dev F1 to select by."""
+    if select_by == "dev_f1" and not model_cls.parser_kind.parses:
         return (
             f"train.select_by: dev_f1 needs a model that parses, but {model_cls.name!r} has no syntactic "
             f"structure (parser_kind 'none'); use train.select_by=valid_ppl"

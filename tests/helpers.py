@@ -19,6 +19,7 @@ from torch import nn
 
 from induce.models.base import LanguageModel, LMOutput, ModelConfig
 from induce.models.registry import _REGISTRY, register
+from induce.trees.kinds import DISTANCE
 
 STANDIN = "tiny-lstm"
 REPO = Path(__file__).resolve().parents[1]
@@ -38,7 +39,7 @@ class TinyLSTM(LanguageModel):
 
     name = STANDIN
     description = "test-only 1-layer LSTM"
-    parser_kind = "distance"
+    parser_kind = DISTANCE
     Config = TinyConfig
 
     def __init__(self, vocab_size: int, config: TinyConfig | None = None):

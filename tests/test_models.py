@@ -15,6 +15,7 @@ import yaml
 from induce.models.awd import RecurrentProjection, WeightDropLSTM, _onednn_packing_available
 from induce.models.registry import get_model_class, list_models
 from induce.trees.decoders import gold_span_targets, parse_batch, peel_tree
+from induce.trees.kinds import DISTANCE, NO_PARSER, SPAN
 from induce.trees.nodes import to_nltk
 
 VOCAB = 23
@@ -52,15 +53,15 @@ def make(name: str, seed: int = 0, **overrides):
 
 
 def structure_key(model) -> str:
-    return "distances" if model.parser_kind == "distance" else "span_scores"
+    return model.parser_kind.structure_key
 
 
 def test_registry_lists_all_models():
     assert set(ALL_NAMES) <= set(list_models())
     for name in NAMES:
-        assert get_model_class(name).parser_kind in ("distance", "span"), name
+        assert get_model_class(name).parser_kind in (DISTANCE, SPAN), name
     for name in LM_ONLY:
-        assert get_model_class(name).parser_kind == "none", name
+        assert get_model_class(name).parser_kind is NO_PARSER, name
 
 
 @pytest.mark.parametrize("name", ALL_NAMES)
@@ -87,7 +88,7 @@ def test_forward_backward(name, batch, steps):
         assert out.structure == {} and len(out.raw_outputs) == len(out.dropped_outputs) == 1
     else:
         structure = out.structure[structure_key(model)]
-        expected = (batch, steps) if model.parser_kind == "distance" else (batch, steps, PALM_TINY["max_span_length"])
+        expected = (batch, steps) if model.parser_kind is DISTANCE else (batch, steps, PALM_TINY["max_span_length"])
         assert structure.shape == expected
         assert len(out.raw_outputs) == len(out.dropped_outputs) == model.config.n_layers
     unused = {"span_attention.w_span", "span_attention.v", "span_attention.query.weight", "span_attention.query.bias"}

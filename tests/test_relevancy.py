@@ -197,7 +197,7 @@ def test_models_shapes_causality_and_contract(name):
     cls = MODELS[name]
     torch.manual_seed(0)
     model = cls(10, cls.Config(emb_size=6, hidden_size=8, attention_size=5, nu=3, rho=2))
-    assert model.parser_kind == "none"
+    assert not model.parser_kind.parses
     tokens = torch.randint(0, 10, (2, 15))
     out = model(tokens, model.init_state(2))
     assert out.hidden.shape == (2, 15, 8) and out.raw_outputs[0].shape == (2, 15, 8)

@@ -14,6 +14,7 @@ from induce.inference.loading import load_run
 from induce.inference.predict import predict_trees
 from induce.inference.show import dev_sentence, sentence_structure, tree_f1
 from induce.training import train
+from induce.trees.kinds import DISTANCE, SPAN
 
 from helpers import make_corpus
 
@@ -48,7 +49,7 @@ def runs(tmp_path_factory):
 def test_structure_of_a_distance_model(runs):
     tokens = ["the", "dog", "saw", "a", "cat", ",", "she", "said", "."]
     structure = sentence_structure(runs["onlstm"], tokens)
-    assert structure.kind == "distance"
+    assert structure.kind is DISTANCE
     assert structure.words == ["the", "dog", "saw", "a", "cat", "she", "said"]
     assert structure.tree.leaves() == tokens
     assert structure.tree == predict_trees(load_run(runs["onlstm"]), [tokens])[0]  # what `induce parse` gives
@@ -62,7 +63,7 @@ def test_structure_of_a_distance_model(runs):
 def test_structure_of_palm_and_its_attention(runs):
     tokens = ["the", "dog", "saw", "a", "cat", "near", "the", "old", "house"]
     structure = sentence_structure(runs["palm"], tokens)
-    assert structure.kind == "span" and structure.span_scores.shape == (9, 9)
+    assert structure.kind is SPAN and structure.span_scores.shape == (9, 9)
     attention = structure.attention()
     assert np.allclose(attention.sum(1), 1.0)
     assert np.all(np.triu(attention, 1) == 0.0)  # no span starts after its end

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from induce.cli import DEVICE_HELP, LATEST_RUN_HELP, PROGRESS_HELP, progress_steps
+from induce.trees.kinds import decoder_help
 
 CONVENTION_HELP = (
     "Default convention (Kim et al. 2019): punctuation and traces removed by the word-tag filter "
@@ -57,7 +58,7 @@ def eval_command(
         "e.g. --set model.hidden_size=1020 (repeatable; model.* keys only)."
     ),
     lm: bool = typer.Option(False, "--lm", help="With a checkpoint: report the language-model perplexity of --split."),
-    decoder: Optional[str] = typer.Option(None, "--decoder", help="Tree decoder for distance models: peel or unbiased."),
+    decoder: Optional[str] = typer.Option(None, "--decoder", help=decoder_help()),
     batch_size: int = typer.Option(64, "--batch-size", help="Sentences per forward pass when parsing with a checkpoint."),
     device: str = typer.Option("auto", "--device", help="With a checkpoint: " + DEVICE_HELP),
     data: Optional[Path] = typer.Option(None, "--data", help="Data root for the default corpus (else $INDUCE_DATA, corpora/, NLTK); "

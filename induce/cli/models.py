@@ -16,7 +16,7 @@ def models_command() -> None:
     width = max((len(name) for name in models), default=0)
     for name, description in models.items():
         cls = get_model_class(name)
-        kind = getattr(cls, "parser_kind", "?")
+        kind = cls.parser_kind.name
         mark = " [control]" if getattr(cls, "control", False) else ""
         typer.echo(f"{name:<{width}}  {kind:<8}  {description}{mark}")
 

@@ -9,6 +9,7 @@ from rich.console import Console
 
 from induce.cli import CHECKPOINT_HELP, DEVICE_HELP, PROGRESS_HELP, RUNS_DIR_HELP, progress_steps
 from induce.errors import InduceError
+from induce.trees.kinds import decoder_help
 
 
 def parse_command(
@@ -27,7 +28,7 @@ def parse_command(
         "JSON array per line, the tree as nested arrays of the tokens exactly as they are."
     ),
     decoder: Optional[str] = typer.Option(
-        None, "--decoder", help="Distance models: peel (default, as in the papers) or unbiased. PaLM: span."
+        None, "--decoder", help=decoder_help()
     ),
     keep_punct: bool = typer.Option(
         False, "--keep-punct", help="Show punctuation to the model (default: left out as in training, attached afterwards)."

@@ -100,7 +100,7 @@ def attention_command(
     from induce.report.figures import check_image_path
     from induce.files import check_not_input
     from induce.inference.runs import pick_run, run_files
-    from induce.inference.show import plot_structure, sentence_structure
+    from induce.inference.show import plot_structure, sentence_structure, structure_table
 
     console = Console(stderr=True)
     run = pick_run(checkpoint, console, need_parser=True)
@@ -109,19 +109,12 @@ def attention_command(
     tokens, _ = _sentence(sentence, index, pretokenized, corpus, data, split, console, run)
     structure = sentence_structure(run, tokens, device=device)
     path = plot_structure(structure, out)
-    table = Table(title=f"{structure.model_name}: " + ("span attention" if structure.kind == "span" else "distances"))
-    table.add_column("word")
-    if structure.kind == "span":
-        attention = structure.attention()
-        table.add_column("most attended span ending here")
-        table.add_column("weight", justify="right")
-        for j, word in enumerate(structure.words):
-            start = int(attention[j, : j + 1].argmax())
-            table.add_row(word, " ".join(structure.words[start : j + 1]), f"{attention[j, start]:.2f}")
-    else:
-        table.add_column("distance before it", justify="right")
-        for word, value in zip(structure.words, structure.distances):
-            table.add_row(word, f"{value:.3f}")
+    columns, rows = structure_table(structure)
+    table = Table(title=f"{structure.model_name}: {structure.kind.show_title}")
+    for number, column in enumerate(columns):
+        table.add_column(column, justify="left" if number == 0 or number < len(columns) - 1 else "right")
+    for row in rows:
+        table.add_row(*row)
     Console().print(table)
     console.print(f"figure: {path}", highlight=False)
 

@@ -50,7 +50,7 @@ def untrained_config(model_name: str, overrides: Sequence[str] = ()):
         cls = get_model_class(model_name)
     except KeyError as err:
         raise InduceError(err.args[0]) from None
-    if getattr(cls, "parser_kind", "none") not in ("distance", "span"):
+    if not cls.parser_kind.parses:
         raise InduceError(f"model {model_name!r} has no syntactic structure: an untrained one has no trees to score")
     for item in overrides:
         if not item.partition("=")[0].strip().startswith("model."):

@@ -172,7 +172,7 @@ def predict_trees(
         for start in range(0, len(content_words), max_length):
             pieces.append((index, content_words[start : start + max_length]))
     order = sorted(range(len(pieces)), key=lambda p: len(pieces[p][1]))
-    span_model = getattr(model, "parser_kind", "distance") == "span"
+    quadratic = model.parser_kind.quadratic  # span tables: a sentence's structure grows with its length squared
     carry = getattr(model, "parse_state_carry", False)
     if carry:  # PaLM variant=released: the pieces in corpus order, one stream (PaLMBase.parse_stream)
         order = list(range(len(pieces)))
@@ -185,8 +185,8 @@ def predict_trees(
             end = start + 1
             while end < len(order) and (carry or end - start < batch_size):
                 length = len(pieces[order[end]][1]) + 2
-                cost = (end + 1 - start) * (length * length if span_model else length)
-                if not carry and cost > (SPAN_BUDGET if span_model else TOKEN_BUDGET):
+                cost = (end + 1 - start) * (length * length if quadratic else length)
+                if not carry and cost > (SPAN_BUDGET if quadratic else TOKEN_BUDGET):
                     break
                 end += 1
             group = order[start:end]

@@ -69,7 +69,7 @@ def not_default_reason(run_dir: Path, need_parser: bool = False) -> Optional[str
             kind = get_model_class(name).parser_kind
         except KeyError:
             return None
-        if kind == "none":
+        if not kind.parses:
             return f"{name} has no parser"
     return None
 

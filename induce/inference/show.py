@@ -9,7 +9,11 @@
 * :func:`dev_sentence` — sentence ``index`` of a prepared corpus split with its gold tree;
 * :func:`tree_f1` — one tree against one gold tree under the default convention;
 * :func:`display_gold` — a gold tree as the evaluation sees it (no punctuation, no POS tags);
-* :func:`plot_structure` — a PNG of the attention (heat map) or of the distances (bars).
+* :func:`plot_structure` — a PNG of the attention (heat map) or of the distances (bars);
+* :func:`structure_table` — the per-word table ``induce show attention`` prints.
+
+How a kind is drawn and tabulated is the kind's (``plot`` and ``table`` of :class:`~induce.trees.kinds.ParserKind`);
+a kind without them (a new family's) still gets its tree here, and ``show attention`` says it has no drawing.
 
 ``induce show tree`` and ``induce show attention`` (``induce/cli/show.py``) print and plot these; the
 reproduction report (:mod:`induce.report`) draws them for its example sentences.
@@ -25,6 +29,7 @@ import numpy as np
 import torch
 
 from induce.errors import InduceError
+from induce.trees.kinds import ParserKind, resolve
 
 
 @dataclass
@@ -34,7 +39,7 @@ class SentenceStructure:
     tokens:          every token of the sentence (the tree's leaves);
     words:           the tokens the model read (punctuation left out unless ``keep_punct``);
     tree:            the induced binary tree over ``tokens`` (internal label ``S``);
-    kind:            ``"distance"`` or ``"span"`` (the model's parser kind);
+    kind:            the model's parser kind (:mod:`induce.trees.kinds`);
     distances:       ``[n]`` distance before each word (distance models);
     layer_distances: ``[L, n]`` per-layer distances when the model exposes them (ON-LSTM);
     distance_layer:  which row of ``layer_distances`` the parser reads (ON-LSTM);
@@ -42,7 +47,7 @@ class SentenceStructure:
     """
 
     model_name: str
-    kind: str
+    kind: ParserKind
     tokens: list
     words: list
     tree: nltk.Tree
@@ -104,7 +109,7 @@ def sentence_structure(
         model.train(was_training)
     n = len(words)
     name = loaded.config.get("model_name", type(model).__name__)
-    kind = getattr(model, "parser_kind", "distance")
+    kind = model.parser_kind
     out = SentenceStructure(name, kind, tokens, words, tree)
     if "distances" in structure:
         # word w_i sits at input position i + 1 (after the leading <eos>)
@@ -172,6 +177,28 @@ def plot_structure(structure: SentenceStructure, path: Union[str, Path], title: 
     """PNG of the span attention (PaLM) or the distances (ON-LSTM, PRPN) of one sentence."""
     from induce.report import figures
 
-    if structure.kind == "span":
-        return figures.plot_span_attention([(title or structure.model_name, structure)], path)
-    return figures.plot_distances([(title or structure.model_name, structure)], path)
+    structure.kind.check_draws(structure.model_name)
+    return resolve(structure.kind.plot)([(title or structure.model_name, structure)], path)
+
+
+def distance_table(structure: SentenceStructure) -> tuple[list[str], list[list[str]]]:
+    """``(columns, rows)`` of ``induce show attention`` for a distance model: each word and the distance before it."""
+    rows = [[word, f"{value:.3f}"] for word, value in zip(structure.words, structure.distances)]
+    return ["word", "distance before it"], rows
+
+
+def span_attention_table(structure: SentenceStructure) -> tuple[list[str], list[list[str]]]:
+    """``(columns, rows)`` of ``induce show attention`` for a span model: each word, the span ending there that
+    gets the most attention, and its weight."""
+    attention = structure.attention()
+    rows = []
+    for j, word in enumerate(structure.words):
+        start = int(attention[j, : j + 1].argmax())
+        rows.append([word, " ".join(structure.words[start : j + 1]), f"{attention[j, start]:.2f}"])
+    return ["word", "most attended span ending here", "weight"], rows
+
+
+def structure_table(structure: SentenceStructure) -> tuple[list[str], list[list[str]]]:
+    """The table of the structure's kind (an :class:`InduceError` for a kind without one)."""
+    structure.kind.check_draws(structure.model_name)
+    return resolve(structure.kind.table)(structure)

@@ -131,7 +131,7 @@ def drive_config(label: str, cfg, recorder: Recorder, number: int = 0) -> None:
         recorder.kind, recorder.order = "validation", (number, 2)
         eval_batch = drive_batch(cfg.data.eval_batch_size)
         model(torch.randint(VOCAB_SIZE, (eval_batch, cfg.data.bptt)), model.init_state(eval_batch))
-        if getattr(cls, "parser_kind", "none") in ("distance", "span"):
+        if cls.parser_kind.parses:
             recorder.kind, recorder.order = "parse", (number, 3)
             for steps in MODEL_PARSE_LENGTHS:
                 # full batches only up to the dev-F1 lengths: the parser's batches shrink with the

@@ -14,6 +14,8 @@ import pydantic
 import torch
 from torch import nn
 
+from induce.trees.kinds import NO_PARSER, ParserKind
+
 
 class ModelConfig(pydantic.BaseModel):
     """Base of every model's hyper-parameter block (the ``model:`` section of a config).
@@ -55,8 +57,9 @@ class LanguageModel(nn.Module):
 
     name: ClassVar[str]
     description: ClassVar[str]
-    #: "distance" (ON-LSTM, PRPN: greedy split at the largest distance) or "span" (PaLM).
-    parser_kind: ClassVar[str]
+    #: What ``parse_structure`` returns and which decoders read it (:mod:`induce.trees.kinds`):
+    #: ``DISTANCE`` (ON-LSTM, PRPN), ``SPAN`` (PaLM), ``NO_PARSER`` (a language model only) or a family's own.
+    parser_kind: ClassVar[ParserKind] = NO_PARSER
     Config: ClassVar[type[ModelConfig]] = ModelConfig
     #: A control (e.g. PaLM-RB, whose trees are right-branching whatever it learns): trained and reported
     #: beside the real models, never chosen as the default run of ``induce parse``, ``eval``, ``show``.

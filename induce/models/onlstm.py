@@ -68,6 +68,7 @@ import torch
 from torch import nn
 
 from induce.kernels import onlstm_cell
+from induce.trees.kinds import DISTANCE
 
 from .awd import AWDConfig, DropoutRate, PositiveInt, RecurrentProjection, TiedLanguageModel, dropconnect, locked_dropout
 from .base import LMOutput
@@ -196,7 +197,7 @@ class ONLSTM(TiedLanguageModel):
 
     name = "onlstm"
     description = "ON-LSTM (Shen et al., 2019): cumax master gates; distances from the master forget gate"
-    parser_kind = "distance"
+    parser_kind = DISTANCE
     Config = ONLSTMConfig
     untied_output_init = "uniform"  # init_weights: the decoder weight U(+-initrange), its own draw
 

@@ -127,6 +127,8 @@ import pydantic
 import torch
 from torch import nn
 
+from induce.trees.kinds import SPAN
+
 from .awd import AWDConfig, DropoutRate, PositiveInt, TiedLanguageModel, WeightDropLSTM, locked_dropout
 from .base import LMOutput
 from .palm_attention import SpanAttention, relevant_span_representations, relevant_span_starts  # noqa: F401 (re-exported)
@@ -207,7 +209,7 @@ RELEASED_DEFAULTS = {"hidden_size": 1120, "wdrop": 0.5, "dropouth": 0.3, "max_sp
 class PaLMBase(TiedLanguageModel):
     """AWD-LSTM with PaLM span attention; subclasses differ in supervision / fixed scores."""
 
-    parser_kind = "span"
+    parser_kind = SPAN
     Config = PaLMConfig
     #: the span scorer's parameters carry :data:`SCORER_MARK` (``optim.scorer_optimizer: adam``).
     has_span_scorer: ClassVar[bool] = True

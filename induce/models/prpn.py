@@ -100,6 +100,7 @@ from torch import nn
 
 from induce.kernels import stick_breaking_gates
 from induce.models.relevancy import EMPTY_RELEVANCE
+from induce.trees.kinds import DISTANCE
 
 from .awd import AWDConfig, DropoutRate, PositiveInt, TiedLanguageModel, dropconnect
 from .base import LMOutput
@@ -205,7 +206,7 @@ class PRPN(TiedLanguageModel):
 
     name = "prpn"
     description = "PRPN (Shen et al., 2018): convolutional distances gate attention over a memory tape"
-    parser_kind = "distance"
+    parser_kind = DISTANCE
     Config = PRPNConfig
     untied_output_init = "uniform"  # init_weights: the decoder weight U(+-initrange), its own draw
 

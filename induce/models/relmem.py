@@ -28,6 +28,7 @@ from torch import nn
 
 from induce.errors import InduceError
 from induce.models.relevancy import FullMemory, RelevancyMemory
+from induce.trees.kinds import NO_PARSER
 
 from .base import LanguageModel, LMOutput, ModelConfig
 from .registry import register
@@ -54,7 +55,7 @@ class _AttentiveRecurrentModel(LanguageModel):
     graph) in ``self.step_states`` after ``forward``: the gradient diagnostics read their ``.grad``.
     """
 
-    parser_kind = "none"
+    parser_kind = NO_PARSER
     Config = RelMemConfig
     cell_kind: str = "lstm"
     full_attention: bool = False

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from induce.report.names import display
 from induce.report.text import split_name
+from induce.trees.kinds import resolve
 
 
 def choose_examples(kept: list, count: int, shortest: int = 8, longest: int = 15) -> list[int]:
@@ -120,13 +121,11 @@ def _examples(results: dict, folder: Path, out: Path, repro) -> dict:
         if not items:
             continue
         kind = items[0][1].kind
-        if kind == "span":
-            path = figures.plot_span_attention(items, folder / f"attention-{model}.png",
-                                               title=f"{display(model)}: span attention (row: span end, column: span start)")
-        else:
-            path = figures.plot_distances(items, folder / f"distances-{model}.png",
-                                          title=f"{display(model)}: syntactic distance before each word")
-        made[f"{'attention' if kind == 'span' else 'distances'}_{model}"] = _rel(path, out)
+        if not kind.draws:  # a family without a drawing of its numbers: its trees are in the examples
+            continue
+        path = resolve(kind.plot)(items, folder / f"{kind.figure_name}-{model}.png",
+                                  title=f"{display(model)}: {kind.figure_title}")
+        made[f"{kind.figure_name}_{model}"] = _rel(path, out)
     return made
 
 

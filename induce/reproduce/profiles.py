@@ -72,7 +72,7 @@ class Profile(pydantic.BaseModel):
                 cls = get_model_class(name)
             except KeyError as err:
                 raise ValueError(err.args[0]) from None
-            if getattr(cls, "parser_kind", None) not in ("distance", "span"):
+            if not cls.parser_kind.parses:
                 raise ValueError(f"{name!r} has no syntactic structure to evaluate (it does not parse)")
         if not models:
             raise ValueError("at least one model")

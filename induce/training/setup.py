@@ -161,12 +161,12 @@ class TrainerSetup:
         return batching.shard_rows(rows, self.ctx.rank, self.ctx.world_size).to(self.device)
 
     def _model_parses(self) -> bool:
-        """Whether the model has a parser (``parser_kind`` other than ``"none"``, e.g. not rellstm)."""
-        return getattr(self.model_cls, "parser_kind", "none") != "none"
+        """Whether the model has a parser (its ``parser_kind`` parses: not rellstm's ``NO_PARSER``)."""
+        return self.model_cls.parser_kind.parses
 
     def _prepare_dev(self) -> None:
         """Dev sentences for the per-epoch F1 (valid trees without punctuation, 2..40 words); none for a
-        model that does not parse (``parser_kind = "none"``)."""
+        model that does not parse (``parser_kind = NO_PARSER``)."""
         self.dev = None
         cfg = self.config.train
         if not (cfg.dev_f1 and self.corpus.has_trees):

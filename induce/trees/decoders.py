@@ -24,6 +24,11 @@ Index conventions (0-based word positions of one sentence ``w_0 .. w_{n-1}``):
 (In this docstring ``[i, j]`` is inclusive and ``[i, j)`` exclusive; every function takes and returns
 spans as ``(start, end)`` with ``end`` exclusive, the convention of :mod:`induce.trees`.)
 
+The decoders are registered by parser kind in :mod:`induce.trees.kinds` (``peel`` and ``unbiased`` for
+:data:`~induce.trees.kinds.DISTANCE`, ``span`` for :data:`~induce.trees.kinds.SPAN`): :func:`parse_batch` asks
+the model's kind which one applies, what to read from ``parse_structure`` and whether sentences need
+their ``<eos>`` marks.
+
 Trees are built as :data:`~induce.trees.nodes.IndexTree` (nested tuples of word positions) by pure
 functions with :func:`~induce.trees.nodes.build_binary`, then turned into :class:`nltk.Tree` over the
 words by :func:`~induce.trees.nodes.to_nltk`.
@@ -37,10 +42,8 @@ import numpy as np
 import torch
 
 from induce.errors import InvalidValueError
+from induce.trees.kinds import decoder_names, kinds
 from induce.trees.nodes import IndexTree, build_binary, to_nltk, tree_spans
-
-DECODERS = ("peel", "unbiased", "span")
-DISTANCE_DECODERS = ("peel", "unbiased")
 
 
 def peel_tree(distances: Sequence[float]) -> IndexTree:
@@ -89,15 +92,23 @@ def span_tree(scores, length: int) -> IndexTree:
     return build_binary(0, length, split_of)
 
 
+def peel_decoder(distances, length: int) -> IndexTree:
+    """The ``peel`` decoder of the registry: :func:`peel_tree` of the first ``length`` distances."""
+    return peel_tree(np.asarray(distances)[:length])
+
+
+def unbiased_decoder(distances, length: int) -> IndexTree:
+    """The ``unbiased`` decoder of the registry: :func:`unbiased_tree` of the first ``length`` distances."""
+    return unbiased_tree(np.asarray(distances)[:length])
+
+
 def decode(structure_row, length: int, decoder: str) -> IndexTree:
-    """Decode one sentence: ``structure_row`` is ``distances [>= length]`` or ``span scores [T, m]``."""
-    if decoder == "peel":
-        return peel_tree(np.asarray(structure_row)[:length])
-    if decoder == "unbiased":
-        return unbiased_tree(np.asarray(structure_row)[:length])
-    if decoder == "span":
-        return span_tree(structure_row, length)
-    raise InvalidValueError(f"unknown decoder {decoder!r}; choose one of {', '.join(DECODERS)}")
+    """Decode one sentence with the registered decoder named ``decoder`` (of whichever kind registers it):
+    ``structure_row`` is ``distances [>= length]`` or ``span scores [T, m]``."""
+    for kind in kinds():
+        if decoder in kind.decoders:
+            return kind.decoders[decoder](structure_row, length)
+    raise InvalidValueError(f"unknown decoder {decoder!r}; choose one of {', '.join(decoder_names())}")
 
 
 def gold_span_targets(sentences: Iterable, m: int) -> torch.Tensor:
@@ -150,23 +161,21 @@ def parse_batch(
     ``parse_state_carry`` true reads them as one stream in the given order instead).
 
     sentences: token ids per sentence (no ``<eos>``). words: the original words to put at the leaves
-    (default: the ids as strings). decoder: ``"peel"`` (default for distance models), ``"unbiased"``,
-    or ``"span"`` (the only one for PaLM). eos_id: when given, each sentence is read as
+    (default: the ids as strings). decoder: one registered for the model's parser kind
+    (:mod:`induce.trees.kinds`; None: the kind's default). eos_id: when given, each sentence is read as
     ``<eos> words <eos>`` — the context it has in the LM stream (the previous sentence's end mark
-    before it, its own after it); PaLM needs the final mark, since the scores of the spans ending at
-    the last word are computed when the model reads the next token. Sentences are sorted by length
+    before it, its own after it); a kind that ``needs_eos`` (PaLM) must have it, since the scores of the
+    spans ending at the last word are computed when the model reads the next token. Sentences are sorted by length
     and run ``batch_size`` at a time; the trees come back in input order.
     """
     kind = model.parser_kind
-    if kind not in ("distance", "span"):
+    if not kind.parses:
         # e.g. RelLSTM: parse_structure raises the clear "cannot parse" error (no decoder applies)
         model.parse_structure(torch.zeros(1, 1, dtype=torch.long), torch.ones(1, dtype=torch.long))
-    decoder = decoder or ("peel" if kind == "distance" else "span")
-    allowed = DISTANCE_DECODERS if kind == "distance" else ("span",)
-    if decoder not in allowed:
-        raise InvalidValueError(f"decoder {decoder!r} does not apply to model {model.name!r}; use one of {allowed}")
-    if kind == "span" and eos_id is None:
-        raise ValueError("PaLM parsing needs eos_id: spans ending at the last word are scored at the end mark")
+    chosen = kind.choose_decoder(decoder, model.name)
+    if kind.needs_eos and eos_id is None:
+        raise ValueError(f"{model.name} parsing needs eos_id: the model scores a sentence's last spans at its "
+                         "end mark")
     if words is None:
         words = [[str(i) for i in s] for s in sentences]
     if any(len(s) == 0 for s in sentences):
@@ -177,24 +186,21 @@ def parse_batch(
     trees: list[Optional[nltk.Tree]] = [None] * len(sentences)
     order = sorted(range(len(sentences)), key=lambda b: len(sentences[b]))
     try:
-        if kind == "span" and getattr(model, "parse_state_carry", False):
+        if getattr(model, "parse_state_carry", False):
             # PaLM variant=released: one stream in input order, LSTM state carried (PaLMBase.parse_stream).
             for b, table in enumerate(model.parse_stream(sentences, eos_id)):
-                trees[b] = to_nltk(decode(table.float().cpu().numpy(), len(sentences[b]), decoder), words[b])
+                trees[b] = to_nltk(chosen(table.float().cpu().numpy(), len(sentences[b])), words[b])
             return trees  # type: ignore[return-value]
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             tokens, lengths, offset = _pad([sentences[b] for b in chunk], eos_id)
             structure = model.parse_structure(tokens.to(device), lengths.to(device))
-            key = "distances" if kind == "distance" else "span_scores"
-            values = structure[key].float().cpu().numpy()
+            values = structure[kind.structure_key].float().cpu().numpy()
             for row, b in enumerate(chunk):
                 n = len(sentences[b])
-                # word w_i sits at input position i + offset. Distances: row i + offset. Span scores:
-                # the span of words [i, j] is scored at [j + offset, j - i], so dropping the first
-                # offset rows (and keeping the columns) gives the word-level table.
-                index_tree = decode(values[row, offset : offset + n], n, decoder)
-                trees[b] = to_nltk(index_tree, words[b])
+                # word w_i sits at input position i + offset: dropping the first offset rows gives the
+                # word-level rows (distances: the one before w_i; span scores: [j, k] = words [j-k, j]).
+                trees[b] = to_nltk(chosen(values[row, offset : offset + n], n), words[b])
     finally:
         model.train(was_training)
     return trees  # type: ignore[return-value]
