@@ -59,7 +59,8 @@ class _Section(pydantic.BaseModel):
 
 
 class DataConfig(_Section):
-    """Corpus and batching (AWD-LSTM conventions)."""
+    """Corpus and batching (AWD-LSTM conventions; for a sentence-level objective ``batch_size`` and
+    ``eval_batch_size`` count sentences, and the length cap and curriculum apply)."""
 
     corpus: Optional[str] = pydantic.Field(
         None, description="prepared corpus folder (or a name under corpora/); None = the default corpus"
@@ -76,6 +77,16 @@ class DataConfig(_Section):
         "i.e. with CUDA graphs on (train.cuda_graphs) the largest divisor of bptt not above 1.5 x bptt_std, else off; "
         "a run's config.yaml stores the value used"
     )
+    # Sentence-level objectives (induce.training.objectives.SentenceLevel); the streams ignore them.
+    max_length: Optional[int] = pydantic.Field(
+        None, ge=1, description="sentence-level training: the longest sentence trained on (null: no cap)"
+    )
+    curriculum_start: Optional[int] = pydantic.Field(
+        None, ge=1, description="sentence-level training: epoch 1's longest sentence, growing by curriculum_step "
+        "words each epoch up to max_length (null: no curriculum)"
+    )
+    curriculum_step: int = pydantic.Field(1, ge=0, description="sentence-level training: words added to the "
+                                          "length cap each epoch")
 
 
 class OptimConfig(_Section):

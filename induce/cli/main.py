@@ -16,6 +16,8 @@ import typer
 
 from induce import __version__
 from induce.cli.messages import guard_commands
+from induce.errors import InduceError
+from induce.models.plugins import load_plugins
 
 COMMAND_MODULES = (
     "induce.cli.preprocess",
@@ -106,6 +108,12 @@ def escape_markup(text: str) -> str:
     return escape(text)
 
 
+# Plugins first (INDUCE_PLUGINS: induce.models.plugins), so that their decoders are in --decoder's help; a
+# plugin that fails to import is reported by the command that looks up a model (one line, exit 2).
+try:
+    load_plugins()
+except InduceError:
+    pass
 for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(app)
 _reflow_help(app)

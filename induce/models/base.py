@@ -4,6 +4,10 @@ A model is an ``nn.Module`` that maps token ids to hidden states (and, for the p
 to syntactic distances or span scores). It owns no loop, optimiser or checkpoint: the
 trainer (``induce.training``) does. Tensors are batch-first: ``[B, T]`` token ids,
 ``[B, T, E]`` hidden states.
+
+The model class declares what the rest asks of it: its parser kind (:mod:`induce.trees.kinds`: what
+``parse_structure`` returns and which decoders read it) and its training objective
+(:class:`TrainingObjective`: BPTT streams, or whole sentences with a loss per sentence).
 """
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ import pydantic
 import torch
 from torch import nn
 
-from induce.trees.kinds import NO_PARSER, ParserKind
+from induce.trees.kinds import NO_PARSER, ParserKind, Reference
 
 
 class ModelConfig(pydantic.BaseModel):
@@ -52,14 +56,33 @@ class LMOutput:
     structure: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class TrainingObjective:
+    """How the trainer trains a model class: ``name`` for messages, ``implementation`` the
+    :class:`induce.training.objectives.Objective` subclass (``"module:Class"``, imported when training starts,
+    so that models never import the trainer)."""
+
+    name: str
+    implementation: Reference
+
+
+#: Token streams in BPTT segments, cross-entropy + AR/TAR (ON-LSTM, PRPN, PaLM, the relevancy LMs).
+STREAM_LM = TrainingObjective("language model over BPTT streams", "induce.training.objectives:StreamLM")
+#: Whole sentences, a loss per sentence from :meth:`LanguageModel.sentence_loss` (e.g. a PCFG's negative ELBO).
+SENTENCE_LEVEL = TrainingObjective("loss per sentence", "induce.training.objectives:SentenceLevel")
+
+
 class LanguageModel(nn.Module):
-    """Base class. Subclasses set ``name``, ``description``, ``parser_kind`` and ``Config``."""
+    """Base class. Subclasses set ``name``, ``description``, ``parser_kind``, ``objective`` and ``Config``."""
 
     name: ClassVar[str]
     description: ClassVar[str]
     #: What ``parse_structure`` returns and which decoders read it (:mod:`induce.trees.kinds`):
     #: ``DISTANCE`` (ON-LSTM, PRPN), ``SPAN`` (PaLM), ``NO_PARSER`` (a language model only) or a family's own.
     parser_kind: ClassVar[ParserKind] = NO_PARSER
+    #: What the trainer minimises and how it batches the corpus: :data:`STREAM_LM` (``forward`` / ``logits``)
+    #: or :data:`SENTENCE_LEVEL` (:meth:`sentence_loss`), or a family's own :class:`TrainingObjective`.
+    objective: ClassVar[TrainingObjective] = STREAM_LM
     Config: ClassVar[type[ModelConfig]] = ModelConfig
     #: A control (e.g. PaLM-RB, whose trees are right-branching whatever it learns): trained and reported
     #: beside the real models, never chosen as the default run of ``induce parse``, ``eval``, ``show``.
@@ -84,4 +107,9 @@ class LanguageModel(nn.Module):
         tokens ``[B, T]`` (right-padded), lengths ``[B]`` -> ``{"distances": [B, T]}`` or
         ``{"span_scores": [B, T, m]}`` (entry ``[b, t, k]`` scores the span of length k+1 ending at t).
         """
+        raise NotImplementedError
+
+    def sentence_loss(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """:data:`SENTENCE_LEVEL` models: ``tokens [B, T]`` (the words of each sentence, right-padded with 0),
+        ``lengths [B]`` -> ``[B]`` the loss of each sentence in nats (a negative log-likelihood or its bound)."""
         raise NotImplementedError

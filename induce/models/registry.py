@@ -1,9 +1,11 @@
-"""Name -> model class registry (``--model NAME``; ``induce models`` lists it)."""
+"""Name -> model class registry (``--model NAME``; ``induce models`` lists it): the built-in families and
+those of the plugin modules named in ``INDUCE_PLUGINS`` (:mod:`induce.models.plugins`)."""
 from __future__ import annotations
 
 import importlib
 
 from .base import LanguageModel
+from .plugins import load_plugins
 
 _REGISTRY: dict[str, type[LanguageModel]] = {}
 # Modules whose import registers the built-in models.
@@ -24,8 +26,10 @@ def register(cls: type[LanguageModel]) -> type[LanguageModel]:
 
 
 def _load_builtins() -> None:
+    """Import the built-in models' modules, then the plugins of ``INDUCE_PLUGINS`` (:mod:`.plugins`)."""
     for module in _BUILTIN_MODULES:
         importlib.import_module(module)
+    load_plugins()
 
 
 def get_model_class(name: str) -> type[LanguageModel]:

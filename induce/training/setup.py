@@ -1,7 +1,7 @@
-"""Building a run before its first step: process group, corpus and vocabulary, model, training rows
-(sharded per process), gold spans (PaLM-S), dev sentences for the per-epoch F1, the loss module
-(DDP-wrapped under torchrun), schedule, optimiser, BPTT-length generator, and the trainer state
-(restored from ``last`` when resuming).
+"""Building a run before its first step: process group, corpus and vocabulary, model, the model's training
+objective (:mod:`induce.training.objectives`: its data, e.g. training rows sharded per process and PaLM-S's
+gold spans, and its loss module, DDP-wrapped under torchrun), dev sentences for the per-epoch F1, schedule,
+optimiser, BPTT-length generator, and the trainer state (restored from ``last`` when resuming).
 
 :class:`TrainerSetup` is the :class:`~induce.training.trainer.Trainer`'s setup half (a mixin that
 fills the trainer's attributes); the loop is in :mod:`induce.training.trainer`.
@@ -13,10 +13,11 @@ from rich.console import Console
 from torch import nn
 
 from induce.errors import InduceError
+from induce.trees.kinds import resolve
 
 from . import batching, ddp, fits
 from .checkpoint import CheckpointError
-from .lm import DEV_LENGTHS, LMLoss, resolve_corpus
+from .lm import DEV_LENGTHS, resolve_corpus
 from .optim import build_optimizer
 from .state import LoopState, seed_everything
 
@@ -63,18 +64,9 @@ class TrainerSetup:
             # Same initial weights everywhere (seeded above); different dropout masks per process.
             torch.manual_seed(cfg.train.seed + 1_000_003 * ctx.rank)
 
-        train_stream = batching.stream_ids(self.corpus.lm_sentences("train"), vocab)
-        self.train_data = batching.shard_rows(
-            fits.batch_rows(train_stream, cfg.data.batch_size, "data.batch_size", "train"), ctx.rank, ctx.world_size
-        ).to(self.device)
-        valid_stream = batching.stream_ids(self.corpus.lm_sentences("valid"), vocab)
-        self.valid_data = fits.batch_rows(valid_stream, cfg.data.eval_batch_size, "data.eval_batch_size", "valid")
-        self.train_gold = None
-        if getattr(self.model_cls, "supervised", False):
-            self.train_gold = self._gold_spans(train_stream.numel())
-        fits.check_step_fits(LMLoss(self.model, cfg.train.alpha, cfg.train.beta), self.model, cfg, self.device,
-                             self.train_data.size(0), self.train_data.size(1),
-                             None if self.train_gold is None else self.train_gold.size(-1))
+        # The model's objective builds the data and the loss (induce.training.objectives).
+        self.objective = resolve(self.model_cls.objective.implementation)()
+        self.loss_module: nn.Module = self.objective.prepare(self)
         self._prepare_dev()
         if cfg.train.select_by == "dev_f1" and not self._model_parses():
             raise InduceError(
@@ -86,7 +78,6 @@ class TrainerSetup:
                 "train.select_by=dev_f1 needs dev trees (a corpus with trees, train.dev_f1=true and induce.evaluation)"
             )
 
-        self.loss_module: nn.Module = LMLoss(self.model, cfg.train.alpha, cfg.train.beta)
         if ctx.distributed:
             from torch.nn.parallel import DistributedDataParallel
 
@@ -94,7 +85,9 @@ class TrainerSetup:
                 self.loss_module, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
                 find_unused_parameters=bool(self._unused_parameters()),
             )
-        self._set_up_graphs()
+        self.static_steps = None
+        if self.objective.uses_graphs:
+            self._set_up_graphs()
         cfg = self.config
         self.optimizer = build_optimizer(self.model.parameters(), cfg.optim)
         self.loop = LoopState.fresh(cfg, self.device)
@@ -134,11 +127,7 @@ class TrainerSetup:
         was_training = model.training
         model.eval()
         try:
-            inputs, targets = batching.segment(self.train_data, 0, min(4, self.train_data.size(1) - 1))
-            gold = None if self.train_gold is None else self.train_gold[:, : inputs.size(1)]
-            probe = LMLoss(model, self.config.train.alpha, self.config.train.beta)
-            loss, _, _ = probe(inputs, targets, model.init_state(inputs.size(0), self.device), gold)
-            loss.backward()
+            self.objective.probe_loss(self).backward()
             unused = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
         finally:
             model.zero_grad(set_to_none=True)

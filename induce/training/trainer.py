@@ -56,10 +56,10 @@ from rich.progress import (
 from induce.config import RunConfig, load_config_file, save_config, stored_config, validate_config
 from induce.errors import InduceError
 
-from . import advice, batching, ddp, failures
+from . import advice, ddp, failures
 from .checkpoint import load_checkpoint
-from .lm import DEV_LENGTHS, LMLoss, dev_parse_metrics, evaluate_lm, resolve_corpus
-from .optim import averaged_parameters, build_optimizer, clip_gradients
+from .lm import DEV_LENGTHS, LMLoss, dev_parse_metrics, evaluate_lm, resolve_corpus  # noqa: F401 (re-exported)
+from .optim import averaged_parameters, build_optimizer
 from .run_folder import (
     BEST,
     CONFIG_FILE,
@@ -242,48 +242,19 @@ class Trainer(TrainerSetup, CheckpointState):
         periodic checkpoint happen in one order per batch that exact resume and DDP's agreement on the
         stopping step depend on; it reads best as one loop."""
         cfg = self.config
-        model, data = self.model, self.train_data
-        model.train()
-        if self.loop.hidden is None:
-            self.loop.hidden = model.init_state(data.size(0), self.device)
-        params = [p for p in model.parameters() if p.requires_grad]
-        length = data.size(1)
-        batches_per_epoch = max(1, (length - 1) // cfg.data.bptt)
+        self.model.train()
+        batches_per_epoch = self.objective.batches_per_epoch(self)
         task = None
         self.progress = progress
         if progress is not None:
             task = progress.add_task(f"epoch {self.loop.epoch}", total=batches_per_epoch, loss="")
             progress.update(task, completed=self.loop.batch)
-        autocast = cfg.train.amp and self.device.type == "cuda"
         interval_start, interval_tokens = time.monotonic(), 0
-        while self.loop.position < length - 2:
-            seq_len = batching.next_segment_length(
-                self.loop.bptt_rng, cfg.data.bptt, cfg.data.bptt_std, cfg.data.min_bptt, cfg.data.max_bptt_extra,
-                bucket=cfg.data.bptt_bucket,
-            )
-            inputs, targets = batching.segment(data, self.loop.position, seq_len)
-            steps = inputs.size(1)
-            gold = None
-            if self.train_gold is not None:
-                gold = self.train_gold[:, self.loop.position : self.loop.position + steps]
-            self.loop.hidden = detach_state(self.loop.hidden)
-            self.loop.schedule.step_lr(self.optimizer, steps / cfg.data.bptt)
-            if self.static_steps is not None and steps == seq_len:
-                # train.cuda_graphs: the same step on static buffers, captured per shape on CUDA (graphs.py);
-                # not the epoch's last segment, clipped at the end of the rows (a one-off length).
-                loss, cross_entropy, self.loop.hidden = self.static_steps.step(
-                    self.optimizer, params, inputs, targets, self.loop.hidden, gold)
-            else:
-                self.optimizer.zero_grad(set_to_none=True)
-                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=autocast):
-                    loss, cross_entropy, self.loop.hidden = self.loss_module(inputs, targets, self.loop.hidden, gold)
-                loss.backward()
-                clip_gradients(self.optimizer, params, cfg.optim.clip)  # per part for optim.scorer_optimizer=adam
-                self.optimizer.step()
-            self.loop.epoch_loss_sum += cross_entropy.double() * targets.numel()
-            self.loop.epoch_tokens += targets.numel()
-            interval_tokens += targets.numel()
-            self.loop.position += steps
+        while self.objective.has_next(self):
+            loss_sum, tokens = self.objective.step(self)  # the model's objective: one optimiser step
+            self.loop.epoch_loss_sum += loss_sum
+            self.loop.epoch_tokens += tokens
+            interval_tokens += tokens
             self.loop.batch += 1
             self.loop.steps_total += 1
             self.batches_this_run += 1
@@ -328,12 +299,11 @@ class Trainer(TrainerSetup, CheckpointState):
 
     def _evaluate(self) -> dict:
         """Validation loss/perplexity (and dev F1) on rank 0, shared with the other ranks."""
-        cfg = self.config
         metrics: dict = {}
         values = [math.nan, math.nan]
         if self.ctx.is_main:
             with averaged_parameters(self.model, self.optimizer):
-                valid_loss = evaluate_lm(self.model, self.valid_data, cfg.data.bptt, self.device)
+                valid_loss = self.objective.validate(self)
                 if self.dev is not None:
                     try:
                         metrics.update(dev_parse_metrics(self.model, *self.dev, eos_id=self.vocab.eos_id))
@@ -425,17 +395,15 @@ class Trainer(TrainerSetup, CheckpointState):
     def _announce(self) -> None:
         cfg, ctx = self.config, self.ctx
         n_params = sum(p.numel() for p in self.model.parameters())
-        tokens_per_epoch = self.train_data.size(1) * cfg.data.batch_size
+        tokens_per_epoch = self.objective.tokens_per_epoch(self)
         sentences = self.corpus.lm_sentences("train")
         words = sum(len(sentence) for sentence in sentences)
         # One count, said what it counts: the words, the tokens with the sentence ends (what the model
-        # reads), and the tokens an epoch predicts (metrics.jsonl's train_tokens, the report's
-        # "tokens trained"): the first of each row and the tail that does not fill the rows are not.
-        predicted = batching.predicted_per_epoch(words + len(sentences), cfg.data.batch_size)
+        # reads), and what an epoch reads of them (the objective says).
         self._log(
             f"{cfg.model_name}: {n_params:,} parameters, {self.corpus.name} ({len(self.vocab)} types; train text: "
-            f"{words:,} words + {len(sentences):,} sentence ends = {words + len(sentences):,} tokens, an epoch "
-            f"predicts up to {predicted:,} of them in {cfg.data.batch_size} streams), device {self.device}"
+            f"{words:,} words + {len(sentences):,} sentence ends = {words + len(sentences):,} tokens, "
+            f"{self.objective.describe(self)}), device {self.device}"
             + (f", {ctx.world_size} processes" if ctx.distributed else "")
             + (f", resuming epoch {self.loop.epoch} at batch {self.loop.batch}" if self.resume else "")
         )

@@ -176,7 +176,8 @@ DISTANCE = register_kind(ParserKind(
 ))
 SPAN = register_kind(ParserKind(
     "span", structure_key="span_scores", needs_eos=True, quadratic=True, show_title="span attention",
-    figure_name="attention", figure_title="span attention (row: span end, column: span start)", plot="induce.report.figures:plot_span_attention",
+    figure_name="attention", figure_title="span attention (row: span end, column: span start)",
+    plot="induce.report.figures:plot_span_attention",
     table="induce.inference.show:span_attention_table",
 ))
 DISTANCE.add_decoder("peel", "induce.trees.decoders:peel_decoder",
