@@ -314,7 +314,8 @@ FLAG_OF_KEY = {
 }
 
 
-def apply_overrides(raw: dict, overrides: list[str], origins: Optional[Origins] = None, from_flags: bool = False) -> dict:
+def apply_overrides(raw: dict, overrides: list[str], origins: Optional[Origins] = None,
+                    from_flags: bool = False) -> dict:
     """Apply ``key=value`` strings (dotted keys) to a raw config mapping; returns a new mapping.
     ``origins`` records each key as coming from ``override key=value``, or with ``from_flags``
     from the flag that set it (:data:`FLAG_OF_KEY`, e.g. ``--max-epochs 0``)."""
@@ -326,7 +327,8 @@ def apply_overrides(raw: dict, overrides: list[str], origins: Optional[Origins] 
             raise ConfigError(f"override {item!r} is not key=value (e.g. optim.lr=0.003)")
         parts = key.split(".")
         if parts[0] not in SECTIONS:
-            raise ConfigError(f"override {item}: {key}: unknown section {parts[0]!r}; sections are {', '.join(SECTIONS)}")
+            raise ConfigError(f"override {item}: {key}: unknown section {parts[0]!r}; sections are "
+                              f"{', '.join(SECTIONS)}")
         try:
             value = yaml.safe_load(text) if text.strip() else None
         except yaml.YAMLError:
@@ -350,7 +352,8 @@ def validate_config(raw: dict, source: str = "config", origins: Optional[Origins
     origins = origins or Origins(source)
     unknown = [key for key in raw if key not in SECTIONS]
     if unknown:
-        raise ConfigError(f"{origins.of(unknown[0])}: {unknown[0]}: unknown section; sections are {', '.join(SECTIONS)}")
+        raise ConfigError(f"{origins.of(unknown[0])}: {unknown[0]}: unknown section; "
+                          f"sections are {', '.join(SECTIONS)}")
     model = raw.get("model")
     if model is not None and not isinstance(model, dict):
         raise ConfigError(f"{origins.of('model')}: model: must be a mapping of the model's fields")

@@ -1,6 +1,7 @@
 """`induce diagnose grad|memory` and `induce task train|eval` (Kerg et al. 2020 diagnostics and tasks).
 
-Thin layer: option parsing and printing; the logic is in :mod:`induce.diagnostics.tasks` and :mod:`induce.diagnostics.measure`.
+Thin layer: option parsing and printing; the logic is in :mod:`induce.diagnostics.tasks` and
+:mod:`induce.diagnostics.measure`.
 """
 from __future__ import annotations
 
@@ -103,7 +104,8 @@ def task_train(
 def task_eval(
     checkpoint: Path = typer.Option(..., help="checkpoint written by `induce task train`"),
     task: Optional[str] = typer.Option(None, help="task (default: the one it was trained on)"),
-    T: str = typer.Option("", "--T", help="comma-separated delays (default: the training T); transfer copy: 200,400,2000"),
+    T: str = typer.Option("", "--T", help="comma-separated delays (default: the training T); transfer copy: "
+                                          "200,400,2000"),
     n: int = typer.Option(200, min=1, help="test examples per T"),
     seed: int = typer.Option(0, help="test stream seed"),
     threads: int = typer.Option(1, min=1, help="torch CPU threads"),
@@ -146,7 +148,8 @@ def diagnose_grad(
     """||dL/dh_t|| as a function of t for trained and/or fresh models (PNG + JSON)."""
     import torch
 
-    from induce.diagnostics import measure as diagnostics, tasks
+    from induce.diagnostics import measure as diagnostics
+    from induce.diagnostics import tasks
 
     torch.set_num_threads(threads)
     results = {}

@@ -45,10 +45,10 @@ def eval_command(
         f"Without a predicted file, --baseline or --checkpoint: {LATEST_RUN_HELP}."
     ),
     untrained: Optional[str] = typer.Option(
-        None, "--untrained", metavar="MODEL", help="Parse the gold sentences with --inits freshly initialised, untrained "
-        "MODELs (configs/MODEL.yaml: the papers' sizes; change them with --set) and report mean ± std over the inits "
-        "(PaLM Table 4's first row). Vocabulary: that of the prepared corpus when the gold trees come from one "
-        "(--corpus or the default corpus), else every word of the gold sentences; never a run folder's."
+        None, "--untrained", metavar="MODEL", help="Parse the gold sentences with --inits freshly initialised, "
+        "untrained MODELs (configs/MODEL.yaml: the papers' sizes; change them with --set) and report mean ± std over "
+        "the inits (PaLM Table 4's first row). Vocabulary: that of the prepared corpus when the gold trees come from "
+        "one (--corpus or the default corpus), else every word of the gold sentences; never a run folder's."
     ),
     inits: Optional[int] = typer.Option(
         None, "--inits", min=1, help="With --untrained: how many untrained models (default 5; PaLM Table 4: 25)."
@@ -59,10 +59,10 @@ def eval_command(
     ),
     lm: bool = typer.Option(False, "--lm", help="With a checkpoint: report the language-model perplexity of --split."),
     decoder: Optional[str] = typer.Option(None, "--decoder", help=decoder_help()),
-    batch_size: int = typer.Option(64, "--batch-size", help="Sentences per forward pass when parsing with a checkpoint."),
+    batch_size: int = typer.Option(64, "--batch-size", help="Sentences per forward pass (parsing with a checkpoint)."),
     device: str = typer.Option("auto", "--device", help="With a checkpoint: " + DEVICE_HELP),
-    data: Optional[Path] = typer.Option(None, "--data", help="Data root for the default corpus (else $INDUCE_DATA, corpora/, NLTK); "
-                                        "with a run: evaluate on this data instead of the run's own corpus."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Data root for the default corpus (else $INDUCE_DATA, "
+                                        "corpora/, NLTK); with a run: this data, not the run's own corpus."),
     corpus: Optional[Path] = typer.Option(None, "--corpus", help="A prepared corpus folder (induce preprocess output); "
                                           "default: a run's own corpus, else the default corpus."),
     split: str = typer.Option("valid", "--split", help="Split of the prepared corpus: valid (dev) or test."),
@@ -70,9 +70,9 @@ def eval_command(
     wsj40: bool = typer.Option(False, "--wsj40", help="Only sentences of <= 40 words after punctuation removal."),
     max_length: Optional[int] = typer.Option(None, "--max-length", help="Only sentences of <= N words after removal "
                                              "(with --wsj10 or --wsj40: the smaller limit)."),
-    keep_punct: bool = typer.Option(False, "--keep-punct", help="Do not remove punctuation (traces are still removed)."),
+    keep_punct: bool = typer.Option(False, "--keep-punct", help="Keep punctuation (traces are still removed)."),
     count_root: bool = typer.Option(False, "--count-root", help="Count the whole-sentence span."),
-    multiset: bool = typer.Option(False, "--multiset", help="Count spans as a multiset (unary chains count repeatedly)."),
+    multiset: bool = typer.Option(False, "--multiset", help="Spans as a multiset (unary chains count repeatedly)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
     per_sentence: Optional[Path] = typer.Option(None, "--per-sentence", help="Write a CSV with one row per sentence."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help=PROGRESS_HELP),
@@ -125,7 +125,8 @@ def _print_table(summary: dict, console: Console) -> None:
     for who, prefix in (("predicted", ""), ("gold", "gold_")):
         table.add_row(
             f"{who} splits % left / right / other / n-ary",
-            " / ".join(_fmt(summary[f"{prefix}{kind}_split_pct"]) for kind in ("left", "right", "other_binary", "nary")),
+            " / ".join(_fmt(summary[f"{prefix}{kind}_split_pct"])
+                       for kind in ("left", "right", "other_binary", "nary")),
         )
     console.print(table)
     console.print(f"convention: {summary['convention']['description']}")

@@ -16,7 +16,8 @@ def generate_command(
     ),
     words: int = typer.Option(50, "--words", "-n", min=1, help="Tokens to generate (beam search: at most)."),
     temperature: float = typer.Option(1.0, "--temperature", "-t", help="Sampling temperature (> 0; lower = safer)."),
-    beam: Optional[int] = typer.Option(None, "--beam", min=1, help="Beam search with this many hypotheses instead of sampling."),
+    beam: Optional[int] = typer.Option(None, "--beam", min=1, help="Beam search with this many hypotheses instead of "
+                                                                   "sampling."),
     prompt: Optional[str] = typer.Option(None, "--prompt", help="Text to continue (normalised as in training)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),

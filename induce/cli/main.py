@@ -16,8 +16,7 @@ import typer
 
 from induce import __version__
 from induce.cli.messages import guard_commands
-from induce.errors import InduceError
-from induce.models.plugins import load_plugins
+from induce.models.plugins import load_plugins_for_help
 
 COMMAND_MODULES = (
     "induce.cli.preprocess",
@@ -108,12 +107,8 @@ def escape_markup(text: str) -> str:
     return escape(text)
 
 
-# Plugins first (INDUCE_PLUGINS: induce.models.plugins), so that their decoders are in --decoder's help; a
-# plugin that fails to import is reported by the command that looks up a model (one line, exit 2).
-try:
-    load_plugins()
-except InduceError:
-    pass
+# Plugins first (INDUCE_PLUGINS: induce.models.plugins), so that their decoders are in --decoder's help.
+load_plugins_for_help()
 for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(app)
 _reflow_help(app)

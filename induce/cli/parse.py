@@ -31,10 +31,12 @@ def parse_command(
         None, "--decoder", help=decoder_help()
     ),
     keep_punct: bool = typer.Option(
-        False, "--keep-punct", help="Show punctuation to the model (default: left out as in training, attached afterwards)."
+        False, "--keep-punct", help="Show punctuation to the model (default: left out as in training, attached "
+                                    "afterwards)."
     ),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Sentences per batch."),
-    max_length: int = typer.Option(300, "--max-length", min=2, help="Longer sentences are parsed in pieces of this many tokens."),
+    max_length: int = typer.Option(300, "--max-length", min=2, help="Longer sentences are parsed in pieces of this "
+                                                                    "many tokens."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
     progress: bool = typer.Option(True, "--progress/--no-progress", help=PROGRESS_HELP),

@@ -12,7 +12,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-
 # The option defaults of induce.data.preprocess (DEFAULT_MAX_VOCAB, DEFAULT_SECTIONS), written out so that
 # `induce --help` does not import nltk; tests/test_cli_main.py checks that they agree.
 DEFAULT_MAX_VOCAB = 10000
@@ -41,7 +40,8 @@ def preprocess_command(
                                        help="WSJ sections for valid (LDC layout only)."),
     sections_test: str = typer.Option(_sections_text(DEFAULT_SECTIONS["test"]), "--sections-test",
                                       help="WSJ sections for test (LDC layout only)."),
-    train: Optional[list[Path]] = typer.Option(None, "--train", help="Training tree file(s) (one tree per line or .mrg)."),
+    train: Optional[list[Path]] = typer.Option(None, "--train", help="Training tree file(s) (one tree per line or "
+                                                                     ".mrg)."),
     valid: Optional[list[Path]] = typer.Option(None, "--valid", help="Validation tree file(s)."),
     test: Optional[list[Path]] = typer.Option(None, "--test", help="Test tree file(s)."),
     lm_text: Optional[Path] = typer.Option(
@@ -53,10 +53,12 @@ def preprocess_command(
     synthetic_valid: int = typer.Option(200, "--synthetic-valid", help="Sentences in the synthetic valid split."),
     synthetic_test: int = typer.Option(200, "--synthetic-test", help="Sentences in the synthetic test split."),
     default: bool = typer.Option(
-        False, "--default", help="Prepare the default corpus (what commands use without --corpus); same as no source option."
+        False, "--default", help="Prepare the default corpus (what commands use without --corpus); same as no source "
+                                 "option."
     ),
     allow_predicted_tags: bool = typer.Option(
-        False, "--allow-predicted-tags", help="Accept *.auto.* files (predicted POS tags decide punctuation: not recommended)."
+        False, "--allow-predicted-tags", help="Accept *.auto.* files (predicted POS tags decide punctuation: not "
+                                              "recommended)."
     ),
     force: bool = typer.Option(False, "--force", help="Rebuild even if the output exists."),
 ) -> None:

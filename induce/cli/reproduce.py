@@ -12,7 +12,6 @@ from rich.table import Table
 
 from induce.cli import comma_ints
 
-
 #: Exit status while a chunked reproduction is not finished (EX_TEMPFAIL: "try again").
 INCOMPLETE_EXIT = 75
 #: The default output folder; its runs (results/runs) and corpora (./corpora) are where the other commands look.
@@ -31,26 +30,33 @@ def reproduce_command(
         "models, about 25 minutes of one H100), cpu (small models, under an hour on 2 CPU cores), paper (the papers' "
         "recipes, days of GPU time, in resumable chunks), toy (seconds per model), or a folder with a profile.yaml."
     ),
-    seeds: Optional[str] = typer.Option(None, "--seeds", help="Comma-separated training seeds (default: the profile's)."),
+    seeds: Optional[str] = typer.Option(None, "--seeds",
+                                        help="Comma-separated training seeds (default: the profile's)."),
     models: Optional[str] = typer.Option(None, "--models", help="Comma-separated subset of the profile's models."),
-    data: Optional[Path] = typer.Option(None, "--data", help="Data root for the default corpus (else $INDUCE_DATA, corpora/, NLTK)."),
-    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Use this prepared corpus instead of the default one."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Data root for the default corpus (else $INDUCE_DATA, "
+                                                             "corpora/, NLTK)."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus",
+                                          help="Use this prepared corpus instead of the default one."),
     corpora_dir: Optional[Path] = typer.Option(
         None, "--corpora-dir", help="Where prepared corpora are (and go). Default: corpora/ with the default --out "
         "(where the other commands look), else OUT/corpora, so that a reproduction elsewhere is all in its folder."
     ),
-    out: Path = typer.Option(DEFAULT_OUT, "--out", "-o", help="Output folder: REPORT.md, results.json, figures/, runs/, "
+    out: Path = typer.Option(DEFAULT_OUT, "--out", "-o", help="Output folder: REPORT.md, results.json, figures/, "
+                                                              "runs/, "
                              "eval/ (and corpora/ unless it is the default, results)."),
-    split: str = typer.Option("valid", "--split", help="Evaluation split: valid (dev, WSJ 22) or test (when the corpus has it)."),
+    split: str = typer.Option("valid", "--split", help="Evaluation split: valid (dev, WSJ 22) or test (when the "
+                                                       "corpus has it)."),
     time_per_model: Optional[str] = typer.Option(
         None, "--time-per-model", help="Training time budget per model and seed, e.g. 20s, 6m (default: the profile's)."
     ),
     chunk: Optional[str] = typer.Option(
-        None, "--chunk", help="Stop training after this much time (e.g. 3h), every run at a resumable checkpoint; the same "
+        None, "--chunk", help="Stop training after this much time (e.g. 3h), every run at a resumable checkpoint; the "
+                              "same "
         "command continues (exit status 75 until done). Default: the profile's (paper: 3h)."
     ),
     lm_text: Optional[Path] = typer.Option(
-        None, "--lm-text", help="Folder with Mikolov's ptb.valid.txt (ptb.test.txt): perplexity on the text the published "
+        None, "--lm-text", help="Folder with Mikolov's ptb.valid.txt (ptb.test.txt): perplexity on the text the "
+                                "published "
         "figures use (default: ptb_lm/ under the data root, when there)."
     ),
     device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda, cuda:N (default: the profile's)."),
@@ -69,7 +75,8 @@ def reproduce_command(
     check_out_folder(out, corpus=corpus, data=data, lm_text=lm_text, corpora_dir=corpora_dir)
     options = ReproduceOptions(
         profile=profile, out=out, data=data, corpus=corpus, corpora_dir=corpora_dir,
-        seeds=comma_ints(seeds, "--seeds"), models=[m.strip() for m in models.split(",") if m.strip()] if models else None,
+        seeds=comma_ints(seeds, "--seeds"),
+                               models=[m.strip() for m in models.split(",") if m.strip()] if models else None,
         split=split, time_per_model=parse_duration(time_per_model) if time_per_model else None,
         chunk=parse_duration(chunk) if chunk else None, lm_text=lm_text,
         device=device, threads=threads, progress=progress,
@@ -92,7 +99,8 @@ def reproduce_command(
                       highlight=False)
         raise typer.Exit(code=1)
     if results.get("incomplete"):
-        console.print(f"[bold yellow]not finished:[/] the chunk's training time is used up ({', '.join(results['incomplete'])} "
+        console.print(f"[bold yellow]not finished:[/] the chunk's training time is used up "
+                      f"({', '.join(results['incomplete'])} "
                       "to go). Run the same command again to continue.", highlight=False)
         raise typer.Exit(code=INCOMPLETE_EXIT)
 
@@ -113,10 +121,12 @@ def _print_summary(results: dict, console: Console) -> None:
     for name in results["models_order"]:
         s = results["models"][name]["summary"]
         table.add_row(display(name), fmt(s["perplexity"]), fmt(s["sentence_f1_wsj10"]), fmt(s["sentence_f1_wsj40"]),
-                      fmt(s["sentence_f1_all"]), f"{fmt(s['left_split_pct_wsj40'])} / {fmt(s['right_split_pct_wsj40'])}")
+                      fmt(s["sentence_f1_all"]),
+                      f"{fmt(s['left_split_pct_wsj40'])} / {fmt(s['right_split_pct_wsj40'])}")
     for kind, data in results["baselines"].items():
         sc = data["scores"]
-        table.add_row(f"{display(kind)} (baseline)", "—", fmt(sc["wsj10"]["sentence_f1"]), fmt(sc["wsj40"]["sentence_f1"]),
+        table.add_row(f"{display(kind)} (baseline)", "—", fmt(sc["wsj10"]["sentence_f1"]),
+                      fmt(sc["wsj40"]["sentence_f1"]),
                       fmt(sc["all"]["sentence_f1"]),
                       f"{fmt(sc['wsj40']['left_split_pct'])} / {fmt(sc['wsj40']['right_split_pct'])}")
     console.print(table)

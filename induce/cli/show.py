@@ -1,4 +1,5 @@
-"""`induce show tree` / `induce show attention`: one sentence through a trained model (logic: :mod:`induce.inference.show`)."""
+"""`induce show tree` / `induce show attention`: one sentence through a trained model (logic:
+:mod:`induce.inference.show`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -55,8 +56,10 @@ def tree_command(
     index: Optional[int] = typer.Option(None, "--index", "-i", help="Sentence N (0-based) of --split of the prepared "
                                         "corpus, shown with its gold tree and F1."),
     pretokenized: bool = typer.Option(False, "--pretokenized", help="Tokens are separated by spaces."),
-    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Prepared corpus for --index (default: the run's own corpus)."),
-    data: Optional[Path] = typer.Option(None, "--data", help="Data root for --index: its default corpus instead of the run's."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Prepared corpus for --index (default: the run's own "
+                                                                 "corpus)."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Data root for --index: its default corpus instead of "
+                                                             "the run's."),
     split: str = typer.Option("valid", "--split", help="Split for --index: valid or test."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
 ) -> None:
@@ -89,18 +92,21 @@ def attention_command(
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help=CHECKPOINT_HELP),
     out: Path = typer.Option(Path("attention.png"), "--out", "-o", help="Image to write: a PNG (or .svg, .pdf, ...: "
                              "the suffix decides)."),
-    index: Optional[int] = typer.Option(None, "--index", "-i", help="Sentence N (0-based) of --split of the prepared corpus."),
+    index: Optional[int] = typer.Option(None, "--index", "-i", help="Sentence N (0-based) of --split of the prepared "
+                                                                    "corpus."),
     pretokenized: bool = typer.Option(False, "--pretokenized", help="Tokens are separated by spaces."),
-    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Prepared corpus for --index (default: the run's own corpus)."),
-    data: Optional[Path] = typer.Option(None, "--data", help="Data root for --index: its default corpus instead of the run's."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Prepared corpus for --index (default: the run's own "
+                                                                 "corpus)."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Data root for --index: its default corpus instead of "
+                                                             "the run's."),
     split: str = typer.Option("valid", "--split", help="Split for --index: valid or test."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
 ) -> None:
     """Plot what the parser reads for one sentence: PaLM's span attention (heat map) or the ON-LSTM / PRPN syntactic distances (bars), as a PNG; the numbers are printed too."""  # noqa: E501
-    from induce.report.figures import check_image_path
     from induce.files import check_not_input
     from induce.inference.runs import pick_run, run_files
     from induce.inference.show import plot_structure, sentence_structure, structure_table
+    from induce.report.figures import check_image_path
 
     console = Console(stderr=True)
     run = pick_run(checkpoint, console, need_parser=True)

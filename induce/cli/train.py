@@ -8,7 +8,6 @@ import typer
 from rich.console import Console
 
 
-
 def train_command(
     overrides: Optional[list[str]] = typer.Argument(
         None, metavar="[KEY=VALUE]...",
@@ -20,7 +19,8 @@ def train_command(
     ),
     out: Optional[Path] = typer.Option(None, "--out", help="Run folder (default: runs/<model>-<timestamp>)."),
     corpus: Optional[str] = typer.Option(
-        None, "--corpus", help="Prepared corpus folder or name under corpora/ (= data.corpus; default: the default corpus)."
+        None, "--corpus", help="Prepared corpus folder or name under corpora/ (= data.corpus; default: the default "
+                               "corpus)."
     ),
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (= train.seed)."),
     device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda or cuda:N (= train.device)."),
@@ -62,7 +62,8 @@ def train_command(
     result = train_or_resume(flags, model=model, config=config, overrides=overrides or (), out=out, corpus=corpus,
                              resume=resume, force=force, console=console, progress=progress)
     console.print(
-        f"{result.run_dir}: {result.epochs_done} epochs ({result.stop_reason}), best valid ppl {result.best_valid_ppl:.2f}",
+        f"{result.run_dir}: {result.epochs_done} epochs ({result.stop_reason}), best valid ppl "
+        f"{result.best_valid_ppl:.2f}",
         highlight=False,
     )
     typer.echo(str(result.run_dir))

@@ -63,7 +63,7 @@ class Vocab:
         return {"eos": self.itos[self.eos_id], "itos": self.itos, "unk": self.itos[self.unk_id]}
 
     @classmethod
-    def from_json(cls, obj: dict) -> "Vocab":
+    def from_json(cls, obj: dict) -> Vocab:
         return cls(obj["itos"], unk=obj.get("unk", UNK), eos=obj.get("eos", EOS))
 
 
@@ -103,7 +103,8 @@ class PreparedCorpus:
             raise InputError(f"corrupt {VOCAB_FILE} ({err}); {rebuild}", path) from None
         itos = obj.get("itos") if isinstance(obj, dict) else None
         if not isinstance(itos, list) or not all(isinstance(word, str) for word in itos):
-            raise InputError(f"corrupt {VOCAB_FILE}: expected an object whose \"itos\" is a list of words; {rebuild}", path)
+            raise InputError(f"corrupt {VOCAB_FILE}: expected an object whose \"itos\" is a list of words; {rebuild}",
+                             path)
         try:
             vocab = Vocab.from_json(obj)
         except InduceError as err:

@@ -61,7 +61,8 @@ def _ldc_wsj_dir(root: Path) -> Optional[Path]:
 
 
 def _nltk_sample_dir(root: Path) -> Optional[Path]:
-    candidates = [root / "nltk_treebank", root / "treebank" / "combined", root / "corpora" / "treebank" / "combined", root]
+    candidates = [root / "nltk_treebank", root / "treebank" / "combined", root / "corpora" / "treebank" / "combined",
+                  root]
     for candidate in candidates:
         # any file of the sample (not only wsj_0001.mrg): a sample with files missing is reported as such
         # (preprocess.nltk_sample_split_files), not taken for no treebank at all

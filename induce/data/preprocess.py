@@ -35,10 +35,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from induce.data import mikolov, synthetic
 from induce.data.corpus import META_FILE, SPLITS, UNK, VOCAB_FILE, Vocab
 from induce.errors import InduceError, InputError
-from induce.files import (check_not_input, check_output_folder, honour_umask, os_error_message, process_alive,
-                          sha256_file)
-from induce.trees.ptb import TRACE_TAG, clean_tree
+from induce.files import (
+    check_not_input,
+    check_output_folder,
+    honour_umask,
+    os_error_message,
+    process_alive,
+    sha256_file,
+)
 from induce.trees.brackets import read_trees, tree_to_line
+from induce.trees.ptb import TRACE_TAG, clean_tree
 
 #: Bumped when the output format or a convention changes (invalidates cached corpora).
 FORMAT_VERSION = 1
@@ -257,7 +263,8 @@ def remove_stale_build_dirs(parent: Path, log: LogFn) -> list[Path]:
     removed = []
     host = socket.gethostname()
     try:
-        candidates = sorted(p for p in parent.iterdir() if p.name.startswith(".") and (_TMP_MARK in p.name or _OLD_MARK in p.name))
+        candidates = sorted(p for p in parent.iterdir()
+                            if p.name.startswith(".") and (_TMP_MARK in p.name or _OLD_MARK in p.name))
     except OSError:
         return removed
     for folder in candidates:
@@ -412,7 +419,7 @@ def _read_split_files(split_files: dict[str, list[Path]], progress: Progress) ->
         for path in files:
             size = path.stat().st_size
 
-            def report(done: int, count: int, base=done_bytes, size=size) -> None:
+            def report(done: int, count: int, base=done_bytes, size=size, task=task) -> None:
                 progress.update(task, completed=base + (size * done // max(count, 1)))
 
             split_trees.extend(located.tree for located in read_trees(path, progress=report))

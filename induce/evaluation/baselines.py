@@ -12,9 +12,9 @@ from typing import Sequence
 import nltk
 
 from induce.errors import InvalidValueError
+from induce.trees.nodes import Node, build_binary, from_index_tree, left_branching, right_branching
 
 from .metrics import EvalConvention, GoldSentence, prepare_gold
-from induce.trees.nodes import Node, build_binary, from_index_tree, left_branching, right_branching
 
 BASELINES = ("right", "left", "balanced", "random")
 

@@ -28,9 +28,8 @@ from typing import Callable, Optional, Sequence
 import nltk
 
 from induce.errors import InduceError, InputError
-from induce.trees.ptb import TRACE_TAG, WORD_TAGS, strip_function_tags
-
 from induce.trees.nodes import Node, branching_nodes, constituents, from_nltk, prune
+from induce.trees.ptb import TRACE_TAG, WORD_TAGS, strip_function_tags
 
 #: Gold labels whose recall is reported.
 REPORTED_LABELS = ("NP", "VP", "PP", "SBAR", "ADJP", "ADVP")
@@ -80,7 +79,7 @@ class BranchingStats:
     nary: int = 0
 
     def add(self, node: Node) -> None:
-        for length, children in branching_nodes(node):
+        for _length, children in branching_nodes(node):
             self.n_splits += 1
             if len(children) > 2:
                 self.nary += 1
@@ -248,7 +247,7 @@ def _check_same_count(pred_trees: Sequence, gold_trees: Sequence, pred_locations
     )
 
 
-def _count_label_recall(gold: "GoldSentence", pred_spans: Counter, convention: EvalConvention,
+def _count_label_recall(gold: GoldSentence, pred_spans: Counter, convention: EvalConvention,
                         label_hits: Counter, label_totals: Counter) -> None:
     """Add one sentence's gold constituents of :data:`REPORTED_LABELS` (spans of two words or more, the
     whole sentence only with ``count_root``, duplicates only with ``multiset``) to ``label_totals``, and

@@ -116,7 +116,8 @@ def evaluate_untrained(
     if inits < 1:
         raise InduceError(f"inits {inits}: give at least one untrained model")
     lengths = [len(sentence.words) for sentence in gold]
-    if not any(n >= convention.min_length and not (convention.max_length and n > convention.max_length) for n in lengths):
+    if not any(n >= convention.min_length and not (convention.max_length and n > convention.max_length)
+               for n in lengths):
         require_sentences(evaluate([None] * len(gold), gold, convention))  # raises, saying which filter
     target = resolve_device(device)
     per_init, result = [], None

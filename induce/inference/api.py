@@ -7,7 +7,7 @@
     run = induce.load("runs/palm-20240101-120000")      # a run folder or a checkpoint (.../last)
     trees = run.parse(["The cat sat on the mat."])        # nltk.Tree, leaves = the tokens as typed
     print(induce.format_tree(trees[0]))                   # (S (S The (S cat sat)) ...) as `induce parse`
-    figures = run.score("22.mrg", max_length=40)          # = `induce eval --checkpoint RUN --gold 22.mrg --wsj40 --json`
+    figures = run.score("22.mrg", max_length=40)  # = `induce eval --checkpoint RUN --gold 22.mrg --wsj40 --json`
     figures = run.score()                                 # on the dev split of the corpus it was trained on
     run.perplexity()                                      # = `induce eval --checkpoint RUN --lm`
 
@@ -19,7 +19,8 @@ token the text it covers; ``pretokenized=True``: at spaces, as ``induce parse --
 sentence given as a list of tokens is taken as it is.
 
 Every method calls what the command calls (:func:`induce.inference.predict.predict_trees`,
-:mod:`induce.inference.scoring`, :func:`induce.inference.language_model.lm_perplexity`), so the figures are the commands'.
+:mod:`induce.inference.scoring`, :func:`induce.inference.language_model.lm_perplexity`), so the figures are the
+commands'.
 """
 from __future__ import annotations
 

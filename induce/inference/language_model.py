@@ -117,7 +117,7 @@ def _beam_search(model, state, log_probs, beam: int, max_words: int, eos_id: int
             break
         index = torch.tensor(next_beams, device=device)
         sequences = [sequences[o] + [t] for o, t in zip(next_beams, next_tokens)]
-        state = map_state(state, lambda t: t.index_select(0, index))
+        state = map_state(state, lambda t, index=index: t.index_select(0, index))
         scores = torch.tensor(next_scores, device=device)
         out = model(torch.tensor(next_tokens, device=device)[:, None], state)
         state = out.state

@@ -214,7 +214,8 @@ def missing_checkpoint_message(folder: Path) -> Optional[str]:
     state = status.get("state", "unknown")
     where = ""
     if status.get("epoch") is not None:
-        where = f" at epoch {status['epoch']}" + (f", batch {status['batch']}" if status.get("batch") is not None else "")
+        batch = f", batch {status['batch']}" if status.get("batch") is not None else ""
+        where = f" at epoch {status['epoch']}" + batch
     if state == "diverged":
         return (f"{folder}: the run diverged ({status.get('error', 'non-finite loss')}) before any epoch was "
                 "selected: it has no best checkpoint; train it again with a smaller learning rate")

@@ -98,7 +98,8 @@ def parse_gold(run, gold_sentences: list, convention, batch_size: int = 64, deco
 
     kept = [sentence.words for sentence in gold_sentences]
     wanted = [i for i, words in enumerate(kept)
-              if len(words) >= convention.min_length and not (convention.max_length and len(words) > convention.max_length)]
+              if len(words) >= convention.min_length
+              and not (convention.max_length and len(words) > convention.max_length)]
     parsed = predict.predict_trees(run, [kept[i] for i in wanted], batch_size=batch_size, decoder=decoder,
                                      device=device, keep_punct=not convention.keep_punct, progress=progress)
     trees = [None] * len(gold_sentences)
@@ -128,7 +129,7 @@ def score(pred_trees: list, gold: GoldSet, convention, source: str, locations=No
     return summary, result
 
 
-def eval_corpus_of_run(run) -> "RunCorpus":  # noqa: F821 (induce.inference.runs.RunCorpus)
+def eval_corpus_of_run(run) -> RunCorpus:  # noqa: F821 (induce.inference.runs.RunCorpus)
     """The corpus a run (folder, checkpoint or :class:`~induce.inference.loading.LoadedRun`) is evaluated on when
     none is named: the one it was trained on (:func:`induce.inference.runs.run_corpus`); its sidecar is read, its
     weights are not."""

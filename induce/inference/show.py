@@ -175,7 +175,6 @@ def tree_f1(tree: nltk.Tree, gold: nltk.Tree) -> Optional[float]:
 
 def plot_structure(structure: SentenceStructure, path: Union[str, Path], title: Optional[str] = None) -> Path:
     """PNG of the span attention (PaLM) or the distances (ON-LSTM, PRPN) of one sentence."""
-    from induce.report import figures
 
     structure.kind.check_draws(structure.model_name)
     return resolve(structure.kind.plot)([(title or structure.model_name, structure)], path)

@@ -27,7 +27,6 @@ from torch import _VF, nn
 
 from .base import LanguageModel, ModelConfig
 
-
 # Field types that keep their bounds when a model's config overrides only the default (pydantic drops
 # a parent's Field(gt=...) constraints when a subclass redeclares the field with a plain default).
 PositiveInt = Annotated[int, pydantic.Field(gt=0)]
@@ -101,7 +100,7 @@ def autocast_dtype(device_type: str) -> Optional[torch.dtype]:
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _onednn_packing_available() -> bool:
     """Whether this torch build has oneDNN's pre-packed linear ops and they work on this CPU.
 

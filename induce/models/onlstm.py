@@ -70,7 +70,15 @@ from torch import nn
 from induce.kernels import onlstm_cell
 from induce.trees.kinds import DISTANCE
 
-from .awd import AWDConfig, DropoutRate, PositiveInt, RecurrentProjection, TiedLanguageModel, dropconnect, locked_dropout
+from .awd import (
+    AWDConfig,
+    DropoutRate,
+    PositiveInt,
+    RecurrentProjection,
+    TiedLanguageModel,
+    dropconnect,
+    locked_dropout,
+)
 from .base import LMOutput
 from .registry import register
 
@@ -206,9 +214,10 @@ class ONLSTM(TiedLanguageModel):
         cfg = self.config
         sizes = [cfg.emb_size] + [cfg.hidden_size] * (cfg.n_layers - 1) + [cfg.emb_size]
         self.layers = nn.ModuleList(
-            ONLSTMLayer(sizes[l], sizes[l + 1], cfg.chunk_size, cfg.wdrop, scale_at_eval=cfg.dropconnect_scale == "eval",
+            ONLSTMLayer(sizes[depth], sizes[depth + 1], cfg.chunk_size, cfg.wdrop,
+                        scale_at_eval=cfg.dropconnect_scale == "eval",
                         gate_biases=cfg.gate_biases)
-            for l in range(cfg.n_layers)
+            for depth in range(cfg.n_layers)
         )
 
     def init_state(self, batch_size: int, device="cpu"):
@@ -229,12 +238,12 @@ class ONLSTM(TiedLanguageModel):
         cfg = self.config
         x = locked_dropout(self.embed(tokens), cfg.dropouti, self.training)
         raw_outputs, dropped_outputs, new_state, layer_distances = [], [], [], []
-        for l, layer in enumerate(self.layers[:n_layers]):
-            out, layer_state, dist = layer(x, state[l])
+        for depth, layer in enumerate(self.layers[:n_layers]):
+            out, layer_state, dist = layer(x, state[depth])
             new_state.append(layer_state)
             raw_outputs.append(out)
             layer_distances.append(dist)
-            last = l == len(self.layers) - 1
+            last = depth == len(self.layers) - 1
             x = locked_dropout(out, cfg.dropout if last else cfg.dropouth, self.training)
             dropped_outputs.append(out if last and cfg.ar_target == "raw" else x)
         return x, new_state, raw_outputs, dropped_outputs, torch.stack(layer_distances, 0)

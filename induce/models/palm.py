@@ -164,7 +164,8 @@ class PaLMConfig(AWDConfig):
     )
     variant: Literal["paper", "released"] = pydantic.Field(
         "paper",
-        description="paper: Eqs. 1-3 and 6 of the paper; released: the authors' code (Noahs-ARK/PaLM), see the module docstring",
+        description="paper: Eqs. 1-3 and 6 of the paper; released: the authors' code (Noahs-ARK/PaLM), see the module "
+                    "docstring",
     )
     init_range: float = pydantic.Field(
         math.sqrt(3 / 400), gt=0,
@@ -186,7 +187,8 @@ class PaLMConfig(AWDConfig):
         if data.get("variant") == "released":
             data = {**RELEASED_DEFAULTS, **data}
         emb_size = data.get("emb_size", cls.model_fields["emb_size"].default)
-        if data.get("init_range") is None and isinstance(emb_size, int) and not isinstance(emb_size, bool) and emb_size > 0:
+        if data.get("init_range") is None and isinstance(emb_size, int) and not isinstance(emb_size,
+                                                                                           bool) and emb_size > 0:
             data = {**data, "init_range": math.sqrt(3 / emb_size)}
         return data
 
@@ -195,7 +197,8 @@ class PaLMConfig(AWDConfig):
         if self.attention_after >= self.n_layers:
             raise ValueError(f"attention_after {self.attention_after} must be < n_layers {self.n_layers}")
         if self.variant == "released" and self.relevant_set:
-            raise ValueError("relevant_set applies to variant 'paper' only (the released span gate is not implemented for it)")
+            raise ValueError("relevant_set applies to variant 'paper' only (the released span gate is not implemented "
+                             "for it)")
         if self.variant == "released" and self.max_span_length < 2:
             raise ValueError("variant 'released' scores m-1 spans: max_span_length must be >= 2")
         return self
@@ -226,8 +229,8 @@ class PaLMBase(TiedLanguageModel):
         sizes = [cfg.emb_size] + [cfg.hidden_size] * (cfg.n_layers - 1) + [cfg.emb_size]
         # The released initialisation (module docstring): block-orthogonal gates and zero biases here,
         # the embedding from U(+-init_range) = U(+-sqrt(3 / emb_size)) in TiedLanguageModel.
-        self.layers = nn.ModuleList(WeightDropLSTM(sizes[l], sizes[l + 1], cfg.wdrop, init="orthogonal")
-                                    for l in range(cfg.n_layers))
+        self.layers = nn.ModuleList(WeightDropLSTM(sizes[depth], sizes[depth + 1], cfg.wdrop, init="orthogonal")
+                                    for depth in range(cfg.n_layers))
         self.span_attention = SpanAttention(
             sizes[cfg.attention_after], cfg.rrnn_size, cfg.attention_size, relevant_set=cfg.relevant_set,
             variant=cfg.variant, dropout=cfg.dropouth, backward_layout=cfg.backward_layout,
@@ -266,14 +269,14 @@ class PaLMBase(TiedLanguageModel):
         x = locked_dropout(self.embed(tokens), cfg.dropouti, self.training)
         raw_outputs, dropped_outputs, new_states = [], [], []
         scores, new_memory = None, memory
-        for l, layer in enumerate(self.layers):
-            out, layer_state = layer(x, lstm_states[l])
+        for depth, layer in enumerate(self.layers):
+            out, layer_state = layer(x, lstm_states[depth])
             new_states.append(layer_state)
             raw_outputs.append(out)
-            last = l == len(self.layers) - 1
+            last = depth == len(self.layers) - 1
             x = locked_dropout(out, cfg.dropout if last else cfg.dropouth, self.training)
             dropped_outputs.append(x)
-            if l + 1 == cfg.attention_after:
+            if depth + 1 == cfg.attention_after:
                 seq = x if memory is None else torch.cat([memory, x], 1)
                 new_memory = seq[:, -cfg.max_span_length :]
                 x, scores = self.span_attention(x, memory, max_len, self._fixed_scores(max_len, x), residual=out)
@@ -335,8 +338,8 @@ class PaLMBase(TiedLanguageModel):
                 end += 1
             ids = [token for segment in segments[start:end] for token in segment]
             x = self.embed(torch.as_tensor(ids, dtype=torch.long, device=device).unsqueeze(0))  # [1, N, E]
-            for l, layer in enumerate(below):
-                x, states[l] = layer(x, states[l])
+            for depth, layer in enumerate(below):
+                x, states[depth] = layer(x, states[depth])
             position = 0
             for index in range(start, end):
                 length = len(segments[index])

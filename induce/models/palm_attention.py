@@ -97,7 +97,8 @@ class SpanAttention(nn.Module):
     """Span attention block of PaLM: ``h [B, T, H]`` -> ``(h_hat [B, T, H], scores [B, T, m])``.
 
     See :mod:`induce.models.palm` for the equations, the time alignment, ``relevant_set``, the two
-    variants and the initialisation (:meth:`reset_parameters`). With ``relevant_set > 0`` the last forward's screening is kept (detached) in
+    variants and the initialisation (:meth:`reset_parameters`). With ``relevant_set > 0`` the last forward's screening
+    is kept (detached) in
     ``last_relevant``: ``{"beta": [B, R], "index", "valid": [B, R - first_row, rho], "first_row": int}``
     over the kernel rows (sequence positions of ``[memory; h]``), or ``None`` when no start was beyond
     the window. ``dropout`` is the released variant's locked dropout (``dropouth``); the paper variant
@@ -236,7 +237,8 @@ class SpanAttention(nn.Module):
         scores = torch.cat([scores, scores.new_full((*scores.shape[:2], 1), float("-inf"))], -1)
         return context, scores
 
-    def mix_context(self, h: torch.Tensor, context: torch.Tensor, residual: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def mix_context(self, h: torch.Tensor, context: torch.Tensor,
+                    residual: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``h, context -> h_hat [B, T, H]`` (``h [B, T, H]``, ``context [B, T, 2D]``).
 
         paper (Eq. 6): ``g * tanh(W_m [h; a]) + (1 - g) * h``, ``g = sigmoid(W_g [h; a])``.

@@ -30,3 +30,12 @@ def load_plugins() -> None:
         except ImportError as err:
             setting = os.environ[PLUGINS_VARIABLE]
             raise InduceError(f"{PLUGINS_VARIABLE}={setting}: cannot import {name!r} ({err})") from err
+
+
+def load_plugins_for_help() -> None:
+    """:func:`load_plugins` before the CLI builds its help; a plugin that fails to import is left to the
+    command that looks up a model, which reports it in one line (exit 2) inside its error handling."""
+    try:
+        load_plugins()
+    except InduceError:
+        pass

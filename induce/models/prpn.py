@@ -144,7 +144,8 @@ class PRPNConfig(AWDConfig):
     module_defaults: Literal["torch-0.3", "torch-1"] = pydantic.Field(
         "torch-0.3",
         description="init of BatchNorm scales and the grouped distance conv: PyTorch 0.3's defaults, which the PRPN "
-        "code ran with (scale U(0,1); bound 1/sqrt(all input channels)), or PyTorch >= 1.0's (scale 1; group's channels)",
+        "code ran with (scale U(0,1); bound 1/sqrt(all input channels)), or PyTorch >= 1.0's (scale 1; group's "
+        "channels)",
     )
 
     #: Checkpoints written before ``module_defaults`` existed were initialised with PyTorch >= 1.0's defaults.
@@ -217,9 +218,9 @@ class PRPN(TiedLanguageModel):
                                      module_defaults=cfg.module_defaults)
         sizes = [cfg.emb_size] + [cfg.hidden_size] * cfg.n_layers
         self.layers = nn.ModuleList(
-            ReadingLayer(sizes[l], cfg.hidden_size, cfg.wdrop, cfg.rdropout, cfg.relevant_set,
+            ReadingLayer(sizes[depth], cfg.hidden_size, cfg.wdrop, cfg.rdropout, cfg.relevant_set,
                          key_dropout=cfg.key_dropout, dropout_masks=cfg.dropout_masks)
-            for l in range(cfg.n_layers)
+            for depth in range(cfg.n_layers)
         )
         # Predict network: attention key projection for the output read, then W, BN, tanh.
         self.output_key = nn.Linear(cfg.hidden_size, cfg.hidden_size)
@@ -238,7 +239,8 @@ class PRPN(TiedLanguageModel):
         state = {
             "emb_history": zeros(batch_size, cfg.n_lookback, cfg.emb_size),
             "distances": zeros(batch_size, 0),
-            "memory": [(zeros(batch_size, cfg.n_slots, cfg.hidden_size), zeros(batch_size, cfg.n_slots, cfg.hidden_size))
+            "memory": [(zeros(batch_size, cfg.n_slots, cfg.hidden_size), zeros(batch_size, cfg.n_slots,
+                                                                               cfg.hidden_size))
                        for _ in range(cfg.n_layers)],
         }
         if cfg.relevant_set:
@@ -278,18 +280,19 @@ class PRPN(TiedLanguageModel):
         raw_outputs, dropped_outputs, memories, relevants = [], [], [], []
         top_set = None
         layer_input = emb
-        for l, layer in enumerate(self.layers):
-            x = drop(layer_input, cfg.dropouti if l == 0 else cfg.dropouth, self.training, per_step)
-            if l > 0:
+        for depth, layer in enumerate(self.layers):
+            x = drop(layer_input, cfg.dropouti if depth == 0 else cfg.dropouth, self.training, per_step)
+            if depth > 0:
                 dropped_outputs.append(x)
             if cfg.relevant_set:
-                carried = None if state.get("relevant") is None else state["relevant"][l]
-                out, memory, relevant, top_set = layer(x, read_gates, state["memory"][l], carried, key_input=layer_input)
+                carried = None if state.get("relevant") is None else state["relevant"][depth]
+                out, memory, relevant, top_set = layer(x, read_gates, state["memory"][depth], carried,
+                                                       key_input=layer_input)
                 relevants.append(relevant)
-                if l == len(self.layers) - 1:
+                if depth == len(self.layers) - 1:
                     top_set = self._set_before_push(top_set, carried)
             else:
-                out, memory = layer(x, read_gates, state["memory"][l], key_input=layer_input)
+                out, memory = layer(x, read_gates, state["memory"][depth], key_input=layer_input)
             raw_outputs.append(out)
             memories.append(memory)
             layer_input = out

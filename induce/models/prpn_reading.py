@@ -117,6 +117,14 @@ class ReadingLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, gates: torch.Tensor, memory: tuple[torch.Tensor, torch.Tensor],
                 relevant: Optional[dict] = None, key_input: Optional[torch.Tensor] = None):
+        """Read ``x [B, T, I]`` with the tape ``memory`` (``(h, c)``, each ``[B, M, d]``) under the
+        per-step ``gates [B, T, M]``; ``relevant``: the carried relevant set (``relevant_set > 0``).
+
+        Long because the step loop carries five coupled things from one step to the next (the tape, the
+        previous ``h``, the relevant set with its relevance and times, and the dropout masks drawn once per
+        forward), and the work hoisted out of the loop (every input projection, all steps at once) must
+        sit beside it to keep the order of the RNG draws that exact resume relies on; split, the pieces
+        would pass all of it back and forth each step."""
         batch, steps, _ = x.shape
         key_input = x if key_input is None else key_input
         d = self.hidden_size

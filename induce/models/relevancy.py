@@ -97,7 +97,8 @@ class RelevancyMemory(nn.Module):
         """Number of slots, ``nu + rho``: the memory never holds more states."""
         return self.nu + self.rho
 
-    def reset(self, batch_size: int, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
+    def reset(self, batch_size: int, device: torch.device | str | None = None,
+              dtype: torch.dtype | None = None) -> None:
         """Empty the memory for ``batch_size`` sequences (device / dtype default to the parameters')."""
         ref = self.attention.key_proj.weight
         device = device if device is not None else ref.device

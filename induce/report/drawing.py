@@ -67,7 +67,8 @@ def _branching(results: dict, folder: Path, out: Path) -> dict:
         summary = results["models"][model]["summary"]
         if summary["left_split_pct_wsj40"]["mean"] is not None:
             rows.append((display(model), summary["left_split_pct_wsj40"]["mean"],
-                         summary["right_split_pct_wsj40"]["mean"], summary["other_binary_split_pct_wsj40"]["mean"], 0.0))
+                         summary["right_split_pct_wsj40"]["mean"], summary["other_binary_split_pct_wsj40"]["mean"],
+                         0.0))
     gold = results.get("gold", {}).get("wsj40")
     if gold:
         rows.append(("gold", gold["left_split_pct"], gold["right_split_pct"], gold["other_binary_split_pct"],

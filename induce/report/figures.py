@@ -393,7 +393,8 @@ def plot_distances(items: Sequence[tuple], path: PathLike, title: str = "") -> P
         layers = (np.asarray(structure.layer_distances, dtype=float)
                   if structure.layer_distances is not None else np.zeros((0, n)))
         parsed_layer = structure.distance_layer
-        bar_label = "parsed distances" + (f" (layer {parsed_layer})" if parsed_layer is not None and len(layers) > 1 else "")
+        layer_note = f" (layer {parsed_layer})" if parsed_layer is not None and len(layers) > 1 else ""
+        bar_label = "parsed distances" + layer_note
         ax.bar(x, values, color="#4575b4", alpha=0.85, label=bar_label)
         for layer, row in enumerate(layers):
             if len(layers) > 1 and layer != parsed_layer:

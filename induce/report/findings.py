@@ -166,14 +166,16 @@ def seed_outliers(results: dict, subset: str = "wsj40") -> list[str]:
                 rest = [v for s, v in values.items() if s != seed]
                 everyone = list(values.values())
                 out.append(
-                    f"**{display(model)}, seed {seed}: {what} {value:.{digits}f} is an outlier** against the other seeds "
+                    f"**{display(model)}, seed {seed}: {what} {value:.{digits}f} is an outlier** against the other "
+                    f"seeds "
                     f"({', '.join(f'{v:.{digits}f}' for v in rest)}): the spread over seeds comes from this one init "
                     f"(mean {statistics.fmean(everyone):.{digits}f} ± {statistics.stdev(everyone):.{digits}f} with it, "
                     f"{statistics.fmean(rest):.{digits}f} ± {statistics.stdev(rest):.{digits}f} without).")
         if len(f1) == 2:
             (s1, v1), (s2, v2) = sorted(f1.items())
             if abs(v1 - v2) > OUTLIER_MIN_F1:
-                out.append(f"{display(model)}: its two seeds differ by {abs(v1 - v2):.1f} {label} F1 ({v1:.1f} for seed "
+                out.append(f"{display(model)}: its two seeds differ by {abs(v1 - v2):.1f} {label} F1 ({v1:.1f} for "
+                           f"seed "
                            f"{s1}, {v2:.1f} for seed {s2}); with two seeds one cannot tell which is the odd one.")
     return out
 

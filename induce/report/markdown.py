@@ -28,7 +28,6 @@ from induce.report.text import (
     wall_text,
 )
 
-
 # ------------------------------------------------------------------------------------------- report
 
 
@@ -140,7 +139,8 @@ def _preamble(*, results, profile, where, models, per_model, eval_corpus, budget
     if findings:
         add("## What the results show")
         add("")
-        add("Generated from the figures below (`induce.report.findings`): the best parser against the trivial baselines, "
+        add("Generated from the figures below (`induce.report.findings`): the best parser against the trivial "
+            "baselines, "
             "models below a baseline, seeds far from the others, dev F1 curves that fall.")
         add("")
         lines.extend(f"* {sentence}" for sentence in findings)
@@ -172,7 +172,8 @@ def _setup(*, results, profile, split, where, models, per_model, eval_corpus, tr
     subset = train_corpus.get("subset") or {}
     train_text = f"`{train_corpus['path']}`: {text_size(train_splits.get('train', {}))}"
     if subset.get("train_sentences"):
-        train_text += f" (the first {subset['train_sentences']:,} training sentences of `{subset.get('of')}`, its vocabulary)"
+        train_text += (f" (the first {subset['train_sentences']:,} training sentences of `{subset.get('of')}`, "
+                       "its vocabulary)")
     monitor = train_splits.get("valid", {})
     setup_rows = [
         ["profile", f"`{profile['name']}` ({results.get('profile_folder')}): {profile.get('description', '')}"],
@@ -191,7 +192,8 @@ def _setup(*, results, profile, split, where, models, per_model, eval_corpus, tr
         ["profile's model changes", "; ".join(
             f"{display(m)}: " + ", ".join(f"`{k}={v}`" for k, v in changes.items())
             for m, changes in results.get("profile_model_changes", {}).items()) or "none"],
-        ["machine", f"{machine.get('cpu', '?')}, {machine.get('cpu_count', '?')} cores, torch {machine.get('torch', '?')} "
+        ["machine", f"{machine.get('cpu', '?')}, {machine.get('cpu_count', '?')} cores, torch "
+                    f"{machine.get('torch', '?')} "
                     f"(torch threads: {machine.get('torch_threads', '?')}), device {machine.get('device', '?')}"
                     + (f" ({machine['gpu']})" if machine.get("gpu") else "") + f"; {machine.get('platform', '')}"],
         ["wall time", wall_text(results)],
@@ -254,7 +256,8 @@ def _language_modelling(*, results, where, models, per_model, **_) -> list[str]:
     for m in models:
         s = per_model[m]["summary"]
         pub = pub_lm["rows"].get(m)
-        rows.append([display(m), fmt(s["epochs"], 0), f"{s['train_tokens']['mean']:,.0f}" if s["train_tokens"]["mean"] else "—",
+        rows.append([display(m), fmt(s["epochs"], 0),
+                     f"{s['train_tokens']['mean']:,.0f}" if s["train_tokens"]["mean"] else "—",
                      minutes(s["train_seconds"]["mean"]), fmt(s["perplexity"]),
                      fmt(s.get("mikolov_perplexity")) if mikolov else "not found",
                      f"{pub['value']:.2f} ({pub['source']})" if pub else "—"])
@@ -297,7 +300,8 @@ def _parsing_wsj40(*, where, models, per_model, baselines, **_) -> list[str]:
     for m in models:
         s = per_model[m]["summary"]
         note = PUBLISHED["table3"]["notes"].get(m)
-        rows.append([display(m), fmt(s["sentence_f1_wsj40"]), fmt(s["corpus_f1_wsj40"]), fmt(s.get("sentence_f1_palm_wsj40")),
+        rows.append([display(m), fmt(s["sentence_f1_wsj40"]), fmt(s["corpus_f1_wsj40"]),
+                     fmt(s.get("sentence_f1_palm_wsj40")),
                      published_value(pub3.get(m)) + (f" ({note})" if note and m in pub3 else "")])
     rows.append(["DIORA", "not run", "not run", "not run",
                  f"{pub3['DIORA']:.1f} ({PUBLISHED['table3']['notes']['DIORA']})"])
@@ -402,7 +406,8 @@ def _figures(*, results, **_) -> list[str]:
     if examples:
         add("### Example sentences")
         add("")
-        add("Gold tree (its constituent labels; punctuation and POS tags removed) and each model's tree (first seed). Induced constituents "
+        add("Gold tree (its constituent labels; punctuation and POS tags removed) and each model's tree (first seed). "
+            "Induced constituents "
             "that count for F1 are green when the gold tree has them, red otherwise.")
         add("")
         for k, example in enumerate(examples, start=1):

@@ -13,7 +13,8 @@ PUBLISHED = {
     "table3": {
         "source": f"{PALM}, Table 3: unlabeled unsupervised parsing F1 on WSJ-40 (test, punctuation removed)",
         "rows": {"right": 40.7, "prpn": 52.4, "palm": 42.0, "DIORA": 60.6},
-        "notes": {"prpn": "taken by PaLM from Drozdov et al. (2019)", "DIORA": "trained on AllNLI; not part of this toolkit"},
+        "notes": {"prpn": "taken by PaLM from Drozdov et al. (2019)", "DIORA": "trained on AllNLI; not part of this "
+                                                                               "toolkit"},
     },
     "table4": {
         "source": f"{PALM}, Table 4: % left / right splits on the WSJ-40 test set",

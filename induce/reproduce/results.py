@@ -113,7 +113,8 @@ def collect_results(repro, started_at: str, seconds: float) -> dict:
     return {
         "generated_at": now(), "started_at": started_at, "command": repro.options.command,
         "profile": profile, "profile_folder": str(repro.profile.folder),
-        "time_per_model_s": _same_or_none(list(repro.budgets.values())), "time_budgets_s": repro.budgets, "seeds": repro.profile.seeds, "models_order": repro.profile.models,
+        "time_per_model_s": _same_or_none(list(repro.budgets.values())), "time_budgets_s": repro.budgets,
+            "seeds": repro.profile.seeds, "models_order": repro.profile.models,
         "machine": machine_info(repro.eval_device),
         "split": repro.options.split,
         "corpus": {"eval": corpus_summary(repro.eval_corpus), "train": corpus_summary(repro.train_corpus)},
@@ -186,7 +187,7 @@ def summarise(per_seed: list[dict]) -> dict:
         out[f"right_split_pct_{name}"] = pick(lambda d, n=name: d["scores"][n]["right_split_pct"])
         out[f"other_binary_split_pct_{name}"] = pick(lambda d, n=name: d["scores"][n]["other_binary_split_pct"])
     for label in REPORTED_LABELS:
-        out[f"recall_{label}"] = pick(lambda d, l=label: d["scores"]["all"]["label_recall"][l])
+        out[f"recall_{label}"] = pick(lambda d, name=label: d["scores"]["all"]["label_recall"][name])
     return out
 
 

@@ -218,13 +218,15 @@ class PipelineSteps:
                 run_dir.mkdir(parents=True)
                 tracker.write()
                 if budget != config.train.time_budget:
-                    config = config.model_copy(update={"train": config.train.model_copy(update={"time_budget": budget})})
+                    timed = config.train.model_copy(update={"time_budget": budget})
+                    config = config.model_copy(update={"train": timed})
                 result = train(config, run_dir, **kwargs)
                 state = "ran"
             tracker.paused = cut_by_chunk and result.stop_reason == "time_budget"
         finally:
             tracker.write()
-        detail = f"{result.epochs_done} epochs ({result.stop_reason}), best monitored valid ppl {result.best_valid_ppl:.2f}"
+        detail = (f"{result.epochs_done} epochs ({result.stop_reason}), "
+                  f"best monitored valid ppl {result.best_valid_ppl:.2f}")
         if tracker.paused:
             self.unfinished.add((model, seed))
             return "paused", detail + "; paused at the chunk's end (run the same command again to continue)"

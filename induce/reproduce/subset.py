@@ -9,6 +9,7 @@ from typing import Optional, Union
 
 from induce.errors import InduceError
 
+
 def _read_lines(path: Path, limit: Optional[int]) -> list[str]:
     lines = []
     with open(path, encoding="utf-8") as handle:
