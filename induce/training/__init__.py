@@ -4,7 +4,8 @@
 * :mod:`~induce.training.optim` — SGD/Adam, the ASGD switch, lr plateaus;
 * :mod:`~induce.training.checkpoint` — safetensors + JSON sidecar, atomic, hash-checked;
 * :mod:`~induce.training.ddp` — torchrun / DistributedDataParallel setup;
-* :mod:`~induce.training.lm` — the training loss, validation loss, dev F1;
+* :mod:`~induce.training.objectives` — what a model trains on and minimises: BPTT streams or whole sentences;
+* :mod:`~induce.training.lm` — the language-model loss, validation loss, dev F1;
 * :mod:`~induce.training.state` — what ``last`` holds (every RNG, carried state) and its restore;
 * :mod:`~induce.training.run_folder` — status, metrics, the folder lock, no silent overwrite;
 * :mod:`~induce.training.advice` — the size and time estimate of runs too large for the machine;

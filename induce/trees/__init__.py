@@ -6,8 +6,10 @@
   function tags, cleaning a treebank tree;
 * :mod:`.nodes` — :class:`~induce.trees.nodes.Node`, the one tree of word positions that the decoders,
   baselines, evaluator and figures share; its spans, the one binary-tree builder, the one ``to_nltk``;
-* :mod:`.decoders` — syntactic distances or span scores -> binary trees (the decoders), and a model
-  batch parsed to trees.
+* :mod:`.kinds` — parser kinds (what a model's ``parse_structure`` returns, how it is drawn) and the
+  decoders registered by kind;
+* :mod:`.decoders` — syntactic distances or span scores -> binary trees (the built-in decoders), and a
+  model batch parsed to trees.
 
 **Spans** are ``(start, end)`` word positions with ``end`` *exclusive* (Python's slices): the span
 ``(0, 2)`` covers the first two words. Every tree and span helper of the package uses this convention.
