@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
+from induce.kernels.inside_lowrank_torch import inside_lowrank  # noqa: F401 (dispatch)
+
 
 # ----------------------------------------------------------------------------------------- cumax
 def cumax(x: torch.Tensor, dim: int = -1, reverse: bool = False) -> torch.Tensor:
