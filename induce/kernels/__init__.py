@@ -1,5 +1,6 @@
 """Kernels shared by the models: cumax, the ON-LSTM cell step, PRPN stick-breaking gates,
-linear-recurrence scans and PaLM span attention, each in three tiers (``reference``, ``torch``, ``triton``).
+linear-recurrence scans, PaLM span attention and TN-PCFG's low-rank inside algorithm, each in three tiers
+(``reference``, ``torch``, ``triton``).
 
 Every function takes ``backend: str = "auto"``; see :mod:`induce.kernels._dispatch` for how
 ``"auto"`` is resolved and :func:`set_backend` / :func:`get_backend` / :func:`use_backend` for the
@@ -28,6 +29,7 @@ __all__ = [
     "KernelBackendError",
     "cumax",
     "get_backend",
+    "inside_lowrank",
     "linear_scan",
     "onlstm_cell",
     "resolve",
@@ -173,3 +175,38 @@ def span_attention(
     """
     impl = kernel("span_attention", backend, query, c_fwd, logf_fwd, c_bwd, logf_bwd, w_span, v, fixed_scores)
     return impl(query, c_fwd, logf_fwd, c_bwd, logf_bwd, w_span, v, max_len, fixed_scores=fixed_scores)
+
+
+def inside_lowrank(
+    terms: torch.Tensor,
+    roots: torch.Tensor,
+    head: torch.Tensor,
+    left: torch.Tensor,
+    right: torch.Tensor,
+    lengths: torch.Tensor,
+    span_scores: Optional[torch.Tensor] = None,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Log partition ``[B]`` of TN-PCFG's low-rank PCFG (Yang, Zhao & Tu 2021), never forming its rule tensor.
+
+    ``terms [B, N, T]``: ``log p(word_i | preterminal)`` (positions past ``lengths`` are ignored);
+    ``roots [B, NT]``: ``log p(S -> A)``; ``head [B, NT, r]``, ``left [B, S, r]``, ``right [B, S, r]``
+    (``S = NT + T``, nonterminals first): the logs of the factors of the binary rules
+    ``rules[a, b, c] = sum_r exp(head[a, r] + left[b, r] + right[c, r])``. TN-PCFG normalises
+    ``head`` over ``r`` and ``left``, ``right`` over the symbols, which makes each ``rules[a]`` sum to 1;
+    this op does not check it (it computes the partition of whatever weights it is given). Factors
+    expanded over the batch (stride 0, one grammar for all sentences) are used once, not per sentence.
+    ``lengths [B]``: integers in ``2 .. N`` (a one-word sentence has no binary derivation; Kim et al.
+    and TN-PCFG skip them too). A span of one word holds a preterminal, a longer span a nonterminal.
+
+    ``span_scores [B, N + 1, N + 1]`` (optional) adds ``span_scores[b, i, j]`` to every derivation
+    with a constituent over the words ``i .. j-1`` (fenceposts ``0 <= i < j <= lengths[b]``, every
+    width, the whole sentence included; other entries are ignored). Its gradient at zero is the span
+    marginals: :func:`induce.kernels.span_decode.span_marginals`.
+
+    Max-product (Viterbi) has no low-rank form: ``max_{b,c} sum_r U V W`` does not factor through
+    the rank, so an exact Viterbi parse needs the ``[NT, S, S]`` rule tensor. Decode with MBR over
+    the marginals instead (:func:`induce.kernels.span_decode.mbr_spans`), as TN-PCFG does.
+    """
+    impl = kernel("inside_lowrank", backend, terms, roots, head, left, right, span_scores)
+    return impl(terms, roots, head, left, right, lengths, span_scores=span_scores)

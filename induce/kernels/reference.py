@@ -9,6 +9,8 @@ from typing import Optional, Tuple
 
 import torch
 
+from induce.kernels.inside_lowrank_reference import inside_lowrank  # noqa: F401 (dispatch)
+
 
 def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
     return x if x.dtype == torch.float64 else x.float()
