@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
+from induce.kernels.inside_torch import inside  # noqa: F401 (dispatch: the inside op lives in its own file)
+
 
 # ----------------------------------------------------------------------------------------- cumax
 def cumax(x: torch.Tensor, dim: int = -1, reverse: bool = False) -> torch.Tensor:

@@ -1,0 +1,349 @@
+"""Torch tier of the dense-PCFG inside algorithm: one batched step per span width, a hand-written outside pass.
+
+Layout. Children of a span of one word are preterminals, of a longer span nonterminals (no unary
+rules), so a split draws on one of four blocks of ``rules [B, NT, S, S]`` (``S = NT + P``, children
+``< NT`` nonterminals): NN (both children longer than a word), PN (a word on the left), NP (a word
+on the right) and PP (a span of two words). The parts that touch a word are contracted with the
+word's preterminal scores once per position, before the chart is filled (:func:`word_tables`):
+
+* ``y [B, T, NT, NT]``: ``y[i, A, C] = logsumexp_B rules[A, B', C] + terms[i, B]`` (``B'`` the
+  preterminal ``B``), the score of ``A -> (word i) C``;
+* ``z [B, T, NT, NT]``: ``z[j, A, B] = logsumexp_C rules[A, B, C'] + terms[j, C]``;
+* ``w2 [B, T - 1, NT]``: the nonterminals over words ``i, i + 1``.
+
+These are plain PyTorch ops (autograd differentiates them). The chart of longer spans is filled by
+:class:`_InsideSum` (``semiring="sum"``) or :class:`_InsideMax` (``"max"``), whose backward
+passes are written by hand: the outside pass, width by width from the widest, recomputing each
+width's split products from the chart instead of keeping them (memory grows with the chart, ``B T^2
+NT``, not with ``B T^2 NT^2``). Scores of the sum mode are contracted in probability space with
+per-row maxima taken out (the ``stripe`` products of TN-PCFG's ``Faster_PCFG``, without its
+``+ 1e-9``): a sum that underflows is clamped to the smallest normal float before its log, so
+contributions more than ~87 nats below a row's largest are dropped (all inputs finite).
+
+The chart is computed over the padded length ``T``; ``log Z`` of a sentence is read at its own
+length (a span inside the sentence never reads past it), and padded words are zeroed first so
+that whatever they hold never reaches a number.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple, Union
+
+import torch
+from torch.autograd.function import once_differentiable
+
+
+def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
+    return x if x.dtype == torch.float64 else x.float()
+
+
+def _safe_log(x: torch.Tensor) -> torch.Tensor:
+    return x.clamp_min(torch.finfo(x.dtype).tiny).log()
+
+
+def _max_out(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(exp(x - m), m)`` with ``m`` the maximum over the last dimension (kept, ``[..., 1]``)."""
+    m = x.amax(-1, keepdim=True)
+    return (x - m).exp(), m
+
+
+# ------------------------------------------------------------------------------------------ words
+def word_tables(terms: torch.Tensor, rules: torch.Tensor, semiring: str) -> Tuple[torch.Tensor, ...]:
+    """``(y, z, w2)`` of the module docstring from ``terms [B, T, P]`` and ``rules [B, NT, S, S]``.
+
+    Sum mode: probability-space matrix products with the maxima of each word row and each rule column
+    taken out. Max mode: ``max`` over the preterminal (its gradient goes to the argmax)."""
+    B, T, P = terms.shape
+    NT = rules.shape[1]
+    r_pn = rules[:, :, NT:, :NT]  # [B, A, P(left), NT(right)]
+    r_np = rules[:, :, :NT, NT:]  # [B, A, NT(left), P(right)]
+    r_pp = rules[:, :, NT:, NT:]  # [B, A, P, P]
+    if semiring == "sum":
+        e_terms, t_max = _max_out(terms)  # [B, T, P], [B, T, 1]
+
+        def left_word(r: torch.Tensor) -> torch.Tensor:  # logsumexp_B terms[i, B] + r[A, B, C]: [B, T, A, C]
+            c = r.amax(2, keepdim=True)  # [B, A, 1, C]
+            e = (r - c).exp().permute(0, 2, 1, 3).reshape(B, P, -1)  # [B, P, A*C]
+            out = _safe_log(e_terms @ e).view(B, T, NT, r.shape[-1])
+            return out + t_max[..., None] + c.squeeze(2)[:, None]
+
+        y = left_word(r_pn)
+        c = r_np.amax(3, keepdim=True)  # [B, A, NT, 1]
+        e = (r_np - c).exp().reshape(B, NT * NT, P)
+        z = _safe_log(e @ e_terms.transpose(1, 2)).view(B, NT, NT, T).permute(0, 3, 1, 2)
+        z = z + t_max[..., None] + c.squeeze(-1)[:, None]
+        q = left_word(r_pp)  # [B, T, A, P]: A -> (word i) (preterminal C)
+        w2 = torch.logsumexp(q[:, :-1] + terms[:, 1:, None, :], dim=-1)
+        return y, z, w2
+    # max mode: chunks of positions keep the [B, chunk, A, P, C] broadcast small
+    chunk = max(1, (1 << 22) // max(1, B * NT * P * NT))
+    ys, zs, qs = [], [], []
+    for start in range(0, T, chunk):
+        t = terms[:, start: start + chunk]
+        ys.append((t[:, :, None, :, None] + r_pn[:, None]).max(3).values)
+        zs.append((t[:, :, None, None, :] + r_np[:, None]).max(4).values)
+        qs.append((t[:, :, None, :, None] + r_pp[:, None]).max(3).values)
+    y, z, q = torch.cat(ys, 1), torch.cat(zs, 1), torch.cat(qs, 1)
+    w2 = (q[:, :-1] + terms[:, 1:, None, :]).max(-1).values
+    return y, z, w2
+
+
+# ------------------------------------------------------------------------------------ sum: chart
+def _width_parts(w: int, T: int, chart_sw, chart_ew, ey, y_max, ez, z_max, e_nn, c_nn):
+    """The scores of the spans of width ``w >= 3`` from each kind of split (see :func:`_sum_forward`)."""
+    n = T - w + 1
+    B, _, _, NT = chart_sw.shape
+    right_e, right_m = _max_out(chart_sw[:, 1:n + 1, w - 2])  # spans i+1..j: [B, n, NT]
+    pn = _safe_log((ey[:, :n] @ right_e[..., None]).squeeze(-1)) + y_max[:, :n] + right_m
+    left_e, left_m = _max_out(chart_sw[:, 0:n, w - 2])  # spans i..j-1
+    np_ = _safe_log((ez[:, w - 1:] @ left_e[..., None]).squeeze(-1)) + z_max[:, w - 1:] + left_m
+    if w < 4:
+        return (pn, np_), None
+    nn, saved = _nn_part(w, T, chart_sw, chart_ew, e_nn, c_nn)
+    return (pn, np_, nn), saved
+
+
+def _nn_splits(w: int, T: int, chart_sw, chart_ew):
+    """Children of the splits with both children longer than a word, for the spans of width ``w``:
+    left ``[B, n, w-3, NT]`` (widths 2..w-2), right aligned with it; scaled by their row maxima,
+    and the per-split weights ``exp(m_left + m_right - M)`` with ``M [B, n, 1]`` their maximum."""
+    n = T - w + 1
+    left_e, left_m = _max_out(chart_sw[:, 0:n, 1:w - 2])
+    right_e, right_m = _max_out(chart_ew[:, w - 1:, T - w + 2: T - 1])
+    m = (left_m + right_m).squeeze(-1)  # [B, n, w-3]
+    big = m.amax(-1, keepdim=True)
+    return left_e, right_e, (m - big).exp(), big
+
+
+def _nn_part(w: int, T: int, chart_sw, chart_ew, e_nn, c_nn):
+    B, _, _, NT = chart_sw.shape
+    n = T - w + 1
+    left_e, right_e, weight, big = _nn_splits(w, T, chart_sw, chart_ew)
+    pairs = (left_e * weight[..., None]).transpose(-1, -2) @ right_e  # [B, n, NT, NT]: sum over splits
+    total = pairs.view(B, n, NT * NT) @ e_nn.transpose(1, 2)  # [B, n, A]
+    return _safe_log(total) + big + c_nn[:, None], (pairs, big)
+
+
+def _sum_forward(y, z, w2, r_nn, spans):
+    """The chart ``[B, T(start), T(width - 1), NT]`` (entries of width 1 are 0) and the saved pieces."""
+    B, T, NT, _ = y.shape
+    chart_sw = y.new_zeros(B, T, T, NT)  # [b, start, width-1]
+    chart_ew = y.new_zeros(B, T, T, NT)  # [b, end, T-width]: right children of one parent are contiguous
+    ey, y_max = _max_out(y)
+    ez, z_max = _max_out(z)
+    y_max, z_max = y_max.squeeze(-1), z_max.squeeze(-1)
+    flat = r_nn.reshape(B, NT, NT * NT)
+    c_nn = flat.amax(-1)  # [B, A]
+    e_nn = (flat - c_nn[..., None]).exp()
+    for w in range(2, T + 1):
+        n = T - w + 1
+        span = spans.diagonal(offset=w - 1, dim1=1, dim2=2)[..., None]  # [B, n, 1]
+        if w == 2:
+            beta = w2
+        else:
+            parts, _ = _width_parts(w, T, chart_sw, chart_ew, ey, y_max, ez, z_max, e_nn, c_nn)
+            beta = torch.logsumexp(torch.stack(parts), 0)
+        beta = beta + span
+        chart_sw[:, :n, w - 1] = beta
+        chart_ew[:, w - 1:, T - w] = beta
+    tables = (ey, y_max, ez, z_max, e_nn, c_nn)
+    return chart_sw, chart_ew, tables
+
+
+class _InsideSum(torch.autograd.Function):
+    """``(y, z, w2, r_nn [B, NT, NT, NT], spans [B, T, T]) -> chart [B, T, T, NT]`` (start, width - 1)."""
+
+    @staticmethod
+    def forward(ctx, y, z, w2, r_nn, spans):  # type: ignore[override]
+        chart_sw, chart_ew, tables = _sum_forward(y, z, w2, r_nn, spans)
+        ctx.save_for_backward(chart_sw, chart_ew, spans, *tables)
+        return chart_sw
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_chart):  # type: ignore[override]
+        chart_sw, chart_ew, spans, ey, y_max, ez, z_max, e_nn, c_nn = ctx.saved_tensors
+        B, T, _, NT = chart_sw.shape
+        g_sw = grad_chart.clone() if grad_chart is not None else torch.zeros_like(chart_sw)
+        g_ew = torch.zeros_like(chart_ew)
+        d_ey = torch.zeros_like(ey)  # gradient wrt y (log), accumulated over widths
+        d_ez = torch.zeros_like(ez)
+        d_enn = torch.zeros_like(e_nn)
+        d_spans = torch.zeros_like(spans)
+        d_w2 = None
+        for w in range(T, 1, -1):
+            n = T - w + 1
+            g = g_sw[:, :n, w - 1] + g_ew[:, w - 1:, T - w]  # [B, n, A]: d/d beta of the spans of width w
+            d_spans.diagonal(offset=w - 1, dim1=1, dim2=2).copy_(g.sum(-1))
+            if w == 2:
+                d_w2 = g
+                break
+            base = chart_sw[:, :n, w - 1] - spans.diagonal(offset=w - 1, dim1=1, dim2=2)[..., None]
+            # PN: A -> (word i) (span i+1..j)
+            right_e, right_m = _max_out(chart_sw[:, 1:n + 1, w - 2])
+            h = g * (y_max[:, :n] + right_m - base).exp()  # d/d (sum before the log), [B, n, A]
+            d_ey[:, :n] += h[..., None] * right_e[:, :, None, :] * ey[:, :n]
+            g_sw[:, 1:n + 1, w - 2] += right_e * (h[:, :, None, :] @ ey[:, :n]).squeeze(2)
+            # NP: A -> (span i..j-1) (word j)
+            left_e, left_m = _max_out(chart_sw[:, 0:n, w - 2])
+            h = g * (z_max[:, w - 1:] + left_m - base).exp()
+            d_ez[:, w - 1:] += h[..., None] * left_e[:, :, None, :] * ez[:, w - 1:]
+            g_sw[:, 0:n, w - 2] += left_e * (h[:, :, None, :] @ ez[:, w - 1:]).squeeze(2)
+            if w >= 4:  # NN: A -> (span i..k) (span k+1..j), k over the splits
+                left_e, right_e, weight, big = _nn_splits(w, T, chart_sw, chart_ew)
+                pairs = (left_e * weight[..., None]).transpose(-1, -2) @ right_e  # [B, n, NT, NT]
+                h = g * (c_nn[:, None] + big - base).exp()  # [B, n, A]
+                d_enn += h.transpose(1, 2) @ pairs.view(B, n, NT * NT)
+                q = (h @ e_nn).view(B, n, NT, NT)  # d/d pairs
+                g_sw[:, 0:n, 1:w - 2] += weight[..., None] * left_e * (right_e @ q.transpose(-1, -2))
+                g_ew[:, w - 1:, T - w + 2: T - 1] += weight[..., None] * right_e * (left_e @ q)
+        if d_w2 is None:
+            d_w2 = torch.zeros(B, max(T - 1, 0), NT, dtype=chart_sw.dtype, device=chart_sw.device)
+        d_r_nn = (d_enn * e_nn).view(B, NT, NT, NT)
+        return d_ey, d_ez, d_w2, d_r_nn, d_spans
+
+
+# ------------------------------------------------------------------------------------ max: chart
+def _max_forward(y, z, w2, r_nn, spans):
+    """Max-product chart and backpointers: per width, the winning kind of split and its children."""
+    B, T, NT, _ = y.shape
+    chart_sw = y.new_zeros(B, T, T, NT)
+    chart_ew = y.new_zeros(B, T, T, NT)
+    flat = r_nn.reshape(B, NT, NT * NT)
+    pointers = {}
+    for w in range(2, T + 1):
+        n = T - w + 1
+        span = spans.diagonal(offset=w - 1, dim1=1, dim2=2)[..., None]
+        if w == 2:
+            beta = w2
+        else:
+            pn, pn_arg = (y[:, :n] + chart_sw[:, 1:n + 1, w - 2][:, :, None, :]).max(-1)
+            np_, np_arg = (z[:, w - 1:] + chart_sw[:, 0:n, w - 2][:, :, None, :]).max(-1)
+            candidates = [pn, np_]
+            nn_arg = split_arg = None
+            if w >= 4:
+                left = chart_sw[:, 0:n, 1:w - 2]  # [B, n, k, NT]
+                right = chart_ew[:, w - 1:, T - w + 2: T - 1]
+                pairs, split_arg = (left[..., :, None] + right[..., None, :]).max(2)  # [B, n, NT, NT]
+                nn, nn_arg = _max_plus(pairs.view(B, n, NT * NT), flat)
+                candidates.append(nn)
+            beta, kind = torch.stack(candidates).max(0)
+            pointers[w] = (kind, pn_arg, np_arg, nn_arg, split_arg)
+        beta = beta + span
+        chart_sw[:, :n, w - 1] = beta
+        chart_ew[:, w - 1:, T - w] = beta
+    return chart_sw, pointers
+
+
+def _max_plus(pairs: torch.Tensor, flat_rules: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``max_c pairs[b, s, c] + flat_rules[b, A, c]`` and its argmax, ``[B, n, A]``, in chunks of spans."""
+    B, n, _ = pairs.shape
+    A = flat_rules.shape[1]
+    chunk = max(1, (1 << 20) // max(1, B * A * pairs.shape[-1]))
+    values, args = [], []
+    for start in range(0, n, chunk):
+        v, a = (pairs[:, start: start + chunk, None, :] + flat_rules[:, None]).max(-1)
+        values.append(v)
+        args.append(a)
+    return torch.cat(values, 1), torch.cat(args, 1)
+
+
+class _InsideMax(torch.autograd.Function):
+    """Max-product twin of :class:`_InsideSum`: the backward routes each chart entry's gradient to its argmax."""
+
+    @staticmethod
+    def forward(ctx, y, z, w2, r_nn, spans):  # type: ignore[override]
+        chart_sw, pointers = _max_forward(y, z, w2, r_nn, spans)
+        ctx.pointers = pointers
+        ctx.shapes = (y.shape, w2.shape, r_nn.shape, spans.shape)
+        return chart_sw
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_chart):  # type: ignore[override]
+        y_shape, w2_shape, r_shape, s_shape = ctx.shapes
+        B, T, NT, _ = y_shape
+        g_sw = grad_chart.clone()
+        g_ew = torch.zeros_like(g_sw)
+        d_y = grad_chart.new_zeros(y_shape)
+        d_z = grad_chart.new_zeros(y_shape)
+        d_r = grad_chart.new_zeros(B, NT * NT * NT)
+        d_spans = grad_chart.new_zeros(s_shape)
+        d_w2 = grad_chart.new_zeros(w2_shape)
+        for w in range(T, 1, -1):
+            n = T - w + 1
+            g = g_sw[:, :n, w - 1] + g_ew[:, w - 1:, T - w]
+            d_spans.diagonal(offset=w - 1, dim1=1, dim2=2).copy_(g.sum(-1))
+            if w == 2:
+                d_w2.copy_(g)
+                break
+            kind, pn_arg, np_arg, nn_arg, split_arg = ctx.pointers[w]
+            g_pn = torch.where(kind == 0, g, 0.0)  # [B, n, A]
+            d_y[:, :n].scatter_add_(-1, pn_arg[..., None], g_pn[..., None])
+            g_sw[:, 1:n + 1, w - 2].scatter_add_(-1, pn_arg, g_pn)
+            g_np = torch.where(kind == 1, g, 0.0)
+            d_z[:, w - 1:].scatter_add_(-1, np_arg[..., None], g_np[..., None])
+            g_sw[:, 0:n, w - 2].scatter_add_(-1, np_arg, g_np)
+            if w >= 4:
+                g_nn = torch.where(kind == 2, g, 0.0)
+                # nn_arg [B, n, A] = left * NT + right; rule A's block starts at A * NT^2
+                a_offset = torch.arange(NT, device=g.device).view(1, 1, NT) * (NT * NT)
+                d_r.scatter_add_(1, (a_offset + nn_arg).reshape(B, -1), g_nn.reshape(B, -1))
+                split = split_arg.view(B, n, NT * NT).gather(-1, nn_arg)  # [B, n, A]: which split
+                left_sym, right_sym = nn_arg // NT, nn_arg % NT
+                k = w - 3
+                left_g = g_nn.new_zeros(B, n, k * NT)
+                left_g.scatter_add_(-1, split * NT + left_sym, g_nn)
+                g_sw[:, 0:n, 1:w - 2] += left_g.view(B, n, k, NT)
+                right_g = g_nn.new_zeros(B, n, k * NT)
+                right_g.scatter_add_(-1, split * NT + right_sym, g_nn)
+                g_ew[:, w - 1:, T - w + 2: T - 1] += right_g.view(B, n, k, NT)
+        return d_y, d_z, d_w2, d_r.view(r_shape), d_spans
+
+
+# ----------------------------------------------------------------------------------------- public
+def finish(chart_sw: torch.Tensor, roots: torch.Tensor, lengths: torch.Tensor, semiring: str,
+           want_chart: bool, dtype: torch.dtype):
+    """``log Z [B]`` read at each sentence's length (``-inf`` for one word) and, if asked, the chart
+    ``[B, T, T, NT]`` indexed by first and last word (``-inf`` off the sentence and for one word)."""
+    B, T, _, NT = chart_sw.shape
+    batch = torch.arange(B, device=chart_sw.device)
+    lengths = lengths.to(chart_sw.device).long()
+    top = chart_sw[batch, 0, (lengths - 1).clamp_min(0)]  # [B, NT]
+    scores = top + roots
+    total = torch.logsumexp(scores, -1) if semiring == "sum" else scores.max(-1).values
+    log_z = torch.where(lengths >= 2, total, torch.full_like(total, float("-inf"))).to(dtype)
+    if not want_chart:
+        return log_z
+    start = torch.arange(T, device=chart_sw.device)
+    width = (start[None, :] - start[:, None]).clamp_min(0)  # [i, j] -> j - i
+    chart = chart_sw[:, start[:, None], width]  # [B, T, T, NT]
+    valid = (start[None, :] > start[:, None])[None] & (start[None, None, :] < lengths[:, None, None])
+    chart = torch.where(valid[..., None], chart, torch.full_like(chart, float("-inf")))
+    return log_z, chart.to(dtype)
+
+
+def inside(
+    terms: torch.Tensor,
+    rules: torch.Tensor,
+    roots: torch.Tensor,
+    lengths: torch.Tensor,
+    span_scores: Optional[torch.Tensor] = None,
+    semiring: str = "sum",
+    chart: bool = False,
+) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    """See :func:`induce.kernels.inside`."""
+    dtype = terms.dtype
+    terms, rules, roots = _at_least_fp32(terms), _at_least_fp32(rules), _at_least_fp32(roots)
+    B, T, P = terms.shape
+    NT = rules.shape[1]
+    lengths = lengths.to(terms.device)
+    valid = torch.arange(T, device=terms.device)[None, :] < lengths[:, None]
+    terms = torch.where(valid[..., None], terms, torch.zeros((), dtype=terms.dtype, device=terms.device))
+    spans = (terms.new_zeros(B, T, T) if span_scores is None else _at_least_fp32(span_scores))
+    if T < 2:
+        chart_sw = terms.new_zeros(B, T, T, NT) + 0.0 * (rules.sum() + terms.sum() + spans.sum())
+    else:
+        y, z, w2 = word_tables(terms, rules, semiring)
+        fn = _InsideSum if semiring == "sum" else _InsideMax
+        chart_sw = fn.apply(y, z, w2, rules[:, :, :NT, :NT], spans)
+    return finish(chart_sw, roots, lengths, semiring, chart, dtype)
