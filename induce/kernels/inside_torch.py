@@ -41,33 +41,47 @@ def _safe_log(x: torch.Tensor) -> torch.Tensor:
 
 
 def _max_out(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """``(exp(x - m), m)`` with ``m`` the maximum over the last dimension (kept, ``[..., 1]``)."""
-    m = x.amax(-1, keepdim=True)
+    """``(exp(x - m), m)`` with ``m`` the maximum over the last dimension (kept, ``[..., 1]``).
+
+    ``m`` is detached: the results it scales are invariant to it, so its gradient is zero anyway,
+    and autograd need not keep a mask for ``amax``."""
+    m = x.detach().amax(-1, keepdim=True)
     return (x - m).exp(), m
 
 
 # ------------------------------------------------------------------------------------------ words
+def rule_blocks(rules: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``rules [B, NT, S, S]`` as its blocks NN ``[B, NT, NT, NT]``, PN ``[B, NT, P, NT]``, NP
+    ``[B, NT, NT, P]`` and PP ``[B, NT, P, P]`` (left child, right child). Through ``split``, whose
+    backward concatenates the blocks' gradients once (four slices would each fill a zero tensor of
+    the whole rule tensor and add into it)."""
+    NT = rules.shape[1]
+    P = rules.shape[2] - NT
+    upper, lower = rules.split([NT, P], dim=2)
+    r_nn, r_np = upper.split([NT, P], dim=3)
+    r_pn, r_pp = lower.split([NT, P], dim=3)
+    return r_nn, r_pn, r_np, r_pp
+
+
 def word_tables(terms: torch.Tensor, rules: torch.Tensor, semiring: str) -> Tuple[torch.Tensor, ...]:
     """``(y, z, w2)`` of the module docstring from ``terms [B, T, P]`` and ``rules [B, NT, S, S]``.
 
     Sum mode: probability-space matrix products with the maxima of each word row and each rule column
     taken out. Max mode: ``max`` over the preterminal (its gradient goes to the argmax)."""
     B, T, P = terms.shape
+    r_pn, r_np, r_pp = rule_blocks(rules)[1:]
     NT = rules.shape[1]
-    r_pn = rules[:, :, NT:, :NT]  # [B, A, P(left), NT(right)]
-    r_np = rules[:, :, :NT, NT:]  # [B, A, NT(left), P(right)]
-    r_pp = rules[:, :, NT:, NT:]  # [B, A, P, P]
     if semiring == "sum":
         e_terms, t_max = _max_out(terms)  # [B, T, P], [B, T, 1]
 
         def left_word(r: torch.Tensor) -> torch.Tensor:  # logsumexp_B terms[i, B] + r[A, B, C]: [B, T, A, C]
-            c = r.amax(2, keepdim=True)  # [B, A, 1, C]
+            c = r.detach().amax(2, keepdim=True)  # [B, A, 1, C] (shifts: no gradient)
             e = (r - c).exp().permute(0, 2, 1, 3).reshape(B, P, -1)  # [B, P, A*C]
             out = _safe_log(e_terms @ e).view(B, T, NT, r.shape[-1])
             return out + t_max[..., None] + c.squeeze(2)[:, None]
 
         y = left_word(r_pn)
-        c = r_np.amax(3, keepdim=True)  # [B, A, NT, 1]
+        c = r_np.detach().amax(3, keepdim=True)  # [B, A, NT, 1]
         e = (r_np - c).exp().reshape(B, NT * NT, P)
         z = _safe_log(e @ e_terms.transpose(1, 2)).view(B, NT, NT, T).permute(0, 3, 1, 2)
         z = z + t_max[..., None] + c.squeeze(-1)[:, None]
@@ -88,65 +102,78 @@ def word_tables(terms: torch.Tensor, rules: torch.Tensor, semiring: str) -> Tupl
 
 
 # ------------------------------------------------------------------------------------ sum: chart
-def _width_parts(w: int, T: int, chart_sw, chart_ew, ey, y_max, ez, z_max, e_nn, c_nn):
-    """The scores of the spans of width ``w >= 3`` from each kind of split (see :func:`_sum_forward`)."""
-    n = T - w + 1
-    B, _, _, NT = chart_sw.shape
-    right_e, right_m = _max_out(chart_sw[:, 1:n + 1, w - 2])  # spans i+1..j: [B, n, NT]
-    pn = _safe_log((ey[:, :n] @ right_e[..., None]).squeeze(-1)) + y_max[:, :n] + right_m
-    left_e, left_m = _max_out(chart_sw[:, 0:n, w - 2])  # spans i..j-1
-    np_ = _safe_log((ez[:, w - 1:] @ left_e[..., None]).squeeze(-1)) + z_max[:, w - 1:] + left_m
-    if w < 4:
-        return (pn, np_), None
-    nn, saved = _nn_part(w, T, chart_sw, chart_ew, e_nn, c_nn)
-    return (pn, np_, nn), saved
+class _Chart:
+    """The chart of the sum mode in two layouts, each as ``exp(beta - m)`` and its row maxima ``m``.
 
+    ``*_sw [B, T(start), T(width - 1), NT]``; ``*_ew [B, T(end), T(T - width), NT]``, where the right
+    children of one parent's splits are contiguous (widths ``w-2 .. 2`` in increasing slots, aligned
+    with the left children ``2 .. w-2`` of the ``sw`` layout). ``log_sw`` keeps ``beta`` itself.
+    Entries of width 1 and past ``T`` stay 0 (never read)."""
 
-def _nn_splits(w: int, T: int, chart_sw, chart_ew):
-    """Children of the splits with both children longer than a word, for the spans of width ``w``:
-    left ``[B, n, w-3, NT]`` (widths 2..w-2), right aligned with it; scaled by their row maxima,
-    and the per-split weights ``exp(m_left + m_right - M)`` with ``M [B, n, 1]`` their maximum."""
-    n = T - w + 1
-    left_e, left_m = _max_out(chart_sw[:, 0:n, 1:w - 2])
-    right_e, right_m = _max_out(chart_ew[:, w - 1:, T - w + 2: T - 1])
-    m = (left_m + right_m).squeeze(-1)  # [B, n, w-3]
-    big = m.amax(-1, keepdim=True)
-    return left_e, right_e, (m - big).exp(), big
+    def __init__(self, B: int, T: int, NT: int, like: torch.Tensor):
+        self.T = T
+        self.log_sw = like.new_zeros(B, T, T, NT)
+        self.e_sw = like.new_zeros(B, T, T, NT)
+        self.e_ew = like.new_zeros(B, T, T, NT)
+        self.m_sw = like.new_zeros(B, T, T)
+        self.m_ew = like.new_zeros(B, T, T)
 
+    def store(self, w: int, beta: torch.Tensor) -> None:
+        n, T = self.T - w + 1, self.T
+        e, m = _max_out(beta)
+        self.log_sw[:, :n, w - 1] = beta
+        self.e_sw[:, :n, w - 1] = e
+        self.e_ew[:, w - 1:, T - w] = e
+        self.m_sw[:, :n, w - 1] = m.squeeze(-1)
+        self.m_ew[:, w - 1:, T - w] = m.squeeze(-1)
 
-def _nn_part(w: int, T: int, chart_sw, chart_ew, e_nn, c_nn):
-    B, _, _, NT = chart_sw.shape
-    n = T - w + 1
-    left_e, right_e, weight, big = _nn_splits(w, T, chart_sw, chart_ew)
-    pairs = (left_e * weight[..., None]).transpose(-1, -2) @ right_e  # [B, n, NT, NT]: sum over splits
-    total = pairs.view(B, n, NT * NT) @ e_nn.transpose(1, 2)  # [B, n, A]
-    return _safe_log(total) + big + c_nn[:, None], (pairs, big)
+    def rights(self, w: int):
+        """Right children of the PN splits (spans ``i+1..j``): ``exp [B, n, NT]``, max ``[B, n, 1]``."""
+        n = self.T - w + 1
+        return self.e_sw[:, 1:n + 1, w - 2], self.m_sw[:, 1:n + 1, w - 2, None]
+
+    def lefts(self, w: int):
+        """Left children of the NP splits (spans ``i..j-1``)."""
+        n = self.T - w + 1
+        return self.e_sw[:, 0:n, w - 2], self.m_sw[:, 0:n, w - 2, None]
+
+    def nn_splits(self, w: int):
+        """Children of the splits with both children longer than a word (``w >= 4``): left and right
+        ``exp [B, n, w-3, NT]`` (left widths 2..w-2), the split weights ``exp(m_l + m_r - M)``
+        ``[B, n, w-3]`` and ``M [B, n, 1]``, the largest ``m_l + m_r``."""
+        n, T = self.T - w + 1, self.T
+        m = self.m_sw[:, 0:n, 1:w - 2] + self.m_ew[:, w - 1:, T - w + 2: T - 1]
+        big = m.amax(-1, keepdim=True)
+        return self.e_sw[:, 0:n, 1:w - 2], self.e_ew[:, w - 1:, T - w + 2: T - 1], (m - big).exp(), big
 
 
 def _sum_forward(y, z, w2, r_nn, spans):
-    """The chart ``[B, T(start), T(width - 1), NT]`` (entries of width 1 are 0) and the saved pieces."""
+    """Fill the chart width by width: each span's nonterminals from its three kinds of splits."""
     B, T, NT, _ = y.shape
-    chart_sw = y.new_zeros(B, T, T, NT)  # [b, start, width-1]
-    chart_ew = y.new_zeros(B, T, T, NT)  # [b, end, T-width]: right children of one parent are contiguous
+    chart = _Chart(B, T, NT, y)
     ey, y_max = _max_out(y)
     ez, z_max = _max_out(z)
     y_max, z_max = y_max.squeeze(-1), z_max.squeeze(-1)
     flat = r_nn.reshape(B, NT, NT * NT)
     c_nn = flat.amax(-1)  # [B, A]
     e_nn = (flat - c_nn[..., None]).exp()
+    e_nn_t = e_nn.transpose(1, 2).contiguous()  # [B, NT*NT, A]
     for w in range(2, T + 1):
         n = T - w + 1
         span = spans.diagonal(offset=w - 1, dim1=1, dim2=2)[..., None]  # [B, n, 1]
         if w == 2:
-            beta = w2
-        else:
-            parts, _ = _width_parts(w, T, chart_sw, chart_ew, ey, y_max, ez, z_max, e_nn, c_nn)
-            beta = torch.logsumexp(torch.stack(parts), 0)
-        beta = beta + span
-        chart_sw[:, :n, w - 1] = beta
-        chart_ew[:, w - 1:, T - w] = beta
-    tables = (ey, y_max, ez, z_max, e_nn, c_nn)
-    return chart_sw, chart_ew, tables
+            chart.store(w, w2 + span)
+            continue
+        right_e, right_m = chart.rights(w)  # PN: A -> (word i) (span i+1..j)
+        parts = [_safe_log((ey[:, :n] * right_e[:, :, None, :]).sum(-1)) + y_max[:, :n] + right_m]
+        left_e, left_m = chart.lefts(w)  # NP: A -> (span i..j-1) (word j)
+        parts.append(_safe_log((ez[:, w - 1:] * left_e[:, :, None, :]).sum(-1)) + z_max[:, w - 1:] + left_m)
+        if w >= 4:  # NN: sum the child pairs over the splits, then contract with the rules
+            left_e, right_e, weight, big = chart.nn_splits(w)
+            pairs = (left_e * weight[..., None]).transpose(-1, -2) @ right_e  # [B, n, NT, NT]
+            parts.append(_safe_log(pairs.view(B, n, NT * NT) @ e_nn_t) + big + c_nn[:, None])
+        chart.store(w, torch.logsumexp(torch.stack(parts), 0) + span)
+    return chart, (ey, y_max, ez, z_max, e_nn, c_nn)
 
 
 class _InsideSum(torch.autograd.Function):
@@ -154,52 +181,50 @@ class _InsideSum(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, y, z, w2, r_nn, spans):  # type: ignore[override]
-        chart_sw, chart_ew, tables = _sum_forward(y, z, w2, r_nn, spans)
-        ctx.save_for_backward(chart_sw, chart_ew, spans, *tables)
-        return chart_sw
+        chart, tables = _sum_forward(y, z, w2, r_nn, spans)
+        ctx.chart = chart
+        ctx.save_for_backward(spans, *tables)
+        return chart.log_sw
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_chart):  # type: ignore[override]
-        chart_sw, chart_ew, spans, ey, y_max, ez, z_max, e_nn, c_nn = ctx.saved_tensors
-        B, T, _, NT = chart_sw.shape
-        g_sw = grad_chart.clone() if grad_chart is not None else torch.zeros_like(chart_sw)
-        g_ew = torch.zeros_like(chart_ew)
-        d_ey = torch.zeros_like(ey)  # gradient wrt y (log), accumulated over widths
-        d_ez = torch.zeros_like(ez)
+        spans, ey, y_max, ez, z_max, e_nn, c_nn = ctx.saved_tensors
+        chart = ctx.chart
+        B, T, _, NT = chart.log_sw.shape
+        g_sw = grad_chart.clone()  # d/d beta, accumulated from the parents (start, width layout)
+        g_ew = torch.zeros_like(g_sw)  # the same for right children (end, T - width layout)
+        d_y = torch.zeros_like(ey)
+        d_z = torch.zeros_like(ez)
         d_enn = torch.zeros_like(e_nn)
         d_spans = torch.zeros_like(spans)
-        d_w2 = None
+        d_w2 = torch.zeros(B, T - 1, NT, dtype=ey.dtype, device=ey.device)
         for w in range(T, 1, -1):
             n = T - w + 1
-            g = g_sw[:, :n, w - 1] + g_ew[:, w - 1:, T - w]  # [B, n, A]: d/d beta of the spans of width w
+            g = g_sw[:, :n, w - 1] + g_ew[:, w - 1:, T - w]  # [B, n, A]
             d_spans.diagonal(offset=w - 1, dim1=1, dim2=2).copy_(g.sum(-1))
             if w == 2:
-                d_w2 = g
+                d_w2.copy_(g)
                 break
-            base = chart_sw[:, :n, w - 1] - spans.diagonal(offset=w - 1, dim1=1, dim2=2)[..., None]
-            # PN: A -> (word i) (span i+1..j)
-            right_e, right_m = _max_out(chart_sw[:, 1:n + 1, w - 2])
-            h = g * (y_max[:, :n] + right_m - base).exp()  # d/d (sum before the log), [B, n, A]
-            d_ey[:, :n] += h[..., None] * right_e[:, :, None, :] * ey[:, :n]
-            g_sw[:, 1:n + 1, w - 2] += right_e * (h[:, :, None, :] @ ey[:, :n]).squeeze(2)
-            # NP: A -> (span i..j-1) (word j)
-            left_e, left_m = _max_out(chart_sw[:, 0:n, w - 2])
+            # each part's share is exp(part - base); with part = log(sum) + maxima, d/d sum = g exp(maxima - base)
+            base = chart.log_sw[:, :n, w - 1] - spans.diagonal(offset=w - 1, dim1=1, dim2=2)[..., None]
+            right_e, right_m = chart.rights(w)
+            h = g * (y_max[:, :n] + right_m - base).exp()  # [B, n, A]
+            d_y[:, :n] += h[..., None] * right_e[:, :, None, :] * ey[:, :n]
+            g_sw[:, 1:n + 1, w - 2] += right_e * (h[..., None] * ey[:, :n]).sum(2)
+            left_e, left_m = chart.lefts(w)
             h = g * (z_max[:, w - 1:] + left_m - base).exp()
-            d_ez[:, w - 1:] += h[..., None] * left_e[:, :, None, :] * ez[:, w - 1:]
-            g_sw[:, 0:n, w - 2] += left_e * (h[:, :, None, :] @ ez[:, w - 1:]).squeeze(2)
-            if w >= 4:  # NN: A -> (span i..k) (span k+1..j), k over the splits
-                left_e, right_e, weight, big = _nn_splits(w, T, chart_sw, chart_ew)
-                pairs = (left_e * weight[..., None]).transpose(-1, -2) @ right_e  # [B, n, NT, NT]
-                h = g * (c_nn[:, None] + big - base).exp()  # [B, n, A]
+            d_z[:, w - 1:] += h[..., None] * left_e[:, :, None, :] * ez[:, w - 1:]
+            g_sw[:, 0:n, w - 2] += left_e * (h[..., None] * ez[:, w - 1:]).sum(2)
+            if w >= 4:
+                left_e, right_e, weight, big = chart.nn_splits(w)
+                pairs = (left_e * weight[..., None]).transpose(-1, -2) @ right_e  # recomputed, [B, n, NT, NT]
+                h = g * (c_nn[:, None] + big - base).exp()
                 d_enn += h.transpose(1, 2) @ pairs.view(B, n, NT * NT)
                 q = (h @ e_nn).view(B, n, NT, NT)  # d/d pairs
                 g_sw[:, 0:n, 1:w - 2] += weight[..., None] * left_e * (right_e @ q.transpose(-1, -2))
                 g_ew[:, w - 1:, T - w + 2: T - 1] += weight[..., None] * right_e * (left_e @ q)
-        if d_w2 is None:
-            d_w2 = torch.zeros(B, max(T - 1, 0), NT, dtype=chart_sw.dtype, device=chart_sw.device)
-        d_r_nn = (d_enn * e_nn).view(B, NT, NT, NT)
-        return d_ey, d_ez, d_w2, d_r_nn, d_spans
+        return d_y, d_z, d_w2, (d_enn * e_nn).view(B, NT, NT, NT), d_spans
 
 
 # ------------------------------------------------------------------------------------ max: chart
@@ -339,11 +364,14 @@ def inside(
     lengths = lengths.to(terms.device)
     valid = torch.arange(T, device=terms.device)[None, :] < lengths[:, None]
     terms = torch.where(valid[..., None], terms, torch.zeros((), dtype=terms.dtype, device=terms.device))
-    spans = (terms.new_zeros(B, T, T) if span_scores is None else _at_least_fp32(span_scores))
+    if span_scores is None:
+        spans = terms.new_zeros(B, T, T)
+    else:  # spans reaching past the sentence are computed too (never read): keep them finite
+        spans = torch.where(valid[:, None, :], _at_least_fp32(span_scores), torch.zeros((), dtype=terms.dtype))
     if T < 2:
         chart_sw = terms.new_zeros(B, T, T, NT) + 0.0 * (rules.sum() + terms.sum() + spans.sum())
     else:
         y, z, w2 = word_tables(terms, rules, semiring)
         fn = _InsideSum if semiring == "sum" else _InsideMax
-        chart_sw = fn.apply(y, z, w2, rules[:, :, :NT, :NT], spans)
+        chart_sw = fn.apply(y, z, w2, rule_blocks(rules)[0], spans)
     return finish(chart_sw, roots, lengths, semiring, chart, dtype)
