@@ -244,15 +244,16 @@ def _max_forward(y, z, w2, r_nn, spans):
             pn, pn_arg = (y[:, :n] + chart_sw[:, 1:n + 1, w - 2][:, :, None, :]).max(-1)
             np_, np_arg = (z[:, w - 1:] + chart_sw[:, 0:n, w - 2][:, :, None, :]).max(-1)
             candidates = [pn, np_]
-            nn_arg = split_arg = None
+            nn_arg = split = pn_arg  # placeholders below width 4 (never read: kind < 2 there)
             if w >= 4:
                 left = chart_sw[:, 0:n, 1:w - 2]  # [B, n, k, NT]
                 right = chart_ew[:, w - 1:, T - w + 2: T - 1]
                 pairs, split_arg = (left[..., :, None] + right[..., None, :]).max(2)  # [B, n, NT, NT]
                 nn, nn_arg = _max_plus(pairs.view(B, n, NT * NT), flat)
+                split = split_arg.view(B, n, NT * NT).gather(-1, nn_arg)
                 candidates.append(nn)
             beta, kind = torch.stack(candidates).max(0)
-            pointers[w] = (kind, pn_arg, np_arg, nn_arg, split_arg)
+            pointers[w] = (kind, pn_arg, np_arg, nn_arg, split)
         beta = beta + span
         chart_sw[:, :n, w - 1] = beta
         chart_ew[:, w - 1:, T - w] = beta
@@ -272,6 +273,49 @@ def _max_plus(pairs: torch.Tensor, flat_rules: torch.Tensor) -> Tuple[torch.Tens
     return torch.cat(values, 1), torch.cat(args, 1)
 
 
+def route_max_gradient(grad_chart: torch.Tensor, pointers: dict, y_shape, w2_shape, s_shape):
+    """The max mode's backward: each chart entry's gradient goes to the children and rule of its argmax.
+
+    ``pointers[w] = (kind, pn_arg, np_arg, nn_arg, split)``, each ``[B, n, NT]`` (int): the winning
+    kind of split (0 PN, 1 NP, 2 NN), the right child's nonterminal of the PN split, the left child's
+    of the NP split, the NN rule's child pair ``left * NT + right`` and its split (left child width
+    minus 2). Shared by the torch and Triton tiers. Returns the gradients of ``(y, z, w2, r_nn, spans)``."""
+    B, T, NT, _ = y_shape
+    g_sw = grad_chart.clone()
+    g_ew = torch.zeros_like(g_sw)
+    d_y = grad_chart.new_zeros(y_shape)
+    d_z = grad_chart.new_zeros(y_shape)
+    d_r = grad_chart.new_zeros(B, NT * NT * NT)
+    d_spans = grad_chart.new_zeros(s_shape)
+    d_w2 = grad_chart.new_zeros(w2_shape)
+    a_offset = torch.arange(NT, device=grad_chart.device).view(1, 1, NT) * (NT * NT)  # rule A's block
+    for w in range(T, 1, -1):
+        n = T - w + 1
+        g = g_sw[:, :n, w - 1] + g_ew[:, w - 1:, T - w]
+        d_spans.diagonal(offset=w - 1, dim1=1, dim2=2).copy_(g.sum(-1))
+        if w == 2:
+            d_w2.copy_(g)
+            break
+        kind, pn_arg, np_arg, nn_arg, split = (p.long() for p in pointers[w])
+        g_pn = torch.where(kind == 0, g, 0.0)  # [B, n, A]
+        d_y[:, :n].scatter_add_(-1, pn_arg[..., None], g_pn[..., None])
+        g_sw[:, 1:n + 1, w - 2].scatter_add_(-1, pn_arg, g_pn)
+        g_np = torch.where(kind == 1, g, 0.0)
+        d_z[:, w - 1:].scatter_add_(-1, np_arg[..., None], g_np[..., None])
+        g_sw[:, 0:n, w - 2].scatter_add_(-1, np_arg, g_np)
+        if w >= 4:
+            g_nn = torch.where(kind == 2, g, 0.0)
+            d_r.scatter_add_(1, (a_offset + nn_arg).reshape(B, -1), g_nn.reshape(B, -1))
+            k = w - 3
+            left_g = g_nn.new_zeros(B, n, k * NT)
+            left_g.scatter_add_(-1, split * NT + nn_arg // NT, g_nn)
+            g_sw[:, 0:n, 1:w - 2] += left_g.view(B, n, k, NT)
+            right_g = g_nn.new_zeros(B, n, k * NT)
+            right_g.scatter_add_(-1, split * NT + nn_arg % NT, g_nn)
+            g_ew[:, w - 1:, T - w + 2: T - 1] += right_g.view(B, n, k, NT)
+    return d_y, d_z, d_w2, d_r.view(B, NT, NT, NT), d_spans
+
+
 class _InsideMax(torch.autograd.Function):
     """Max-product twin of :class:`_InsideSum`: the backward routes each chart entry's gradient to its argmax."""
 
@@ -279,50 +323,13 @@ class _InsideMax(torch.autograd.Function):
     def forward(ctx, y, z, w2, r_nn, spans):  # type: ignore[override]
         chart_sw, pointers = _max_forward(y, z, w2, r_nn, spans)
         ctx.pointers = pointers
-        ctx.shapes = (y.shape, w2.shape, r_nn.shape, spans.shape)
+        ctx.shapes = (y.shape, w2.shape, spans.shape)
         return chart_sw
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_chart):  # type: ignore[override]
-        y_shape, w2_shape, r_shape, s_shape = ctx.shapes
-        B, T, NT, _ = y_shape
-        g_sw = grad_chart.clone()
-        g_ew = torch.zeros_like(g_sw)
-        d_y = grad_chart.new_zeros(y_shape)
-        d_z = grad_chart.new_zeros(y_shape)
-        d_r = grad_chart.new_zeros(B, NT * NT * NT)
-        d_spans = grad_chart.new_zeros(s_shape)
-        d_w2 = grad_chart.new_zeros(w2_shape)
-        for w in range(T, 1, -1):
-            n = T - w + 1
-            g = g_sw[:, :n, w - 1] + g_ew[:, w - 1:, T - w]
-            d_spans.diagonal(offset=w - 1, dim1=1, dim2=2).copy_(g.sum(-1))
-            if w == 2:
-                d_w2.copy_(g)
-                break
-            kind, pn_arg, np_arg, nn_arg, split_arg = ctx.pointers[w]
-            g_pn = torch.where(kind == 0, g, 0.0)  # [B, n, A]
-            d_y[:, :n].scatter_add_(-1, pn_arg[..., None], g_pn[..., None])
-            g_sw[:, 1:n + 1, w - 2].scatter_add_(-1, pn_arg, g_pn)
-            g_np = torch.where(kind == 1, g, 0.0)
-            d_z[:, w - 1:].scatter_add_(-1, np_arg[..., None], g_np[..., None])
-            g_sw[:, 0:n, w - 2].scatter_add_(-1, np_arg, g_np)
-            if w >= 4:
-                g_nn = torch.where(kind == 2, g, 0.0)
-                # nn_arg [B, n, A] = left * NT + right; rule A's block starts at A * NT^2
-                a_offset = torch.arange(NT, device=g.device).view(1, 1, NT) * (NT * NT)
-                d_r.scatter_add_(1, (a_offset + nn_arg).reshape(B, -1), g_nn.reshape(B, -1))
-                split = split_arg.view(B, n, NT * NT).gather(-1, nn_arg)  # [B, n, A]: which split
-                left_sym, right_sym = nn_arg // NT, nn_arg % NT
-                k = w - 3
-                left_g = g_nn.new_zeros(B, n, k * NT)
-                left_g.scatter_add_(-1, split * NT + left_sym, g_nn)
-                g_sw[:, 0:n, 1:w - 2] += left_g.view(B, n, k, NT)
-                right_g = g_nn.new_zeros(B, n, k * NT)
-                right_g.scatter_add_(-1, split * NT + right_sym, g_nn)
-                g_ew[:, w - 1:, T - w + 2: T - 1] += right_g.view(B, n, k, NT)
-        return d_y, d_z, d_w2, d_r.view(r_shape), d_spans
+        return route_max_gradient(grad_chart, ctx.pointers, *ctx.shapes)
 
 
 # ----------------------------------------------------------------------------------------- public
