@@ -14,24 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import induce.kernels as K
-from induce.kernels.testing import compare_with_reference
+from induce.kernels.testing import compare_with_reference, pcfg_inputs
 
 TIER = "torch"
-
-
-def pcfg_inputs(B, T, NT, P, lengths=None, seed=0, scale=1.0, dtype=torch.float32, span_scores=True):
-    """Random unnormalised log scores: ``terms [B, T, P]``, ``rules [B, NT, S, S]``, ``roots [B, NT]``."""
-    gen = torch.Generator().manual_seed(seed)
-    S = NT + P
-    out = {
-        "terms": scale * torch.randn(B, T, P, generator=gen, dtype=dtype),
-        "rules": scale * torch.randn(B, NT, S, S, generator=gen, dtype=dtype),
-        "roots": scale * torch.randn(B, NT, generator=gen, dtype=dtype),
-        "lengths": torch.tensor(lengths if lengths is not None else [T] * B),
-    }
-    if span_scores:
-        out["span_scores"] = scale * torch.randn(B, T, T, generator=gen, dtype=dtype)
-    return out
 
 
 # ------------------------------------------------------------------------------------ brute force

@@ -15,9 +15,7 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 
 import induce.kernels as K  # noqa: E402
-from induce.kernels.testing import compare_with_reference  # noqa: E402
-
-from tests.test_inside import pcfg_inputs  # noqa: E402
+from induce.kernels.testing import compare_with_reference, pcfg_inputs  # noqa: E402
 
 TIER = "triton"
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
