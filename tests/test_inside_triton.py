@@ -46,7 +46,7 @@ def test_triton_tier_matches_reference(B, T, NT, P, lengths, semiring):
 
 @pytest.mark.parametrize("semiring", ["sum", "max"])
 def test_several_blocks_of_parents(semiring):
-    """17 nonterminals: a 32-wide tile, the rules read in three blocks of 8 parents (the last one partial)."""
+    """17 nonterminals: a 32-wide tile, the rules read in five blocks of 4 parents (the last one partial)."""
     inp = pcfg_inputs(1, 5, 17, 3, lengths=[5], seed=1)
     compare_with_reference("inside", TIER, inp, rtol=1e-4, atol=1e-4, device=DEVICE, semiring=semiring)
 

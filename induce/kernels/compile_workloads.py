@@ -22,6 +22,10 @@ recorded without a GPU):
    default's 302 and over a whole period of 16) and the powers of two up to 4096 with their
    neighbours (tile choices change at powers of two, Triton's integer specialisation at multiples of 16).
 3. **cumax**, public but called by no model, on the ON-LSTM master-gate shapes (:func:`drive_cumax`).
+4. **The dense-PCFG inside algorithm** (:func:`drive_inside`) at the grammar sizes of
+   :data:`PCFG_GRAMMARS`, both semirings, forward and backward. Its kernels specialise on the number
+   of nonterminals only (sentence length, width and span count are runtime arguments; the inputs are
+   converted to float32 first), so one short batch per grammar covers every length.
 
 Models run in ``jobs`` processes; the CPU time is the models' own arithmetic at the configs' sizes.
 """
@@ -43,6 +47,9 @@ MODEL_PARSE_LENGTHS = (1, 2, 42, 302)
 SPAN_COUNT_SWEEP = tuple(range(1, 321)) + tuple(
     n for p in (9, 10, 11, 12) for n in (2**p - 1, 2**p, 2**p + 1)
 )
+#: ``(nonterminals, preterminals)`` of the dense PCFGs: Kim et al.'s N-PCFG and C-PCFG (30, 60),
+#: a small grammar for CPU runs, and the largest the Triton tier takes (64 nonterminals).
+PCFG_GRAMMARS = ((30, 60), (10, 20), (64, 32))
 #: Vocabulary of the driven models: the vocabulary reaches no kernel (the embedding and the tied
 #: output layer are plain torch), and a small one keeps the CPU time down.
 VOCAB_SIZE = 32
@@ -208,6 +215,24 @@ def drive_cumax(recorder: Recorder, number: int = 0) -> None:
                 impl.cumax(x, reverse=reverse).sum().backward()
 
 
+def drive_inside(recorder: Recorder, number: int = 0, grammars: Sequence[tuple] = PCFG_GRAMMARS) -> None:
+    """:func:`induce.kernels.inside` at each grammar size: sum and max, forward and backward, a padded
+    batch of two sentences (5 and 4 words: every kernel launches, widths 3 to 5)."""
+    import torch
+
+    import induce.kernels as kernels
+
+    recorder.label, recorder.kind, recorder.order = "inside", "dense PCFG", (number, 0)
+    for nonterminals, preterminals in grammars:
+        symbols = nonterminals + preterminals
+        for semiring in ("sum", "max"):
+            for dtype in (torch.float32, torch.bfloat16):
+                leaves = [torch.zeros(shape, dtype=dtype, requires_grad=True) for shape in
+                          ((2, 5, preterminals), (2, nonterminals, symbols, symbols), (2, nonterminals))]
+                log_z = kernels.inside(*leaves, torch.tensor([5, 4]), semiring=semiring)
+                log_z.sum().backward()
+
+
 @functools.lru_cache(maxsize=1)
 def _shipped_configs_once() -> list:
     return shipped_configs()
@@ -230,7 +255,7 @@ def _drive_part(numbers: Sequence[int]) -> Recorder:
 
 def record(jobs: int = 1, counts: Sequence[int] = SPAN_COUNT_SWEEP,
            progress: Optional[Callable[[str], None]] = None) -> Recorder:
-    """Drive every shipped config (in ``jobs`` processes), sweep the span counts and drive cumax."""
+    """Drive every shipped config (in ``jobs`` processes), sweep the span counts, drive cumax and the inside algorithm."""
     import torch
 
     configs = shipped_configs()
@@ -257,6 +282,7 @@ def record(jobs: int = 1, counts: Sequence[int] = SPAN_COUNT_SWEEP,
                 progress("span-count sweep and cumax")
             sweep_span_counts(recorder, counts, len(configs))
             drive_cumax(recorder, len(configs) + 1)
+            drive_inside(recorder, len(configs) + 2)
     finally:
         torch.set_num_threads(threads)
     return recorder

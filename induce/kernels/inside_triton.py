@@ -45,7 +45,7 @@ from induce.kernels.triton_base import _length_free_jit, _pow2
 
 #: Largest number of nonterminals the kernels take: a program holds a ``[NT, NT]`` tile of child pairs.
 MAX_NONTERMINALS = 64
-_TINY = 1.1754943508222875e-38  # smallest normal float32: sums clamp here before their log
+_TINY = tl.constexpr(1.1754943508222875e-38)  # smallest normal float32: sums clamp here before their log
 
 
 @triton.jit
@@ -239,10 +239,11 @@ def _inside_max_fwd_kernel(
     tl.store(split_out + out, split, mask=ok)
 
 
-def _launch_sizes(NT: int) -> Tuple[int, int]:
-    """``(NTP, BA)``: the padded tile and the parents per block of rules (``BA * NTP^2 <= 8192``)."""
+def _launch_sizes(NT: int) -> Tuple[int, int, int]:
+    """``(NTP, BA, num_warps)``: the padded tile, the parents per block of rules (``BA * NTP^2 <= 4096``)
+    and warps enough to hold the ``[NTP, NTP]`` tiles without spilling on sm_90 (the compile check)."""
     ntp = _pow2(NT, minimum=2)
-    return ntp, max(1, min(ntp, 8192 // (ntp * ntp)))
+    return ntp, max(1, min(ntp, 4096 // (ntp * ntp))), 4 if ntp <= 8 else (8 if ntp <= 32 else 16)
 
 
 def _contiguous(*tensors):
@@ -255,7 +256,7 @@ class _InsideSumTriton(torch.autograd.Function):
     @staticmethod
     def forward(ctx, y, z, w2, r_nn, spans):  # type: ignore[override]
         B, T, NT, _ = y.shape
-        ntp, ba = _launch_sizes(NT)
+        ntp, ba, warps = _launch_sizes(NT)
         chart = _Chart(B, T, NT, y)
         ey, y_max = _max_out(y)
         ez, z_max = _max_out(z)
@@ -269,7 +270,7 @@ class _InsideSumTriton(torch.autograd.Function):
             n = T - w + 1
             _inside_sum_fwd_kernel[(B * n,)](
                 chart.e_sw, chart.e_ew, chart.m_sw, chart.m_ew, chart.log_sw, ey, y_max, ez, z_max, e_nn, c_nn,
-                spans, T, w, n, NT, NTP=ntp, BA=ba, num_warps=4)
+                spans, T, w, n, NT, NTP=ntp, BA=ba, num_warps=warps)
         ctx.chart = chart
         ctx.save_for_backward(spans, ey, y_max, ez, z_max, e_nn, c_nn)
         return chart.log_sw
@@ -280,7 +281,7 @@ class _InsideSumTriton(torch.autograd.Function):
         spans, ey, y_max, ez, z_max, e_nn, c_nn = ctx.saved_tensors
         chart = ctx.chart
         B, T, _, NT = chart.log_sw.shape
-        ntp, ba = _launch_sizes(NT)
+        ntp, ba, warps = _launch_sizes(NT)
         g_sw = grad_chart.float().contiguous().clone()
         g_ew = torch.zeros_like(g_sw)
         d_y, d_z = torch.zeros_like(ey), torch.zeros_like(ez)
@@ -292,7 +293,7 @@ class _InsideSumTriton(torch.autograd.Function):
             n = T - w + 1
             _inside_sum_bwd_kernel[(B * n,)](
                 chart.e_sw, chart.e_ew, chart.m_sw, chart.m_ew, chart.log_sw, ey, y_max, ez, z_max, e_nn, c_nn,
-                spans, g_sw, g_ew, d_y, d_z, d_spans, h_buf, pairs_buf, T, w, n, NT, NTP=ntp, BA=ba, num_warps=4)
+                spans, g_sw, g_ew, d_y, d_z, d_spans, h_buf, pairs_buf, T, w, n, NT, NTP=ntp, BA=ba, num_warps=warps)
             if w >= 4:
                 h = h_buf.view(-1)[: B * n * NT].view(B, n, NT)  # the kernel wrote [B, n, ...] from the start
                 pairs = pairs_buf.view(-1)[: B * n * NT * NT].view(B, n, NT * NT)
@@ -309,7 +310,7 @@ class _InsideMaxTriton(torch.autograd.Function):
     @staticmethod
     def forward(ctx, y, z, w2, r_nn, spans):  # type: ignore[override]
         B, T, NT, _ = y.shape
-        ntp, ba = _launch_sizes(NT)
+        ntp, ba, warps = _launch_sizes(NT)
         y, z, spans = _contiguous(y, z, spans)
         flat = r_nn.contiguous()
         chart_sw = y.new_zeros(B, T, T, NT)
@@ -322,7 +323,7 @@ class _InsideMaxTriton(torch.autograd.Function):
             n = T - w + 1
             outs = [torch.zeros(B, n, NT, dtype=torch.int32, device=y.device) for _ in range(5)]
             _inside_max_fwd_kernel[(B * n,)](
-                chart_sw, chart_ew, y, z, flat, spans, *outs, T, w, n, NT, NTP=ntp, BA=ba, num_warps=4)
+                chart_sw, chart_ew, y, z, flat, spans, *outs, T, w, n, NT, NTP=ntp, BA=ba, num_warps=warps)
             pointers[w] = tuple(outs)
         ctx.pointers = pointers
         ctx.shapes = (y.shape, w2.shape, spans.shape)
