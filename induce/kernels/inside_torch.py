@@ -31,74 +31,11 @@ from typing import Optional, Tuple, Union
 import torch
 from torch.autograd.function import once_differentiable
 
+from induce.kernels.inside_words import _max_out, _safe_log, max_tables, rule_blocks, sum_tables, sum_tables_backward
+
 
 def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
     return x if x.dtype == torch.float64 else x.float()
-
-
-def _safe_log(x: torch.Tensor) -> torch.Tensor:
-    return x.clamp_min(torch.finfo(x.dtype).tiny).log()
-
-
-def _max_out(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """``(exp(x - m), m)`` with ``m`` the maximum over the last dimension (kept, ``[..., 1]``).
-
-    ``m`` is detached: the results it scales are invariant to it, so its gradient is zero anyway,
-    and autograd need not keep a mask for ``amax``."""
-    m = x.detach().amax(-1, keepdim=True)
-    return (x - m).exp(), m
-
-
-# ------------------------------------------------------------------------------------------ words
-def rule_blocks(rules: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``rules [B, NT, S, S]`` as its blocks NN ``[B, NT, NT, NT]``, PN ``[B, NT, P, NT]``, NP
-    ``[B, NT, NT, P]`` and PP ``[B, NT, P, P]`` (left child, right child). Through ``split``, whose
-    backward concatenates the blocks' gradients once (four slices would each fill a zero tensor of
-    the whole rule tensor and add into it)."""
-    NT = rules.shape[1]
-    P = rules.shape[2] - NT
-    upper, lower = rules.split([NT, P], dim=2)
-    r_nn, r_np = upper.split([NT, P], dim=3)
-    r_pn, r_pp = lower.split([NT, P], dim=3)
-    return r_nn, r_pn, r_np, r_pp
-
-
-def word_tables(terms: torch.Tensor, rules: torch.Tensor, semiring: str) -> Tuple[torch.Tensor, ...]:
-    """``(y, z, w2)`` of the module docstring from ``terms [B, T, P]`` and ``rules [B, NT, S, S]``.
-
-    Sum mode: probability-space matrix products with the maxima of each word row and each rule column
-    taken out. Max mode: ``max`` over the preterminal (its gradient goes to the argmax)."""
-    B, T, P = terms.shape
-    r_pn, r_np, r_pp = rule_blocks(rules)[1:]
-    NT = rules.shape[1]
-    if semiring == "sum":
-        e_terms, t_max = _max_out(terms)  # [B, T, P], [B, T, 1]
-
-        def left_word(r: torch.Tensor) -> torch.Tensor:  # logsumexp_B terms[i, B] + r[A, B, C]: [B, T, A, C]
-            c = r.detach().amax(2, keepdim=True)  # [B, A, 1, C] (shifts: no gradient)
-            e = (r - c).exp().permute(0, 2, 1, 3).reshape(B, P, -1)  # [B, P, A*C]
-            out = _safe_log(e_terms @ e).view(B, T, NT, r.shape[-1])
-            return out + t_max[..., None] + c.squeeze(2)[:, None]
-
-        y = left_word(r_pn)
-        c = r_np.detach().amax(3, keepdim=True)  # [B, A, NT, 1]
-        e = (r_np - c).exp().reshape(B, NT * NT, P)
-        z = _safe_log(e @ e_terms.transpose(1, 2)).view(B, NT, NT, T).permute(0, 3, 1, 2)
-        z = z + t_max[..., None] + c.squeeze(-1)[:, None]
-        q = left_word(r_pp)  # [B, T, A, P]: A -> (word i) (preterminal C)
-        w2 = torch.logsumexp(q[:, :-1] + terms[:, 1:, None, :], dim=-1)
-        return y, z, w2
-    # max mode: chunks of positions keep the [B, chunk, A, P, C] broadcast small
-    chunk = max(1, (1 << 22) // max(1, B * NT * P * NT))
-    ys, zs, qs = [], [], []
-    for start in range(0, T, chunk):
-        t = terms[:, start: start + chunk]
-        ys.append((t[:, :, None, :, None] + r_pn[:, None]).max(3).values)
-        zs.append((t[:, :, None, None, :] + r_np[:, None]).max(4).values)
-        qs.append((t[:, :, None, :, None] + r_pp[:, None]).max(3).values)
-    y, z, q = torch.cat(ys, 1), torch.cat(zs, 1), torch.cat(qs, 1)
-    w2 = (q[:, :-1] + terms[:, 1:, None, :]).max(-1).values
-    return y, z, w2
 
 
 # ------------------------------------------------------------------------------------ sum: chart
@@ -176,55 +113,79 @@ def _sum_forward(y, z, w2, r_nn, spans):
     return chart, (ey, y_max, ez, z_max, e_nn, c_nn)
 
 
-class _InsideSum(torch.autograd.Function):
-    """``(y, z, w2, r_nn [B, NT, NT, NT], spans [B, T, T]) -> chart [B, T, T, NT]`` (start, width - 1)."""
+def _sum_backward(state, grad_chart: torch.Tensor):
+    """The outside pass over :func:`_sum_forward`'s chart: gradients of ``(y, z, w2, r_nn, spans)``."""
+    chart, spans, (ey, y_max, ez, z_max, e_nn, c_nn) = state
+    B, T, _, NT = chart.log_sw.shape
+    g_sw = grad_chart.clone()  # d/d beta, accumulated from the parents (start, width layout)
+    g_ew = torch.zeros_like(g_sw)  # the same for right children (end, T - width layout)
+    d_y = torch.zeros_like(ey)
+    d_z = torch.zeros_like(ez)
+    d_enn = torch.zeros_like(e_nn)
+    d_spans = torch.zeros_like(spans)
+    d_w2 = torch.zeros(B, T - 1, NT, dtype=ey.dtype, device=ey.device)
+    for w in range(T, 1, -1):
+        n = T - w + 1
+        g = g_sw[:, :n, w - 1] + g_ew[:, w - 1:, T - w]  # [B, n, A]
+        d_spans.diagonal(offset=w - 1, dim1=1, dim2=2).copy_(g.sum(-1))
+        if w == 2:
+            d_w2.copy_(g)
+            break
+        # each part's share is exp(part - base); with part = log(sum) + maxima, d/d sum = g exp(maxima - base)
+        base = chart.log_sw[:, :n, w - 1] - spans.diagonal(offset=w - 1, dim1=1, dim2=2)[..., None]
+        right_e, right_m = chart.rights(w)
+        h = g * (y_max[:, :n] + right_m - base).exp()  # [B, n, A]
+        d_y[:, :n] += h[..., None] * right_e[:, :, None, :] * ey[:, :n]
+        g_sw[:, 1:n + 1, w - 2] += right_e * (h[..., None] * ey[:, :n]).sum(2)
+        left_e, left_m = chart.lefts(w)
+        h = g * (z_max[:, w - 1:] + left_m - base).exp()
+        d_z[:, w - 1:] += h[..., None] * left_e[:, :, None, :] * ez[:, w - 1:]
+        g_sw[:, 0:n, w - 2] += left_e * (h[..., None] * ez[:, w - 1:]).sum(2)
+        if w >= 4:
+            left_e, right_e, weight, big = chart.nn_splits(w)
+            pairs = (left_e * weight[..., None]).transpose(-1, -2) @ right_e  # recomputed, [B, n, NT, NT]
+            h = g * (c_nn[:, None] + big - base).exp()
+            d_enn += h.transpose(1, 2) @ pairs.view(B, n, NT * NT)
+            q = (h @ e_nn).view(B, n, NT, NT)  # d/d pairs
+            g_sw[:, 0:n, 1:w - 2] += weight[..., None] * left_e * (right_e @ q.transpose(-1, -2))
+            g_ew[:, w - 1:, T - w + 2: T - 1] += weight[..., None] * right_e * (left_e @ q)
+    return d_y, d_z, d_w2, (d_enn * e_nn).view(B, NT, NT, NT), d_spans
+
+
+def _sum_forward_state(y, z, w2, r_nn, spans):
+    chart, tables = _sum_forward(y, z, w2, r_nn, spans)
+    return chart.log_sw, (chart, spans, tables)
+
+
+#: The torch tier's chart: ``(forward, backward)`` as :class:`InsideSum` calls them.
+TORCH_CHART = (_sum_forward_state, _sum_backward)
+
+
+class InsideSum(torch.autograd.Function):
+    """``(terms [B, T, P], rules [B, NT, S, S], spans [B, T, T], chart) -> chart [B, T(start), T(width-1), NT]``.
+
+    Word tables (:mod:`induce.kernels.inside_words`), then ``chart = (forward, backward)``: ``forward(y,
+    z, w2, r_nn, spans) -> (chart, state)`` fills the chart, ``backward(state, grad_chart)`` returns the
+    gradients of ``(y, z, w2, r_nn, spans)``: :data:`TORCH_CHART` here, the Triton kernels in
+    :mod:`induce.kernels.inside_triton`. The rules' gradient is one tensor, its four blocks written in place."""
 
     @staticmethod
-    def forward(ctx, y, z, w2, r_nn, spans):  # type: ignore[override]
-        chart, tables = _sum_forward(y, z, w2, r_nn, spans)
-        ctx.chart = chart
-        ctx.save_for_backward(spans, *tables)
-        return chart.log_sw
+    def forward(ctx, terms, rules, spans, chart):  # type: ignore[override]
+        y, z, q, w2 = sum_tables(terms, rules)
+        out, state = chart[0](y, z, w2, rule_blocks(rules)[0], spans)
+        ctx.state, ctx.backward_chart = state, chart[1]
+        ctx.save_for_backward(terms, rules, y, z, q, w2)
+        return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_chart):  # type: ignore[override]
-        spans, ey, y_max, ez, z_max, e_nn, c_nn = ctx.saved_tensors
-        chart = ctx.chart
-        B, T, _, NT = chart.log_sw.shape
-        g_sw = grad_chart.clone()  # d/d beta, accumulated from the parents (start, width layout)
-        g_ew = torch.zeros_like(g_sw)  # the same for right children (end, T - width layout)
-        d_y = torch.zeros_like(ey)
-        d_z = torch.zeros_like(ez)
-        d_enn = torch.zeros_like(e_nn)
-        d_spans = torch.zeros_like(spans)
-        d_w2 = torch.zeros(B, T - 1, NT, dtype=ey.dtype, device=ey.device)
-        for w in range(T, 1, -1):
-            n = T - w + 1
-            g = g_sw[:, :n, w - 1] + g_ew[:, w - 1:, T - w]  # [B, n, A]
-            d_spans.diagonal(offset=w - 1, dim1=1, dim2=2).copy_(g.sum(-1))
-            if w == 2:
-                d_w2.copy_(g)
-                break
-            # each part's share is exp(part - base); with part = log(sum) + maxima, d/d sum = g exp(maxima - base)
-            base = chart.log_sw[:, :n, w - 1] - spans.diagonal(offset=w - 1, dim1=1, dim2=2)[..., None]
-            right_e, right_m = chart.rights(w)
-            h = g * (y_max[:, :n] + right_m - base).exp()  # [B, n, A]
-            d_y[:, :n] += h[..., None] * right_e[:, :, None, :] * ey[:, :n]
-            g_sw[:, 1:n + 1, w - 2] += right_e * (h[..., None] * ey[:, :n]).sum(2)
-            left_e, left_m = chart.lefts(w)
-            h = g * (z_max[:, w - 1:] + left_m - base).exp()
-            d_z[:, w - 1:] += h[..., None] * left_e[:, :, None, :] * ez[:, w - 1:]
-            g_sw[:, 0:n, w - 2] += left_e * (h[..., None] * ez[:, w - 1:]).sum(2)
-            if w >= 4:
-                left_e, right_e, weight, big = chart.nn_splits(w)
-                pairs = (left_e * weight[..., None]).transpose(-1, -2) @ right_e  # recomputed, [B, n, NT, NT]
-                h = g * (c_nn[:, None] + big - base).exp()
-                d_enn += h.transpose(1, 2) @ pairs.view(B, n, NT * NT)
-                q = (h @ e_nn).view(B, n, NT, NT)  # d/d pairs
-                g_sw[:, 0:n, 1:w - 2] += weight[..., None] * left_e * (right_e @ q.transpose(-1, -2))
-                g_ew[:, w - 1:, T - w + 2: T - 1] += weight[..., None] * right_e * (left_e @ q)
-        return d_y, d_z, d_w2, (d_enn * e_nn).view(B, NT, NT, NT), d_spans
+        terms, rules, y, z, q, w2 = ctx.saved_tensors
+        d_y, d_z, d_w2, d_r_nn, d_spans = ctx.backward_chart(ctx.state, grad_chart)
+        d_rules = torch.empty_like(rules)
+        rule_blocks(d_rules)[0].copy_(d_r_nn)
+        d_terms = sum_tables_backward(terms, rules, y, z, q, w2, d_y, d_z, d_w2, d_rules)
+        return d_terms, d_rules, d_spans, None
 
 
 # ------------------------------------------------------------------------------------ max: chart
@@ -354,6 +315,14 @@ def finish(chart_sw: torch.Tensor, roots: torch.Tensor, lengths: torch.Tensor, s
     return log_z, chart.to(dtype)
 
 
+def chart_scores(terms, rules, spans, semiring: str, sum_chart, max_function) -> torch.Tensor:
+    """The chart ``[B, T(start), T(width - 1), NT]`` of either semiring (both tiers)."""
+    if semiring == "sum":
+        return InsideSum.apply(terms, rules, spans, sum_chart)
+    y, z, w2 = max_tables(terms, rules)
+    return max_function.apply(y, z, w2, rule_blocks(rules)[0], spans)
+
+
 def inside(
     terms: torch.Tensor,
     rules: torch.Tensor,
@@ -378,7 +347,5 @@ def inside(
     if T < 2:
         chart_sw = terms.new_zeros(B, T, T, NT) + 0.0 * (rules.sum() + terms.sum() + spans.sum())
     else:
-        y, z, w2 = word_tables(terms, rules, semiring)
-        fn = _InsideSum if semiring == "sum" else _InsideMax
-        chart_sw = fn.apply(y, z, w2, rule_blocks(rules)[0], spans)
+        chart_sw = chart_scores(terms, rules, spans, semiring, TORCH_CHART, _InsideMax)
     return finish(chart_sw, roots, lengths, semiring, chart, dtype)

@@ -1,7 +1,7 @@
 """Triton tier of the dense-PCFG inside algorithm: one fused kernel per span width, forward and outside.
 
 Same layout and arithmetic as :mod:`induce.kernels.inside_torch` (read its docstring first): the
-word tables ``y, z, w2`` are plain PyTorch (small matrix products, differentiated by autograd) and
+word tables ``y, z, w2`` are PyTorch's (:mod:`induce.kernels.inside_words`, small matrix products) and
 the chart of spans of three or more words is filled by one launch per width, a program per span
 ``(b, i)`` holding every nonterminal of the span:
 
@@ -33,14 +33,8 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from induce.kernels._dispatch import KernelBackendError
-from induce.kernels.inside_torch import (
-    _Chart,
-    _max_out,
-    finish,
-    route_max_gradient,
-    rule_blocks,
-    word_tables,
-)
+from induce.kernels.inside_torch import _Chart, chart_scores, finish, route_max_gradient
+from induce.kernels.inside_words import _max_out
 from induce.kernels.triton_base import _length_free_jit, _pow2
 
 #: Largest number of nonterminals the kernels take: a program holds a ``[NT, NT]`` tile of child pairs.
@@ -250,57 +244,54 @@ def _contiguous(*tensors):
     return [t.contiguous() for t in tensors]
 
 
-class _InsideSumTriton(torch.autograd.Function):
-    """Triton twin of :class:`induce.kernels.inside_torch._InsideSum` (same inputs and output)."""
+def _sum_chart_forward(y, z, w2, r_nn, spans):
+    """Triton twin of the torch tier's chart forward (``TORCH_CHART[0]``): same inputs, chart and state."""
+    B, T, NT, _ = y.shape
+    ntp, ba, warps = _launch_sizes(NT)
+    chart = _Chart(B, T, NT, y)
+    ey, y_max = _max_out(y)
+    ez, z_max = _max_out(z)
+    y_max, z_max = y_max.squeeze(-1), z_max.squeeze(-1)
+    flat = r_nn.reshape(B, NT, NT * NT)
+    c_nn = flat.amax(-1)
+    e_nn = (flat - c_nn[..., None]).exp()
+    ey, y_max, ez, z_max, e_nn, c_nn, spans = _contiguous(ey, y_max, ez, z_max, e_nn, c_nn, spans)
+    chart.store(2, w2 + spans.diagonal(offset=1, dim1=1, dim2=2)[..., None])
+    for w in range(3, T + 1):
+        n = T - w + 1
+        _inside_sum_fwd_kernel[(B * n,)](
+            chart.e_sw, chart.e_ew, chart.m_sw, chart.m_ew, chart.log_sw, ey, y_max, ez, z_max, e_nn, c_nn,
+            spans, T, w, n, NT, NTP=ntp, BA=ba, num_warps=warps)
+    return chart.log_sw, (chart, spans, (ey, y_max, ez, z_max, e_nn, c_nn))
 
-    @staticmethod
-    def forward(ctx, y, z, w2, r_nn, spans):  # type: ignore[override]
-        B, T, NT, _ = y.shape
-        ntp, ba, warps = _launch_sizes(NT)
-        chart = _Chart(B, T, NT, y)
-        ey, y_max = _max_out(y)
-        ez, z_max = _max_out(z)
-        y_max, z_max = y_max.squeeze(-1), z_max.squeeze(-1)
-        flat = r_nn.reshape(B, NT, NT * NT)
-        c_nn = flat.amax(-1)
-        e_nn = (flat - c_nn[..., None]).exp()
-        ey, y_max, ez, z_max, e_nn, c_nn, spans = _contiguous(ey, y_max, ez, z_max, e_nn, c_nn, spans)
-        chart.store(2, w2 + spans.diagonal(offset=1, dim1=1, dim2=2)[..., None])
-        for w in range(3, T + 1):
-            n = T - w + 1
-            _inside_sum_fwd_kernel[(B * n,)](
-                chart.e_sw, chart.e_ew, chart.m_sw, chart.m_ew, chart.log_sw, ey, y_max, ez, z_max, e_nn, c_nn,
-                spans, T, w, n, NT, NTP=ntp, BA=ba, num_warps=warps)
-        ctx.chart = chart
-        ctx.save_for_backward(spans, ey, y_max, ez, z_max, e_nn, c_nn)
-        return chart.log_sw
 
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_chart):  # type: ignore[override]
-        spans, ey, y_max, ez, z_max, e_nn, c_nn = ctx.saved_tensors
-        chart = ctx.chart
-        B, T, _, NT = chart.log_sw.shape
-        ntp, ba, warps = _launch_sizes(NT)
-        g_sw = grad_chart.float().contiguous().clone()
-        g_ew = torch.zeros_like(g_sw)
-        d_y, d_z = torch.zeros_like(ey), torch.zeros_like(ez)
-        d_enn = torch.zeros_like(e_nn)
-        d_spans = torch.zeros_like(spans)
-        h_buf = ey.new_empty(B, T, NT)
-        pairs_buf = ey.new_empty(B, T, NT, NT)
-        for w in range(T, 2, -1):
-            n = T - w + 1
-            _inside_sum_bwd_kernel[(B * n,)](
-                chart.e_sw, chart.e_ew, chart.m_sw, chart.m_ew, chart.log_sw, ey, y_max, ez, z_max, e_nn, c_nn,
-                spans, g_sw, g_ew, d_y, d_z, d_spans, h_buf, pairs_buf, T, w, n, NT, NTP=ntp, BA=ba, num_warps=warps)
-            if w >= 4:
-                h = h_buf.view(-1)[: B * n * NT].view(B, n, NT)  # the kernel wrote [B, n, ...] from the start
-                pairs = pairs_buf.view(-1)[: B * n * NT * NT].view(B, n, NT * NT)
-                d_enn += h.transpose(1, 2) @ pairs
-        d_w2 = g_sw[:, : T - 1, 1] + g_ew[:, 1:, T - 2]
-        d_spans.diagonal(offset=1, dim1=1, dim2=2).copy_(d_w2.sum(-1))
-        return d_y, d_z, d_w2, (d_enn * e_nn).view(B, NT, NT, NT), d_spans
+def _sum_chart_backward(state, grad_chart):
+    """Triton twin of the torch tier's outside pass (``TORCH_CHART[1]``)."""
+    chart, spans, (ey, y_max, ez, z_max, e_nn, c_nn) = state
+    B, T, _, NT = chart.log_sw.shape
+    ntp, ba, warps = _launch_sizes(NT)
+    g_sw = grad_chart.float().contiguous().clone()
+    g_ew = torch.zeros_like(g_sw)
+    d_y, d_z = torch.zeros_like(ey), torch.zeros_like(ez)
+    d_enn = torch.zeros_like(e_nn)
+    d_spans = torch.zeros_like(spans)
+    h_buf = ey.new_empty(B, T, NT)
+    pairs_buf = ey.new_empty(B, T, NT, NT)
+    for w in range(T, 2, -1):
+        n = T - w + 1
+        _inside_sum_bwd_kernel[(B * n,)](
+            chart.e_sw, chart.e_ew, chart.m_sw, chart.m_ew, chart.log_sw, ey, y_max, ez, z_max, e_nn, c_nn,
+            spans, g_sw, g_ew, d_y, d_z, d_spans, h_buf, pairs_buf, T, w, n, NT, NTP=ntp, BA=ba, num_warps=warps)
+        if w >= 4:
+            h = h_buf.view(-1)[: B * n * NT].view(B, n, NT)  # the kernel wrote [B, n, ...] from the start
+            pairs = pairs_buf.view(-1)[: B * n * NT * NT].view(B, n, NT * NT)
+            d_enn += h.transpose(1, 2) @ pairs
+    d_w2 = g_sw[:, : T - 1, 1] + g_ew[:, 1:, T - 2]
+    d_spans.diagonal(offset=1, dim1=1, dim2=2).copy_(d_w2.sum(-1))
+    return d_y, d_z, d_w2, (d_enn * e_nn).view(B, NT, NT, NT), d_spans
+
+
+TRITON_CHART = (_sum_chart_forward, _sum_chart_backward)
 
 
 class _InsideMaxTriton(torch.autograd.Function):
@@ -363,7 +354,5 @@ def inside(
     if T < 2:
         chart_sw = terms.new_zeros(B, T, T, NT) + 0.0 * (rules.sum() + terms.sum() + spans.sum())
     else:
-        y, z, w2 = word_tables(terms, rules, semiring)
-        fn = _InsideSumTriton if semiring == "sum" else _InsideMaxTriton
-        chart_sw = fn.apply(y, z, w2, rule_blocks(rules)[0], spans)
+        chart_sw = chart_scores(terms, rules, spans, semiring, TRITON_CHART, _InsideMaxTriton)
     return finish(chart_sw, roots, lengths, semiring, chart, dtype)

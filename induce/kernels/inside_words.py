@@ -1,0 +1,146 @@
+"""The word tables of the dense-PCFG inside algorithm, shared by the torch and Triton tiers.
+
+A child spanning one word is a preterminal, so the rule blocks with a preterminal child are
+contracted with the words' preterminal scores once per position, before the chart is filled
+(``A`` the parent, ``B``/``C`` the left/right child, ``'`` marks a preterminal):
+
+* ``y [B, T, NT, NT]``: ``y[i, A, C] = logsumexp_B rules[A, B', C] + terms[i, B]``: ``A -> (word i) C``;
+* ``z [B, T, NT, NT]``: ``z[j, A, B] = logsumexp_C rules[A, B, C'] + terms[j, C]``: ``A -> B (word j)``;
+* ``w2 [B, T - 1, NT]``: the nonterminals over words ``i, i + 1`` (through ``q [B, T, NT, P]``,
+  ``q[i, A, C] = logsumexp_B rules[A, B', C'] + terms[i, B]``).
+
+Sum mode (:func:`sum_tables` / :func:`sum_tables_backward`): matrix products in probability space
+with the maximum of each word row and of each rule column taken out (the sums are invariant to those
+shifts, so they carry no gradient), in chunks of sentences so that the ``exp`` of the rule blocks is
+never held for the whole batch; the backward pass is written out and fills one gradient tensor of the
+rules, block by block, instead of one per block. Max mode (:func:`max_tables`): ``max`` over the
+preterminal, differentiated by autograd (the gradient goes to the argmax).
+"""
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+
+#: Rule-tensor entries processed per chunk of sentences (a chunk's exp of the blocks: ~4 MB in float32).
+CHUNK_ENTRIES = 1 << 20
+
+
+def _safe_log(x: torch.Tensor) -> torch.Tensor:
+    return x.clamp_min(torch.finfo(x.dtype).tiny).log()
+
+
+def _max_out(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(exp(x - m), m)`` with ``m`` the (detached) maximum over the last dimension, kept ``[..., 1]``."""
+    m = x.detach().amax(-1, keepdim=True)
+    return (x - m).exp(), m
+
+
+def rule_blocks(rules: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``rules [B, NT, S, S]`` as views of its blocks NN ``[B, NT, NT, NT]``, P'N ``[B, NT, P, NT]``,
+    NP' ``[B, NT, NT, P]`` and P'P' ``[B, NT, P, P]`` (left child, right child). Through ``split``,
+    whose backward concatenates the blocks' gradients once (four slices would each fill a zero tensor
+    of the whole rule tensor and add into it)."""
+    NT = rules.shape[1]
+    P = rules.shape[2] - NT
+    upper, lower = rules.split([NT, P], dim=2)
+    r_nn, r_np = upper.split([NT, P], dim=3)
+    r_pn, r_pp = lower.split([NT, P], dim=3)
+    return r_nn, r_pn, r_np, r_pp
+
+
+def _chunks(rules: torch.Tensor):
+    B = rules.shape[0]
+    step = max(1, CHUNK_ENTRIES // max(1, rules[0].numel()))
+    return [slice(start, min(start + step, B)) for start in range(0, B, step)]
+
+
+def _left_exp(r: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``r [b, A, B', C]`` (left child a preterminal) as ``exp(r - c)`` laid out ``[b, P, A*C]`` and
+    ``c [b, A, C]``, the maximum over the preterminal."""
+    c = r.amax(2)
+    e = (r - c[:, :, None]).exp().permute(0, 2, 1, 3).reshape(r.shape[0], r.shape[2], -1)
+    return e, c
+
+
+def _right_exp(r: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``r [b, A, B, C']`` (right child a preterminal) as ``exp(r - c)`` laid out ``[b, A*B, P]`` and ``c [b, A, B]``."""
+    c = r.amax(3)
+    return (r - c[..., None]).exp().reshape(r.shape[0], -1, r.shape[3]), c
+
+
+@torch.no_grad()
+def sum_tables(terms: torch.Tensor, rules: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(y, z, q, w2)`` in the sum semiring (no graph; see :func:`sum_tables_backward`)."""
+    B, T, P = terms.shape
+    NT = rules.shape[1]
+    y = terms.new_empty(B, T, NT, NT)
+    z = terms.new_empty(B, T, NT, NT)
+    q = terms.new_empty(B, T, NT, P)
+    e_terms, t_max = _max_out(terms)  # [B, T, P], [B, T, 1]
+    _, r_pn, r_np, r_pp = rule_blocks(rules)
+    for cb in _chunks(rules):
+        b = cb.stop - cb.start
+        et, tm = e_terms[cb], t_max[cb, :, :, None]
+        e, c = _left_exp(r_pn[cb])
+        y[cb] = _safe_log(et @ e).view(b, T, NT, NT) + tm + c[:, None]
+        e, c = _left_exp(r_pp[cb])
+        q[cb] = _safe_log(et @ e).view(b, T, NT, P) + tm + c[:, None]
+        e, c = _right_exp(r_np[cb])
+        z[cb] = _safe_log(e @ et.transpose(1, 2)).view(b, NT, NT, T).permute(0, 3, 1, 2) + tm + c[:, None]
+    w2 = torch.logsumexp(q[:, :-1] + terms[:, 1:, None, :], dim=-1)
+    return y, z, q, w2
+
+
+@torch.no_grad()
+def sum_tables_backward(terms, rules, y, z, q, w2, d_y, d_z, d_w2, d_rules) -> torch.Tensor:
+    """Gradient of :func:`sum_tables` for upstream ``d_y, d_z, d_w2``: returns ``d_terms [B, T, P]`` and
+    writes the P'N, NP' and P'P' blocks of ``d_rules [B, NT, S, S]`` (its NN block is left alone).
+
+    With ``H = d_out / S`` (``S`` the sum before the log, ``= exp(out - shifts)``), a left-word table
+    gives ``d e = e_terms^T @ H`` (times ``e`` for the log rules) and ``d e_terms = H @ e^T`` (times
+    ``e_terms`` for the log terms); the right-word table is the transpose."""
+    B, T, P = terms.shape
+    NT = rules.shape[1]
+    e_terms, t_max = _max_out(terms)
+    d_terms = torch.zeros_like(terms)
+    # w2 = logsumexp_C q[i, A, C] + terms[i + 1, C]
+    share = (q[:, :-1] + terms[:, 1:, None, :] - w2[..., None]).exp() * d_w2[..., None]  # [B, T-1, A, P]
+    d_q = torch.zeros_like(q)
+    d_q[:, :-1] = share
+    d_terms[:, 1:] += share.sum(2)
+    _, r_pn, r_np, r_pp = rule_blocks(rules)
+    _, d_pn, d_np, d_pp = rule_blocks(d_rules)
+    for cb in _chunks(rules):
+        b = cb.stop - cb.start
+        et, tm = e_terms[cb], t_max[cb, :, :, None]
+        d_et = torch.zeros_like(et)
+        for r, out, d_out, d_block in ((r_pn[cb], y[cb], d_y[cb], d_pn[cb]), (r_pp[cb], q[cb], d_q[cb], d_pp[cb])):
+            e, c = _left_exp(r)  # [b, P, A*C]
+            h = (d_out * (tm + c[:, None] - out).exp()).reshape(b, T, -1)  # [b, T, A*C]
+            d_block.copy_(((et.transpose(1, 2) @ h) * e).view(b, P, NT, -1).permute(0, 2, 1, 3))
+            d_et += h @ e.transpose(1, 2)
+        e, c = _right_exp(r_np[cb])  # [b, A*B, P]
+        h = (d_z[cb] * (tm + c[:, None] - z[cb]).exp()).reshape(b, T, -1)  # [b, T, A*B]
+        d_np[cb].copy_(((h.transpose(1, 2) @ et) * e).view(b, NT, NT, P))
+        d_et += h @ e
+        d_terms[cb] += d_et * et
+    return d_terms
+
+
+def max_tables(terms: torch.Tensor, rules: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(y, z, w2)`` in the max semiring, differentiable by autograd (chunks of positions keep the
+    ``[B, chunk, A, P, C]`` broadcast small)."""
+    B, T, P = terms.shape
+    NT = rules.shape[1]
+    _, r_pn, r_np, r_pp = rule_blocks(rules)
+    chunk = max(1, CHUNK_ENTRIES // max(1, B * NT * P * max(NT, P)))
+    ys, zs, qs = [], [], []
+    for start in range(0, T, chunk):
+        t = terms[:, start: start + chunk]
+        ys.append((t[:, :, None, :, None] + r_pn[:, None]).max(3).values)
+        zs.append((t[:, :, None, None, :] + r_np[:, None]).max(4).values)
+        qs.append((t[:, :, None, :, None] + r_pp[:, None]).max(3).values)
+    y, z, q = torch.cat(ys, 1), torch.cat(zs, 1), torch.cat(qs, 1)
+    w2 = (q[:, :-1] + terms[:, 1:, None, :]).max(-1).values
+    return y, z, w2
