@@ -195,6 +195,7 @@ def _max_forward(y, z, w2, r_nn, spans):
     chart_sw = y.new_zeros(B, T, T, NT)
     chart_ew = y.new_zeros(B, T, T, NT)
     flat = r_nn.reshape(B, NT, NT * NT)
+    buffer = y.new_empty(max(_MAX_PLUS_ENTRIES + B * NT * NT * NT, B * T * T * NT * NT // 4))
     pointers = {}
     for w in range(2, T + 1):
         n = T - w + 1
@@ -209,8 +210,8 @@ def _max_forward(y, z, w2, r_nn, spans):
             if w >= 4:
                 left = chart_sw[:, 0:n, 1:w - 2]  # [B, n, k, NT]
                 right = chart_ew[:, w - 1:, T - w + 2: T - 1]
-                pairs, split_arg = (left[..., :, None] + right[..., None, :]).max(2)  # [B, n, NT, NT]
-                nn, nn_arg = _max_plus(pairs.view(B, n, NT * NT), flat)
+                pairs, split_arg = _best_pairs(left, right, buffer)  # [B, n, NT, NT]
+                nn, nn_arg = _max_plus(pairs.view(B, n, NT * NT), flat, buffer)
                 split = split_arg.view(B, n, NT * NT).gather(-1, nn_arg)
                 candidates.append(nn)
             beta, kind = torch.stack(candidates).max(0)
@@ -221,17 +222,33 @@ def _max_forward(y, z, w2, r_nn, spans):
     return chart_sw, pointers
 
 
-def _max_plus(pairs: torch.Tensor, flat_rules: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """``max_c pairs[b, s, c] + flat_rules[b, A, c]`` and its argmax, ``[B, n, A]``, in chunks of spans."""
-    B, n, _ = pairs.shape
+#: Entries of the ``[B, spans, A, NT * NT]`` sums of :func:`_max_plus` per chunk (16 MB in float32).
+_MAX_PLUS_ENTRIES = 1 << 22
+
+
+def _best_pairs(left: torch.Tensor, right: torch.Tensor, buffer: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``max_k left[b, s, k, B] + right[b, s, k, C]`` and its argmax ``k``, ``[B, n, NT, NT]`` (the sums
+    written into ``buffer``: two passes over them, where a running maximum over ``k`` took four)."""
+    B, n, k, NT = left.shape
+    scratch = buffer[: B * n * k * NT * NT].view(B, n, k, NT, NT)
+    torch.add(left[..., :, None], right[..., None, :], out=scratch)
+    return scratch.max(2)
+
+
+def _max_plus(pairs: torch.Tensor, flat_rules: torch.Tensor, buffer: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``max_c pairs[b, s, c] + flat_rules[b, A, c]`` and its argmax, ``[B, n, A]``: chunks of spans,
+    the sums written into ``buffer`` (one allocation per call of :func:`_max_forward`)."""
+    B, n, C = pairs.shape
     A = flat_rules.shape[1]
-    chunk = max(1, (1 << 20) // max(1, B * A * pairs.shape[-1]))
-    values, args = [], []
+    chunk = max(1, _MAX_PLUS_ENTRIES // max(1, B * A * C))
+    values = pairs.new_empty(B, n, A)
+    args = torch.empty(B, n, A, dtype=torch.long, device=pairs.device)
     for start in range(0, n, chunk):
-        v, a = (pairs[:, start: start + chunk, None, :] + flat_rules[:, None]).max(-1)
-        values.append(v)
-        args.append(a)
-    return torch.cat(values, 1), torch.cat(args, 1)
+        stop = min(start + chunk, n)
+        scratch = buffer[: B * (stop - start) * A * C].view(B, stop - start, A, C)
+        torch.add(pairs[:, start:stop, None, :], flat_rules[:, None], out=scratch)
+        torch.max(scratch, dim=-1, out=(values[:, start:stop], args[:, start:stop]))
+    return values, args
 
 
 def route_max_gradient(grad_chart: torch.Tensor, pointers: dict, y_shape, w2_shape, s_shape):

@@ -18,6 +18,7 @@ preterminal, differentiated by autograd (the gradient goes to the argmax).
 """
 from __future__ import annotations
 
+import math
 from typing import Tuple
 
 import torch
@@ -55,18 +56,24 @@ def _chunks(rules: torch.Tensor):
     return [slice(start, min(start + step, B)) for start in range(0, B, step)]
 
 
-def _left_exp(r: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """``r [b, A, B', C]`` (left child a preterminal) as ``exp(r - c)`` laid out ``[b, P, A*C]`` and
-    ``c [b, A, C]``, the maximum over the preterminal."""
-    c = r.amax(2)
-    e = (r - c[:, :, None]).exp().permute(0, 2, 1, 3).reshape(r.shape[0], r.shape[2], -1)
-    return e, c
+def _shifts(rules: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The maxima the blocks are scaled by: over the left preterminal, ``[B, A, S]`` (the P'N and
+    P'P' blocks' columns), and over the right preterminal, ``[B, A, NT]`` (the NP' block's rows).
+    Reduced over whole rows of the rule tensor: a reduction over a block view is several times slower."""
+    NT = rules.shape[1]
+    return rules[:, :, NT:].amax(2), rules[:, :, :NT, NT:].amax(3)
 
 
-def _right_exp(r: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """``r [b, A, B, C']`` (right child a preterminal) as ``exp(r - c)`` laid out ``[b, A*B, P]`` and ``c [b, A, B]``."""
-    c = r.amax(3)
-    return (r - c[..., None]).exp().reshape(r.shape[0], -1, r.shape[3]), c
+def _left_exp(r: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """``r [b, A, B', C]`` (left child a preterminal) as ``exp(r - c)`` laid out ``[b, P, A*C]``
+    (``c [b, A, C]``, the maximum over the preterminal)."""
+    e = (r - c[:, :, None]).exp_()
+    return e.permute(0, 2, 1, 3).reshape(r.shape[0], r.shape[2], -1)
+
+
+def _right_exp(r: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """``r [b, A, B, C']`` (right child a preterminal) as ``exp(r - c)`` laid out ``[b, A*B, P]`` (``c [b, A, B]``)."""
+    return (r - c[..., None]).exp_().reshape(r.shape[0], -1, r.shape[3])
 
 
 @torch.no_grad()
@@ -79,15 +86,17 @@ def sum_tables(terms: torch.Tensor, rules: torch.Tensor) -> Tuple[torch.Tensor, 
     q = terms.new_empty(B, T, NT, P)
     e_terms, t_max = _max_out(terms)  # [B, T, P], [B, T, 1]
     _, r_pn, r_np, r_pp = rule_blocks(rules)
+    left_c, right_c = _shifts(rules)
     for cb in _chunks(rules):
         b = cb.stop - cb.start
         et, tm = e_terms[cb], t_max[cb, :, :, None]
-        e, c = _left_exp(r_pn[cb])
-        y[cb] = _safe_log(et @ e).view(b, T, NT, NT) + tm + c[:, None]
-        e, c = _left_exp(r_pp[cb])
-        q[cb] = _safe_log(et @ e).view(b, T, NT, P) + tm + c[:, None]
-        e, c = _right_exp(r_np[cb])
-        z[cb] = _safe_log(e @ et.transpose(1, 2)).view(b, NT, NT, T).permute(0, 3, 1, 2) + tm + c[:, None]
+        c = left_c[cb, :, :NT]
+        y[cb] = _safe_log(et @ _left_exp(r_pn[cb], c)).view(b, T, NT, NT) + tm + c[:, None]
+        c = left_c[cb, :, NT:]
+        q[cb] = _safe_log(et @ _left_exp(r_pp[cb], c)).view(b, T, NT, P) + tm + c[:, None]
+        c = right_c[cb]
+        z[cb] = _safe_log(_right_exp(r_np[cb], c) @ et.transpose(1, 2)).view(b, NT, NT, T).permute(0, 3, 1, 2)
+        z[cb] += tm + c[:, None]
     w2 = torch.logsumexp(q[:, :-1] + terms[:, 1:, None, :], dim=-1)
     return y, z, q, w2
 
@@ -111,16 +120,19 @@ def sum_tables_backward(terms, rules, y, z, q, w2, d_y, d_z, d_w2, d_rules) -> t
     d_terms[:, 1:] += share.sum(2)
     _, r_pn, r_np, r_pp = rule_blocks(rules)
     _, d_pn, d_np, d_pp = rule_blocks(d_rules)
+    left_c, right_c = _shifts(rules)
     for cb in _chunks(rules):
         b = cb.stop - cb.start
         et, tm = e_terms[cb], t_max[cb, :, :, None]
         d_et = torch.zeros_like(et)
-        for r, out, d_out, d_block in ((r_pn[cb], y[cb], d_y[cb], d_pn[cb]), (r_pp[cb], q[cb], d_q[cb], d_pp[cb])):
-            e, c = _left_exp(r)  # [b, P, A*C]
+        for r, c, out, d_out, d_block in ((r_pn[cb], left_c[cb, :, :NT], y[cb], d_y[cb], d_pn[cb]),
+                                          (r_pp[cb], left_c[cb, :, NT:], q[cb], d_q[cb], d_pp[cb])):
+            e = _left_exp(r, c)  # [b, P, A*C]
             h = (d_out * (tm + c[:, None] - out).exp()).reshape(b, T, -1)  # [b, T, A*C]
             d_block.copy_(((et.transpose(1, 2) @ h) * e).view(b, P, NT, -1).permute(0, 2, 1, 3))
             d_et += h @ e.transpose(1, 2)
-        e, c = _right_exp(r_np[cb])  # [b, A*B, P]
+        c = right_c[cb]
+        e = _right_exp(r_np[cb], c)  # [b, A*B, P]
         h = (d_z[cb] * (tm + c[:, None] - z[cb]).exp()).reshape(b, T, -1)  # [b, T, A*B]
         d_np[cb].copy_(((h.transpose(1, 2) @ et) * e).view(b, NT, NT, P))
         d_et += h @ e
@@ -129,18 +141,33 @@ def sum_tables_backward(terms, rules, y, z, q, w2, d_y, d_z, d_w2, d_rules) -> t
 
 
 def max_tables(terms: torch.Tensor, rules: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(y, z, w2)`` in the max semiring, differentiable by autograd (chunks of positions keep the
-    ``[B, chunk, A, P, C]`` broadcast small)."""
+    """``(y, z, w2)`` in the max semiring, differentiable by autograd when the inputs require it
+    (chunks of positions keep the ``[B, chunk, A, P, C]`` broadcast small; without a graph the
+    chunks reuse one buffer, which saves the page faults of a fresh allocation per chunk)."""
     B, T, P = terms.shape
     NT = rules.shape[1]
     _, r_pn, r_np, r_pp = rule_blocks(rules)
     chunk = max(1, CHUNK_ENTRIES // max(1, B * NT * P * max(NT, P)))
-    ys, zs, qs = [], [], []
-    for start in range(0, T, chunk):
-        t = terms[:, start: start + chunk]
-        ys.append((t[:, :, None, :, None] + r_pn[:, None]).max(3).values)
-        zs.append((t[:, :, None, None, :] + r_np[:, None]).max(4).values)
-        qs.append((t[:, :, None, :, None] + r_pp[:, None]).max(3).values)
-    y, z, q = torch.cat(ys, 1), torch.cat(zs, 1), torch.cat(qs, 1)
+    if torch.is_grad_enabled() and (terms.requires_grad or rules.requires_grad):
+        ys, zs, qs = [], [], []
+        for start in range(0, T, chunk):
+            t = terms[:, start: start + chunk]
+            ys.append((t[:, :, None, :, None] + r_pn[:, None]).max(3).values)
+            zs.append((t[:, :, None, None, :] + r_np[:, None]).max(4).values)
+            qs.append((t[:, :, None, :, None] + r_pp[:, None]).max(3).values)
+        y, z, q = torch.cat(ys, 1), torch.cat(zs, 1), torch.cat(qs, 1)
+    else:
+        y, z, q = (terms.new_empty(B, T, NT, c) for c in (NT, NT, P))
+        buffer = terms.new_empty(B * chunk * NT * P * max(NT, P))
+        with torch.no_grad():
+            for start in range(0, T, chunk):
+                t = terms[:, start: start + chunk]
+                c = t.shape[1]
+                for out, r, left in ((y, r_pn, True), (z, r_np, False), (q, r_pp, True)):
+                    shape = (B, c) + tuple(r.shape[1:])
+                    scratch = buffer[: math.prod(shape)].view(shape)
+                    addend = t[:, :, None, :, None] if left else t[:, :, None, None, :]
+                    torch.add(addend, r[:, None], out=scratch)
+                    torch.amax(scratch, dim=3 if left else 4, out=out[:, start: start + c])
     w2 = (q[:, :-1] + terms[:, 1:, None, :]).max(-1).values
     return y, z, w2
