@@ -12,10 +12,10 @@ import torch  # does not import triton
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
 
-import pytest  # noqa: E402
+import pytest
 
-import induce.kernels as K  # noqa: E402
-from induce.kernels.testing import compare_with_reference, pcfg_inputs  # noqa: E402
+import induce.kernels as K
+from induce.kernels.testing import compare_with_reference, pcfg_inputs
 
 TIER = "triton"
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

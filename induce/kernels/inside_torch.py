@@ -31,7 +31,14 @@ from typing import Optional, Tuple, Union
 import torch
 from torch.autograd.function import once_differentiable
 
-from induce.kernels.inside_words import _max_out, _safe_log, max_tables, rule_blocks, sum_tables, sum_tables_backward
+from induce.kernels.inside_words import (
+    _max_out,
+    _safe_log,
+    max_tables,
+    rule_blocks,
+    sum_tables,
+    sum_tables_backward,
+)
 
 
 def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
@@ -315,7 +322,7 @@ def finish(chart_sw: torch.Tensor, roots: torch.Tensor, lengths: torch.Tensor, s
            want_chart: bool, dtype: torch.dtype):
     """``log Z [B]`` read at each sentence's length (``-inf`` for one word) and, if asked, the chart
     ``[B, T, T, NT]`` indexed by first and last word (``-inf`` off the sentence and for one word)."""
-    B, T, _, NT = chart_sw.shape
+    B, T = chart_sw.shape[:2]
     batch = torch.arange(B, device=chart_sw.device)
     lengths = lengths.to(chart_sw.device).long()
     top = chart_sw[batch, 0, (lengths - 1).clamp_min(0)]  # [B, NT]
@@ -332,12 +339,30 @@ def finish(chart_sw: torch.Tensor, roots: torch.Tensor, lengths: torch.Tensor, s
     return log_z, chart.to(dtype)
 
 
-def chart_scores(terms, rules, spans, semiring: str, sum_chart, max_function) -> torch.Tensor:
-    """The chart ``[B, T(start), T(width - 1), NT]`` of either semiring (both tiers)."""
-    if semiring == "sum":
-        return InsideSum.apply(terms, rules, spans, sum_chart)
-    y, z, w2 = max_tables(terms, rules)
-    return max_function.apply(y, z, w2, rule_blocks(rules)[0], spans)
+def run_inside(terms, rules, roots, lengths, span_scores, semiring: str, chart: bool, sum_chart, max_function,
+               compute_dtype=_at_least_fp32):
+    """:func:`inside` of a tier: ``sum_chart`` the ``(forward, backward)`` pair of :class:`InsideSum`,
+    ``max_function`` the max mode's chart Function; inputs converted by ``compute_dtype``."""
+    dtype = terms.dtype
+    terms, rules, roots = compute_dtype(terms), compute_dtype(rules), compute_dtype(roots)
+    B, T = terms.shape[:2]
+    NT = rules.shape[1]
+    lengths = lengths.to(terms.device)
+    valid = torch.arange(T, device=terms.device)[None, :] < lengths[:, None]
+    zero = torch.zeros((), dtype=terms.dtype, device=terms.device)
+    terms = torch.where(valid[..., None], terms, zero)
+    if span_scores is None:
+        spans = terms.new_zeros(B, T, T)
+    else:  # spans reaching past the sentence are computed too (never read): keep them finite
+        spans = torch.where(valid[:, None, :], compute_dtype(span_scores), zero)
+    if T < 2:
+        chart_sw = terms.new_zeros(B, T, T, NT) + 0.0 * (rules.sum() + terms.sum() + spans.sum())
+    elif semiring == "sum":
+        chart_sw = InsideSum.apply(terms, rules, spans, sum_chart)
+    else:
+        y, z, w2 = max_tables(terms, rules)
+        chart_sw = max_function.apply(y, z, w2, rule_blocks(rules)[0], spans)
+    return finish(chart_sw, roots, lengths, semiring, chart, dtype)
 
 
 def inside(
@@ -350,19 +375,4 @@ def inside(
     chart: bool = False,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """See :func:`induce.kernels.inside`."""
-    dtype = terms.dtype
-    terms, rules, roots = _at_least_fp32(terms), _at_least_fp32(rules), _at_least_fp32(roots)
-    B, T, P = terms.shape
-    NT = rules.shape[1]
-    lengths = lengths.to(terms.device)
-    valid = torch.arange(T, device=terms.device)[None, :] < lengths[:, None]
-    terms = torch.where(valid[..., None], terms, torch.zeros((), dtype=terms.dtype, device=terms.device))
-    if span_scores is None:
-        spans = terms.new_zeros(B, T, T)
-    else:  # spans reaching past the sentence are computed too (never read): keep them finite
-        spans = torch.where(valid[:, None, :], _at_least_fp32(span_scores), torch.zeros((), dtype=terms.dtype))
-    if T < 2:
-        chart_sw = terms.new_zeros(B, T, T, NT) + 0.0 * (rules.sum() + terms.sum() + spans.sum())
-    else:
-        chart_sw = chart_scores(terms, rules, spans, semiring, TORCH_CHART, _InsideMax)
-    return finish(chart_sw, roots, lengths, semiring, chart, dtype)
+    return run_inside(terms, rules, roots, lengths, span_scores, semiring, chart, TORCH_CHART, _InsideMax)

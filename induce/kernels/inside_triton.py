@@ -33,7 +33,7 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from induce.kernels._dispatch import KernelBackendError
-from induce.kernels.inside_torch import _Chart, chart_scores, finish, route_max_gradient
+from induce.kernels.inside_torch import _Chart, route_max_gradient, run_inside
 from induce.kernels.inside_words import _max_out
 from induce.kernels.triton_base import _length_free_jit, _pow2
 
@@ -341,18 +341,5 @@ def inside(
         raise KernelBackendError(
             f"kernel backend 'triton': inside takes at most {MAX_NONTERMINALS} nonterminals, got {NT}; "
             "use --kernels torch")
-    dtype = terms.dtype
-    terms, rules, roots = terms.float(), rules.float(), roots.float()
-    B, T, P = terms.shape
-    lengths = lengths.to(terms.device)
-    valid = torch.arange(T, device=terms.device)[None, :] < lengths[:, None]
-    terms = torch.where(valid[..., None], terms, torch.zeros((), dtype=terms.dtype, device=terms.device))
-    if span_scores is None:
-        spans = terms.new_zeros(B, T, T)
-    else:
-        spans = torch.where(valid[:, None, :], span_scores.float(), torch.zeros((), dtype=terms.dtype, device=terms.device))
-    if T < 2:
-        chart_sw = terms.new_zeros(B, T, T, NT) + 0.0 * (rules.sum() + terms.sum() + spans.sum())
-    else:
-        chart_sw = chart_scores(terms, rules, spans, semiring, TRITON_CHART, _InsideMaxTriton)
-    return finish(chart_sw, roots, lengths, semiring, chart, dtype)
+    return run_inside(terms, rules, roots, lengths, span_scores, semiring, chart, TRITON_CHART, _InsideMaxTriton,
+                      compute_dtype=lambda t: t.float())

@@ -109,7 +109,7 @@ def sum_tables_backward(terms, rules, y, z, q, w2, d_y, d_z, d_w2, d_rules) -> t
     With ``H = d_out / S`` (``S`` the sum before the log, ``= exp(out - shifts)``), a left-word table
     gives ``d e = e_terms^T @ H`` (times ``e`` for the log rules) and ``d e_terms = H @ e^T`` (times
     ``e_terms`` for the log terms); the right-word table is the transpose."""
-    B, T, P = terms.shape
+    T, P = terms.shape[1:]
     NT = rules.shape[1]
     e_terms, t_max = _max_out(terms)
     d_terms = torch.zeros_like(terms)
