@@ -178,20 +178,21 @@ class InsideSum(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, terms, rules, spans, chart):  # type: ignore[override]
-        y, z, q, w2 = sum_tables(terms, rules)
+        tables = sum_tables(terms, rules)  # y, z, q, w2 and the rule blocks' shifts
+        y, z, _, w2 = tables[:4]
         out, state = chart[0](y, z, w2, rule_blocks(rules)[0], spans)
         ctx.state, ctx.backward_chart = state, chart[1]
-        ctx.save_for_backward(terms, rules, y, z, q, w2)
+        ctx.save_for_backward(terms, rules, *tables)
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_chart):  # type: ignore[override]
-        terms, rules, y, z, q, w2 = ctx.saved_tensors
+        terms, rules, *tables = ctx.saved_tensors
         d_y, d_z, d_w2, d_r_nn, d_spans = ctx.backward_chart(ctx.state, grad_chart)
         d_rules = torch.empty_like(rules)
         rule_blocks(d_rules)[0].copy_(d_r_nn)
-        d_terms = sum_tables_backward(terms, rules, y, z, q, w2, d_y, d_z, d_w2, d_rules)
+        d_terms = sum_tables_backward(terms, rules, *tables, d_y, d_z, d_w2, d_rules)
         return d_terms, d_rules, d_spans, None
 
 

@@ -64,77 +64,70 @@ def _shifts(rules: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     return rules[:, :, NT:].amax(2), rules[:, :, :NT, NT:].amax(3)
 
 
-def _left_exp(r: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    """``r [b, A, B', C]`` (left child a preterminal) as ``exp(r - c)`` laid out ``[b, P, A*C]``
-    (``c [b, A, C]``, the maximum over the preterminal)."""
-    e = (r - c[:, :, None]).exp_()
-    return e.permute(0, 2, 1, 3).reshape(r.shape[0], r.shape[2], -1)
-
-
 def _right_exp(r: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """``r [b, A, B, C']`` (right child a preterminal) as ``exp(r - c)`` laid out ``[b, A*B, P]`` (``c [b, A, B]``)."""
     return (r - c[..., None]).exp_().reshape(r.shape[0], -1, r.shape[3])
 
 
 @torch.no_grad()
-def sum_tables(terms: torch.Tensor, rules: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(y, z, q, w2)`` in the sum semiring (no graph; see :func:`sum_tables_backward`)."""
+def sum_tables(terms: torch.Tensor, rules: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+    """``(y, z, q, w2, left_c, right_c)`` in the sum semiring, the last two the shifts of :func:`_shifts`
+    (no graph; see :func:`sum_tables_backward`, which takes them all).
+
+    ``y`` and ``q`` come from the lower rows of the rules (left child a preterminal, ``[b, A, P, S]``)
+    in one product: ``left [B, T, A, S]``, ``y = left[..., :NT]``, ``q = left[..., NT:]`` (views)."""
     B, T, P = terms.shape
     NT = rules.shape[1]
-    y = terms.new_empty(B, T, NT, NT)
+    S = NT + P
+    left = terms.new_empty(B, T, NT, S)
     z = terms.new_empty(B, T, NT, NT)
-    q = terms.new_empty(B, T, NT, P)
     e_terms, t_max = _max_out(terms)  # [B, T, P], [B, T, 1]
-    _, r_pn, r_np, r_pp = rule_blocks(rules)
+    _, _, r_np, _ = rule_blocks(rules)
     left_c, right_c = _shifts(rules)
     for cb in _chunks(rules):
-        b = cb.stop - cb.start
         et, tm = e_terms[cb], t_max[cb, :, :, None]
-        c = left_c[cb, :, :NT]
-        y[cb] = _safe_log(et @ _left_exp(r_pn[cb], c)).view(b, T, NT, NT) + tm + c[:, None]
-        c = left_c[cb, :, NT:]
-        q[cb] = _safe_log(et @ _left_exp(r_pp[cb], c)).view(b, T, NT, P) + tm + c[:, None]
+        c = left_c[cb]  # [b, A, S]
+        e = (rules[cb, :, NT:] - c[:, :, None]).exp_()  # [b, A, P, S]
+        left[cb] = _safe_log(et[:, None] @ e).transpose(1, 2) + tm + c[:, None]  # [b, A, T, S] -> [b, T, A, S]
         c = right_c[cb]
-        z[cb] = _safe_log(_right_exp(r_np[cb], c) @ et.transpose(1, 2)).view(b, NT, NT, T).permute(0, 3, 1, 2)
+        z[cb] = _safe_log(_right_exp(r_np[cb], c) @ et.transpose(1, 2)).view(-1, NT, NT, T).permute(0, 3, 1, 2)
         z[cb] += tm + c[:, None]
+    y, q = left[..., :NT], left[..., NT:]
     w2 = torch.logsumexp(q[:, :-1] + terms[:, 1:, None, :], dim=-1)
-    return y, z, q, w2
+    return y, z, q, w2, left_c, right_c
 
 
 @torch.no_grad()
-def sum_tables_backward(terms, rules, y, z, q, w2, d_y, d_z, d_w2, d_rules) -> torch.Tensor:
+def sum_tables_backward(terms, rules, y, z, q, w2, left_c, right_c, d_y, d_z, d_w2, d_rules) -> torch.Tensor:
     """Gradient of :func:`sum_tables` for upstream ``d_y, d_z, d_w2``: returns ``d_terms [B, T, P]`` and
     writes the P'N, NP' and P'P' blocks of ``d_rules [B, NT, S, S]`` (its NN block is left alone).
 
     With ``H = d_out / S`` (``S`` the sum before the log, ``= exp(out - shifts)``), a left-word table
     gives ``d e = e_terms^T @ H`` (times ``e`` for the log rules) and ``d e_terms = H @ e^T`` (times
     ``e_terms`` for the log terms); the right-word table is the transpose."""
-    T, P = terms.shape[1:]
+    T = terms.shape[1]
     NT = rules.shape[1]
     e_terms, t_max = _max_out(terms)
     d_terms = torch.zeros_like(terms)
     # w2 = logsumexp_C q[i, A, C] + terms[i + 1, C]
     share = (q[:, :-1] + terms[:, 1:, None, :] - w2[..., None]).exp() * d_w2[..., None]  # [B, T-1, A, P]
-    d_q = torch.zeros_like(q)
-    d_q[:, :-1] = share
     d_terms[:, 1:] += share.sum(2)
-    _, r_pn, r_np, r_pp = rule_blocks(rules)
-    _, d_pn, d_np, d_pp = rule_blocks(d_rules)
-    left_c, right_c = _shifts(rules)
+    d_left = torch.cat([d_y, torch.zeros_like(q)], dim=-1)  # [B, T, A, S], as sum_tables' ``left``
+    d_left[:, :-1, :, NT:] += share
+    left = torch.cat([y, q], dim=-1)
+    _, _, r_np, _ = rule_blocks(rules)
+    _, _, d_np, _ = rule_blocks(d_rules)
     for cb in _chunks(rules):
-        b = cb.stop - cb.start
         et, tm = e_terms[cb], t_max[cb, :, :, None]
-        d_et = torch.zeros_like(et)
-        for r, c, out, d_out, d_block in ((r_pn[cb], left_c[cb, :, :NT], y[cb], d_y[cb], d_pn[cb]),
-                                          (r_pp[cb], left_c[cb, :, NT:], q[cb], d_q[cb], d_pp[cb])):
-            e = _left_exp(r, c)  # [b, P, A*C]
-            h = (d_out * (tm + c[:, None] - out).exp()).reshape(b, T, -1)  # [b, T, A*C]
-            d_block.copy_(((et.transpose(1, 2) @ h) * e).view(b, P, NT, -1).permute(0, 2, 1, 3))
-            d_et += h @ e.transpose(1, 2)
+        c = left_c[cb]
+        e = (rules[cb, :, NT:] - c[:, :, None]).exp_()  # [b, A, P, S]
+        h = (d_left[cb] * (tm + c[:, None] - left[cb]).exp()).transpose(1, 2)  # [b, A, T, S]
+        torch.mul(et.transpose(1, 2)[:, None] @ h, e, out=d_rules[cb, :, NT:])
+        d_et = (h @ e.transpose(2, 3)).sum(1)  # [b, T, P]
         c = right_c[cb]
         e = _right_exp(r_np[cb], c)  # [b, A*B, P]
-        h = (d_z[cb] * (tm + c[:, None] - z[cb]).exp()).reshape(b, T, -1)  # [b, T, A*B]
-        d_np[cb].copy_(((h.transpose(1, 2) @ et) * e).view(b, NT, NT, P))
+        h = (d_z[cb] * (tm + c[:, None] - z[cb]).exp()).reshape(-1, T, NT * NT)  # [b, T, A*B]
+        torch.mul((h.transpose(1, 2) @ et).view_as(d_np[cb]), e.view_as(d_np[cb]), out=d_np[cb])
         d_et += h @ e
         d_terms[cb] += d_et * et
     return d_terms
