@@ -178,9 +178,10 @@ class InsideSum(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, terms, rules, spans, chart):  # type: ignore[override]
-        tables = sum_tables(terms, rules)  # y, z, q, w2 and the rule blocks' shifts
-        y, z, _, w2 = tables[:4]
-        out, state = chart[0](y, z, w2, rule_blocks(rules)[0], spans)
+        NT = rules.shape[1]
+        tables = sum_tables(terms, rules)  # left (y and q), z, w2 and the rule blocks' shifts
+        left, z, w2 = tables[:3]
+        out, state = chart[0](left[..., :NT], z, w2, rule_blocks(rules)[0], spans)
         ctx.state, ctx.backward_chart = state, chart[1]
         ctx.save_for_backward(terms, rules, *tables)
         return out

@@ -71,11 +71,11 @@ def _right_exp(r: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def sum_tables(terms: torch.Tensor, rules: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-    """``(y, z, q, w2, left_c, right_c)`` in the sum semiring, the last two the shifts of :func:`_shifts`
+    """``(left, z, w2, left_c, right_c)`` in the sum semiring, the last two the shifts of :func:`_shifts`
     (no graph; see :func:`sum_tables_backward`, which takes them all).
 
     ``y`` and ``q`` come from the lower rows of the rules (left child a preterminal, ``[b, A, P, S]``)
-    in one product: ``left [B, T, A, S]``, ``y = left[..., :NT]``, ``q = left[..., NT:]`` (views)."""
+    in one product: ``left [B, T, A, S]``, ``y = left[..., :NT]``, ``q = left[..., NT:]``."""
     B, T, P = terms.shape
     NT = rules.shape[1]
     S = NT + P
@@ -92,13 +92,12 @@ def sum_tables(terms: torch.Tensor, rules: torch.Tensor) -> Tuple[torch.Tensor, 
         c = right_c[cb]
         z[cb] = _safe_log(_right_exp(r_np[cb], c) @ et.transpose(1, 2)).view(-1, NT, NT, T).permute(0, 3, 1, 2)
         z[cb] += tm + c[:, None]
-    y, q = left[..., :NT], left[..., NT:]
-    w2 = torch.logsumexp(q[:, :-1] + terms[:, 1:, None, :], dim=-1)
-    return y, z, q, w2, left_c, right_c
+    w2 = torch.logsumexp(left[:, :-1, :, NT:] + terms[:, 1:, None, :], dim=-1)
+    return left, z, w2, left_c, right_c
 
 
 @torch.no_grad()
-def sum_tables_backward(terms, rules, y, z, q, w2, left_c, right_c, d_y, d_z, d_w2, d_rules) -> torch.Tensor:
+def sum_tables_backward(terms, rules, left, z, w2, left_c, right_c, d_y, d_z, d_w2, d_rules) -> torch.Tensor:
     """Gradient of :func:`sum_tables` for upstream ``d_y, d_z, d_w2``: returns ``d_terms [B, T, P]`` and
     writes the P'N, NP' and P'P' blocks of ``d_rules [B, NT, S, S]`` (its NN block is left alone).
 
@@ -110,11 +109,11 @@ def sum_tables_backward(terms, rules, y, z, q, w2, left_c, right_c, d_y, d_z, d_
     e_terms, t_max = _max_out(terms)
     d_terms = torch.zeros_like(terms)
     # w2 = logsumexp_C q[i, A, C] + terms[i + 1, C]
-    share = (q[:, :-1] + terms[:, 1:, None, :] - w2[..., None]).exp() * d_w2[..., None]  # [B, T-1, A, P]
+    share = (left[:, :-1, :, NT:] + terms[:, 1:, None, :] - w2[..., None]).exp() * d_w2[..., None]  # [B, T-1, A, P]
     d_terms[:, 1:] += share.sum(2)
-    d_left = torch.cat([d_y, torch.zeros_like(q)], dim=-1)  # [B, T, A, S], as sum_tables' ``left``
-    d_left[:, :-1, :, NT:] += share
-    left = torch.cat([y, q], dim=-1)
+    d_left = torch.zeros_like(left)  # [B, T, A, S]: d_y, then the two-word table's gradient
+    d_left[..., :NT] = d_y
+    d_left[:, :-1, :, NT:] = share
     _, _, r_np, _ = rule_blocks(rules)
     _, _, d_np, _ = rule_blocks(d_rules)
     for cb in _chunks(rules):
