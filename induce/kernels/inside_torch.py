@@ -142,11 +142,11 @@ def _sum_backward(state, grad_chart: torch.Tensor):
         base = chart.log_sw[:, :n, w - 1] - spans.diagonal(offset=w - 1, dim1=1, dim2=2)[..., None]
         right_e, right_m = chart.rights(w)
         h = g * (y_max[:, :n] + right_m - base).exp()  # [B, n, A]
-        d_y[:, :n] += h[..., None] * right_e[:, :, None, :] * ey[:, :n]
+        d_y[:, :n].addcmul_(h[..., None], right_e[:, :, None, :])  # times ey at the end
         g_sw[:, 1:n + 1, w - 2] += right_e * (h[..., None] * ey[:, :n]).sum(2)
         left_e, left_m = chart.lefts(w)
         h = g * (z_max[:, w - 1:] + left_m - base).exp()
-        d_z[:, w - 1:] += h[..., None] * left_e[:, :, None, :] * ez[:, w - 1:]
+        d_z[:, w - 1:].addcmul_(h[..., None], left_e[:, :, None, :])
         g_sw[:, 0:n, w - 2] += left_e * (h[..., None] * ez[:, w - 1:]).sum(2)
         if w >= 4:
             left_e, right_e, weight, big = chart.nn_splits(w)
@@ -154,9 +154,9 @@ def _sum_backward(state, grad_chart: torch.Tensor):
             h = g * (c_nn[:, None] + big - base).exp()
             d_enn += h.transpose(1, 2) @ pairs.view(B, n, NT * NT)
             q = (h @ e_nn).view(B, n, NT, NT)  # d/d pairs
-            g_sw[:, 0:n, 1:w - 2] += weight[..., None] * left_e * (right_e @ q.transpose(-1, -2))
-            g_ew[:, w - 1:, T - w + 2: T - 1] += weight[..., None] * right_e * (left_e @ q)
-    return d_y, d_z, d_w2, (d_enn * e_nn).view(B, NT, NT, NT), d_spans
+            g_sw[:, 0:n, 1:w - 2].addcmul_(weight[..., None] * left_e, right_e @ q.transpose(-1, -2))
+            g_ew[:, w - 1:, T - w + 2: T - 1].addcmul_(weight[..., None] * right_e, left_e @ q)
+    return d_y.mul_(ey), d_z.mul_(ez), d_w2, (d_enn * e_nn).view(B, NT, NT, NT), d_spans
 
 
 def _sum_forward_state(y, z, w2, r_nn, spans):
