@@ -4,25 +4,32 @@ Layout. Children of a span of one word are preterminals, of a longer span nonter
 rules), so a split draws on one of four blocks of ``rules [B, NT, S, S]`` (``S = NT + P``, children
 ``< NT`` nonterminals): NN (both children longer than a word), PN (a word on the left), NP (a word
 on the right) and PP (a span of two words). The parts that touch a word are contracted with the
-word's preterminal scores once per position, before the chart is filled (:func:`word_tables`):
+word's preterminal scores once per position, before the chart is filled (the word tables ``y, z,
+w2`` of :mod:`induce.kernels.inside_words`).
 
-* ``y [B, T, NT, NT]``: ``y[i, A, C] = logsumexp_B rules[A, B', C] + terms[i, B]`` (``B'`` the
-  preterminal ``B``), the score of ``A -> (word i) C``;
-* ``z [B, T, NT, NT]``: ``z[j, A, B] = logsumexp_C rules[A, B, C'] + terms[j, C]``;
-* ``w2 [B, T - 1, NT]``: the nonterminals over words ``i, i + 1``.
+The chart of longer spans is filled by :class:`InsideSum` (``semiring="sum"``, word tables and
+chart in one autograd Function) or :class:`_InsideMax` (``"max"``), whose backward passes are
+written by hand: the outside pass, width by width from the widest, recomputing each width's split
+products from the chart instead of keeping them (memory grows with the chart, ``B T^2 NT``, not with
+``B T^2 NT^2``). Scores of the sum mode are contracted in probability space with per-row maxima
+taken out (the ``stripe`` products of TN-PCFG's ``Faster_PCFG``, without its ``+ 1e-9``): a sum
+that underflows is clamped to the smallest normal float before its log, so contributions more than
+~87 nats below a row's largest are dropped (all inputs finite). The max mode keeps backpointers
+(Kim et al.'s ``_viterbi`` does; TN-PCFG takes the gradient of the max instead), and its backward
+pass follows them, so the gradient of the best score is the best tree either way
+(:func:`induce.kernels.viterbi`).
 
-These are plain PyTorch ops (autograd differentiates them). The chart of longer spans is filled by
-:class:`_InsideSum` (``semiring="sum"``) or :class:`_InsideMax` (``"max"``), whose backward
-passes are written by hand: the outside pass, width by width from the widest, recomputing each
-width's split products from the chart instead of keeping them (memory grows with the chart, ``B T^2
-NT``, not with ``B T^2 NT^2``). Scores of the sum mode are contracted in probability space with
-per-row maxima taken out (the ``stripe`` products of TN-PCFG's ``Faster_PCFG``, without its
-``+ 1e-9``): a sum that underflows is clamped to the smallest normal float before its log, so
-contributions more than ~87 nats below a row's largest are dropped (all inputs finite).
+The chart is computed over the padded length ``T`` (as TN-PCFG's ``s[arange(B), 0, lens]``);
+``log Z`` of a sentence is read at its own length (a span inside the sentence never reads past it),
+and padded words are zeroed first so that whatever they hold never reaches a number.
 
-The chart is computed over the padded length ``T``; ``log Z`` of a sentence is read at its own
-length (a span inside the sentence never reads past it), and padded words are zeroed first so
-that whatever they hold never reaches a number.
+Conventions, from the released code (read, not copied): the symbol order of the rule tensor is
+Kim et al.'s (``PCFG.py``: nonterminals first), which torch-struct's ``SentCFG`` and TN-PCFG's
+``pcfg.py`` share; a sentence of one word has no derivation (Kim et al.'s chart leaves the
+nonterminals of a one-word span at ``-1e9`` and ``train.py`` skips such sentences): here ``-inf``
+and no gradient; span marginals cover the spans of two or more words including the whole sentence
+(TN-PCFG's ``span_indicator``; Kim et al.'s span lists likewise hold the whole sentence, which their
+F1 then drops). Paper and code agree on these; nothing here is an option.
 """
 from __future__ import annotations
 
