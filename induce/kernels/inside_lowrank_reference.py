@@ -23,11 +23,7 @@ from typing import Optional
 
 import torch
 
-from induce.errors import InduceError
-
-
-class InsideInputError(InduceError, ValueError):
-    """Inputs of an inside-algorithm kernel with inconsistent shapes or lengths."""
+from induce.kernels.inside_reference import InsideInputError
 
 
 def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
