@@ -244,3 +244,19 @@ def test_a_misaligned_prediction_names_the_line_and_both_lengths(golds, tmp_path
     preds = [prediction_node(item.tree) for item in located]
     with pytest.raises(InputError, match=r"bad.txt:2: the predicted tree has 3 leaves but the gold sentence has 5 words"):
         score_convention(golds, preds, CONVENTIONS["kim2019"], locations=[(i.path, i.line) for i in located])
+
+
+def test_the_induce_convention_is_the_default_evaluator(golds):
+    """`--convention induce` = `induce eval` without --convention (83.33 / 73.77 on the model fixture);
+    kim2019 differs only by the unary-root sentence s5 (81.08)."""
+    from induce.evaluation import evaluate
+    from induce.trees.brackets import read_trees
+
+    gold_trees = [t.tree for t in read_trees(DATA / "gold.mrg")]
+    for pred in ("model", "rb", "lb"):
+        trees = [t.tree for t in read_trees(DATA / f"pred_{pred}.nopunct.txt")]
+        default = evaluate(trees, gold_trees)
+        named = score_convention(golds, predictions(f"pred_{pred}.nopunct.txt"), CONVENTIONS["induce"]).figures
+        assert named["corpus_f1"] == pytest.approx(default.corpus_f1)
+        assert named["sentence_f1"] == pytest.approx(default.sentence_f1)
+    assert round(figure(golds, "induce", "pred_model.nopunct.txt", "corpus_f1"), 2) == 83.33

@@ -7,6 +7,8 @@ were read at these commits, and run on the test fixtures (``tests/data/conventio
 commands and their printed figures, which the tests reproduce to the printed digit):
 
 =================== ===============================================================================
+``induce``          the default of ``induce eval`` (:mod:`induce.evaluation.metrics`): Kim et al.'s rules, but every
+                    copy of the whole-sentence span dropped and no ``1e-8`` in sentence F1
 ``kim2019``         harvardnlp/compound-pcfg ``4af1eb0`` ``compare_trees.py`` (Kim et al. 2019)
 ``onlstm``          yikangshen/Ordered-Neurons ``46d63cd`` ``test_phrase_grammar.py``
 ``onlstm-evalb``    the EVALB figure the same script prints (``utils.evalb``: COLLINS.prm on relabelled trees)
@@ -110,7 +112,7 @@ class Convention:
 
     def describe(self) -> str:
         limits = f"sentences of {self.min_length}" + (f"-{self.max_length}" if self.max_length else "+") + " tokens"
-        return f"{self.title} [{self.reference}]; {limits}" + (f"; {self.notes}" if self.notes else "")
+        return f"{self.title} ({self.reference}); {limits}" + (f"; {self.notes}" if self.notes else "")
 
 
 def _li(name: str, tokens: str, extra: str, **switches) -> Convention:
@@ -119,6 +121,9 @@ def _li(name: str, tokens: str, extra: str, **switches) -> Convention:
 
 
 CONVENTIONS: dict[str, Convention] = {c.name: c for c in (
+    Convention("induce", "induce's default (Kim et al.'s rules, every whole-sentence copy dropped)",
+               "induce.evaluation.metrics", "word_tags", (Figure("corpus_f1", "corpus F1"), Figure("sentence_f1", "sentence F1")),
+               min_length=2, sentence_f1="induce"),
     Convention("kim2019", "Kim et al. 2019 compare_trees", "harvardnlp/compound-pcfg@4af1eb0 compare_trees.py",
                "word_tags", (Figure("corpus_f1", "corpus F1"), Figure("sentence_f1", "sentence F1")),
                spans="kim", min_length=2),
@@ -226,6 +231,10 @@ def sentence_scores(match: int, n_pred: int, n_gold: int, formula: str) -> tuple
             recall = 1.0
             precision = 1.0 if n_pred == 0 else precision
         return precision, recall, 2 * precision * recall / (precision + recall + 1e-8)
+    if formula == "induce":  # induce.evaluation.metrics.sentence_prf: Kim's empty-set rule, no 1e-8
+        from .metrics import sentence_prf
+
+        return sentence_prf(match, n_pred, n_gold)
     if formula == "exact":  # eval_parsing L194-204
         if n_gold == 0 and n_pred == 0:
             return 1.0, 1.0, 1.0

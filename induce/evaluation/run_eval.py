@@ -66,6 +66,8 @@ def run_eval(
     per_sentence: Optional[Path] = None,
     console: Optional[Console] = None,
     steps: Optional[ProgressBars] = None,
+    pred_format: str = "auto",
+    resamples: int = 1000,
 ) -> EvalOutcome:
     """Evaluate one source of trees, named by at most one of ``predicted`` (a file of bracketed trees, one
     per line), ``baseline`` (right, left, balanced, random: seeded by ``seed``), ``checkpoint`` (a run
@@ -73,7 +75,9 @@ def run_eval(
     none, the latest finished run (:func:`induce.inference.runs.pick_run`). ``lm``: the run's perplexity on ``split``
     instead. ``wsj10`` / ``wsj40`` / ``max_length``, ``keep_punct``, ``count_root``, ``multiset``: the
     convention (:class:`induce.evaluation.EvalConvention`). ``per_sentence``: a CSV with one row per
-    sentence. What was chosen is said on ``console`` (stderr); ``steps`` draws the progress bars.
+    sentence. ``pred_format``: the predicted file's format (:data:`induce.trees.formats.FORMATS`);
+    ``resamples``: of the bootstrap intervals in the summary (``ci``, seeded by ``seed``). What was chosen
+    is said on ``console`` (stderr); ``steps`` draws the progress bars.
     Argument errors name the command's flags.
 
     Long because it takes each option of ``induce eval`` as a typed argument (24 lines of signature);
@@ -111,11 +115,15 @@ def run_eval(
 
     locations = None
     if predicted is not None:
-        from induce.trees.brackets import read_trees
+        from induce.trees.formats import fill_one_word_sentences, read_predictions
 
-        located = read_trees(predicted, one_per_line=True, progress=steps.bar("reading predicted trees"))
-        pred_trees = [item.tree for item in located]
-        locations = [(item.path, item.line) for item in located]
+        located, fmt = read_predictions(predicted, pred_format, progress=steps.bar("reading predicted trees"))
+        lengths = [len(sentence.words) for sentence in gold_set.sentences]
+        located, note = fill_one_word_sentences(located, lengths, fmt, predicted)
+        if note:
+            console.print(note, highlight=False, soft_wrap=True)
+        pred_trees = [None if item is None else item.tree for item in located]
+        locations = [(str(predicted), None) if item is None else (item.path, item.line) for item in located]
         source = str(predicted)
     elif baseline is not None:
         pred_trees = baseline_predictions(gold_set.sentences, baseline, convention, seed=seed)
@@ -128,7 +136,20 @@ def run_eval(
                             length_option=length_option, progress=steps.bar("scoring"))
     if per_sentence is not None:
         _write_per_sentence(per_sentence, result)
+    summary["ci"] = _intervals(result, resamples, seed)
     return EvalOutcome("scores", summary)
+
+
+def _intervals(result, resamples: int, seed: int) -> dict:
+    """95% bootstrap intervals of the corpus and sentence F1 (:mod:`induce.evaluation.bootstrap`)."""
+    from induce.evaluation.bootstrap import confidence_interval
+    from induce.evaluation.conventions import SentenceCounts
+
+    sentences = [SentenceCounts(s.index, s.length, s.n_match, s.n_pred, s.n_gold, s.precision, s.recall, s.f1)
+                 for s in result.sentences]
+    intervals = {key: confidence_interval(sentences, key, resamples=resamples, seed=seed)
+                 for key in ("corpus_f1", "sentence_f1")}
+    return {**intervals, "resamples": resamples, "seed": seed, "interval": "95% nearest-rank percentile bootstrap"}
 
 
 def eval_convention(wsj10: bool = False, wsj40: bool = False, max_length: Optional[int] = None,

@@ -178,5 +178,7 @@ def fill_one_word_sentences(located: Sequence[LocatedTree], gold_lengths: Sequen
     if fmt == "kim" and one_word:
         hint = f" ({len(one_word)} gold sentences have one word, which Kim's eval.py writes no line for)"
     where = located[len(gold_lengths)] if len(located) > len(gold_lengths) else None
-    raise InputError(f"{len(located):,} predicted trees but {len(gold_lengths):,} gold sentences{hint}",
+    first = min(len(located), len(gold_lengths)) + 1
+    raise InputError(f"{len(located)} predicted trees but {len(gold_lengths)} gold trees (first unmatched sentence: "
+                     f"{first}){hint}",
                      where.path if where else str(path), where.line if where else None)
