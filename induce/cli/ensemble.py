@@ -15,7 +15,7 @@ from induce.errors import InduceError
 
 def ensemble_command(
     sources: list[Path] = typer.Argument(..., help="Two or more run folders (parsed) or prediction files (any "
-                                         "format of `induce eval --pred-format`)."),
+                                         "format induce eval reads, see its --pred-format)."),
     output: Path = typer.Option(..., "-o", "--output", help="Where to write the ensemble's trees, one per gold "
                                 "sentence, over the words the convention keeps."),
     weights: str | None = typer.Option(None, "--weights", help="One weight per source, comma-separated "
@@ -26,7 +26,7 @@ def ensemble_command(
     corpus: Path | None = typer.Option(None, "--corpus", help="A prepared corpus folder."),
     split: str = typer.Option("valid", "--split", help="Split of the prepared corpus: valid (dev) or test."),
     convention: str = typer.Option("induce", "--convention", help="Whose tokens and sentences (and the figure "
-                                   "reported): a name of `induce eval --convention`."),
+                                   "reported): a convention name of induce eval."),
     pred_format: str = typer.Option("auto", "--pred-format", help="Format of the prediction files."),
     batch_size: int = typer.Option(64, "--batch-size", help="Sentences per forward pass when parsing with a run."),
     device: str = typer.Option("auto", "--device", help="With a run: " + DEVICE_HELP),
