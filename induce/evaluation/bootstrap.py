@@ -111,3 +111,15 @@ def paired_bootstrap(sentences_a: Sequence, sentences_b: Sequence, key: str = "c
     return {"a": a, "b": b, "delta": delta, "low": low, "high": high, "p_value": p_value,
             "resamples": len(indices), "figure": key,
             "method": "paired bootstrap over sentences (Berg-Kirkpatrick et al. 2012), nearest-rank 95% interval"}
+
+
+def result_intervals(result, resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> dict:
+    """95% intervals of the corpus and sentence F1 of an :class:`~induce.evaluation.metrics.EvalResult`
+    (what ``induce eval --json`` carries as ``ci``)."""
+    from .conventions import SentenceCounts
+
+    sentences = [SentenceCounts(s.index, s.length, s.n_match, s.n_pred, s.n_gold, s.precision, s.recall, s.f1)
+                 for s in result.sentences]
+    intervals = {key: confidence_interval(sentences, key, resamples=resamples, seed=seed)
+                 for key in ("corpus_f1", "sentence_f1")}
+    return {**intervals, "resamples": resamples, "seed": seed, "interval": "95% nearest-rank percentile bootstrap"}

@@ -299,7 +299,7 @@ def full_gold(sentence) -> FullGold | None:
     return None if sentence.tree is None else FullGold(sentence.tree, list(sentence.all_words))
 
 
-def _gold_view(gold: FullGold, convention: Convention, variant: str) -> tuple[Node | None, list]:
+def gold_view(gold: FullGold, convention: Convention, variant: str) -> tuple[Node | None, list]:
     """The gold tree in the convention's tokens, reshaped as its script does, and the keep mask."""
     keep_tag = TOKEN_FILTERS[convention.tokens]
     keep = [keep_tag(tag) for tag in gold.tags]
@@ -365,7 +365,7 @@ def score_sentence(index: int, gold: FullGold, pred: Node | None, pred_words, co
     """One sentence under ``convention``: a :class:`SentenceCounts`, ``"skipped"`` (length filter or no token
     left) or ``"error"`` (an EVALB error sentence). ``baseline(n)`` builds the prediction over the kept
     words instead of ``pred``."""
-    gold_node, keep = _gold_view(gold, convention, variant)
+    gold_node, keep = gold_view(gold, convention, variant)
     length = sum(keep)
     limit = min(x for x in (convention.max_length, max_length, 10**9) if x is not None)
     if gold_node is None or length < convention.min_length or length > limit:

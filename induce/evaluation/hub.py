@@ -129,14 +129,14 @@ def aligned_trees(source: Source, golds: Sequence, convention_name: str = DEFAUL
     (for agreement and ensembles: every source is brought onto the same words)."""
     from induce.trees.transforms import collapse_unary
 
-    from .conventions import _gold_view
+    from .conventions import gold_view
 
     convention = get_convention(convention_name)
     out = {}
     for index, gold in enumerate(golds):
         if gold is None:
             continue
-        node, keep = _gold_view(gold, convention, "nary")
+        node, keep = gold_view(gold, convention, "nary")
         length = sum(keep)
         if node is None or length < max(convention.min_length, 2) or (convention.max_length and length > convention.max_length):
             continue

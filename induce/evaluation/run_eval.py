@@ -133,23 +133,10 @@ def run_eval(
                                 device=device, progress=steps.bar("parsing"))
         source = f"run {run_dir}"
     summary, result = score(pred_trees, gold_set, convention, source, locations=locations,
-                            length_option=length_option, progress=steps.bar("scoring"))
+                            length_option=length_option, progress=steps.bar("scoring"), resamples=resamples, seed=seed)
     if per_sentence is not None:
         _write_per_sentence(per_sentence, result)
-    summary["ci"] = _intervals(result, resamples, seed)
     return EvalOutcome("scores", summary)
-
-
-def _intervals(result, resamples: int, seed: int) -> dict:
-    """95% bootstrap intervals of the corpus and sentence F1 (:mod:`induce.evaluation.bootstrap`)."""
-    from induce.evaluation.bootstrap import confidence_interval
-    from induce.evaluation.conventions import SentenceCounts
-
-    sentences = [SentenceCounts(s.index, s.length, s.n_match, s.n_pred, s.n_gold, s.precision, s.recall, s.f1)
-                 for s in result.sentences]
-    intervals = {key: confidence_interval(sentences, key, resamples=resamples, seed=seed)
-                 for key in ("corpus_f1", "sentence_f1")}
-    return {**intervals, "resamples": resamples, "seed": seed, "interval": "95% nearest-rank percentile bootstrap"}
 
 
 def eval_convention(wsj10: bool = False, wsj40: bool = False, max_length: Optional[int] = None,
