@@ -34,7 +34,7 @@ def ensemble_command(
     progress: bool = typer.Option(True, "--progress/--no-progress", help=PROGRESS_HELP),
 ) -> None:
     """Ensemble trees: per sentence, the binary tree maximising the summed (weighted) votes of its spans
-    over the sources (CKY; ties to the leftmost split), as in Shayegh et al. (2024).
+    over the sources (CKY; ties to the leftmost split), after the description of Shayegh et al. (2024).
 
     Sentences the convention leaves out (one word) get their only tree. Example:
     `induce ensemble results/runs/palm-seed1 results/runs/palm-seed2 results/runs/palm-seed3 -o palm.ens.txt`.

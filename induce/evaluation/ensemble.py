@@ -1,6 +1,7 @@
 """Tree ensembles (``induce ensemble``): per sentence, the binary tree whose spans collect the most
-votes of the member trees (CKY over span counts; Shayegh et al. 2024 build their ensemble the same way,
-as the tree maximising the summed span hits of the members).
+votes of the member trees (CKY over span counts). This follows the description of the ensemble of
+Shayegh et al. (2024) as the tree maximising the summed span hits of its members; their code was not read,
+so their exact weighting and tie-breaking may differ (ours are below).
 
 ``vote(i, j)`` = the sum of the weights of the members that have the span ``[i, j)`` (of two words or
 more; an n-ary member gives its spans as they are). The whole sentence and single words are in every
