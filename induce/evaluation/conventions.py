@@ -21,7 +21,7 @@ commands and their printed figures, which the tests reproduce to the printed dig
 ``evalb-collins``   the same driver with ``COLLINS.prm`` (labelled; predicted brackets are labelled ``S``)
 =================== ===============================================================================
 
-What they differ in (each rule with file:line in ``conventions.md`` of the research notes, summarised in
+What they differ in (each rule with the file and lines of the original in the comments below; summarised in
 ``bench/RESULTS.md``, issue 20):
 
 * **tokens** — ``word_tags``: leaves whose gold POS is a word tag (:data:`induce.trees.ptb.WORD_TAGS`);
