@@ -20,6 +20,7 @@ from induce.cli.messages import guard_commands
 COMMAND_MODULES = (
     "induce.cli.preprocess",
     "induce.cli.evaluate",
+    "induce.cli.ensemble",
     "induce.cli.train",
     "induce.cli.parse",
     "induce.cli.generate",
