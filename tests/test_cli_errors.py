@@ -37,6 +37,7 @@ USER_ERRORS = {
     "train": (["train", "--model", "nosuch"], "unknown model 'nosuch'"),
     "parse": (["parse", "{text}", "--format", "xml"], "--format 'xml': use ptb, pretty or json"),
     "generate": (["generate", "--checkpoint", "{tmp}/missing"], "no such run folder or checkpoint"),
+    "ensemble": (["ensemble", "{gold}", "-o", "{tmp}/e.txt"], "two sources or more"),
     "models": None,  # takes no input that can be wrong
     "diagnose grad": (["diagnose", "grad", "--out", "{tmp}/grad"], "give at least one --checkpoint or --model"),
     "diagnose memory": (["diagnose", "memory", "--lengths", "10,x", "--out", "{tmp}/mem"], "--lengths"),

@@ -71,12 +71,13 @@ def declared_names(module: str, read: Callable[[str], str], name: str) -> set[st
 
 def ops(read: Callable[[str], str]) -> dict[str, list[tuple[str, str, str | None]]]:
     """The kernel ops: each public function of the package that takes ``backend``, with its signature less
-    ``backend``."""
+    ``backend``, except the package's ``COMPOSITE_OPS`` (built on other ops: no tier of their own)."""
     exported = declared_names(PACKAGE, read, "__all__")
+    composite = declared_names(PACKAGE, read, "COMPOSITE_OPS")
     found = {}
     for name, function in public_functions(PACKAGE, read).items():
         params = signature(function)
-        if name in exported and any(p[0] == "backend" for p in params):
+        if name in exported and name not in composite and any(p[0] == "backend" for p in params):
             found[name] = [p for p in params if p[0] != "backend"]
     return found
 
@@ -106,6 +107,17 @@ def test_every_op_is_in_every_tier_with_one_signature():
     assert ops(module_source), "no kernel ops found: has induce.kernels changed how it declares them?"
     assert set(_dispatch.TIER_MODULES) == set(_dispatch.BACKENDS) - {"auto"}
     assert tier_problems(module_source, _dispatch.TIER_MODULES, _dispatch.NO_TRITON_TIER) == []
+
+
+def test_composite_ops_dispatch_through_other_ops_only():
+    """A function declared in ``COMPOSITE_OPS`` calls kernel ops of the package, never ``kernel(...)`` itself
+    (it would be an op without tiers), and each name there is a public function taking ``backend``."""
+    composite = declared_names(PACKAGE, module_source, "COMPOSITE_OPS")
+    functions = public_functions(PACKAGE, module_source)
+    for name in composite:
+        assert name in functions and any(p[0] == "backend" for p in signature(functions[name])), name
+        calls = {getattr(node.func, "id", None) for node in ast.walk(functions[name]) if isinstance(node, ast.Call)}
+        assert "kernel" not in calls and calls & set(ops(module_source)), f"{name} calls {sorted(calls)}"
 
 
 def test_each_op_dispatches_to_its_own_name():

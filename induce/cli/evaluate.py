@@ -11,7 +11,13 @@ from rich.console import Console
 from rich.table import Table
 
 from induce.cli import DEVICE_HELP, LATEST_RUN_HELP, PROGRESS_HELP, progress_steps
+from induce.errors import InduceError
 from induce.trees.kinds import decoder_help
+
+#: The names of ``--convention`` (kept here: the command's help must not import the evaluation modules).
+CONVENTION_NAMES = ("induce", "kim2019", "onlstm", "onlstm-evalb", "prpn", "palm", "li2020", "li2020-punct",
+                    "li2020-evalb", "li2020-evalb-punct", "evalb-diora", "evalb-collins")
+CONVENTION_LIST = ", ".join(CONVENTION_NAMES)
 
 CONVENTION_HELP = (
     "Default convention (Kim et al. 2019): punctuation and traces removed by the word-tag filter "
@@ -25,9 +31,10 @@ CONVENTION_HELP = (
 
 
 def eval_command(
-    predicted: Optional[Path] = typer.Argument(
-        None, help="Predicted trees, one bracketed tree per line (as `induce parse` writes). Leaves may cover "
-        "all gold tokens (punctuation is then projected away) or only the words kept by the convention."
+    predicted: Optional[list[Path]] = typer.Argument(
+        None, help="Predicted trees, one bracketed tree per line (as `induce parse` writes), or another toolkit's "
+        "format (--pred-format). Leaves may cover all gold tokens (punctuation is then projected away) or only "
+        "the words kept by the convention. With --agreement or --compare: several files or run folders."
     ),
     gold: Optional[Path] = typer.Option(
         None, "--gold", help="Gold treebank file (one tree per line or multi-line .mrg), or a folder whose *.mrg "
@@ -73,6 +80,24 @@ def eval_command(
     keep_punct: bool = typer.Option(False, "--keep-punct", help="Keep punctuation (traces are still removed)."),
     count_root: bool = typer.Option(False, "--count-root", help="Count the whole-sentence span."),
     multiset: bool = typer.Option(False, "--multiset", help="Spans as a multiset (unary chains count repeatedly)."),
+    conventions: list[str] = typer.Option(
+        [], "--convention", metavar="NAME", help="Score under a published convention, equal to its authors' script "
+        "(repeatable; `all` for every one): " + CONVENTION_LIST + ". One table, one row per convention; "
+        "--json adds a 95% bootstrap interval to every figure. See README, 'Evaluation convention'."),
+    gold_variants: list[str] = typer.Option(
+        [], "--gold-variant", metavar="nary|left|right", help="With --convention: gold trees as they are (nary, the "
+        "default) or binarised after the convention's token removal, grouping from the left or the right "
+        "(repeatable: side by side)."),
+    pred_format: str = typer.Option("auto", "--pred-format", help="Format of the predicted file: trees (one "
+                                    "bracketed tree per line), spans (JSON lines {\"words\", \"spans\"}, end "
+                                    "exclusive), diora (JSON lines {\"tree\": nested lists}), kim (compound-pcfg "
+                                    "pred_tree files, no line for one-word sentences), or auto (from the first line)."),
+    agreement: bool = typer.Option(False, "--agreement", help="Pairwise F1 between the given prediction files or run "
+                                   "folders (e.g. seeds of one model: self-F1), as a matrix, on the gold sentences."),
+    compare: bool = typer.Option(False, "--compare", help="Paired bootstrap over sentences of two prediction files or "
+                                 "runs A B: the F1 difference A - B, its 95% interval and a one-sided p-value."),
+    resamples: int = typer.Option(1000, "--resamples", min=1, help="Bootstrap resamples (--compare and the intervals "
+                                  "of --convention --json; seeded by --seed)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
     per_sentence: Optional[Path] = typer.Option(None, "--per-sentence", help="Write a CSV with one row per sentence."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help=PROGRESS_HELP),
@@ -84,13 +109,32 @@ def eval_command(
     was cut from); the output says which. Baselines, predicted files and --untrained use the default corpus.
 
     Examples: `induce eval pred.txt --gold 22.mrg`, `induce eval --baseline right --wsj40`,
-    `induce eval --checkpoint runs/RUN --wsj10`, `induce eval --untrained palm --inits 25 --wsj40`.
+    `induce eval --checkpoint runs/RUN --wsj10`, `induce eval --untrained palm --inits 25 --wsj40`,
+    `induce eval pred.txt --gold 22.mrg --convention kim2019 --convention li2020 --gold-variant right`,
+    `induce eval --agreement runs/palm-seed1 runs/palm-seed2 runs/palm-seed3 --gold 22.mrg`,
+    `induce eval --compare a.txt b.txt --gold 22.mrg`.
+    \f
+    Long because Typer reads the command's 30 options from its signature (the body is 25 lines).
     """
-    from induce.evaluation.run_eval import run_eval
+    from induce.evaluation.run_eval import eval_convention, run_eval
 
     console = Console(stderr=True)
+    predicted = list(predicted or [])
+    if conventions or gold_variants or agreement or compare:
+        if keep_punct or count_root or multiset or per_sentence is not None or lm or untrained is not None:
+            raise InduceError("--convention, --gold-variant, --agreement and --compare name the whole convention: "
+                              "drop --keep-punct, --count-root, --multiset, --per-sentence, --lm and --untrained")
+        limit = eval_convention(wsj10, wsj40, max_length)[0].max_length
+        _hub_eval(console, progress, as_json, predicted, gold=gold, corpus=corpus, data=data, split=split,
+                  baseline=baseline, checkpoint=checkpoint, seed=seed, conventions=conventions, variants=gold_variants,
+                  pred_format=pred_format, agreement=agreement, compare=compare, max_length=limit, resamples=resamples,
+                  batch_size=batch_size, decoder=decoder, device=device)
+        return
+    if len(predicted) > 1:
+        raise InduceError(f"{len(predicted)} prediction files: evaluate one at a time, or use --agreement / --compare")
     with progress_steps(console, progress) as steps:
-        outcome = run_eval(predicted=predicted, gold=gold, baseline=baseline, seed=seed, checkpoint=checkpoint,
+        outcome = run_eval(predicted=predicted[0] if predicted else None, pred_format=pred_format,
+                           resamples=resamples, gold=gold, baseline=baseline, seed=seed, checkpoint=checkpoint,
                            untrained=untrained, inits=inits, sets=sets, lm=lm, decoder=decoder, batch_size=batch_size,
                            device=device, data=data, corpus=corpus, split=split, wsj10=wsj10, wsj40=wsj40,
                            max_length=max_length, keep_punct=keep_punct, count_root=count_root, multiset=multiset,
@@ -104,6 +148,22 @@ def eval_command(
         _print_untrained(outcome.summary, Console())
     else:
         _print_table(outcome.summary, Console())
+
+
+def _hub_eval(console: Console, progress: bool, as_json: bool, predicted: list, **options) -> None:
+    """--convention, --gold-variant, --agreement, --compare: :func:`induce.evaluation.hub.run_hub_eval`, printed."""
+    from induce.evaluation.hub import run_hub_eval
+
+    with progress_steps(console, progress) as steps:
+        outcome = run_hub_eval(predicted, console=console, steps=steps, **options)
+    for note in outcome.summary.get("notes", []):
+        console.print(note, highlight=False, soft_wrap=True)
+    if as_json:
+        typer.echo(json.dumps(outcome.summary, sort_keys=True))
+    else:
+        from induce.cli.hub_tables import print_hub
+
+        print_hub(outcome, Console())
 
 
 def _fmt(value) -> str:
@@ -153,4 +213,5 @@ def _print_untrained(summary: dict, console: Console) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("eval", help=None, epilog=CONVENTION_HELP)(eval_command)
+    # the help is the docstring up to its form feed (what follows is for the source's readers)
+    app.command("eval", help=(eval_command.__doc__ or "").split("\f")[0], epilog=CONVENTION_HELP)(eval_command)

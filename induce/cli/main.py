@@ -21,6 +21,7 @@ from induce.models.plugins import load_plugins_for_help
 COMMAND_MODULES = (
     "induce.cli.preprocess",
     "induce.cli.evaluate",
+    "induce.cli.ensemble",
     "induce.cli.train",
     "induce.cli.parse",
     "induce.cli.generate",

@@ -202,7 +202,7 @@ def sentence_prf(n_match: int, n_pred: int, n_gold: int) -> tuple[float, float, 
     return precision, recall, f1
 
 
-def _prediction(tree: nltk.Tree) -> tuple[Node, list]:
+def prediction_node(tree: nltk.Tree) -> tuple[Node, list]:
     """Index tree and words of a predicted tree; trace leaves (under ``-NONE-``) are dropped."""
     tree = unwrap(tree)
     positions = tree.treepositions("leaves")
@@ -303,7 +303,7 @@ def evaluate(
         if isinstance(pred, Node):
             pred_node, pred_words = pred, None
         else:
-            pred_node, pred_words = _prediction(pred)
+            pred_node, pred_words = prediction_node(pred)
         aligned = _align_prediction(pred_node, gold, pred_words if check_words else None, where)
         pred_spans = _counted_spans(constituents(aligned), length, convention)
         gold_spans = _counted_spans(gold.labelled, length, convention)

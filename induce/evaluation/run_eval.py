@@ -66,6 +66,8 @@ def run_eval(
     per_sentence: Optional[Path] = None,
     console: Optional[Console] = None,
     steps: Optional[ProgressBars] = None,
+    pred_format: str = "auto",
+    resamples: int = 1000,
 ) -> EvalOutcome:
     """Evaluate one source of trees, named by at most one of ``predicted`` (a file of bracketed trees, one
     per line), ``baseline`` (right, left, balanced, random: seeded by ``seed``), ``checkpoint`` (a run
@@ -73,7 +75,9 @@ def run_eval(
     none, the latest finished run (:func:`induce.inference.runs.pick_run`). ``lm``: the run's perplexity on ``split``
     instead. ``wsj10`` / ``wsj40`` / ``max_length``, ``keep_punct``, ``count_root``, ``multiset``: the
     convention (:class:`induce.evaluation.EvalConvention`). ``per_sentence``: a CSV with one row per
-    sentence. What was chosen is said on ``console`` (stderr); ``steps`` draws the progress bars.
+    sentence. ``pred_format``: the predicted file's format (:data:`induce.trees.formats.FORMATS`);
+    ``resamples``: of the bootstrap intervals in the summary (``ci``, seeded by ``seed``). What was chosen
+    is said on ``console`` (stderr); ``steps`` draws the progress bars.
     Argument errors name the command's flags.
 
     Long because it takes each option of ``induce eval`` as a typed argument (24 lines of signature);
@@ -111,11 +115,15 @@ def run_eval(
 
     locations = None
     if predicted is not None:
-        from induce.trees.brackets import read_trees
+        from induce.trees.formats import fill_one_word_sentences, read_predictions
 
-        located = read_trees(predicted, one_per_line=True, progress=steps.bar("reading predicted trees"))
-        pred_trees = [item.tree for item in located]
-        locations = [(item.path, item.line) for item in located]
+        located, fmt = read_predictions(predicted, pred_format, progress=steps.bar("reading predicted trees"))
+        lengths = [len(sentence.words) for sentence in gold_set.sentences]
+        located, note = fill_one_word_sentences(located, lengths, fmt, predicted)
+        if note:
+            console.print(note, highlight=False, soft_wrap=True)
+        pred_trees = [None if item is None else item.tree for item in located]
+        locations = [(str(predicted), None) if item is None else (item.path, item.line) for item in located]
         source = str(predicted)
     elif baseline is not None:
         pred_trees = baseline_predictions(gold_set.sentences, baseline, convention, seed=seed)
@@ -125,7 +133,7 @@ def run_eval(
                                 device=device, progress=steps.bar("parsing"))
         source = f"run {run_dir}"
     summary, result = score(pred_trees, gold_set, convention, source, locations=locations,
-                            length_option=length_option, progress=steps.bar("scoring"))
+                            length_option=length_option, progress=steps.bar("scoring"), resamples=resamples, seed=seed)
     if per_sentence is not None:
         _write_per_sentence(per_sentence, result)
     return EvalOutcome("scores", summary)

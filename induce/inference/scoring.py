@@ -115,17 +115,21 @@ def parse_gold(run, gold_sentences: list, convention, batch_size: int = 64, deco
 
 
 def score(pred_trees: list, gold: GoldSet, convention, source: str, locations=None,
-          length_option: str = "max_length", progress: Progress = None):
+          length_option: str = "max_length", progress: Progress = None, resamples: int = 1000, seed: int = 0):
     """``(summary, result)``: the figures of ``pred_trees`` against ``gold`` (the dict ``induce eval
     --json`` prints: :meth:`EvalResult.to_dict` with ``predicted`` = ``source`` and ``gold`` = the gold
     set's label) and the :class:`~induce.evaluation.EvalResult` (per sentence). No sentence left after
-    the length filters is an :class:`InduceError` naming ``length_option``."""
+    the length filters is an :class:`InduceError` naming ``length_option``. ``ci``: 95% bootstrap intervals
+    of the F1 figures (``resamples``, ``seed``: :func:`induce.evaluation.bootstrap.result_intervals`)."""
     from induce.evaluation import evaluate, require_sentences
 
     result = evaluate(pred_trees, gold.sentences, convention, pred_locations=locations, progress=progress)
     require_sentences(result, length_option)
     summary = result.to_dict()
     summary.update({"predicted": source, "gold": gold.label})
+    from induce.evaluation.bootstrap import result_intervals
+
+    summary["ci"] = result_intervals(result, resamples, seed)
     return summary, result
 
 

@@ -1,5 +1,6 @@
 """Kernels shared by the models: cumax, the ON-LSTM cell step, PRPN stick-breaking gates,
-linear-recurrence scans and PaLM span attention, each in three tiers (``reference``, ``torch``, ``triton``).
+linear-recurrence scans, PaLM span attention, the dense-PCFG inside algorithm and TN-PCFG's low-rank one,
+each in three tiers (``reference``, ``torch``, ``triton``).
 
 Every function takes ``backend: str = "auto"``; see :mod:`induce.kernels._dispatch` for how
 ``"auto"`` is resolved and :func:`set_backend` / :func:`get_backend` / :func:`use_backend` for the
@@ -8,7 +9,7 @@ raises :class:`KernelBackendError` (an :class:`induce.errors.InduceError`).
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 
 import torch
 
@@ -22,21 +23,30 @@ from ._dispatch import (
     triton_unavailable_reason,
     use_backend,
 )
+from .inside_reference import InsideInputError
+
+#: Public functions built on other kernel ops (no tier of their own): the span marginals are the gradient
+#: of :func:`inside`, the Viterbi tree the gradient of its max-product score.
+COMPOSITE_OPS = ("span_marginals", "viterbi")
 
 __all__ = [
     "BACKENDS",
     "KernelBackendError",
     "cumax",
     "get_backend",
+    "inside",
+    "inside_lowrank",
     "linear_scan",
     "onlstm_cell",
     "resolve",
     "set_backend",
     "span_attention",
+    "span_marginals",
     "span_representations",
     "stick_breaking_gates",
     "triton_unavailable_reason",
     "use_backend",
+    "viterbi",
 ]
 
 
@@ -173,3 +183,141 @@ def span_attention(
     """
     impl = kernel("span_attention", backend, query, c_fwd, logf_fwd, c_bwd, logf_bwd, w_span, v, fixed_scores)
     return impl(query, c_fwd, logf_fwd, c_bwd, logf_bwd, w_span, v, max_len, fixed_scores=fixed_scores)
+
+
+def inside_lowrank(
+    terms: torch.Tensor,
+    roots: torch.Tensor,
+    head: torch.Tensor,
+    left: torch.Tensor,
+    right: torch.Tensor,
+    lengths: torch.Tensor,
+    span_scores: Optional[torch.Tensor] = None,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Log partition ``[B]`` of TN-PCFG's low-rank PCFG (Yang, Zhao & Tu 2021), never forming its rule tensor.
+
+    ``terms [B, N, T]``: ``log p(word_i | preterminal)`` (positions past ``lengths`` are ignored);
+    ``roots [B, NT]``: ``log p(S -> A)``; ``head [B, NT, r]``, ``left [B, S, r]``, ``right [B, S, r]``
+    (``S = NT + T``, nonterminals first): the logs of the factors of the binary rules
+    ``rules[a, b, c] = sum_r exp(head[a, r] + left[b, r] + right[c, r])``. TN-PCFG normalises
+    ``head`` over ``r`` and ``left``, ``right`` over the symbols, which makes each ``rules[a]`` sum to 1;
+    this op does not check it (it computes the partition of whatever weights it is given). Factors
+    expanded over the batch (stride 0, one grammar for all sentences) are used once, not per sentence.
+    ``lengths [B]``: integers in ``2 .. N`` (a one-word sentence has no binary derivation; Kim et al.
+    and TN-PCFG skip them too). A span of one word holds a preterminal, a longer span a nonterminal.
+
+    ``span_scores [B, N + 1, N + 1]`` (optional) adds ``span_scores[b, i, j]`` to every derivation
+    with a constituent over the words ``i .. j-1`` (fenceposts ``0 <= i < j <= lengths[b]``, every
+    width, the whole sentence included; other entries are ignored). Its gradient at zero is the span
+    marginals: :func:`induce.kernels.span_decode.span_marginals`.
+
+    Max-product (Viterbi) has no low-rank form: ``max_{b,c} sum_r U V W`` does not factor through
+    the rank, so an exact Viterbi parse needs the ``[NT, S, S]`` rule tensor. Decode with MBR over
+    the marginals instead (:func:`induce.kernels.span_decode.mbr_spans`), as TN-PCFG does.
+    """
+    impl = kernel("inside_lowrank", backend, terms, roots, head, left, right, span_scores)
+    return impl(terms, roots, head, left, right, lengths, span_scores=span_scores)
+
+
+def inside(
+    terms: torch.Tensor,
+    rules: torch.Tensor,
+    roots: torch.Tensor,
+    lengths: torch.Tensor,
+    span_scores: Optional[torch.Tensor] = None,
+    semiring: str = "sum",
+    chart: bool = False,
+    backend: str = "auto",
+) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    """Inside algorithm of a dense PCFG in Chomsky normal form (N-PCFG, C-PCFG; Kim et al. 2019), log space.
+
+    ``terms [B, T, P]``: log score of preterminal ``p`` emitting word ``t`` (padded sentences);
+    ``rules [B, NT, S, S]``: log score of ``A -> L R`` with ``S = NT + P`` children, ``0..NT-1`` the
+    nonterminals and ``NT..S-1`` the preterminals, as in Kim et al.'s ``PCFG.py``; ``roots [B, NT]``:
+    log score of ``root -> A``; ``lengths [B]`` (int, ``1 <= length <= T``). A span of one word is
+    covered by a preterminal only, a longer one by a nonterminal (no unary rules), so a child of one
+    word comes from the preterminal columns of ``rules``, a longer child from the nonterminal ones.
+    ``span_scores [B, T, T]`` (optional) is added to every nonterminal of span ``i..j``
+    (``[b, i, j]``, first and last word, ``j > i``): its gradient is the span marginals
+    (:func:`span_marginals`) or the Viterbi tree (:func:`viterbi`). The inputs need not be normalised.
+
+    ``semiring="sum"`` returns ``log Z [B]`` (logsumexp over trees); ``"max"`` the best tree's score,
+    whose gradient marks that tree (ties go to one). A sentence of one word has no binary tree: its
+    score is ``-inf`` and it sends no gradient (Kim et al. skip such sentences). ``chart=True`` also
+    returns the chart ``[B, T, T, NT]``: ``[b, i, j, A]`` the inside score of ``A`` over words
+    ``i..j`` (``span_scores`` included), ``-inf`` where ``j <= i`` or ``j >= length``
+    (differentiable). Computed in float32 or better; outputs take ``terms``' dtype.
+
+    Tiers: ``reference`` (Kim et al.'s loops, sentence by sentence), ``torch`` (one batched step
+    per width, hand-written outside pass; :mod:`induce.kernels.inside_torch`), ``triton``.
+    """
+    _check_inside(terms, rules, roots, lengths, span_scores, semiring)
+    impl = kernel("inside", backend, terms, rules, roots, span_scores)
+    return impl(terms, rules, roots, lengths, span_scores=span_scores, semiring=semiring, chart=chart)
+
+
+
+
+def _check_inside(terms, rules, roots, lengths, span_scores, semiring) -> None:
+    if semiring not in ("sum", "max"):
+        raise InsideInputError(f"inside: semiring must be 'sum' or 'max', got {semiring!r}")
+    if terms.dim() != 3 or rules.dim() != 4 or roots.dim() != 2:
+        raise InsideInputError(
+            f"inside: expected terms [B, T, P], rules [B, NT, S, S], roots [B, NT]; got shapes "
+            f"{tuple(terms.shape)}, {tuple(rules.shape)}, {tuple(roots.shape)}")
+    B, T, P = terms.shape
+    NT = rules.shape[1]
+    if tuple(rules.shape) != (B, NT, NT + P, NT + P) or tuple(roots.shape) != (B, NT):
+        raise InsideInputError(
+            f"inside: rules must be [B, NT, NT + P, NT + P] = [{B}, {NT}, {NT + P}, {NT + P}] and roots "
+            f"[{B}, {NT}] for terms {tuple(terms.shape)}; got {tuple(rules.shape)} and {tuple(roots.shape)}")
+    if span_scores is not None and tuple(span_scores.shape) != (B, T, T):
+        raise InsideInputError(
+            f"inside: span_scores must be [B, T, T] = [{B}, {T}, {T}], got {tuple(span_scores.shape)}")
+    if tuple(lengths.shape) != (B,) or lengths.is_floating_point():
+        raise InsideInputError(
+            f"inside: lengths must be an integer tensor [B] = [{B}], got {lengths.dtype} {tuple(lengths.shape)}")
+    if B and (int(lengths.min()) < 1 or int(lengths.max()) > T):
+        raise InsideInputError(f"inside: lengths must lie in 1..{T} (the padded length), got {lengths.tolist()}")
+
+
+def span_marginals(
+    terms: torch.Tensor, rules: torch.Tensor, roots: torch.Tensor, lengths: torch.Tensor, backend: str = "auto"
+) -> torch.Tensor:
+    """Posterior probability of each span being a constituent, ``[B, T, T]`` (``[b, i, j]``: words ``i..j``).
+
+    The gradient of ``log Z`` with respect to :func:`inside`'s ``span_scores``. As in Kim et al.'s
+    and Yang et al.'s released code, spans of one word are left out (0: every tree has them) and the
+    whole sentence is kept (1 when the length is at least 2); spans off the sentence are 0, and so is
+    every span of a one-word sentence. Detached (no graph is kept).
+    """
+    with torch.enable_grad():
+        spans = terms.new_zeros(terms.shape[0], terms.shape[1], terms.shape[1], dtype=torch.float32).requires_grad_()
+        log_z = inside(terms.detach(), rules.detach(), roots.detach(), lengths, span_scores=spans, backend=backend)
+        finite = torch.isfinite(log_z)
+        if not bool(finite.any()):
+            return spans.detach().clone()
+        (grad,) = torch.autograd.grad(log_z[finite].sum(), spans)
+    return grad
+
+
+def viterbi(
+    terms: torch.Tensor, rules: torch.Tensor, roots: torch.Tensor, lengths: torch.Tensor, backend: str = "auto"
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The best tree of each sentence: ``(score [B], tree [B, T, T])``, ``tree[b, i, j] = 1`` for its spans.
+
+    The max-product :func:`inside` and its gradient with respect to ``span_scores`` (the tiers'
+    backward passes follow the argmax: backpointers in the fast tiers). Span convention as
+    :func:`span_marginals` (whole sentence in, single words out); a one-word sentence scores ``-inf``
+    and has no spans.
+    """
+    with torch.enable_grad():
+        spans = terms.new_zeros(terms.shape[0], terms.shape[1], terms.shape[1], dtype=torch.float32).requires_grad_()
+        score = inside(terms.detach(), rules.detach(), roots.detach(), lengths, span_scores=spans,
+                       semiring="max", backend=backend)
+        finite = torch.isfinite(score)
+        if not bool(finite.any()):
+            return score.detach(), spans.detach().clone()
+        (grad,) = torch.autograd.grad(score[finite].sum(), spans)
+    return score.detach(), grad.round()

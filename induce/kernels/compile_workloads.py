@@ -22,6 +22,12 @@ recorded without a GPU):
    default's 302 and over a whole period of 16) and the powers of two up to 4096 with their
    neighbours (tile choices change at powers of two, Triton's integer specialisation at multiples of 16).
 3. **cumax**, public but called by no model, on the ON-LSTM master-gate shapes (:func:`drive_cumax`).
+4. **inside_lowrank** (TN-PCFG), which no shipped config uses yet: forward and backward at the ranks of
+   :data:`LOWRANK_RANKS` (:func:`drive_inside_lowrank`).
+5. **The dense-PCFG inside algorithm** (:func:`drive_inside`) at the grammar sizes of
+   :data:`PCFG_GRAMMARS`, both semirings, forward and backward. Its kernels specialise on the number
+   of nonterminals only (sentence length, width and span count are runtime arguments; the inputs are
+   converted to float32 first), so one short batch per grammar covers every length.
 
 Models run in ``jobs`` processes; the CPU time is the models' own arithmetic at the configs' sizes.
 """
@@ -43,6 +49,13 @@ MODEL_PARSE_LENGTHS = (1, 2, 42, 302)
 SPAN_COUNT_SWEEP = tuple(range(1, 321)) + tuple(
     n for p in (9, 10, 11, 12) for n in (2**p - 1, 2**p, 2**p + 1)
 )
+#: Ranks driven through inside_lowrank: TN-PCFG's released configs (r = 500 in tnpcfg_r500_nt250_t500,
+#: 1000 in fast_tnpcfg_r1000_nt9000_t4500, 300 in nblpcfg_r300_nt15_t30) and the small, odd and
+#: block-boundary ranks (its kernels specialise on the rank's divisibility by 16 and tile it by <= 128).
+LOWRANK_RANKS = (1, 7, 16, 100, 128, 129, 300, 500, 1000)
+#: ``(nonterminals, preterminals)`` of the dense PCFGs: Kim et al.'s N-PCFG and C-PCFG (30, 60),
+#: a small grammar for CPU runs, and the largest the Triton tier takes (64 nonterminals).
+PCFG_GRAMMARS = ((30, 60), (10, 20), (64, 32))
 #: Vocabulary of the driven models: the vocabulary reaches no kernel (the embedding and the tied
 #: output layer are plain torch), and a small one keeps the CPU time down.
 VOCAB_SIZE = 32
@@ -208,6 +221,40 @@ def drive_cumax(recorder: Recorder, number: int = 0) -> None:
                 impl.cumax(x, reverse=reverse).sum().backward()
 
 
+def drive_inside_lowrank(recorder: Recorder, number: int = 0) -> None:
+    """TN-PCFG's inside pass, forward and backward, at every rank of :data:`LOWRANK_RANKS` (two sentences
+    of 2 and 5 words: the lengths and widths are runtime arguments, so they add no variant)."""
+    import torch
+
+    import induce.kernels as kernels
+
+    recorder.label, recorder.kind, recorder.order = "inside_lowrank", "TN-PCFG ranks", (number, 0)
+    NT, T = 3, 4
+    for r in LOWRANK_RANKS:
+        factors = [torch.zeros(2, n, r, requires_grad=True) for n in (NT, NT + T, NT + T)]
+        terms = torch.zeros(2, 5, T, requires_grad=True)
+        roots = torch.zeros(2, NT, requires_grad=True)
+        kernels.inside_lowrank(terms, roots, *factors, torch.tensor([5, 2])).sum().backward()
+
+
+def drive_inside(recorder: Recorder, number: int = 0, grammars: Sequence[tuple] = PCFG_GRAMMARS) -> None:
+    """:func:`induce.kernels.inside` at each grammar size: sum and max, forward and backward, a padded
+    batch of two sentences (5 and 4 words: every kernel launches, widths 3 to 5)."""
+    import torch
+
+    import induce.kernels as kernels
+
+    recorder.label, recorder.kind, recorder.order = "inside", "dense PCFG", (number, 0)
+    for nonterminals, preterminals in grammars:
+        symbols = nonterminals + preterminals
+        for semiring in ("sum", "max"):
+            for dtype in (torch.float32, torch.bfloat16):
+                leaves = [torch.zeros(shape, dtype=dtype, requires_grad=True) for shape in
+                          ((2, 5, preterminals), (2, nonterminals, symbols, symbols), (2, nonterminals))]
+                log_z = kernels.inside(*leaves, torch.tensor([5, 4]), semiring=semiring)
+                log_z.sum().backward()
+
+
 @functools.lru_cache(maxsize=1)
 def _shipped_configs_once() -> list:
     return shipped_configs()
@@ -230,7 +277,8 @@ def _drive_part(numbers: Sequence[int]) -> Recorder:
 
 def record(jobs: int = 1, counts: Sequence[int] = SPAN_COUNT_SWEEP,
            progress: Optional[Callable[[str], None]] = None) -> Recorder:
-    """Drive every shipped config (in ``jobs`` processes), sweep the span counts and drive cumax."""
+    """Drive every shipped config (in ``jobs`` processes), sweep the span counts, drive cumax and the two
+    inside algorithms (dense and low-rank)."""
     import torch
 
     configs = shipped_configs()
@@ -257,6 +305,8 @@ def record(jobs: int = 1, counts: Sequence[int] = SPAN_COUNT_SWEEP,
                 progress("span-count sweep and cumax")
             sweep_span_counts(recorder, counts, len(configs))
             drive_cumax(recorder, len(configs) + 1)
+            drive_inside_lowrank(recorder, len(configs) + 2)
+            drive_inside(recorder, len(configs) + 3)
     finally:
         torch.set_num_threads(threads)
     return recorder

@@ -19,6 +19,8 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
+from induce.kernels.inside_lowrank_triton import inside_lowrank  # noqa: F401 (dispatch)
+from induce.kernels.inside_triton import inside  # noqa: F401 (dispatch)
 from induce.kernels.triton_base import _length_free_jit, _pow2, _tanh
 from induce.kernels.triton_span import span_attention, span_representations  # noqa: F401 (dispatch)
 

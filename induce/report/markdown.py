@@ -15,6 +15,7 @@ from induce.evaluation.metrics import REPORTED_LABELS
 from induce.report.findings import all_findings
 from induce.report.names import display
 from induce.report.published import PUBLISHED
+from induce.report.seeds import seeds_section
 from induce.report.text import (
     budget_text,
     count_text,
@@ -482,6 +483,7 @@ SECTIONS = (
     _parsing_wsj40,
     _branching,
     _wsj10_and_labels,
+    seeds_section,
     _figures,
     _steps_and_files,
 )

@@ -86,6 +86,10 @@ def collect_results(repro, started_at: str, seconds: float) -> dict:
         failed = {str(s): reason for (m, s), reason in repro.failed_runs.items() if m == model}
         models[model] = {"seeds": per_seed, "summary": summarise(list(per_seed.values())),
                          "diverged_seeds": diverged, "failed_seeds": failed}
+        if len(per_seed) >= 2:  # self-F1 and the seeds' ensemble (induce.evaluation.seeds)
+            from induce.evaluation.seeds import seed_summary
+
+            models[model]["seed_ensemble"] = seed_summary([d["trees"] for d in per_seed.values()], repro._gold()[0])
     baselines = {}
     for kind in BASELINES:
         data = read_json(repro.eval_path(f"baseline-{kind}"))

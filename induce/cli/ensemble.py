@@ -1,0 +1,90 @@
+"""`induce ensemble`: one tree per sentence from several sources of trees (runs or prediction files), the
+binary tree with the most summed span votes (:mod:`induce.evaluation.ensemble`), scored on the gold
+against its members' mean and best (:func:`induce.evaluation.hub.ensemble_report`)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from induce.cli import DEVICE_HELP, PROGRESS_HELP, progress_steps
+from induce.errors import InduceError
+
+
+def ensemble_command(
+    sources: list[Path] = typer.Argument(..., help="Two or more run folders (parsed) or prediction files (any "
+                                         "format induce eval reads, see its --pred-format)."),
+    output: Path = typer.Option(..., "-o", "--output", help="Where to write the ensemble's trees, one per gold "
+                                "sentence, over the words the convention keeps."),
+    weights: str | None = typer.Option(None, "--weights", help="One weight per source, comma-separated "
+                                          "(e.g. 1,1,2); default: all 1."),
+    gold: Path | None = typer.Option(None, "--gold", help="Gold treebank file; default: the --split of the "
+                                        "default prepared corpus (see --data)."),
+    data: Path | None = typer.Option(None, "--data", help="Data root for the default corpus."),
+    corpus: Path | None = typer.Option(None, "--corpus", help="A prepared corpus folder."),
+    split: str = typer.Option("valid", "--split", help="Split of the prepared corpus: valid (dev) or test."),
+    convention: str = typer.Option("induce", "--convention", help="Whose tokens and sentences (and the figure "
+                                   "reported): a convention name of induce eval."),
+    pred_format: str = typer.Option("auto", "--pred-format", help="Format of the prediction files."),
+    batch_size: int = typer.Option(64, "--batch-size", help="Sentences per forward pass when parsing with a run."),
+    device: str = typer.Option("auto", "--device", help="With a run: " + DEVICE_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help=PROGRESS_HELP),
+) -> None:
+    """Ensemble trees: per sentence, the binary tree maximising the summed (weighted) votes of its spans
+    over the sources (CKY; ties to the leftmost split), after the description of Shayegh et al. (2024).
+
+    Sentences the convention leaves out (one word) get their only tree. Example:
+    `induce ensemble results/runs/palm-seed1 results/runs/palm-seed2 results/runs/palm-seed3 -o palm.ens.txt`.
+    """
+    from induce.evaluation.hub import ensemble_report, load_full_gold, sources_of
+    from induce.evaluation.run_eval import _default_eval_corpus
+    from induce.files import check_not_input, check_output_file
+    from induce.trees.brackets import write_trees
+    from induce.trees.nodes import to_nltk
+
+    if len(sources) < 2:
+        raise InduceError(f"induce ensemble takes two sources or more, {len(sources)} given")
+    parsed = [float(x) for x in weights.split(",")] if weights else None
+    if parsed is not None and len(parsed) != len(sources):
+        raise InduceError(f"--weights {weights}: {len(parsed)} weights for {len(sources)} sources")
+    check_output_file(output, "--output")
+    check_not_input(output, {"a source": [s for s in sources if s.is_file()]}, "--output")
+    console = Console(stderr=True)
+    if gold is None and corpus is None:
+        corpus = _default_eval_corpus(None, data, console)
+    with progress_steps(console, progress) as steps:
+        gold_set, golds = load_full_gold(gold, corpus, split, steps.bar("reading gold trees"))
+        members = sources_of(sources, golds, gold_set, pred_format, batch_size, None, device, steps)
+        trees, report = ensemble_report(members, golds, parsed, convention)
+    for note in (note for member in members for note in member.notes):
+        console.print(note, highlight=False, soft_wrap=True)
+    from induce.evaluation.conventions import TOKEN_FILTERS, get_convention
+
+    keep = TOKEN_FILTERS[get_convention(convention).tokens]
+    lines = []
+    for tree, full in zip(trees, golds):
+        words = [w for w, t in zip(full.words, full.tags) if keep(t)] if full is not None else []
+        words = words or (full.words if full is not None else ["-NONE-"])
+        lines.append(to_nltk(tree, words) if tree is not None else _flat(words))
+    write_trees(output, lines)
+    report.update({"output": str(output), "gold": gold_set.label})
+    if as_json:
+        typer.echo(json.dumps(report, sort_keys=True))
+    else:
+        from induce.cli.hub_tables import print_ensemble
+
+        print_ensemble(report, Console())
+        console.print(f"wrote {len(lines):,} trees to {output}", highlight=False)
+
+
+def _flat(words):
+    import nltk
+
+    return nltk.Tree("S", list(words))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("ensemble")(ensemble_command)

@@ -1,0 +1,126 @@
+"""Bootstrap over sentences: confidence intervals of an F1, and the paired test of two systems
+(``induce eval --compare A B``).
+
+Each resample draws as many sentences as were scored, with replacement (numpy's ``default_rng(seed)``),
+and recomputes the figure from the resampled sentences exactly as the convention computes it: a corpus
+figure from the summed counts, a sentence figure as the mean of the per-sentence values.
+
+* **Interval**: the 95% *nearest-rank* percentile interval: with the ``R`` resampled values sorted, the
+  ``ceil(0.025 R)``-th and the ``ceil(0.975 R)``-th (1-based). No interpolation: with few distinct values
+  an interpolated bound would be a value no resample has.
+* **Paired test** (Berg-Kirkpatrick et al. 2012): both systems are scored on the *same* resampled
+  sentences; ``delta* = F1_A - F1_B`` on each; the one-sided p-value is the share of resamples with
+  ``delta* > 2 delta`` when ``delta >= 0`` (``delta* < 2 delta`` when ``delta < 0``): how often a
+  difference at least as large again arises by chance when the true difference is the observed one.
+* ``exhaustive=True`` enumerates all ``n ** n`` resamples (each equally likely) instead of drawing:
+  the exact bootstrap distribution, for tests on hand-worked examples (``n <= 7``).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from induce.errors import InduceError
+
+#: Resamples unless the command says otherwise.
+DEFAULT_RESAMPLES = 1000
+LEVEL = 0.95
+
+
+def resample_indices(n: int, resamples: int = DEFAULT_RESAMPLES, seed: int = 0, exhaustive: bool = False) -> np.ndarray:
+    """``[R, n]`` sentence indices: ``resamples`` seeded draws with replacement, or all ``n ** n``."""
+    if n == 0:
+        raise InduceError("no sentence to resample: the bootstrap needs at least one scored sentence")
+    if exhaustive:
+        if n > 7:
+            raise ValueError("exhaustive bootstrap: n ** n resamples, only for n <= 7")
+        return np.array(list(itertools.product(range(n), repeat=n)), dtype=np.int64)
+    if resamples < 1:
+        raise InduceError(f"--resamples {resamples}: give a number >= 1")
+    return np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+
+
+def _arrays(sentences) -> dict:
+    return {key: np.array([getattr(s, key) for s in sentences], dtype=np.float64)
+            for key in ("match", "n_pred", "n_gold", "precision", "recall", "f1")}
+
+
+def figure_samples(sentences: Sequence, key: str, corpus_formula: str, indices: np.ndarray) -> np.ndarray:
+    """``[R]`` values (percent) of figure ``key`` (``corpus_f1``, ``corpus_precision``, ``corpus_recall``,
+    ``sentence_f1``, ``sentence_precision``, ``sentence_recall``) on each resample. ``sentences``: records
+    with ``match``, ``n_pred``, ``n_gold``, ``precision``, ``recall``, ``f1`` (0-1)."""
+    arrays = _arrays(sentences)
+    kind, name = key.split("_", 1)
+    if kind == "sentence":
+        return 100 * arrays[{"f1": "f1", "precision": "precision", "recall": "recall"}[name]][indices].mean(axis=1)
+    match, n_pred, n_gold = (arrays[k][indices].sum(axis=1) for k in ("match", "n_pred", "n_gold"))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        precision = np.where(n_pred > 0, match / n_pred, 0.0)
+        recall = np.where(n_gold > 0, match / n_gold, 0.0)
+        f1 = np.where(precision + recall > 0, 2 * precision * recall / (precision + recall), 0.0)
+    if corpus_formula == "li":  # Li et al.: an empty gold scores 100 with an empty prediction, else 0
+        empty_gold = n_gold == 0
+        f1 = np.where(empty_gold, (n_pred == 0).astype(float), np.where(match == 0, 0.0, f1))
+        precision = np.where(empty_gold, f1, precision)
+        recall = np.where(empty_gold, f1, recall)
+    return 100 * {"f1": f1, "precision": precision, "recall": recall}[name]
+
+
+def percentile_interval(values: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
+    """Nearest-rank percentile interval (module docstring)."""
+    ordered = np.sort(np.asarray(values, dtype=np.float64))
+    count = len(ordered)
+    tail = (1 - level) / 2
+    # round before ceil: 0.025 * 200 is 5.000000000000001 in floating point
+    low = ordered[max(math.ceil(round(tail * count, 9)), 1) - 1]
+    high = ordered[max(math.ceil(round((1 - tail) * count, 9)), 1) - 1]
+    return float(low), float(high)
+
+
+def confidence_interval(sentences: Sequence, key: str, corpus_formula: str = "plain",
+                        resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> list:
+    """``[low, high]``: the 95% bootstrap interval of figure ``key`` (percent)."""
+    indices = resample_indices(len(sentences), resamples, seed)
+    return list(percentile_interval(figure_samples(sentences, key, corpus_formula, indices)))
+
+
+def paired_bootstrap(sentences_a: Sequence, sentences_b: Sequence, key: str = "corpus_f1",
+                     corpus_formula: str = "plain", resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
+                     exhaustive: bool = False) -> dict:
+    """The paired bootstrap of ``A - B`` on figure ``key``; ``sentences_a[i]`` and ``sentences_b[i]`` are
+    the same sentence. Returns ``delta``, ``low``, ``high`` (the 95% interval of ``delta*``), ``p_value``,
+    ``resamples``, ``a`` and ``b`` (the two figures on all sentences)."""
+    if len(sentences_a) != len(sentences_b):
+        raise InduceError(f"the paired bootstrap needs the same sentences: {len(sentences_a)} against "
+                          f"{len(sentences_b)}")
+    everything = np.arange(len(sentences_a))[None, :]
+    a = float(figure_samples(sentences_a, key, corpus_formula, everything)[0])
+    b = float(figure_samples(sentences_b, key, corpus_formula, everything)[0])
+    delta = a - b
+    indices = resample_indices(len(sentences_a), resamples, seed, exhaustive)
+    deltas = figure_samples(sentences_a, key, corpus_formula, indices) - figure_samples(sentences_b, key,
+                                                                                          corpus_formula, indices)
+    tolerance = 1e-9  # float noise must not decide "greater than"
+    if delta >= 0:
+        p_value = float(np.mean(deltas > 2 * delta + tolerance))
+    else:
+        p_value = float(np.mean(deltas < 2 * delta - tolerance))
+    low, high = percentile_interval(deltas)
+    return {"a": a, "b": b, "delta": delta, "low": low, "high": high, "p_value": p_value,
+            "resamples": len(indices), "figure": key,
+            "method": "paired bootstrap over sentences (Berg-Kirkpatrick et al. 2012), nearest-rank 95% interval"}
+
+
+def result_intervals(result, resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> dict:
+    """95% intervals of the corpus and sentence F1 of an :class:`~induce.evaluation.metrics.EvalResult`
+    (what ``induce eval --json`` carries as ``ci``)."""
+    from .conventions import SentenceCounts
+
+    sentences = [SentenceCounts(s.index, s.length, s.n_match, s.n_pred, s.n_gold, s.precision, s.recall, s.f1)
+                 for s in result.sentences]
+    intervals = {key: confidence_interval(sentences, key, resamples=resamples, seed=seed)
+                 for key in ("corpus_f1", "sentence_f1")}
+    return {**intervals, "resamples": resamples, "seed": seed, "interval": "95% nearest-rank percentile bootstrap"}

@@ -1,0 +1,56 @@
+"""Tree ensembles (``induce ensemble``): per sentence, the binary tree whose spans collect the most
+votes of the member trees (CKY over span counts). This follows the description of the ensemble of
+Shayegh et al. (2024) as the tree maximising the summed span hits of its members; their code was not read,
+so their exact weighting and tie-breaking may differ (ours are below).
+
+``vote(i, j)`` = the sum of the weights of the members that have the span ``[i, j)`` (of two words or
+more; an n-ary member gives its spans as they are). The whole sentence and single words are in every
+binary tree, so counting them or not changes no choice. Ties are broken towards the **smallest split
+point** at each span (the leftmost), so the result is deterministic.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from induce.trees.nodes import IndexTree, Node, build_binary, tree_spans
+
+#: Scores closer than this are a tie (float sums of weights).
+_TIE = 1e-9
+
+
+def span_votes(members: Sequence[Node], weights: Sequence[float] | None = None) -> np.ndarray:
+    """``[n + 1, n + 1]`` votes: ``votes[i, j]`` = summed weight of the members with span ``[i, j)``."""
+    n = members[0].end - members[0].start
+    weights = [1.0] * len(members) if weights is None else list(weights)
+    votes = np.zeros((n + 1, n + 1))
+    for member, weight in zip(members, weights, strict=True):
+        if member.end - member.start != n:
+            raise ValueError("ensemble members cover different numbers of words")
+        for i, j in tree_spans(member):
+            votes[i, j] += weight
+    return votes
+
+
+def cky_best_tree(votes: np.ndarray) -> tuple[IndexTree, float]:
+    """``(tree, score)``: the binary tree over ``n = len(votes) - 1`` words maximising the summed votes of
+    its spans of two words or more, ties to the smallest split point. ``O(n^3)``."""
+    n = votes.shape[0] - 1
+    best = np.zeros((n + 1, n + 1))
+    split = np.zeros((n + 1, n + 1), dtype=np.int64)
+    for length in range(2, n + 1):
+        for i in range(n - length + 1):
+            j = i + length
+            candidates = best[i, i + 1:j] + best[i + 1:j, j]
+            top = candidates.max()
+            k = int(np.flatnonzero(candidates >= top - _TIE)[0])  # smallest split among the ties
+            split[i, j] = i + 1 + k
+            best[i, j] = votes[i, j] + candidates[k]
+    tree = build_binary(0, n, lambda start, end: int(split[start, end]))
+    return tree, float(best[0, n])
+
+
+def ensemble_tree(members: Sequence[Node], weights: Sequence[float] | None = None) -> IndexTree:
+    """The ensemble tree of one sentence (module docstring)."""
+    return cky_best_tree(span_votes(members, weights))[0]
