@@ -27,9 +27,11 @@ Conventions, from the released code (read, not copied): the symbol order of the 
 Kim et al.'s (``PCFG.py``: nonterminals first), which torch-struct's ``SentCFG`` and TN-PCFG's
 ``pcfg.py`` share; a sentence of one word has no derivation (Kim et al.'s chart leaves the
 nonterminals of a one-word span at ``-1e9`` and ``train.py`` skips such sentences): here ``-inf``
-and no gradient; span marginals cover the spans of two or more words including the whole sentence
-(TN-PCFG's ``span_indicator``; Kim et al.'s span lists likewise hold the whole sentence, which their
-F1 then drops). Paper and code agree on these; nothing here is an option.
+and no gradient. Paper and code agree on these; nothing here is an option. Span scores and marginals
+follow the package's one span convention (fenceposts, every width: :mod:`induce.kernels`), where TN-PCFG's
+``span_indicator`` and Kim et al.'s span lists leave out the one-word spans (always in the tree): here a
+one-word span's score is added to the word's preterminal scores before the chart, and the chart's
+``[b, first word, last word]`` layout reads the longer spans' scores from ``span_scores[:, :T, 1:]``.
 """
 from __future__ import annotations
 
@@ -330,7 +332,7 @@ class _InsideMax(torch.autograd.Function):
 def finish(chart_sw: torch.Tensor, roots: torch.Tensor, lengths: torch.Tensor, semiring: str,
            want_chart: bool, dtype: torch.dtype):
     """``log Z [B]`` read at each sentence's length (``-inf`` for one word) and, if asked, the chart
-    ``[B, T, T, NT]`` indexed by first and last word (``-inf`` off the sentence and for one word)."""
+    ``[B, T + 1, T + 1, NT]`` over fenceposts (``-inf`` off the sentence and for one word)."""
     B, T = chart_sw.shape[:2]
     batch = torch.arange(B, device=chart_sw.device)
     lengths = lengths.to(chart_sw.device).long()
@@ -340,10 +342,10 @@ def finish(chart_sw: torch.Tensor, roots: torch.Tensor, lengths: torch.Tensor, s
     log_z = torch.where(lengths >= 2, total, torch.full_like(total, float("-inf"))).to(dtype)
     if not want_chart:
         return log_z
-    start = torch.arange(T, device=chart_sw.device)
-    width = (start[None, :] - start[:, None]).clamp_min(0)  # [i, j] -> j - i
-    chart = chart_sw[:, start[:, None], width]  # [B, T, T, NT]
-    valid = (start[None, :] > start[:, None])[None] & (start[None, None, :] < lengths[:, None, None])
+    post = torch.arange(T + 1, device=chart_sw.device)
+    width = (post[None, :] - post[:, None] - 1).clamp(0, T - 1)  # [i, j] -> j - i - 1, the chart_sw slot
+    chart = chart_sw[:, post[:, None].clamp_max(T - 1), width]  # [B, T + 1, T + 1, NT]
+    valid = (post[None, :] > post[:, None] + 1)[None] & (post[None, None, :] <= lengths[:, None, None])
     chart = torch.where(valid[..., None], chart, torch.full_like(chart, float("-inf")))
     return log_z, chart.to(dtype)
 
@@ -359,11 +361,14 @@ def run_inside(terms, rules, roots, lengths, span_scores, semiring: str, chart: 
     lengths = lengths.to(terms.device)
     valid = torch.arange(T, device=terms.device)[None, :] < lengths[:, None]
     zero = torch.zeros((), dtype=terms.dtype, device=terms.device)
-    terms = torch.where(valid[..., None], terms, zero)
     if span_scores is None:
         spans = terms.new_zeros(B, T, T)
-    else:  # spans reaching past the sentence are computed too (never read): keep them finite
-        spans = torch.where(valid[:, None, :], compute_dtype(span_scores), zero)
+    else:  # fenceposts [B, T+1, T+1] -> the chart's [b, first word, last word]; one-word spans join the terms
+        span_scores = compute_dtype(span_scores)
+        terms = terms + span_scores.diagonal(1, 1, 2)[..., None]
+        # spans reaching past the sentence are computed too (never read): keep them finite
+        spans = torch.where(valid[:, None, :], span_scores[:, :T, 1:], zero)
+    terms = torch.where(valid[..., None], terms, zero)
     if T < 2:
         chart_sw = terms.new_zeros(B, T, T, NT) + 0.0 * (rules.sum() + terms.sum() + spans.sum())
     elif semiring == "sum":
