@@ -193,6 +193,16 @@ def test_torch_tier_matches_reference(B, T, NT, P, lengths, semiring, chart):
     compare_with_reference("inside", TIER, inp, rtol=1e-4, atol=1e-4, semiring=semiring, chart=chart)
 
 
+def test_max_mode_in_chunks_of_one_span(monkeypatch):
+    """The max mode's sums in chunks of one span (forward) and of one cell (backward), more splits than
+    nonterminals: the same values and gradients as the reference."""
+    from induce.kernels import inside_torch
+
+    monkeypatch.setattr(inside_torch, "_MAX_SCRATCH", 1)
+    inp = pcfg_inputs(2, 9, 2, 3, lengths=[9, 6], seed=12)
+    compare_with_reference("inside", TIER, inp, rtol=1e-4, atol=1e-4, semiring="max", chart=True)
+
+
 def test_without_span_scores_and_bf16_inputs():
     inp = pcfg_inputs(2, 6, 3, 4, lengths=[6, 3], seed=7, span_scores=False)
     compare_with_reference("inside", TIER, inp, rtol=1e-4, atol=1e-4)
