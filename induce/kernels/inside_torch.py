@@ -155,18 +155,19 @@ def _sum_backward(state, grad_chart: torch.Tensor):
         right_e, right_m = chart.rights(w)
         h = g * (y_max[:, :n] + right_m - base).exp()  # [B, n, A]
         d_y[:, :n].addcmul_(h[..., None], right_e[:, :, None, :])  # times ey at the end
-        g_sw[:, 1:n + 1, w - 2] += right_e * (h[..., None] * ey[:, :n]).sum(2)
+        g_sw[:, 1:n + 1, w - 2] += right_e * (h[:, :, None, :] @ ey[:, :n]).squeeze(2)
         left_e, left_m = chart.lefts(w)
         h = g * (z_max[:, w - 1:] + left_m - base).exp()
         d_z[:, w - 1:].addcmul_(h[..., None], left_e[:, :, None, :])
-        g_sw[:, 0:n, w - 2] += left_e * (h[..., None] * ez[:, w - 1:]).sum(2)
+        g_sw[:, 0:n, w - 2] += left_e * (h[:, :, None, :] @ ez[:, w - 1:]).squeeze(2)
         if w >= 4:
             left_e, right_e, weight, big = chart.nn_splits(w)
-            pairs = (left_e * weight[..., None]).transpose(-1, -2) @ right_e  # recomputed, [B, n, NT, NT]
+            left_w = left_e * weight[..., None]
+            pairs = left_w.transpose(-1, -2) @ right_e  # recomputed, [B, n, NT, NT]
             h = g * (c_nn[:, None] + big - base).exp()
-            d_enn += h.transpose(1, 2) @ pairs.view(B, n, NT * NT)
+            d_enn.baddbmm_(h.transpose(1, 2), pairs.view(B, n, NT * NT))  # in place: no [B, A, NT^2] temporary
             q = (h @ e_nn).view(B, n, NT, NT)  # d/d pairs
-            g_sw[:, 0:n, 1:w - 2].addcmul_(weight[..., None] * left_e, right_e @ q.transpose(-1, -2))
+            g_sw[:, 0:n, 1:w - 2].addcmul_(left_w, right_e @ q.transpose(-1, -2))
             g_ew[:, w - 1:, T - w + 2: T - 1].addcmul_(weight[..., None] * right_e, left_e @ q)
     return d_y.mul_(ey), d_z.mul_(ez), d_w2, (d_enn * e_nn).view(B, NT, NT, NT), d_spans
 

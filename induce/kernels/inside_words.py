@@ -58,9 +58,14 @@ def _chunks(rules: torch.Tensor):
 def _shifts(rules: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """The maxima the blocks are scaled by: over the left preterminal, ``[B, A, S]`` (the P'N and
     P'P' blocks' columns), and over the right preterminal, ``[B, A, NT]`` (the NP' block's rows).
-    Reduced over whole rows of the rule tensor: a reduction over a block view is several times slower."""
+    Reduced over whole rows of the rule tensor (a reduction over a block view is several times slower),
+    the first as a running maximum over the preterminal rows (half the time of ``amax(2)`` at 30/60)."""
     NT = rules.shape[1]
-    return rules[:, :, NT:].amax(2), rules[:, :, :NT, NT:].amax(3)
+    rows = rules[:, :, NT:].unbind(2)  # [B, A, S] each
+    left = rows[0].clone()
+    for row in rows[1:]:
+        torch.maximum(left, row, out=left)
+    return left, rules[:, :, :NT, NT:].amax(3)
 
 
 def _right_exp(r: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
