@@ -8,8 +8,8 @@ At ``B`` sentences of ``T`` words (all of length ``T``), ``--nonterminals`` / ``
 * ``torch-struct``: ``SentCFG((terms, rules, roots), lengths).partition`` and the same backward
   (torch-struct 0.5 from the package index, if installed; skipped with a note otherwise);
 * ``inside forward``: ``log Z`` alone under ``torch.no_grad()``;
-* ``viterbi``: :func:`induce.kernels.viterbi`, the best tree's score and its spans (max-product
-  forward and the backpointer walk), what ``--decoder viterbi`` needs;
+* ``viterbi``: :func:`induce.kernels.viterbi`, the best tree's score and the tree (max-product
+  forward and the walk back down the best tree), what ``--decoder viterbi`` needs;
 * ``marginals``: :func:`induce.kernels.span_marginals`, what MBR decoding needs.
 
 The calls are interleaved (one of each per round, ``--repeats`` rounds after one warm-up round) and
@@ -89,7 +89,8 @@ def calls(inp: Dict[str, torch.Tensor], tier: str) -> Dict[str, Callable[[], obj
         return K.viterbi(inp["terms"], inp["rules"], inp["roots"], lengths, backend=tier)
 
     def marginals():
-        return K.span_marginals(inp["terms"], inp["rules"], inp["roots"], lengths, backend=tier)
+        return K.span_marginals(lambda s: K.inside(inp["terms"], inp["rules"], inp["roots"], lengths, span_scores=s,
+                                                   backend=tier), inp["terms"])
 
     out = {"inside+backward": ours, "inside forward": forward, "viterbi": viterbi, "marginals": marginals}
     if torch_struct_reason() is None:

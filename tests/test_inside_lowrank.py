@@ -1,9 +1,10 @@
 """TN-PCFG's low-rank inside algorithm (:func:`induce.kernels.inside_lowrank`) and the MBR decoder.
 
 Ground truths: the explicit rule tensor ``rules[a, b, c] = sum_r U[a, r] V[b, r] W[c, r]`` (TN-PCFG's
-normalisation: ``U`` over ranks, ``V`` and ``W`` over symbols) run through a dense inside pass written
-here; brute-force enumeration of every binary tree and every labelling (hypothesis); finite
-differences for the span marginals. The torch tier is checked against the reference tier, values and
+normalisation: ``U`` over ranks, ``V`` and ``W`` over symbols) run through the dense op
+:func:`induce.kernels.inside`, which takes the same span scores (one span convention for both ops);
+brute-force enumeration of every binary tree and every labelling (hypothesis); finite differences for
+the span marginals. The torch tier is checked against the reference tier, values and
 every gradient, on awkward shapes (both of its routes, shared and per-sentence grammars).
 """
 from __future__ import annotations
@@ -18,8 +19,9 @@ from hypothesis import strategies as st
 
 import induce.kernels as K
 from induce.errors import InduceError
-from induce.kernels.span_decode import mbr_spans, span_marginals
+from induce.kernels.span_decode import mbr_trees, span_marginals
 from induce.kernels.testing import compare_with_reference
+from induce.trees.nodes import tree_spans
 
 
 def grammar(B, N, NT, T, r, seed=0, dtype=torch.float64, scale=1.0, spans=False):
@@ -42,26 +44,11 @@ def grammar(B, N, NT, T, r, seed=0, dtype=torch.float64, scale=1.0, spans=False)
     return out
 
 
-def dense_inside(terms, roots, head, left, right, lengths, span_scores=None):
-    """Kim et al.'s inside algorithm over the explicit rule tensor ``[B, NT, S, S]`` (log space)."""
-    NT = head.shape[1]
+def dense_inside(terms, roots, head, left, right, lengths, span_scores=None, backend="reference"):
+    """The dense op :func:`induce.kernels.inside` over the explicit rule tensor ``[B, NT, S, S]``: the same
+    grammar, the same span convention (fenceposts, every width), so the same numbers."""
     rules = torch.logsumexp(head[:, :, None, None, :] + left[:, None, :, None, :] + right[:, None, None, :, :], -1)
-    out = []
-    for b, n in enumerate(lengths.tolist()):
-        extra = (lambda i, j, b=b: span_scores[b, i, j]) if span_scores is not None else (lambda i, j: 0.0)
-        chart = {(i, i + 1): terms[b, i] + extra(i, i + 1) for i in range(n)}
-        for width in range(2, n + 1):
-            for i in range(n - width + 1):
-                j = i + width
-                parts = []
-                for k in range(i + 1, j):
-                    ls = slice(NT, None) if k - i == 1 else slice(0, NT)
-                    rs = slice(NT, None) if j - k == 1 else slice(0, NT)
-                    block = rules[b][:, ls, rs] + chart[i, k][None, :, None] + chart[k, j][None, None, :]
-                    parts.append(torch.logsumexp(block.flatten(1), -1))
-                chart[i, j] = torch.logsumexp(torch.stack(parts), 0) + extra(i, j)
-        out.append(torch.logsumexp(roots[b] + chart[0, n], 0))
-    return torch.stack(out)
+    return K.inside(terms, rules, roots, lengths, span_scores=span_scores, backend=backend)
 
 
 def binary_trees(i, j):
@@ -132,13 +119,17 @@ def test_gradients_match_the_dense_rule_tensor(backend):
                                    msg=lambda m, name=name: f"{name}: {m}")
 
 
-def test_marginals_match_the_dense_rule_tensor_and_finite_differences():
+@pytest.mark.parametrize("dense_backend", ["reference", "torch"])
+def test_marginals_match_the_dense_rule_tensor_and_finite_differences(dense_backend):
+    """Both ops' span marginals, one span convention: the same tensor for the same grammar."""
     g = grammar(2, 5, 2, 3, 4, seed=5)
     lengths = lens(5, 4)
     got = span_marginals(lambda s: K.inside_lowrank(**g, lengths=lengths, span_scores=s, backend="torch"),
                          g["terms"])
-    dense = span_marginals(lambda s: dense_inside(**g, lengths=lengths, span_scores=s), g["terms"])
+    dense = span_marginals(lambda s: dense_inside(**g, lengths=lengths, span_scores=s, backend=dense_backend),
+                           g["terms"])
     torch.testing.assert_close(got, dense, rtol=1e-9, atol=1e-12)
+    assert mbr_trees(got, lengths) == mbr_trees(dense, lengths)
     eps = 1e-6
     for b, i, j in [(0, 0, 2), (0, 1, 4), (0, 2, 5), (1, 0, 3), (1, 1, 3), (0, 0, 5), (0, 3, 4)]:
         bump = torch.zeros(2, 6, 6, dtype=torch.float64)
@@ -174,34 +165,35 @@ def test_brute_force_every_tree_and_labelling(n, NT, T, r, seed, scale):
         expected[i, i + 1] = 1.0
     torch.testing.assert_close(marginals[0], expected, rtol=1e-8, atol=1e-10)
     score = {tree: sum(float(marginals[0, i, j]) for i, _, j in tree) for tree in weights}
-    (decoded,) = mbr_spans(marginals, lens(n))
+    (decoded,) = mbr_trees(marginals, lens(n))
     best = max(score.values())
-    decoded_tree = next(t for t in weights if sorted((i, j) for i, _, j in t) == sorted(decoded))
+    decoded_tree = next(t for t in weights if {(i, j) for i, _, j in t} == tree_spans(decoded))
     assert score[decoded_tree] == pytest.approx(best, abs=1e-12)
 
 
 @settings(max_examples=30, deadline=None)
 @given(n=st.integers(2, 7), seed=st.integers(0, 10_000))
-def test_mbr_spans_is_the_best_bracketing(n, seed):
+def test_mbr_trees_is_the_best_bracketing(n, seed):
     gen = torch.Generator().manual_seed(seed)
     marginals = torch.rand(1, n + 1, n + 1, generator=gen, dtype=torch.float64)
-    (spans,) = mbr_spans(marginals, lens(n))
-    assert spans[0] == (0, n) and len(spans) == n - 1
+    (tree,) = mbr_trees(marginals, lens(n))
+    spans = tree_spans(tree)
+    assert (0, n) in spans and len(spans) == n - 1
     best = max(sum(float(marginals[0, i, j]) for i, _, j in tree) for tree in binary_trees(0, n))
     assert sum(float(marginals[0, i, j]) for i, j in spans) == pytest.approx(best, abs=1e-12)
 
 
-def test_mbr_spans_hand_worked():
+def test_mbr_trees_hand_worked():
     # three words: ((0 1) 2) scores m[0,2] = 0.9, (0 (1 2)) scores m[1,3] = 0.4
     m = torch.zeros(1, 4, 4)
     m[0, 0, 2], m[0, 1, 3], m[0, 0, 3] = 0.9, 0.4, 1.0
-    assert mbr_spans(m, lens(3)) == [[(0, 3), (0, 2)]]
+    assert mbr_trees(m, lens(3)) == [((0, 1), 2)]
     m[0, 1, 3] = 0.95
-    assert mbr_spans(m, lens(3)) == [[(0, 3), (1, 3)]]
-    # preorder, left child first; a shorter sentence in the same batch ignores the padding
-    m = torch.zeros(2, 5, 5)
+    assert mbr_trees(m, lens(3)) == [(0, (1, 2))]
+    # a shorter sentence in the same batch ignores the padding; one word is the tree 0
+    m = torch.zeros(3, 5, 5)
     m[0, 0, 2] = m[0, 2, 4] = 1.0
-    assert mbr_spans(m, lens(4, 2)) == [[(0, 4), (0, 2), (2, 4)], [(0, 2)]]
+    assert mbr_trees(m, lens(4, 2, 1)) == [((0, 1), (2, 3)), (0, 1), 0]
 
 
 def test_hand_worked_two_word_sentence():

@@ -6,12 +6,23 @@ Every function takes ``backend: str = "auto"``; see :mod:`induce.kernels._dispat
 ``"auto"`` is resolved and :func:`set_backend` / :func:`get_backend` / :func:`use_backend` for the
 process-wide switch behind the CLI's ``--kernels``. Asking for ``"triton"`` where it cannot run
 raises :class:`KernelBackendError` (an :class:`induce.errors.InduceError`).
+
+**Spans of the inside ops** (:func:`inside`, :func:`inside_lowrank`, :func:`span_marginals`,
+:func:`mbr_trees`, :func:`viterbi`) follow :mod:`induce.trees`: fenceposts, ``(i, j)`` is the words
+``i .. j-1``, ``0 <= i < j <= length``, and a tensor over the spans of sentences padded to ``N`` words is
+``[B, N + 1, N + 1]`` with ``[b, i, j]`` the span ``(i, j)`` of sentence ``b``. Every span takes part,
+the one-word spans and the whole sentence included (their marginals are 1); entries with ``j <= i`` or
+``j > length`` are ignored on input and 0 on output. Decoders return trees as
+:data:`induce.trees.nodes.IndexTree`. (PaLM's span scores are indexed by last word and length instead:
+:mod:`induce.trees.decoders` converts those.)
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
 import torch
+
+from induce.trees.nodes import IndexTree
 
 from ._dispatch import (
     BACKENDS,
@@ -24,10 +35,11 @@ from ._dispatch import (
     use_backend,
 )
 from .inside_reference import InsideInputError
+from .span_decode import mbr_trees, score_and_span_gradient, span_marginals, tree_of_spans
 
-#: Public functions built on other kernel ops (no tier of their own): the span marginals are the gradient
-#: of :func:`inside`, the Viterbi tree the gradient of its max-product score.
-COMPOSITE_OPS = ("span_marginals", "viterbi")
+#: Public functions built on other kernel ops (no tier of their own): the Viterbi tree is the gradient of
+#: :func:`inside`'s max-product score with respect to its span scores.
+COMPOSITE_OPS = ("viterbi",)
 
 __all__ = [
     "BACKENDS",
@@ -37,6 +49,7 @@ __all__ = [
     "inside",
     "inside_lowrank",
     "linear_scan",
+    "mbr_trees",
     "onlstm_cell",
     "resolve",
     "set_backend",
@@ -44,6 +57,7 @@ __all__ = [
     "span_marginals",
     "span_representations",
     "stick_breaking_gates",
+    "tree_of_spans",
     "triton_unavailable_reason",
     "use_backend",
     "viterbi",
@@ -207,14 +221,13 @@ def inside_lowrank(
     ``lengths [B]``: integers in ``2 .. N`` (a one-word sentence has no binary derivation; Kim et al.
     and TN-PCFG skip them too). A span of one word holds a preterminal, a longer span a nonterminal.
 
-    ``span_scores [B, N + 1, N + 1]`` (optional) adds ``span_scores[b, i, j]`` to every derivation
-    with a constituent over the words ``i .. j-1`` (fenceposts ``0 <= i < j <= lengths[b]``, every
-    width, the whole sentence included; other entries are ignored). Its gradient at zero is the span
-    marginals: :func:`induce.kernels.span_decode.span_marginals`.
+    ``span_scores [B, N + 1, N + 1]`` (optional; spans as in the module docstring) adds
+    ``span_scores[b, i, j]`` to every derivation with a constituent over the words ``i .. j-1``. Its
+    gradient at zero is the span marginals (:func:`span_marginals`), as for :func:`inside`.
 
     Max-product (Viterbi) has no low-rank form: ``max_{b,c} sum_r U V W`` does not factor through
     the rank, so an exact Viterbi parse needs the ``[NT, S, S]`` rule tensor. Decode with MBR over
-    the marginals instead (:func:`induce.kernels.span_decode.mbr_spans`), as TN-PCFG does.
+    the marginals instead (:func:`mbr_trees`), as TN-PCFG does.
     """
     impl = kernel("inside_lowrank", backend, terms, roots, head, left, right, span_scores)
     return impl(terms, roots, head, left, right, lengths, span_scores=span_scores)
@@ -238,15 +251,16 @@ def inside(
     log score of ``root -> A``; ``lengths [B]`` (int, ``1 <= length <= T``). A span of one word is
     covered by a preterminal only, a longer one by a nonterminal (no unary rules), so a child of one
     word comes from the preterminal columns of ``rules``, a longer child from the nonterminal ones.
-    ``span_scores [B, T, T]`` (optional) is added to every nonterminal of span ``i..j``
-    (``[b, i, j]``, first and last word, ``j > i``): its gradient is the span marginals
-    (:func:`span_marginals`) or the Viterbi tree (:func:`viterbi`). The inputs need not be normalised.
+    ``span_scores [B, T + 1, T + 1]`` (optional; spans as in the module docstring) adds
+    ``span_scores[b, i, j]`` to every derivation with a constituent over the words ``i .. j-1`` (one-word
+    spans: to each of the word's preterminals): its gradient is the span marginals (:func:`span_marginals`)
+    or the Viterbi tree (:func:`viterbi`). The inputs need not be normalised.
 
     ``semiring="sum"`` returns ``log Z [B]`` (logsumexp over trees); ``"max"`` the best tree's score,
     whose gradient marks that tree (ties go to one). A sentence of one word has no binary tree: its
     score is ``-inf`` and it sends no gradient (Kim et al. skip such sentences). ``chart=True`` also
-    returns the chart ``[B, T, T, NT]``: ``[b, i, j, A]`` the inside score of ``A`` over words
-    ``i..j`` (``span_scores`` included), ``-inf`` where ``j <= i`` or ``j >= length``
+    returns the chart ``[B, T + 1, T + 1, NT]``: ``[b, i, j, A]`` the inside score of ``A`` over
+    the words ``i .. j-1`` (``span_scores`` included), ``-inf`` where ``j - i < 2`` or ``j > length``
     (differentiable). Computed in float32 or better; outputs take ``terms``' dtype.
 
     Tiers: ``reference`` (Kim et al.'s loops, sentence by sentence), ``torch`` (one batched step
@@ -272,9 +286,10 @@ def _check_inside(terms, rules, roots, lengths, span_scores, semiring) -> None:
         raise InsideInputError(
             f"inside: rules must be [B, NT, NT + P, NT + P] = [{B}, {NT}, {NT + P}, {NT + P}] and roots "
             f"[{B}, {NT}] for terms {tuple(terms.shape)}; got {tuple(rules.shape)} and {tuple(roots.shape)}")
-    if span_scores is not None and tuple(span_scores.shape) != (B, T, T):
+    if span_scores is not None and tuple(span_scores.shape) != (B, T + 1, T + 1):
         raise InsideInputError(
-            f"inside: span_scores must be [B, T, T] = [{B}, {T}, {T}], got {tuple(span_scores.shape)}")
+            f"inside: span_scores must be [B, T + 1, T + 1] = [{B}, {T + 1}, {T + 1}] (fenceposts), "
+            f"got {tuple(span_scores.shape)}")
     if tuple(lengths.shape) != (B,) or lengths.is_floating_point():
         raise InsideInputError(
             f"inside: lengths must be an integer tensor [B] = [{B}], got {lengths.dtype} {tuple(lengths.shape)}")
@@ -282,42 +297,19 @@ def _check_inside(terms, rules, roots, lengths, span_scores, semiring) -> None:
         raise InsideInputError(f"inside: lengths must lie in 1..{T} (the padded length), got {lengths.tolist()}")
 
 
-def span_marginals(
-    terms: torch.Tensor, rules: torch.Tensor, roots: torch.Tensor, lengths: torch.Tensor, backend: str = "auto"
-) -> torch.Tensor:
-    """Posterior probability of each span being a constituent, ``[B, T, T]`` (``[b, i, j]``: words ``i..j``).
-
-    The gradient of ``log Z`` with respect to :func:`inside`'s ``span_scores``. As in Kim et al.'s
-    and Yang et al.'s released code, spans of one word are left out (0: every tree has them) and the
-    whole sentence is kept (1 when the length is at least 2); spans off the sentence are 0, and so is
-    every span of a one-word sentence. Detached (no graph is kept).
-    """
-    with torch.enable_grad():
-        spans = terms.new_zeros(terms.shape[0], terms.shape[1], terms.shape[1], dtype=torch.float32).requires_grad_()
-        log_z = inside(terms.detach(), rules.detach(), roots.detach(), lengths, span_scores=spans, backend=backend)
-        finite = torch.isfinite(log_z)
-        if not bool(finite.any()):
-            return spans.detach().clone()
-        (grad,) = torch.autograd.grad(log_z[finite].sum(), spans)
-    return grad
-
-
 def viterbi(
     terms: torch.Tensor, rules: torch.Tensor, roots: torch.Tensor, lengths: torch.Tensor, backend: str = "auto"
-) -> Tuple[torch.Tensor, torch.Tensor]:
-    """The best tree of each sentence: ``(score [B], tree [B, T, T])``, ``tree[b, i, j] = 1`` for its spans.
+) -> Tuple[torch.Tensor, List[IndexTree]]:
+    """The best tree of each sentence under the dense PCFG of :func:`inside`: ``(score [B], trees)``.
 
     The max-product :func:`inside` and its gradient with respect to ``span_scores`` (the tiers'
-    backward passes follow the argmax: backpointers in the fast tiers). Span convention as
-    :func:`span_marginals` (whole sentence in, single words out); a one-word sentence scores ``-inf``
-    and has no spans.
+    backward passes follow the argmax), the 0/1 indicator of the best tree's spans, read as an
+    :data:`~induce.trees.nodes.IndexTree` per sentence (:func:`tree_of_spans`). Of tied trees, one. A
+    one-word sentence has no binary derivation: it scores ``-inf`` and its tree is the word, ``0``.
     """
-    with torch.enable_grad():
-        spans = terms.new_zeros(terms.shape[0], terms.shape[1], terms.shape[1], dtype=torch.float32).requires_grad_()
-        score = inside(terms.detach(), rules.detach(), roots.detach(), lengths, span_scores=spans,
-                       semiring="max", backend=backend)
-        finite = torch.isfinite(score)
-        if not bool(finite.any()):
-            return score.detach(), spans.detach().clone()
-        (grad,) = torch.autograd.grad(score[finite].sum(), spans)
-    return score.detach(), grad.round()
+    def best(spans: torch.Tensor) -> torch.Tensor:
+        return inside(terms.detach(), rules.detach(), roots.detach(), lengths, span_scores=spans, semiring="max",
+                      backend=backend)
+
+    score, indicator = score_and_span_gradient(best, terms)
+    return score, [tree_of_spans(indicator[b], n) for b, n in enumerate(lengths.tolist())]

@@ -51,7 +51,8 @@ def inside(
         n = int(lengths[b])
         beta = [[None] * n for _ in range(n)]  # beta[i][j]: [S] scores of the symbols over words i..j
         for i in range(n):  # a word is spanned by a preterminal only (no unary rules)
-            beta[i][i] = torch.cat([neg_inf.expand(NT), terms[b, i]])
+            word = terms[b, i] if spans is None else terms[b, i] + spans[b, i, i + 1]
+            beta[i][i] = torch.cat([neg_inf.expand(NT), word])
         for w in range(2, n + 1):
             for i in range(n - w + 1):
                 j = i + w - 1
@@ -65,16 +66,16 @@ def inside(
                     per_split.append(_reduce(scores.reshape(NT, -1), semiring))
                 nonterminals = _reduce(torch.stack(per_split, dim=-1), semiring)
                 if spans is not None:
-                    nonterminals = nonterminals + spans[b, i, j]
+                    nonterminals = nonterminals + spans[b, i, j + 1]  # fenceposts: words i..j
                 beta[i][j] = torch.cat([nonterminals, neg_inf.expand(P)])
         if n >= 2:
             log_z.append(_reduce(beta[0][n - 1][:NT] + roots[b], semiring))
         else:  # one word: no binary derivation (Kim et al. skip these sentences)
             log_z.append(neg_inf)
         if chart:
-            rows_ = []
-            for i in range(T):
-                row = [beta[i][j][:NT] if (i < j < n) else neg_inf.expand(NT) for j in range(T)]
+            rows_ = []  # fenceposts: [i, j] the words i..j-1, two words at least
+            for i in range(T + 1):
+                row = [beta[i][j - 1][:NT] if (i + 1 < j <= n) else neg_inf.expand(NT) for j in range(T + 1)]
                 rows_.append(torch.stack(row))
             charts.append(torch.stack(rows_))
     out = torch.stack(log_z).to(dtype)

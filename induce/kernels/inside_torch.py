@@ -14,9 +14,12 @@ products from the chart instead of keeping them (memory grows with the chart, ``
 ``B T^2 NT^2``). Scores of the sum mode are contracted in probability space with per-row maxima
 taken out (the ``stripe`` products of TN-PCFG's ``Faster_PCFG``, without its ``+ 1e-9``): a sum
 that underflows is clamped to the smallest normal float before its log, so contributions more than
-~87 nats below a row's largest are dropped (all inputs finite). The max mode keeps backpointers
-(Kim et al.'s ``_viterbi`` does; TN-PCFG takes the gradient of the max instead), and its backward
-pass follows them, so the gradient of the best score is the best tree either way
+~87 nats below a row's largest are dropped (all inputs finite). The max mode (:class:`_InsideMax`)
+fills the chart with values only, in cache-sized pieces (a running maximum over the splits, then over
+chunks of child pairs, never a ``torch.max`` with indices over the whole chart), and its backward pass
+recomputes the argmax of just the cells that receive a gradient: for ``log Z`` the best tree's, one
+nonterminal per span (Kim et al.'s ``_viterbi`` keeps backpointers for every cell; TN-PCFG takes the
+gradient of the max). The gradient of the best score is the best tree either way
 (:func:`induce.kernels.viterbi`).
 
 The chart is computed over the padded length ``T`` (as TN-PCFG's ``s[arange(B), 0, lens]``);
@@ -27,9 +30,11 @@ Conventions, from the released code (read, not copied): the symbol order of the 
 Kim et al.'s (``PCFG.py``: nonterminals first), which torch-struct's ``SentCFG`` and TN-PCFG's
 ``pcfg.py`` share; a sentence of one word has no derivation (Kim et al.'s chart leaves the
 nonterminals of a one-word span at ``-1e9`` and ``train.py`` skips such sentences): here ``-inf``
-and no gradient; span marginals cover the spans of two or more words including the whole sentence
-(TN-PCFG's ``span_indicator``; Kim et al.'s span lists likewise hold the whole sentence, which their
-F1 then drops). Paper and code agree on these; nothing here is an option.
+and no gradient. Paper and code agree on these; nothing here is an option. Span scores and marginals
+follow the package's one span convention (fenceposts, every width: :mod:`induce.kernels`), where TN-PCFG's
+``span_indicator`` and Kim et al.'s span lists leave out the one-word spans (always in the tree): here a
+one-word span's score is added to the word's preterminal scores before the chart, and the chart's
+``[b, first word, last word]`` layout reads the longer spans' scores from ``span_scores[:, :T, 1:]``.
 """
 from __future__ import annotations
 
@@ -150,18 +155,19 @@ def _sum_backward(state, grad_chart: torch.Tensor):
         right_e, right_m = chart.rights(w)
         h = g * (y_max[:, :n] + right_m - base).exp()  # [B, n, A]
         d_y[:, :n].addcmul_(h[..., None], right_e[:, :, None, :])  # times ey at the end
-        g_sw[:, 1:n + 1, w - 2] += right_e * (h[..., None] * ey[:, :n]).sum(2)
+        g_sw[:, 1:n + 1, w - 2] += right_e * (h[:, :, None, :] @ ey[:, :n]).squeeze(2)
         left_e, left_m = chart.lefts(w)
         h = g * (z_max[:, w - 1:] + left_m - base).exp()
         d_z[:, w - 1:].addcmul_(h[..., None], left_e[:, :, None, :])
-        g_sw[:, 0:n, w - 2] += left_e * (h[..., None] * ez[:, w - 1:]).sum(2)
+        g_sw[:, 0:n, w - 2] += left_e * (h[:, :, None, :] @ ez[:, w - 1:]).squeeze(2)
         if w >= 4:
             left_e, right_e, weight, big = chart.nn_splits(w)
-            pairs = (left_e * weight[..., None]).transpose(-1, -2) @ right_e  # recomputed, [B, n, NT, NT]
+            left_w = left_e * weight[..., None]
+            pairs = left_w.transpose(-1, -2) @ right_e  # recomputed, [B, n, NT, NT]
             h = g * (c_nn[:, None] + big - base).exp()
-            d_enn += h.transpose(1, 2) @ pairs.view(B, n, NT * NT)
+            d_enn.baddbmm_(h.transpose(1, 2), pairs.view(B, n, NT * NT))  # in place: no [B, A, NT^2] temporary
             q = (h @ e_nn).view(B, n, NT, NT)  # d/d pairs
-            g_sw[:, 0:n, 1:w - 2].addcmul_(weight[..., None] * left_e, right_e @ q.transpose(-1, -2))
+            g_sw[:, 0:n, 1:w - 2].addcmul_(left_w, right_e @ q.transpose(-1, -2))
             g_ew[:, w - 1:, T - w + 2: T - 1].addcmul_(weight[..., None] * right_e, left_e @ q)
     return d_y.mul_(ey), d_z.mul_(ez), d_w2, (d_enn * e_nn).view(B, NT, NT, NT), d_spans
 
@@ -205,132 +211,173 @@ class InsideSum(torch.autograd.Function):
 
 
 # ------------------------------------------------------------------------------------ max: chart
+#: Entries of a scratch tensor of the max mode (a sum before its ``max``): 4 MiB in float32, so that it
+#: stays in the cache between the sum and the reduction.
+_MAX_SCRATCH = 1 << 20
+
+
 def _max_forward(y, z, w2, r_nn, spans):
-    """Max-product chart and backpointers: per width, the winning kind of split and its children."""
+    """Max-product chart, values only (no backpointers: :func:`max_backward` finds the argmax of the
+    cells that get a gradient). Returns ``chart_sw [B, T(start), T(width - 1), NT]``. The sums before
+    each ``max`` go to buffers allocated once per pass (a fresh tensor per width costs its page faults
+    again)."""
     B, T, NT, _ = y.shape
     chart_sw = y.new_zeros(B, T, T, NT)
     chart_ew = y.new_zeros(B, T, T, NT)
-    flat = r_nn.reshape(B, NT, NT * NT)
-    buffer = y.new_empty(max(_MAX_PLUS_ENTRIES + B * NT * NT * NT, B * T * T * NT * NT // 4))
-    pointers = {}
+    flat_rules = r_nn.reshape(B, NT, NT * NT)
+    # at least one span's sums: over the rules (NT^3) and over the splits ((T - 3) NT^2)
+    scratch = y.new_empty(max(_MAX_SCRATCH, B * NT * NT * max(NT, T - 3))) if T >= 4 else None
+    tiles = y.new_empty(2, B * T * NT * NT)  # [B, n, NT, NT]: a word with a span's sums, the best child pairs
     for w in range(2, T + 1):
         n = T - w + 1
         span = spans.diagonal(offset=w - 1, dim1=1, dim2=2)[..., None]
         if w == 2:
             beta = w2
         else:
-            pn, pn_arg = (y[:, :n] + chart_sw[:, 1:n + 1, w - 2][:, :, None, :]).max(-1)
-            np_, np_arg = (z[:, w - 1:] + chart_sw[:, 0:n, w - 2][:, :, None, :]).max(-1)
-            candidates = [pn, np_]
-            nn_arg = split = pn_arg  # placeholders below width 4 (never read: kind < 2 there)
-            if w >= 4:
-                left = chart_sw[:, 0:n, 1:w - 2]  # [B, n, k, NT]
-                right = chart_ew[:, w - 1:, T - w + 2: T - 1]
-                pairs, split_arg = _best_pairs(left, right, buffer)  # [B, n, NT, NT]
-                nn, nn_arg = _max_plus(pairs.view(B, n, NT * NT), flat, buffer)
-                split = split_arg.view(B, n, NT * NT).gather(-1, nn_arg)
-                candidates.append(nn)
-            beta, kind = torch.stack(candidates).max(0)
-            pointers[w] = (kind, pn_arg, np_arg, nn_arg, split)
+            sums = tiles[0, : B * n * NT * NT].view(B, n, NT, NT)
+            beta = torch.add(y[:, :n], chart_sw[:, 1:n + 1, w - 2][:, :, None, :], out=sums).amax(-1)  # PN
+            torch.add(z[:, w - 1:], chart_sw[:, 0:n, w - 2][:, :, None, :], out=sums)  # NP: (i..j-1) (word j)
+            torch.maximum(beta, sums.amax(-1), out=beta)
+            if w >= 4:  # NN: the best child pair over the splits, then the rules
+                pairs = _best_pairs(chart_sw[:, 0:n, 1:w - 2], chart_ew[:, w - 1:, T - w + 2: T - 1],
+                                    tiles[1, : B * n * NT * NT].view(B, n, NT, NT), scratch)
+                torch.maximum(beta, _max_plus(pairs.view(B, n, NT * NT), flat_rules, scratch), out=beta)
         beta = beta + span
         chart_sw[:, :n, w - 1] = beta
         chart_ew[:, w - 1:, T - w] = beta
-    return chart_sw, pointers
+    return chart_sw
 
 
-#: Entries of the ``[B, spans, A, NT * NT]`` sums of :func:`_max_plus` per chunk (16 MB in float32).
-_MAX_PLUS_ENTRIES = 1 << 22
-
-
-def _best_pairs(left: torch.Tensor, right: torch.Tensor, buffer: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """``max_k left[b, s, k, B] + right[b, s, k, C]`` and its argmax ``k``, ``[B, n, NT, NT]`` (the sums
-    written into ``buffer``: two passes over them, where a running maximum over ``k`` took four)."""
+def _best_pairs(left: torch.Tensor, right: torch.Tensor, pairs: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
+    """``max_k left[b, s, k, B] + right[b, s, k, C]`` into ``pairs [B, n, NT, NT]``: the ``[B, spans, k, NT,
+    NT]`` sums of chunks of spans in ``scratch`` (the reduction over ``k`` then runs over whole contiguous
+    ``NT * NT`` rows; about 20% faster than a running maximum over ``k`` at T = 30)."""
     B, n, k, NT = left.shape
-    scratch = buffer[: B * n * k * NT * NT].view(B, n, k, NT, NT)
-    torch.add(left[..., :, None], right[..., None, :], out=scratch)
-    return scratch.max(2)
+    chunk = max(1, scratch.numel() // (B * k * NT * NT))
+    for s0 in range(0, n, chunk):
+        m = min(chunk, n - s0)
+        sums = scratch[: B * m * k * NT * NT].view(B, m, k, NT, NT)
+        torch.add(left[:, s0:s0 + m, :, :, None], right[:, s0:s0 + m, :, None, :], out=sums)
+        torch.amax(sums, 2, out=pairs[:, s0:s0 + m])
+    return pairs
 
 
-def _max_plus(pairs: torch.Tensor, flat_rules: torch.Tensor, buffer: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """``max_c pairs[b, s, c] + flat_rules[b, A, c]`` and its argmax, ``[B, n, A]``: chunks of spans,
-    the sums written into ``buffer`` (one allocation per call of :func:`_max_forward`)."""
+def _max_plus(pairs: torch.Tensor, flat_rules: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
+    """``max_c pairs[b, s, c] + flat_rules[b, A, c]``, ``[B, n, A]``, in chunks of spans whose ``[B, spans,
+    A, NT * NT]`` sums fit ``scratch`` (:data:`_MAX_SCRATCH` entries at least one span's, allocated once per
+    pass: a fresh allocation per chunk costs its page faults again; a chunk of the whole width is several
+    times slower per element, out of cache). ``(pairs + rule)`` in that order, as :func:`max_backward`
+    recomputes it."""
     B, n, C = pairs.shape
     A = flat_rules.shape[1]
-    chunk = max(1, _MAX_PLUS_ENTRIES // max(1, B * A * C))
-    values = pairs.new_empty(B, n, A)
-    args = torch.empty(B, n, A, dtype=torch.long, device=pairs.device)
-    for start in range(0, n, chunk):
-        stop = min(start + chunk, n)
-        scratch = buffer[: B * (stop - start) * A * C].view(B, stop - start, A, C)
-        torch.add(pairs[:, start:stop, None, :], flat_rules[:, None], out=scratch)
-        torch.max(scratch, dim=-1, out=(values[:, start:stop], args[:, start:stop]))
-    return values, args
+    chunk = max(1, scratch.numel() // (B * A * C))
+    best = pairs.new_empty(B, n, A)
+    for s0 in range(0, n, chunk):
+        m = min(chunk, n - s0)
+        sums = scratch[: B * m * A * C].view(B, m, A, C)
+        torch.add(pairs[:, s0:s0 + m, None, :], flat_rules[:, None], out=sums)
+        torch.amax(sums, -1, out=best[:, s0:s0 + m])
+    return best
 
 
-def route_max_gradient(grad_chart: torch.Tensor, pointers: dict, y_shape, w2_shape, s_shape):
-    """The max mode's backward: each chart entry's gradient goes to the children and rule of its argmax.
+def _argmax_cells(cells, w: int, chart_sw, chart_ew, y, z, r_nn):
+    """The winning split of each cell ``(b, s, A)`` of width ``w`` (rows of ``cells [M, 3]``), recomputed
+    with the forward pass's arithmetic: ``(kind, child, split)``, each ``[M]``, with ``kind`` 0 PN, 1 NP,
+    2 NN, ``child`` the PN right child's or NP left child's nonterminal or the NN rule's child pair
+    ``left * NT + right``, ``split`` the NN left child's width minus 2."""
+    b, s, a = cells.unbind(1)
+    T, NT = chart_sw.shape[2], chart_sw.shape[3]
+    pn = y[b, s, a] + chart_sw[b, s + 1, w - 2]  # [M, NT]
+    np_ = z[b, s + w - 1, a] + chart_sw[b, s, w - 2]
+    pn_best, pn_arg = pn.max(-1)
+    np_best, np_arg = np_.max(-1)
+    kind = (np_best > pn_best).long()
+    child = torch.where(kind == 1, np_arg, pn_arg)
+    split = torch.zeros_like(kind)
+    if w >= 4:
+        left = chart_sw[b, s, 1:w - 2]  # [M, k, NT]
+        right = chart_ew[b, s + w - 1, T - w + 2: T - 1]
+        nn = ((left[:, :, :, None] + right[:, :, None, :]) + r_nn[b, a][:, None]).flatten(1)  # [M, k * NT * NT]
+        nn_best, nn_arg = nn.max(-1)
+        take = nn_best > torch.maximum(pn_best, np_best)
+        kind = torch.where(take, 2, kind)
+        child = torch.where(take, nn_arg % (NT * NT), child)
+        split = torch.where(take, nn_arg // (NT * NT), split)
+    return kind, child, split
 
-    ``pointers[w] = (kind, pn_arg, np_arg, nn_arg, split)``, each ``[B, n, NT]`` (int): the winning
-    kind of split (0 PN, 1 NP, 2 NN), the right child's nonterminal of the PN split, the left child's
-    of the NP split, the NN rule's child pair ``left * NT + right`` and its split (left child width
-    minus 2). Shared by the torch and Triton tiers. Returns the gradients of ``(y, z, w2, r_nn, spans)``."""
-    B, T, NT, _ = y_shape
+
+def max_backward(grad_chart, chart_sw, y, z, r_nn, spans):
+    """The max mode's backward: each chart cell's gradient goes to the children and rule of its argmax.
+
+    Only the cells that receive a gradient are looked at (along the best tree for ``log Z``: one
+    nonterminal per span of it), their argmax recomputed from the chart (:func:`_argmax_cells`), in
+    chunks that keep the ``[cells, splits, NT, NT]`` sums small. Shared by the torch and Triton tiers.
+    Returns the gradients of ``(y, z, w2, r_nn, spans)``; ``chart_sw`` as :func:`_max_forward` returns it."""
+    B, T, _, NT = chart_sw.shape
+    chart_ew = torch.zeros_like(chart_sw)  # the end-indexed layout, for the right children
+    for w in range(2, T + 1):
+        chart_ew[:, w - 1:, T - w] = chart_sw[:, :T - w + 1, w - 1]
     g_sw = grad_chart.clone()
     g_ew = torch.zeros_like(g_sw)
-    d_y = grad_chart.new_zeros(y_shape)
-    d_z = grad_chart.new_zeros(y_shape)
-    d_r = grad_chart.new_zeros(B, NT * NT * NT)
-    d_spans = grad_chart.new_zeros(s_shape)
-    d_w2 = grad_chart.new_zeros(w2_shape)
-    a_offset = torch.arange(NT, device=grad_chart.device).view(1, 1, NT) * (NT * NT)  # rule A's block
+    d_y, d_z = torch.zeros_like(y), torch.zeros_like(z)
+    d_r = torch.zeros(B, NT, NT * NT, dtype=grad_chart.dtype, device=grad_chart.device)
+    d_spans = torch.zeros_like(spans)
+    d_w2 = grad_chart.new_zeros(B, T - 1, NT)
     for w in range(T, 1, -1):
         n = T - w + 1
-        g = g_sw[:, :n, w - 1] + g_ew[:, w - 1:, T - w]
+        g = g_sw[:, :n, w - 1] + g_ew[:, w - 1:, T - w]  # [B, n, A]
         d_spans.diagonal(offset=w - 1, dim1=1, dim2=2).copy_(g.sum(-1))
         if w == 2:
             d_w2.copy_(g)
             break
-        kind, pn_arg, np_arg, nn_arg, split = (p.long() for p in pointers[w])
-        g_pn = torch.where(kind == 0, g, 0.0)  # [B, n, A]
-        d_y[:, :n].scatter_add_(-1, pn_arg[..., None], g_pn[..., None])
-        g_sw[:, 1:n + 1, w - 2].scatter_add_(-1, pn_arg, g_pn)
-        g_np = torch.where(kind == 1, g, 0.0)
-        d_z[:, w - 1:].scatter_add_(-1, np_arg[..., None], g_np[..., None])
-        g_sw[:, 0:n, w - 2].scatter_add_(-1, np_arg, g_np)
-        if w >= 4:
-            g_nn = torch.where(kind == 2, g, 0.0)
-            d_r.scatter_add_(1, (a_offset + nn_arg).reshape(B, -1), g_nn.reshape(B, -1))
-            k = w - 3
-            left_g = g_nn.new_zeros(B, n, k * NT)
-            left_g.scatter_add_(-1, split * NT + nn_arg // NT, g_nn)
-            g_sw[:, 0:n, 1:w - 2] += left_g.view(B, n, k, NT)
-            right_g = g_nn.new_zeros(B, n, k * NT)
-            right_g.scatter_add_(-1, split * NT + nn_arg % NT, g_nn)
-            g_ew[:, w - 1:, T - w + 2: T - 1] += right_g.view(B, n, k, NT)
+        cells = g.nonzero()  # [M, 3]: (b, s, A)
+        step = max(1, _MAX_SCRATCH // max(1, (w - 3) * NT * NT))
+        for c0 in range(0, cells.shape[0], step):
+            part = cells[c0:c0 + step]
+            b, s, a = part.unbind(1)
+            kind, child, split = _argmax_cells(part, w, chart_sw, chart_ew, y, z, r_nn)
+            grad = g[b, s, a]
+            for which, mask in ((0, kind == 0), (1, kind == 1)):
+                bm, sm, am, cm, gm = b[mask], s[mask], a[mask], child[mask], grad[mask]
+                if which == 0:  # PN: the word table y of word s, the right child (s+1 .. j)
+                    d_y.index_put_((bm, sm, am, cm), gm, accumulate=True)
+                    g_sw.index_put_((bm, sm + 1, torch.full_like(bm, w - 2), cm), gm, accumulate=True)
+                else:  # NP: the word table z of word j, the left child (s .. j-1)
+                    d_z.index_put_((bm, sm + w - 1, am, cm), gm, accumulate=True)
+                    g_sw.index_put_((bm, sm, torch.full_like(bm, w - 2), cm), gm, accumulate=True)
+            mask = kind == 2
+            if bool(mask.any()):
+                bm, sm, am, cm, km, gm = b[mask], s[mask], a[mask], child[mask], split[mask], grad[mask]
+                d_r.index_put_((bm, am, cm), gm, accumulate=True)
+                # left child: start s, width km + 2 (slot km + 1); right child: end j, width w - km - 2
+                g_sw.index_put_((bm, sm, km + 1, cm // NT), gm, accumulate=True)
+                g_ew.index_put_((bm, sm + w - 1, T - w + km + 2, cm % NT), gm, accumulate=True)
     return d_y, d_z, d_w2, d_r.view(B, NT, NT, NT), d_spans
 
 
 class _InsideMax(torch.autograd.Function):
-    """Max-product twin of :class:`_InsideSum`: the backward routes each chart entry's gradient to its argmax."""
+    """Max-product twin of :class:`InsideSum`: values forward, the argmax of the cells with a gradient
+    backward (:func:`max_backward`). ``forward_chart`` fills the chart (this tier's :func:`_max_forward`
+    or the Triton kernels)."""
 
     @staticmethod
-    def forward(ctx, y, z, w2, r_nn, spans):  # type: ignore[override]
-        chart_sw, pointers = _max_forward(y, z, w2, r_nn, spans)
-        ctx.pointers = pointers
-        ctx.shapes = (y.shape, w2.shape, spans.shape)
+    def forward(ctx, y, z, w2, r_nn, spans, forward_chart):  # type: ignore[override]
+        chart_sw = forward_chart(y, z, w2, r_nn, spans)
+        ctx.save_for_backward(chart_sw, y, z, r_nn, spans)
         return chart_sw
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_chart):  # type: ignore[override]
-        return route_max_gradient(grad_chart, ctx.pointers, *ctx.shapes)
+        chart_sw, y, z, r_nn, spans = ctx.saved_tensors
+        return (*max_backward(grad_chart.to(chart_sw.dtype), chart_sw, y, z, r_nn, spans), None)
 
 
 # ----------------------------------------------------------------------------------------- public
 def finish(chart_sw: torch.Tensor, roots: torch.Tensor, lengths: torch.Tensor, semiring: str,
            want_chart: bool, dtype: torch.dtype):
     """``log Z [B]`` read at each sentence's length (``-inf`` for one word) and, if asked, the chart
-    ``[B, T, T, NT]`` indexed by first and last word (``-inf`` off the sentence and for one word)."""
+    ``[B, T + 1, T + 1, NT]`` over fenceposts (``-inf`` off the sentence and for one word)."""
     B, T = chart_sw.shape[:2]
     batch = torch.arange(B, device=chart_sw.device)
     lengths = lengths.to(chart_sw.device).long()
@@ -340,18 +387,19 @@ def finish(chart_sw: torch.Tensor, roots: torch.Tensor, lengths: torch.Tensor, s
     log_z = torch.where(lengths >= 2, total, torch.full_like(total, float("-inf"))).to(dtype)
     if not want_chart:
         return log_z
-    start = torch.arange(T, device=chart_sw.device)
-    width = (start[None, :] - start[:, None]).clamp_min(0)  # [i, j] -> j - i
-    chart = chart_sw[:, start[:, None], width]  # [B, T, T, NT]
-    valid = (start[None, :] > start[:, None])[None] & (start[None, None, :] < lengths[:, None, None])
+    post = torch.arange(T + 1, device=chart_sw.device)
+    width = (post[None, :] - post[:, None] - 1).clamp(0, T - 1)  # [i, j] -> j - i - 1, the chart_sw slot
+    chart = chart_sw[:, post[:, None].clamp_max(T - 1), width]  # [B, T + 1, T + 1, NT]
+    valid = (post[None, :] > post[:, None] + 1)[None] & (post[None, None, :] <= lengths[:, None, None])
     chart = torch.where(valid[..., None], chart, torch.full_like(chart, float("-inf")))
     return log_z, chart.to(dtype)
 
 
-def run_inside(terms, rules, roots, lengths, span_scores, semiring: str, chart: bool, sum_chart, max_function,
+def run_inside(terms, rules, roots, lengths, span_scores, semiring: str, chart: bool, sum_chart, max_chart,
                compute_dtype=_at_least_fp32):
     """:func:`inside` of a tier: ``sum_chart`` the ``(forward, backward)`` pair of :class:`InsideSum`,
-    ``max_function`` the max mode's chart Function; inputs converted by ``compute_dtype``."""
+    ``max_chart`` the max mode's chart forward (values only: see :class:`_InsideMax`); inputs converted by
+    ``compute_dtype``."""
     dtype = terms.dtype
     terms, rules, roots = compute_dtype(terms), compute_dtype(rules), compute_dtype(roots)
     B, T = terms.shape[:2]
@@ -360,17 +408,24 @@ def run_inside(terms, rules, roots, lengths, span_scores, semiring: str, chart: 
     valid = torch.arange(T, device=terms.device)[None, :] < lengths[:, None]
     zero = torch.zeros((), dtype=terms.dtype, device=terms.device)
     terms = torch.where(valid[..., None], terms, zero)
+    words = terms.new_zeros(B, T)  # the one-word spans' scores: a constant over the word's preterminals
     if span_scores is None:
         spans = terms.new_zeros(B, T, T)
-    else:  # spans reaching past the sentence are computed too (never read): keep them finite
-        spans = torch.where(valid[:, None, :], compute_dtype(span_scores), zero)
+    else:  # fenceposts [B, T+1, T+1] -> the chart's [b, first word, last word] and the words' scores
+        span_scores = compute_dtype(span_scores)
+        # spans reaching past the sentence are computed too (never read): keep them finite
+        words = torch.where(valid, span_scores.diagonal(1, 1, 2), zero)
+        spans = torch.where(valid[:, None, :], span_scores[:, :T, 1:], zero)
     if T < 2:
-        chart_sw = terms.new_zeros(B, T, T, NT) + 0.0 * (rules.sum() + terms.sum() + spans.sum())
+        chart_sw = terms.new_zeros(B, T, T, NT) + 0.0 * (rules.sum() + terms.sum() + spans.sum() + words.sum())
     elif semiring == "sum":
-        chart_sw = InsideSum.apply(terms, rules, spans, sum_chart)
-    else:
+        chart_sw = InsideSum.apply(terms + words[..., None], rules, spans, sum_chart)
+    else:  # a word's score shifts its tables (the max over its preterminals) by itself: added after them,
+        # so that the tables need no graph when only the span scores ask for a gradient (viterbi)
         y, z, w2 = max_tables(terms, rules)
-        chart_sw = max_function.apply(y, z, w2, rule_blocks(rules)[0], spans)
+        w2 = w2 + words[:, :-1, None] + words[:, 1:, None]
+        y, z = y + words[:, :, None, None], z + words[:, :, None, None]
+        chart_sw = _InsideMax.apply(y, z, w2, rule_blocks(rules)[0], spans, max_chart)
     return finish(chart_sw, roots, lengths, semiring, chart, dtype)
 
 
@@ -384,4 +439,4 @@ def inside(
     chart: bool = False,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """See :func:`induce.kernels.inside`."""
-    return run_inside(terms, rules, roots, lengths, span_scores, semiring, chart, TORCH_CHART, _InsideMax)
+    return run_inside(terms, rules, roots, lengths, span_scores, semiring, chart, TORCH_CHART, _max_forward)

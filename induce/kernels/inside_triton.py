@@ -17,9 +17,9 @@ the chart of spans of three or more words is filled by one launch per width, a p
   split's span ``i+1..j``), so no atomics. The rules' gradient, a sum over every span, is one
   batched matrix product per width in PyTorch (``h^T @ pairs``) from the ``[B, n, NT]`` and
   ``[B, n, NT, NT]`` buffers the kernel fills;
-* max mode, forward (:func:`_inside_max_fwd_kernel`): the same with max and argmax, writing the
-  backpointers that :func:`induce.kernels.inside_torch.route_max_gradient` (PyTorch scatters, shared
-  with the torch tier) follows in the backward pass.
+* max mode, forward (:func:`_inside_max_fwd_kernel`): the same with max, values only; the backward
+  pass (:func:`induce.kernels.inside_torch.max_backward`, shared with the torch tier) recomputes the
+  argmax of the cells that get a gradient.
 
 Nonterminals up to :data:`MAX_NONTERMINALS` (a ``[NT, NT]`` tile per program); computed in float32.
 """
@@ -30,10 +30,9 @@ from typing import Optional, Tuple, Union
 import torch
 import triton
 import triton.language as tl
-from torch.autograd.function import once_differentiable
 
 from induce.kernels._dispatch import KernelBackendError
-from induce.kernels.inside_torch import _Chart, route_max_gradient, run_inside
+from induce.kernels.inside_torch import _Chart, run_inside
 from induce.kernels.inside_words import _max_out
 from induce.kernels.triton_base import _length_free_jit, _pow2
 
@@ -172,7 +171,7 @@ def _inside_sum_bwd_kernel(
 
 @_length_free_jit("T", "w", "n")
 def _inside_max_fwd_kernel(
-    chart_sw, chart_ew, y, z, r_nn, spans, kind_out, pn_out, np_out, nn_out, split_out,
+    chart_sw, chart_ew, y, z, r_nn, spans,
     T, w, n, NT, NTP: tl.constexpr, BA: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -185,57 +184,30 @@ def _inside_max_fwd_kernel(
     tile_ok = ok[:, None] & ok[None, :]
     neg = -float("inf")
     right = _row(chart_sw, ((b * T + i + 1) * T + w - 2) * NT, rows, ok, neg)
-    cand = tl.load(y + (b * T + i) * NT * NT + tile, mask=tile_ok, other=neg) + right[None, :]
-    pn = tl.max(cand, axis=1)
-    pn_arg = tl.argmax(cand, axis=1, tie_break_left=True)
+    pn = tl.max(tl.load(y + (b * T + i) * NT * NT + tile, mask=tile_ok, other=neg) + right[None, :], axis=1)
     left = _row(chart_sw, ((b * T + i) * T + w - 2) * NT, rows, ok, neg)
-    cand = tl.load(z + (b * T + j) * NT * NT + tile, mask=tile_ok, other=neg) + left[None, :]
-    np_ = tl.max(cand, axis=1)
-    np_arg = tl.argmax(cand, axis=1, tie_break_left=True)
+    np_ = tl.max(tl.load(z + (b * T + j) * NT * NT + tile, mask=tile_ok, other=neg) + left[None, :], axis=1)
     best_pairs = tl.full([NTP, NTP], neg, dtype=tl.float32)
-    best_split = tl.zeros([NTP, NTP], dtype=tl.int32)
     for lw in range(2, w - 1):
         le = _row(chart_sw, ((b * T + i) * T + lw - 1) * NT, rows, ok, neg)
         re = _row(chart_ew, ((b * T + j) * T + T - w + lw) * NT, rows, ok, neg)
-        cand2 = le[:, None] + re[None, :]
-        better = cand2 > best_pairs
-        best_pairs = tl.where(better, cand2, best_pairs)
-        best_split = tl.where(better, lw - 2, best_split)
+        best_pairs = tl.maximum(best_pairs, le[:, None] + re[None, :])
     flat_pairs = tl.reshape(best_pairs, [NTP * NTP])
-    flat_split = tl.reshape(best_split, [NTP * NTP])
     flat = tl.arange(0, NTP * NTP)
     flat_rule = (flat // NTP) * NT + flat % NTP  # padded tile index -> left * NT + right
     flat_ok = ((flat // NTP) < NT) & ((flat % NTP) < NT)
     nn = tl.full([NTP], neg, dtype=tl.float32)
-    nn_arg = tl.zeros([NTP], dtype=tl.int32)
-    split = tl.zeros([NTP], dtype=tl.int32)
     if w >= 4:
         for a0 in range(0, NT, BA):
             a = a0 + tl.arange(0, BA)
             block = tl.load(r_nn + b * NT * NT * NT + a[:, None] * NT * NT + flat_rule[None, :],
                             mask=(a < NT)[:, None] & flat_ok[None, :], other=neg)
-            cand3 = block + flat_pairs[None, :]
-            s = tl.max(cand3, axis=1)
-            arg = tl.argmax(cand3, axis=1, tie_break_left=True)  # [BA], padded flat index
-            arg_split = tl.sum(tl.where(flat[None, :] == arg[:, None], flat_split[None, :], 0), axis=1)
-            arg_rule = (arg // NTP) * NT + arg % NTP
+            s = tl.max(flat_pairs[None, :] + block, axis=1)  # (pairs + rule), as the backward recomputes it
             hit = rows[None, :] == a[:, None]  # [BA, NTP]
             nn = tl.where(tl.sum(hit.to(tl.int32), axis=0) > 0, tl.max(tl.where(hit, s[:, None], neg), axis=0), nn)
-            nn_arg += tl.sum(tl.where(hit, arg_rule[:, None], 0), axis=0)
-            split += tl.sum(tl.where(hit, arg_split[:, None], 0), axis=0)
-    kind = tl.where(np_ > pn, 1, 0)
-    top = tl.maximum(pn, np_)
-    kind = tl.where(nn > top, 2, kind)
-    top = tl.maximum(top, nn)
-    beta = top + tl.load(spans + (b * T + i) * T + j)
+    beta = tl.maximum(tl.maximum(pn, np_), nn) + tl.load(spans + (b * T + i) * T + j)
     tl.store(chart_sw + ((b * T + i) * T + w - 1) * NT + rows, beta, mask=ok)
     tl.store(chart_ew + ((b * T + j) * T + T - w) * NT + rows, beta, mask=ok)
-    out = (b * n + i) * NT + rows
-    tl.store(kind_out + out, kind, mask=ok)
-    tl.store(pn_out + out, pn_arg.to(tl.int32), mask=ok)
-    tl.store(np_out + out, np_arg.to(tl.int32), mask=ok)
-    tl.store(nn_out + out, nn_arg, mask=ok)
-    tl.store(split_out + out, split, mask=ok)
 
 
 def _launch_sizes(NT: int) -> Tuple[int, int, int]:
@@ -299,36 +271,22 @@ def _sum_chart_backward(state, grad_chart):
 TRITON_CHART = (_sum_chart_forward, _sum_chart_backward)
 
 
-class _InsideMaxTriton(torch.autograd.Function):
-    """Triton twin of :class:`induce.kernels.inside_torch._InsideMax`: the forward in Triton, the
-    backward :func:`~induce.kernels.inside_torch.route_max_gradient` over the kernel's backpointers."""
-
-    @staticmethod
-    def forward(ctx, y, z, w2, r_nn, spans):  # type: ignore[override]
-        B, T, NT, _ = y.shape
-        ntp, ba, warps = _launch_sizes(NT)
-        y, z, spans = _contiguous(y, z, spans)
-        flat = r_nn.contiguous()
-        chart_sw = y.new_zeros(B, T, T, NT)
-        chart_ew = y.new_zeros(B, T, T, NT)
-        beta = w2 + spans.diagonal(offset=1, dim1=1, dim2=2)[..., None]
-        chart_sw[:, : T - 1, 1] = beta
-        chart_ew[:, 1:, T - 2] = beta
-        pointers = {}
-        for w in range(3, T + 1):
-            n = T - w + 1
-            outs = [torch.zeros(B, n, NT, dtype=torch.int32, device=y.device) for _ in range(5)]
-            _inside_max_fwd_kernel[(B * n,)](
-                chart_sw, chart_ew, y, z, flat, spans, *outs, T, w, n, NT, NTP=ntp, BA=ba, num_warps=warps)
-            pointers[w] = tuple(outs)
-        ctx.pointers = pointers
-        ctx.shapes = (y.shape, w2.shape, spans.shape)
-        return chart_sw
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_chart):  # type: ignore[override]
-        return route_max_gradient(grad_chart.float(), ctx.pointers, *ctx.shapes)
+def _max_chart_forward(y, z, w2, r_nn, spans):
+    """Triton twin of the torch tier's max-mode chart (:func:`induce.kernels.inside_torch._max_forward`):
+    values only; :func:`~induce.kernels.inside_torch.max_backward` recomputes the argmax backward."""
+    B, T, NT, _ = y.shape
+    ntp, ba, warps = _launch_sizes(NT)
+    y, z, spans, flat = _contiguous(y, z, spans, r_nn)
+    chart_sw = y.new_zeros(B, T, T, NT)
+    chart_ew = y.new_zeros(B, T, T, NT)
+    beta = w2 + spans.diagonal(offset=1, dim1=1, dim2=2)[..., None]
+    chart_sw[:, : T - 1, 1] = beta
+    chart_ew[:, 1:, T - 2] = beta
+    for w in range(3, T + 1):
+        n = T - w + 1
+        _inside_max_fwd_kernel[(B * n,)](
+            chart_sw, chart_ew, y, z, flat, spans, T, w, n, NT, NTP=ntp, BA=ba, num_warps=warps)
+    return chart_sw
 
 
 def inside(
@@ -346,5 +304,5 @@ def inside(
         raise KernelBackendError(
             f"kernel backend 'triton': inside takes at most {MAX_NONTERMINALS} nonterminals, got {NT}; "
             "use --kernels torch")
-    return run_inside(terms, rules, roots, lengths, span_scores, semiring, chart, TRITON_CHART, _InsideMaxTriton,
+    return run_inside(terms, rules, roots, lengths, span_scores, semiring, chart, TRITON_CHART, _max_chart_forward,
                       compute_dtype=lambda t: t.float())

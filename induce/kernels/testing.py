@@ -55,7 +55,8 @@ def onlstm_cell_inputs(B: int, n_chunks: int, chunk: int, scale: float = 2.0, se
 
 def pcfg_inputs(B, T, NT, P, lengths=None, seed=0, scale=1.0, dtype=torch.float32, span_scores=True):
     """Inputs of :func:`induce.kernels.inside`: random unnormalised log scores ``terms [B, T, P]``,
-    ``rules [B, NT, NT + P, NT + P]``, ``roots [B, NT]``, ``span_scores [B, T, T]`` (unless False) and
+    ``rules [B, NT, NT + P, NT + P]``, ``roots [B, NT]``, ``span_scores [B, T + 1, T + 1]`` (fenceposts;
+    unless False) and
     ``lengths [B]`` (``T`` unless given), normal draws times ``scale``."""
     gen = torch.Generator().manual_seed(seed)
     S = NT + P
@@ -66,7 +67,7 @@ def pcfg_inputs(B, T, NT, P, lengths=None, seed=0, scale=1.0, dtype=torch.float3
         "lengths": torch.tensor(lengths if lengths is not None else [T] * B),
     }
     if span_scores:
-        out["span_scores"] = scale * torch.randn(B, T, T, generator=gen, dtype=dtype)
+        out["span_scores"] = scale * torch.randn(B, T + 1, T + 1, generator=gen, dtype=dtype)
     return out
 
 
