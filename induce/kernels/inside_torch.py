@@ -182,7 +182,8 @@ TORCH_CHART = (_sum_forward_state, _sum_backward)
 
 
 class InsideSum(torch.autograd.Function):
-    """``(terms [B, T, P], rules [B, NT, S, S], spans [B, T, T], chart) -> chart [B, T(start), T(width-1), NT]``.
+    """``(terms [B, T, P], rules [B, NT, S, S], spans [B, T, T], chart) -> chart [B, T(start), T(width-1), NT]``
+    (``spans[b, i, j]``: the words ``i .. j``, the chart's own layout; :func:`run_inside` converts the fenceposts).
 
     Word tables (:mod:`induce.kernels.inside_words`), then ``chart = (forward, backward)``: ``forward(y,
     z, w2, r_nn, spans) -> (chart, state)`` fills the chart, ``backward(state, grad_chart)`` returns the
