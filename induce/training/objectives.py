@@ -18,6 +18,8 @@ schedule, the running sums, checkpoints and exact resume, early stopping, the de
   state is carried. The running and validation loss are per token, a sentence counting its words plus its
   end (``n + 1``, the stream's count, so that perplexities compare with the language models'; compound-pcfg
   counts its implicit ``</s>`` the same way); validation reads every valid sentence, without the cap.
+  Sentences shorter than the model's ``shortest_sentence`` (a PCFG without unary rules: one word) are left
+  out of both, as compound-pcfg's ``train.py`` skips them.
 
 **Exact resume (sentences).** The epoch's batches are a function of ``train.seed``, the epoch and the
 corpus: the shuffle is drawn from ``numpy.random.default_rng([seed, epoch])``, so restoring the epoch and
@@ -186,8 +188,10 @@ class SentenceLevel(Objective):
     hold the id lists (words only), ``t.epoch_batches`` this epoch's batches (sentence indices)."""
 
     def prepare(self, t) -> nn.Module:
+        shortest = max(1, t.model_cls.shortest_sentence)
+
         def encode(split: str) -> list[list[int]]:
-            return [t.vocab.encode(sentence) for sentence in t.corpus.lm_sentences(split) if sentence]
+            return [t.vocab.encode(sentence) for sentence in t.corpus.lm_sentences(split) if len(sentence) >= shortest]
 
         t.train_sentences, t.valid_sentences = encode("train"), encode("valid")
         if not t.train_sentences or not t.valid_sentences:
