@@ -262,21 +262,27 @@ class SentenceLevel(Objective):
         loop.position += 1
         return summed.double(), sum(len(s) + 1 for s in sentences)
 
-    @torch.no_grad()
     def validate(self, t) -> float:
-        model = t.model
+        return self.loss_per_token(t.model, t.valid_sentences, t.config.data.eval_batch_size, t.device)
+
+    @torch.no_grad()
+    def loss_per_token(self, model: nn.Module, sentences: list[list[int]], batch_size: int, device) -> float:
+        """The mean loss in nats per token (a sentence counts its words and its end) of ``sentences`` (id lists,
+        words only; those shorter than the model's ``shortest_sentence`` left out), in eval mode, in batches
+        of ``batch_size`` sentences sorted by length: the validation loss, and ``induce eval --lm``'s."""
+        shortest = max(1, getattr(model, "shortest_sentence", 1))
+        sentences = [s for s in sentences if len(s) >= shortest]
         was_training = model.training
         model.eval()
-        total = torch.zeros((), dtype=torch.float64, device=t.device)
+        total = torch.zeros((), dtype=torch.float64, device=device)
         count = 0
-        order = sorted(range(len(t.valid_sentences)), key=lambda i: (len(t.valid_sentences[i]), i))
-        size = t.config.data.eval_batch_size
+        order = sorted(range(len(sentences)), key=lambda i: (len(sentences[i]), i))
         try:
-            for start in range(0, len(order), size):
-                sentences = [t.valid_sentences[i] for i in order[start : start + size]]
-                tokens, lengths = self._tensors(sentences, t.device)
+            for start in range(0, len(order), batch_size):
+                chunk = [sentences[i] for i in order[start : start + batch_size]]
+                tokens, lengths = self._tensors(chunk, device)
                 total += model.sentence_loss(tokens, lengths).double().sum()
-                count += sum(len(s) + 1 for s in sentences)
+                count += sum(len(s) + 1 for s in chunk)
         finally:
             model.train(was_training)
         return total.item() / max(count, 1)
