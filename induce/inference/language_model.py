@@ -13,7 +13,9 @@ import torch
 from induce.errors import InduceError
 from induce.inference.loading import LoadedRun, as_loaded
 from induce.inference.predict import normalize
+from induce.models.base import STREAM_LM
 from induce.training.trainer import map_state
+from induce.trees.kinds import resolve
 
 
 def lm_perplexity(run: Union[str, Path, LoadedRun], corpus_dir: Union[str, Path], split: str = "valid",
@@ -28,12 +30,21 @@ def sentences_perplexity(run: Union[str, Path, LoadedRun], sentences: Sequence[S
                          device: Union[str, torch.device] = "auto") -> float:
     """Perplexity of the run's model on ``sentences`` (token lists; words outside its vocabulary count as
     ``<unk>``), read as one stream with the run's eval batching: ``data.eval_batch_size`` streams (fewer
-    for a short text), ``data.bptt`` segments, state carried (as ``induce eval --lm``)."""
+    for a short text), ``data.bptt`` segments, state carried (as ``induce eval --lm``). A model with a
+    sentence-level objective reads whole sentences (``data.eval_batch_size`` at a time): the exponential of its
+    loss per token, e.g. a PCFG's bound (:meth:`induce.training.objectives.SentenceLevel.loss_per_token`)."""
     from induce.training.batching import batchify, stream_ids
     from induce.training.trainer import evaluate_lm
 
     loaded = as_loaded(run, device)
     data_cfg = loaded.config["data"]
+    model = loaded.model
+    if model.objective is not STREAM_LM:
+        # A sentence-level model (e.g. a PCFG): its loss per token over whole sentences, as its validation.
+        objective = resolve(model.objective.implementation)()
+        ids = [loaded.vocab.encode(list(sentence)) for sentence in sentences if sentence]
+        return math.exp(objective.loss_per_token(model, ids, data_cfg["eval_batch_size"],
+                                                 next(model.parameters()).device))
     stream = stream_ids(sentences, loaded.vocab)
     batch = max(1, min(data_cfg["eval_batch_size"], stream.numel() // 2))
     loss = evaluate_lm(loaded.model, batchify(stream, batch), data_cfg["bptt"], next(loaded.model.parameters()).device)

@@ -87,6 +87,9 @@ class LanguageModel(nn.Module):
     #: A control (e.g. PaLM-RB, whose trees are right-branching whatever it learns): trained and reported
     #: beside the real models, never chosen as the default run of ``induce parse``, ``eval``, ``show``.
     control: ClassVar[bool] = False
+    #: :data:`SENTENCE_LEVEL` models: sentences of fewer words are left out of training and validation (a
+    #: grammar in Chomsky normal form without unary rules derives no one-word sentence).
+    shortest_sentence: ClassVar[int] = 1
 
     def init_state(self, batch_size: int, device: torch.device | str = "cpu") -> Any:
         """A fresh recurrent state for ``batch_size`` sequences."""

@@ -14,6 +14,8 @@ _BUILTIN_MODULES = (
     "induce.models.prpn",
     "induce.models.palm",
     "induce.models.relmem",  # rellstm, relrnn, memlstm: language models only (parser_kind "none")
+    "induce.models.pcfg",  # npcfg, cpcfg: neural PCFGs, trained sentence by sentence
+    "induce.models.tnpcfg",  # tnpcfg: the low-rank neural PCFG
 )
 
 

@@ -379,6 +379,13 @@ def _wsj10_and_labels(*, where, models, per_model, baselines, **_) -> list[str]:
         f"that the induced tree has. ON-LSTM's convention keeps one-word sentences, each scoring F1 = 1 (ours skips "
         f"them). Published: {PUBLISHED['kim_onlstm']['missing']}.")
     add("")
+    quoted = [(m, PUBLISHED["pcfg"]["rows"][m]) for m in models if m in PUBLISHED["pcfg"]["rows"]]
+    if quoted:
+        figures = "; ".join(f"{display(m)} {p['value']:.1f}" + (f" ± {p['std']:.1f}" if "std" in p else "")
+                            + f" ({p['source']})" for m, p in quoted)
+        add(f"Published ({PUBLISHED['pcfg']['note']}; compare the all-length F1 column, on this report's split): "
+            f"{figures}.")
+        add("")
     return lines
 
 

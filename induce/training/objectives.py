@@ -18,6 +18,8 @@ schedule, the running sums, checkpoints and exact resume, early stopping, the de
   state is carried. The running and validation loss are per token, a sentence counting its words plus its
   end (``n + 1``, the stream's count, so that perplexities compare with the language models'; compound-pcfg
   counts its implicit ``</s>`` the same way); validation reads every valid sentence, without the cap.
+  Sentences shorter than the model's ``shortest_sentence`` (a PCFG without unary rules: one word) are left
+  out of both, as compound-pcfg's ``train.py`` skips them.
 
 **Exact resume (sentences).** The epoch's batches are a function of ``train.seed``, the epoch and the
 corpus: the shuffle is drawn from ``numpy.random.default_rng([seed, epoch])``, so restoring the epoch and
@@ -186,8 +188,10 @@ class SentenceLevel(Objective):
     hold the id lists (words only), ``t.epoch_batches`` this epoch's batches (sentence indices)."""
 
     def prepare(self, t) -> nn.Module:
+        shortest = max(1, t.model_cls.shortest_sentence)
+
         def encode(split: str) -> list[list[int]]:
-            return [t.vocab.encode(sentence) for sentence in t.corpus.lm_sentences(split) if sentence]
+            return [t.vocab.encode(sentence) for sentence in t.corpus.lm_sentences(split) if len(sentence) >= shortest]
 
         t.train_sentences, t.valid_sentences = encode("train"), encode("valid")
         if not t.train_sentences or not t.valid_sentences:
@@ -258,21 +262,27 @@ class SentenceLevel(Objective):
         loop.position += 1
         return summed.double(), sum(len(s) + 1 for s in sentences)
 
-    @torch.no_grad()
     def validate(self, t) -> float:
-        model = t.model
+        return self.loss_per_token(t.model, t.valid_sentences, t.config.data.eval_batch_size, t.device)
+
+    @torch.no_grad()
+    def loss_per_token(self, model: nn.Module, sentences: list[list[int]], batch_size: int, device) -> float:
+        """The mean loss in nats per token (a sentence counts its words and its end) of ``sentences`` (id lists,
+        words only; those shorter than the model's ``shortest_sentence`` left out), in eval mode, in batches
+        of ``batch_size`` sentences sorted by length: the validation loss, and ``induce eval --lm``'s."""
+        shortest = max(1, getattr(model, "shortest_sentence", 1))
+        sentences = [s for s in sentences if len(s) >= shortest]
         was_training = model.training
         model.eval()
-        total = torch.zeros((), dtype=torch.float64, device=t.device)
+        total = torch.zeros((), dtype=torch.float64, device=device)
         count = 0
-        order = sorted(range(len(t.valid_sentences)), key=lambda i: (len(t.valid_sentences[i]), i))
-        size = t.config.data.eval_batch_size
+        order = sorted(range(len(sentences)), key=lambda i: (len(sentences[i]), i))
         try:
-            for start in range(0, len(order), size):
-                sentences = [t.valid_sentences[i] for i in order[start : start + size]]
-                tokens, lengths = self._tensors(sentences, t.device)
+            for start in range(0, len(order), batch_size):
+                chunk = [sentences[i] for i in order[start : start + batch_size]]
+                tokens, lengths = self._tensors(chunk, device)
                 total += model.sentence_loss(tokens, lengths).double().sum()
-                count += sum(len(s) + 1 for s in sentences)
+                count += sum(len(s) + 1 for s in chunk)
         finally:
             model.train(was_training)
         return total.item() / max(count, 1)

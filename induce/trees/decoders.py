@@ -173,6 +173,8 @@ def parse_batch(
         # e.g. RelLSTM: parse_structure raises the clear "cannot parse" error (no decoder applies)
         model.parse_structure(torch.zeros(1, 1, dtype=torch.long), torch.ones(1, dtype=torch.long))
     chosen = kind.choose_decoder(decoder, model.name)
+    if kind.words_only:
+        eos_id = None  # e.g. a grammar: it generates the words alone
     if kind.needs_eos and eos_id is None:
         raise ValueError(f"{model.name} parsing needs eos_id: the model scores a sentence's last spans at its "
                          "end mark")

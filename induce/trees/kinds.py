@@ -6,6 +6,10 @@ trainer's dev F1 and ``reproduce`` ask the kind, never compare names:
 * :data:`DISTANCE` — ``{"distances": [B, T]}`` (ON-LSTM, PRPN): decoders ``peel`` (default) and ``unbiased``;
 * :data:`SPAN` — ``{"span_scores": [B, T, m]}`` (PaLM): decoder ``span``; sentences are read between
   ``<eos>`` marks (the scores of the spans ending at the last word are computed at the end mark);
+* :data:`GRAMMAR` — ``{"span_posteriors": [B, N + 1, N + 1, C]}`` (the neural PCFGs): fencepost spans as
+  :mod:`induce.kernels`, channel 0 the span marginals, channel 1 (dense grammars) the Viterbi tree's 0/1 span
+  indicator; decoders ``mbr`` (default) and ``viterbi`` (:mod:`induce.trees.grammar_decoders`); sentences are
+  read as their words alone;
 * :data:`NO_PARSER` — a language model without syntactic structure (rellstm, relrnn, memlstm).
 
 **Decoders are registered by kind**: ``@SPAN.decoder("name", help=...)`` on a function
@@ -57,7 +61,10 @@ class ParserKind:
     name:           shown by ``induce models`` and in messages;
     structure_key:  the key of ``parse_structure``'s dict the decoders read (``None``: the model does not parse);
     needs_eos:      sentences are parsed as ``<eos> words <eos>`` (the model scores a sentence's last spans
-                    when it reads the end mark); else as the words alone;
+                    when it reads the end mark); else as the words alone, or in their end marks when the
+                    caller gives one (the language models' context);
+    words_only:     sentences are always parsed as the words alone, end mark given or not (a grammar
+                    generates the words, not the marks);
     quadratic:      the structure of an ``n``-word sentence holds ``n * n`` numbers (span tables): parse
                     batches are budgeted by ``n * n``, not ``n``;
     show_title:     what ``induce show attention`` calls the numbers (its table's title);
@@ -72,6 +79,7 @@ class ParserKind:
     name: str
     structure_key: Optional[str]
     needs_eos: bool = False
+    words_only: bool = False
     quadratic: bool = False
     show_title: str = ""
     figure_name: str = ""
@@ -185,3 +193,8 @@ DISTANCE.add_decoder("peel", "induce.trees.decoders:peel_decoder",
 DISTANCE.add_decoder("unbiased", "induce.trees.decoders:unbiased_decoder",
                      "split before the largest distance, every binary tree reachable")
 SPAN.add_decoder("span", "induce.trees.decoders:span_tree", "PaLM's greedy split by the right span's score")
+GRAMMAR = register_kind(ParserKind("grammar", structure_key="span_posteriors", words_only=True, quadratic=True))
+GRAMMAR.add_decoder("mbr", "induce.trees.grammar_decoders:mbr_decoder",
+                    "the tree of the largest sum of span posteriors (CKY), as Kim et al. and Yang et al. decode")
+GRAMMAR.add_decoder("viterbi", "induce.trees.grammar_decoders:viterbi_decoder",
+                    "the grammar's most probable derivation (dense grammars; a low-rank one has no exact Viterbi)")

@@ -1,0 +1,249 @@
+"""Neural PCFGs of Kim, Dyer & Rush (2019): N-PCFG (``npcfg``) and the compound PCFG (``cpcfg``).
+
+A PCFG in Chomsky normal form without unary chains: a root rule ``S -> A`` (``A`` one of ``NT``
+nonterminals), binary rules ``A -> B C`` (``B, C`` any of the ``S = NT + T`` symbols, nonterminals first),
+and emissions ``P -> w`` (``P`` one of ``T`` preterminals). Every rule probability comes from a network
+over symbol embeddings (``state_dim``), as in harvardnlp/compound-pcfg ``models.py`` (``CompPCFG``):
+
+* roots ``[B, NT]``: ``log_softmax(root_mlp([root_emb; z]))`` (Linear, two :class:`ResidualLayer`, Linear);
+* rules ``[B, NT, S, S]``: ``log_softmax(rule_mlp([nt_emb; z]))`` over the ``S * S`` child pairs (one Linear);
+* emissions ``[B, N, T]``: ``log_softmax(vocab_mlp([t_emb; z]))`` over the vocabulary (Linear, two residual
+  layers, Linear), read at each word.
+
+The compound PCFG draws a sentence-level ``z ~ N(0, I)`` (``z_dim``, 64) that every rule network reads;
+the inference network ``q(z | x)`` is a bi-LSTM (``w_dim``, ``h_dim``) over the words, max-pooled over the
+positions, then a Linear to ``[mean; logvar]``. The loss of a sentence is the negative ELBO
+``-log p(x | z) + KL(q(z | x) || N(0, I))`` with one reparameterised sample of ``z`` (N-PCFG: ``z_dim = 0``,
+no ``z``, the loss is ``-log p(x)``). ``log p(x | z)`` is the inside algorithm (:func:`induce.kernels.inside`).
+
+Parsing (parser kind :data:`induce.trees.kinds.GRAMMAR`): ``parse_structure`` returns the span posteriors
+(the gradient of ``log Z`` with respect to a span score, :func:`induce.kernels.span_marginals`) and the
+Viterbi tree's span indicator, with ``z`` the inference network's mean (compound-pcfg ``eval.py``:
+``use_mean=True``). Decoders ``mbr`` (the default: CKY over the posteriors, as Kim et al. and Yang et
+al. report) and ``viterbi`` (the best derivation; compound-pcfg's ``train.py`` prints these trees).
+
+**Fidelity to the released code** (each difference that matters is an option; ``bench/RESULTS.md``'s
+fidelity table says which one the configs use):
+
+* ``init: xavier`` (default): every parameter of two or more dimensions from ``xavier_uniform_``
+  (``train.py``), the embeddings and the inference LSTM included; ``init: torch`` keeps PyTorch's defaults.
+* ``valid_z: sample`` (default): the validation bound draws ``z`` as training does (``train.py``'s
+  ``eval`` keeps the sample "since we want a valid upper bound on PPL"), here from a generator seeded
+  afresh at each call, so that validation neither depends on nor moves the training RNG (exact resume);
+  ``valid_z: mean`` uses the mean (not a bound).
+* The inference network reads padded batches (compound-pcfg batches sentences of one length): the
+  bi-LSTM runs over packed sequences and the max pool skips the padding, which gives the released values
+  on unpadded sentences.
+* The emissions are computed once per grammar (``[B, T, V]``), not once per word position as
+  ``CompPCFG.forward`` does (``[B, N, T, V]``): the same numbers, without the ``N``-fold memory.
+* One-word sentences have no binary derivation: the sentence-level objective leaves them out of training
+  and validation (:attr:`shortest_sentence`), as compound-pcfg's ``train.py`` does; they parse as the word.
+"""
+from __future__ import annotations
+
+from typing import ClassVar, Literal, Optional
+
+import pydantic
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from induce.kernels import inside, span_marginals
+from induce.kernels.span_decode import score_and_span_gradient
+from induce.trees.kinds import GRAMMAR
+
+from .base import SENTENCE_LEVEL, LanguageModel, LMOutput, ModelConfig
+from .registry import register
+
+
+class ResidualLayer(nn.Module):
+    """``x + relu(lin2(relu(lin1(x))))`` (compound-pcfg's ``ResidualLayer``; TN-PCFG's ``ResLayer`` is the same
+    function). ``[..., D] -> [..., D]``."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.lin1 = nn.Linear(dim, dim)
+        self.lin2 = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.lin2(F.relu(self.lin1(x)))) + x
+
+
+def symbol_mlp(in_dim: int, state_dim: int, out_dim: int) -> nn.Sequential:
+    """The root and emission networks: Linear ``in_dim -> state_dim``, two residual layers, Linear ``-> out_dim``."""
+    return nn.Sequential(nn.Linear(in_dim, state_dim), ResidualLayer(state_dim), ResidualLayer(state_dim),
+                         nn.Linear(state_dim, out_dim))
+
+
+def xavier_init_(module: nn.Module) -> None:
+    """``xavier_uniform_`` on every parameter of two dimensions or more (compound-pcfg ``train.py``)."""
+    for parameter in module.parameters():
+        if parameter.dim() > 1:
+            nn.init.xavier_uniform_(parameter)
+
+
+def lengths_at_least_two(model_name: str, lengths: torch.Tensor) -> None:
+    """A ``ValueError`` naming the model when a sentence has fewer than two words (no binary derivation)."""
+    if lengths.numel() and int(lengths.min()) < 2:
+        raise ValueError(f"{model_name}: a sentence of one word has no binary derivation; the sentence-level "
+                         "objective leaves such sentences out (LanguageModel.shortest_sentence)")
+
+
+class PCFGConfig(ModelConfig):
+    """Hyper-parameters (defaults: compound-pcfg ``train.py``, the sizes of Kim et al. 2019)."""
+
+    nt_states: int = pydantic.Field(30, gt=0, description="nonterminals NT")
+    t_states: int = pydantic.Field(60, gt=0, description="preterminals T")
+    state_dim: int = pydantic.Field(256, gt=0, description="symbol embedding and rule-network width")
+    z_dim: int = pydantic.Field(64, ge=0, description="compound variable size (0: N-PCFG, no z)")
+    h_dim: int = pydantic.Field(512, gt=0, description="inference bi-LSTM hidden size per direction")
+    w_dim: int = pydantic.Field(512, gt=0, description="inference network word embedding size")
+    init: Literal["xavier", "torch"] = pydantic.Field(
+        "xavier", description="xavier: xavier_uniform_ on every matrix (compound-pcfg train.py); torch: defaults")
+    valid_z: Literal["sample", "mean"] = pydantic.Field(
+        "sample", description="validation bound: z sampled (a bound, as compound-pcfg) or its mean")
+
+
+class NPCFGConfig(PCFGConfig):
+    z_dim: int = pydantic.Field(0, ge=0, le=0, description="N-PCFG has no z (the compound PCFG is --model cpcfg)")
+
+
+class DenseGrammar(nn.Module):
+    """The rule networks of :mod:`induce.models.pcfg` (module docstring). ``forward(tokens [B, N], z [B, z_dim]
+    or None) -> (terms [B, N, T], rules [B, NT, S, S], roots [B, NT])`` in log space."""
+
+    def __init__(self, vocab_size: int, cfg: PCFGConfig):
+        super().__init__()
+        self.nt, self.t, self.z_dim = cfg.nt_states, cfg.t_states, cfg.z_dim
+        self.symbols = self.nt + self.t
+        dim = cfg.state_dim
+        self.t_emb = nn.Parameter(torch.randn(self.t, dim))
+        self.nt_emb = nn.Parameter(torch.randn(self.nt, dim))
+        self.root_emb = nn.Parameter(torch.randn(1, dim))
+        self.rule_mlp = nn.Linear(dim + self.z_dim, self.symbols ** 2)
+        self.root_mlp = symbol_mlp(dim + self.z_dim, dim, self.nt)
+        self.vocab_mlp = symbol_mlp(dim + self.z_dim, dim, vocab_size)
+
+    def _with_z(self, emb: torch.Tensor, z: Optional[torch.Tensor], batch: int) -> torch.Tensor:
+        """``emb [K, D]`` -> ``[B, K, D + z_dim]`` (``[1, K, D]`` expanded when there is no ``z``)."""
+        if z is None:
+            return emb.unsqueeze(0).expand(batch, *emb.shape)
+        return torch.cat([emb.unsqueeze(0).expand(batch, *emb.shape), z.unsqueeze(1).expand(-1, emb.size(0), -1)], -1)
+
+    def forward(self, tokens: torch.Tensor, z: Optional[torch.Tensor]):
+        batch, n = tokens.shape
+        if z is None:
+            # One grammar for every sentence: computed once, expanded over the batch (stride 0).
+            roots = self.root_mlp(self.root_emb).log_softmax(-1).expand(batch, self.nt)
+            rules = self.rule_mlp(self.nt_emb).log_softmax(-1).view(1, self.nt, self.symbols, self.symbols)
+            rules = rules.expand(batch, -1, -1, -1)
+            emissions = self.vocab_mlp(self.t_emb).log_softmax(-1).unsqueeze(0).expand(batch, -1, -1)  # [B, T, V]
+        else:
+            roots = self.root_mlp(torch.cat([self.root_emb.expand(batch, -1), z], -1)).log_softmax(-1)
+            rules = self.rule_mlp(self._with_z(self.nt_emb, z, batch)).log_softmax(-1)
+            rules = rules.view(batch, self.nt, self.symbols, self.symbols)
+            emissions = self.vocab_mlp(self._with_z(self.t_emb, z, batch)).log_softmax(-1)  # [B, T, V]
+        terms = emissions.gather(2, tokens.unsqueeze(1).expand(batch, self.t, n)).transpose(1, 2)  # [B, N, T]
+        return terms, rules, roots
+
+
+class InferenceNetwork(nn.Module):
+    """``q(z | x)``: bi-LSTM over the words, max pool over the positions, Linear -> ``(mean, logvar)`` ``[B, z]``."""
+
+    def __init__(self, vocab_size: int, cfg: PCFGConfig):
+        super().__init__()
+        self.z_dim = cfg.z_dim
+        self.embedding = nn.Embedding(vocab_size, cfg.w_dim)
+        self.rnn = nn.LSTM(cfg.w_dim, cfg.h_dim, bidirectional=True, batch_first=True)
+        self.params = nn.Linear(2 * cfg.h_dim, 2 * cfg.z_dim)
+
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        packed = nn.utils.rnn.pack_padded_sequence(self.embedding(tokens), lengths.cpu(), batch_first=True,
+                                                   enforce_sorted=False)
+        states, _ = self.rnn(packed)
+        states, _ = nn.utils.rnn.pad_packed_sequence(states, batch_first=True, total_length=tokens.size(1),
+                                                     padding_value=float("-inf"))
+        params = self.params(states.max(1).values)
+        return params[:, : self.z_dim], params[:, self.z_dim :]
+
+
+def gaussian_kl(mean: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
+    """``KL(N(mean, exp(logvar)) || N(0, I))`` summed over the last dimension: ``[B, z] -> [B]``."""
+    return (-0.5 * (logvar - mean.pow(2) - logvar.exp() + 1)).sum(-1)
+
+
+def grammar_structure(log_partition, like: torch.Tensor, lengths: torch.Tensor,
+                      best: Optional[callable] = None) -> torch.Tensor:
+    """``span_posteriors [B, N + 1, N + 1, C]``: channel 0 the span marginals of ``log_partition`` (spans as
+    :mod:`induce.kernels`), channel 1 (when ``best`` is given: the max-product log partition) the 0/1 indicator
+    of the Viterbi tree's spans. ``like``: a ``[B, N, ...]`` tensor giving batch, length, dtype and device."""
+    channels = [span_marginals(log_partition, like)]
+    if best is not None:
+        channels.append(score_and_span_gradient(best, like)[1])
+    return torch.stack(channels, -1)
+
+
+@register
+class CompoundPCFG(LanguageModel):
+    """The compound PCFG (``z_dim > 0``) and, with ``z_dim = 0``, the N-PCFG (module docstring)."""
+
+    name: ClassVar[str] = "cpcfg"
+    description: ClassVar[str] = "compound PCFG (Kim, Dyer & Rush 2019): a neural PCFG with a sentence-level z"
+    parser_kind = GRAMMAR
+    objective = SENTENCE_LEVEL
+    Config = PCFGConfig
+    #: A CNF grammar without unary rules derives no one-word sentence.
+    shortest_sentence: ClassVar[int] = 2
+
+    def __init__(self, vocab_size: int, config: Optional[PCFGConfig] = None):
+        super().__init__()
+        self.config = config if config is not None else self.Config()
+        self.vocab_size = vocab_size
+        self.grammar = DenseGrammar(vocab_size, self.config)
+        self.encoder = InferenceNetwork(vocab_size, self.config) if self.config.z_dim > 0 else None
+        if self.config.init == "xavier":
+            xavier_init_(self)
+
+    def latent(self, tokens: torch.Tensor, lengths: torch.Tensor, mode: str):
+        """``(z [B, z_dim] or None, kl [B])``: ``mode`` ``sample`` (global RNG), ``fixed`` (a sample from a
+        generator seeded afresh) or ``mean``."""
+        if self.encoder is None:
+            return None, torch.zeros(tokens.size(0), device=tokens.device)
+        mean, logvar = self.encoder(tokens, lengths)
+        if mode == "mean":
+            z = mean
+        else:
+            generator = None
+            if mode == "fixed":
+                generator = torch.Generator(device=mean.device).manual_seed(0)
+            noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+            z = mean + (0.5 * logvar).exp() * noise
+        return z, gaussian_kl(mean, logvar)
+
+    def sentence_loss(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """The negative ELBO of each sentence ``[B]`` (nats): ``-log p(x | z) + KL`` (N-PCFG: ``-log p(x)``)."""
+        lengths_at_least_two(self.name, lengths)
+        mode = "sample" if self.training else ("fixed" if self.config.valid_z == "sample" else "mean")
+        z, kl = self.latent(tokens, lengths, mode)
+        terms, rules, roots = self.grammar(tokens, z)
+        return -inside(terms, rules, roots, lengths) + kl
+
+    @torch.no_grad()
+    def parse_structure(self, tokens: torch.Tensor, lengths: torch.Tensor) -> dict:
+        """``{"span_posteriors": [B, N + 1, N + 1, 2]}``: span marginals and the Viterbi tree's spans, ``z`` = the
+        mean of ``q(z | x)``. One-word sentences get zeros (they parse as the word)."""
+        z, _ = self.latent(tokens, lengths, "mean")
+        terms, rules, roots = (x.detach() for x in self.grammar(tokens, z))
+        return {"span_posteriors": grammar_structure(
+            lambda s: inside(terms, rules, roots, lengths, span_scores=s), terms, lengths,
+            best=lambda s: inside(terms, rules, roots, lengths, span_scores=s, semiring="max"))}
+
+    def forward(self, tokens, state, gold_spans=None) -> LMOutput:
+        raise NotImplementedError(f"{self.name} is trained sentence by sentence (sentence_loss)")
+
+
+@register
+class NPCFG(CompoundPCFG):
+    name: ClassVar[str] = "npcfg"
+    description: ClassVar[str] = "neural PCFG (Kim, Dyer & Rush 2019): rule probabilities from symbol embeddings"
+    Config = NPCFGConfig

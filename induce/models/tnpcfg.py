@@ -1,0 +1,121 @@
+"""TN-PCFG (Yang, Zhao & Tu 2021): a neural PCFG whose binary rules are a low-rank tensor decomposition.
+
+The rule tensor ``p(A -> B C) = sum_r U[A, r] V[B, r] W[C, r]`` is never built: the inside algorithm runs
+through the factors (:func:`induce.kernels.inside_lowrank`), which makes hundreds of symbols affordable
+(the authors' ``r500`` config: 250 nonterminals, 500 preterminals, rank 500). As in sustcsonglin/TN-PCFG
+``parser/model/TN_PCFG.py``:
+
+* one embedding per symbol ``rule_state_emb [S, s_dim]`` (``S = NT + T``, nonterminals first) feeds three
+  networks (Linear, ReLU, Linear ``-> r``): ``head [NT, r]`` from the nonterminals' rows, ``log_softmax`` over
+  ``r``; ``left``, ``right [S, r]`` from every row, ``log_softmax`` over the symbols, so each ``A``'s rules
+  sum to one;
+* roots ``[NT]`` and emissions ``[T, V]`` as the N-PCFG's (:mod:`induce.models.pcfg`: Linear, two residual
+  layers, Linear, ``log_softmax``), from ``root_emb`` and ``term_emb``;
+* one grammar for every sentence (no compound variable): the loss of a sentence is ``-log p(x)``.
+
+Parsing (parser kind :data:`induce.trees.kinds.GRAMMAR`): ``parse_structure`` returns the span marginals
+only (channel 0): decoder ``mbr``, the authors' ``decode: 'mbr'``. Max-product does not factor through
+the rank, so there is no ``viterbi`` here (TN-PCFG's ``evaluate`` has none either).
+
+**Fidelity to the released code** (``bench/RESULTS.md``'s fidelity table):
+
+* ``init: xavier`` (default): ``xavier_uniform_`` on every parameter of two dimensions or more, the
+  initialisation of compound-pcfg's ``train.py`` that TN-PCFG's trainer applies as well; ``torch`` keeps
+  PyTorch's defaults.
+* TN-PCFG's ``word_emb_size`` is unused by the model (no inference network): it has no field here.
+* One-word sentences have no binary derivation: left out of training and validation
+  (:attr:`shortest_sentence`) and parsed as the word.
+"""
+from __future__ import annotations
+
+from typing import ClassVar, Literal, Optional
+
+import pydantic
+import torch
+from torch import nn
+
+from induce.kernels import inside_lowrank
+from induce.trees.kinds import GRAMMAR
+
+from .base import SENTENCE_LEVEL, LanguageModel, LMOutput, ModelConfig
+from .pcfg import grammar_structure, lengths_at_least_two, symbol_mlp, xavier_init_
+from .registry import register
+
+
+class TNPCFGConfig(ModelConfig):
+    """Hyper-parameters (defaults: TN-PCFG's ``config/tnpcfg_r500_nt250_t500_curriculum0.yaml``)."""
+
+    nt_states: int = pydantic.Field(250, gt=0, description="nonterminals NT")
+    t_states: int = pydantic.Field(500, gt=0, description="preterminals T")
+    rank: int = pydantic.Field(500, gt=0, description="rank r of the rule tensor's decomposition")
+    state_dim: int = pydantic.Field(256, gt=0, description="symbol embedding and network width (s_dim)")
+    init: Literal["xavier", "torch"] = pydantic.Field(
+        "xavier", description="xavier: xavier_uniform_ on every matrix; torch: PyTorch's defaults")
+
+
+def factor_mlp(dim: int, rank: int) -> nn.Sequential:
+    """Linear, ReLU, Linear ``dim -> rank``: TN-PCFG's ``parent_mlp`` / ``left_mlp`` / ``right_mlp``."""
+    return nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, rank))
+
+
+@register
+class TNPCFG(LanguageModel):
+    """The low-rank neural PCFG (module docstring)."""
+
+    name: ClassVar[str] = "tnpcfg"
+    description: ClassVar[str] = "TN-PCFG (Yang, Zhao & Tu 2021): a neural PCFG with low-rank binary rules"
+    parser_kind = GRAMMAR
+    objective = SENTENCE_LEVEL
+    Config = TNPCFGConfig
+    shortest_sentence: ClassVar[int] = 2
+
+    def __init__(self, vocab_size: int, config: Optional[TNPCFGConfig] = None):
+        super().__init__()
+        self.config = cfg = config if config is not None else self.Config()
+        self.vocab_size = vocab_size
+        self.nt, self.t = cfg.nt_states, cfg.t_states
+        dim = cfg.state_dim
+        self.root_emb = nn.Parameter(torch.randn(1, dim))
+        self.root_mlp = symbol_mlp(dim, dim, self.nt)
+        self.term_emb = nn.Parameter(torch.randn(self.t, dim))
+        self.term_mlp = symbol_mlp(dim, dim, vocab_size)
+        self.rule_state_emb = nn.Parameter(torch.randn(self.nt + self.t, dim))
+        self.parent_mlp = factor_mlp(dim, cfg.rank)
+        self.left_mlp = factor_mlp(dim, cfg.rank)
+        self.right_mlp = factor_mlp(dim, cfg.rank)
+        if cfg.init == "xavier":
+            xavier_init_(self)
+
+    def grammar(self, tokens: torch.Tensor):
+        """``tokens [B, N]`` -> ``(terms [B, N, T], roots [B, NT], head [B, NT, r], left [B, S, r], right [B, S, r])``,
+        log space; one grammar expanded over the batch (stride 0: the kernel uses it once)."""
+        batch, n = tokens.shape
+        roots = self.root_mlp(self.root_emb).log_softmax(-1).expand(batch, self.nt)
+        emissions = self.term_mlp(self.term_emb).log_softmax(-1)  # [T, V]
+        terms = emissions[:, tokens].permute(1, 2, 0)  # [B, N, T]
+        head = self.parent_mlp(self.rule_state_emb[: self.nt]).log_softmax(-1)
+        left = self.left_mlp(self.rule_state_emb).log_softmax(-2)
+        right = self.right_mlp(self.rule_state_emb).log_softmax(-2)
+        return (terms, roots, head.unsqueeze(0).expand(batch, -1, -1), left.unsqueeze(0).expand(batch, -1, -1),
+                right.unsqueeze(0).expand(batch, -1, -1))
+
+    def sentence_loss(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """``-log p(x)`` of each sentence ``[B]`` (nats)."""
+        lengths_at_least_two(self.name, lengths)
+        return -inside_lowrank(*self.grammar(tokens), lengths)
+
+    @torch.no_grad()
+    def parse_structure(self, tokens: torch.Tensor, lengths: torch.Tensor) -> dict:
+        """``{"span_posteriors": [B, N + 1, N + 1, 1]}``: the span marginals. One-word sentences get zeros."""
+        batch, n = tokens.shape
+        if n < 2:  # every sentence has one word: nothing to compute
+            return {"span_posteriors": torch.zeros(batch, n + 1, n + 1, 1, device=tokens.device)}
+        terms, roots, head, left, right = (x.detach() for x in self.grammar(tokens))
+        # The kernel takes lengths of 2 or more: one-word sentences run as two words, their marginals zeroed.
+        scored = lengths.clamp_min(2)
+        structure = grammar_structure(
+            lambda s: inside_lowrank(terms, roots, head, left, right, scored, span_scores=s), terms, scored)
+        return {"span_posteriors": structure * (lengths >= 2).view(-1, 1, 1, 1)}
+
+    def forward(self, tokens, state, gold_spans=None) -> LMOutput:
+        raise NotImplementedError(f"{self.name} is trained sentence by sentence (sentence_loss)")

@@ -1,0 +1,270 @@
+"""The neural PCFGs (npcfg, cpcfg, tnpcfg): losses against brute-force enumeration of every tree and every
+labelling, decoders against brute force, and each model through the CLI (train, resume exactly, parse with
+both decoders, eval, show)."""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import signal
+
+import nltk
+import pytest
+import torch
+from rich.console import Console
+from typer.testing import CliRunner
+
+from induce.cli.main import app
+from induce.config import load_config
+from induce.models.registry import get_model_class
+from induce.training import load_checkpoint
+from induce.training.trainer import TrainingInterrupted, resume, train
+from induce.trees.decoders import parse_batch
+from induce.trees.grammar_decoders import mbr_decoder, viterbi_decoder
+
+from helpers import make_corpus
+
+QUIET = Console(quiet=True)
+pytestmark = pytest.mark.usefixtures("one_thread")
+VOCAB = 7
+TINY = {
+    "npcfg": dict(nt_states=2, t_states=3, state_dim=8),
+    "cpcfg": dict(nt_states=2, t_states=3, state_dim=8, z_dim=3, h_dim=5, w_dim=6, valid_z="mean"),
+    "tnpcfg": dict(nt_states=2, t_states=3, rank=4, state_dim=8),
+}
+
+
+def tiny_model(name: str, seed: int = 0):
+    torch.manual_seed(seed)
+    cls = get_model_class(name)
+    return cls(VOCAB, cls.Config(**TINY[name])).double()
+
+
+def shapes(i: int, j: int):
+    """Every binary tree over the words ``i .. j-1``: an int for a word, ``(left, right, (i, j))`` otherwise."""
+    if j - i == 1:
+        yield i
+        return
+    for k in range(i + 1, j):
+        for left, right in itertools.product(list(shapes(i, k)), list(shapes(k, j))):
+            yield (left, right, (i, j))
+
+
+def internal_nodes(tree) -> list:
+    return [] if isinstance(tree, int) else [*internal_nodes(tree[0]), *internal_nodes(tree[1]), tree]
+
+
+def derivations(words, roots, rules, emit):
+    """``(log probability, tree)`` of every derivation of ``words``: each tree shape, each nonterminal on each
+    internal node and each preterminal on each word. ``roots [NT]``, ``rules [NT, S, S]`` (nonterminals first),
+    ``emit [T, V]``: probabilities."""
+    nt, n = roots.numel(), len(words)
+    for tree in shapes(0, n):
+        nodes = internal_nodes(tree)
+        for labels in itertools.product(range(nt), repeat=len(nodes)):
+            label = {node[2]: a for node, a in zip(nodes, labels)}
+            for tags in itertools.product(range(emit.size(0)), repeat=n):
+                def symbol(child, tags=tags, label=label):
+                    return nt + tags[child] if isinstance(child, int) else label[child[2]]
+
+                p = roots[label[(0, n)]] * math.prod(emit[tags[i], words[i]] for i in range(n))
+                for node in nodes:
+                    p = p * rules[label[node[2]], symbol(node[0]), symbol(node[1])]
+                yield math.log(p), tree
+
+
+def dense_grammar_probabilities(model, z=None):
+    """``(roots [NT], rules [NT, S, S], emit [T, V])`` probabilities straight from the networks' outputs (not
+    through the model's gather of the emissions nor its reshapes into the kernel's layout)."""
+    g = model.grammar
+    extra = [] if z is None else [z.view(1, -1)]
+    roots = g.root_mlp(torch.cat([g.root_emb, *extra], -1)).softmax(-1)[0]
+    nt_in = torch.cat([g.nt_emb, *(e.expand(g.nt, -1) for e in extra)], -1)
+    rules = g.rule_mlp(nt_in).softmax(-1).view(g.nt, g.symbols, g.symbols)
+    t_in = torch.cat([g.t_emb, *(e.expand(g.t, -1) for e in extra)], -1)
+    return roots, rules, g.vocab_mlp(t_in).softmax(-1)
+
+
+def lowrank_probabilities(model):
+    """TN-PCFG's ``(roots, rules, emit)`` with the rule tensor built from the factors, for brute force."""
+    nt = model.nt
+    head = model.parent_mlp(model.rule_state_emb[:nt]).softmax(-1)
+    left = model.left_mlp(model.rule_state_emb).softmax(0)
+    right = model.right_mlp(model.rule_state_emb).softmax(0)
+    rules = torch.einsum("ar,br,cr->abc", head, left, right)
+    return model.root_mlp(model.root_emb).softmax(-1)[0], rules, model.term_mlp(model.term_emb).softmax(-1)
+
+
+SENTENCES = [[3, 1, 5], [2, 6, 0]]  # padded: the second sentence has two words (id 0 pads)
+LENGTHS = [3, 2]
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("name", ["npcfg", "tnpcfg"])
+def test_the_loss_is_the_negative_log_likelihood_summed_over_every_derivation(name):
+    model = tiny_model(name).eval()
+    loss = model.sentence_loss(torch.tensor(SENTENCES), torch.tensor(LENGTHS))
+    probabilities = dense_grammar_probabilities(model) if name == "npcfg" else lowrank_probabilities(model)
+    for b, n in enumerate(LENGTHS):
+        logs = [lp for lp, _ in derivations(SENTENCES[b][:n], *probabilities)]
+        assert math.isclose(float(loss[b]), -torch.tensor(logs, dtype=torch.float64).logsumexp(0).item(), rel_tol=1e-9)
+
+
+@torch.no_grad()
+def test_the_compound_loss_is_the_nll_given_z_plus_the_gaussian_kl():
+    model = tiny_model("cpcfg").eval()  # valid_z=mean: z is the inference network's mean
+    tokens, lengths = torch.tensor(SENTENCES), torch.tensor(LENGTHS)
+    loss = model.sentence_loss(tokens, lengths)
+    mean, logvar = model.encoder(tokens, lengths)
+    for b, n in enumerate(LENGTHS):
+        # the inference network reads the sentence alone: padding changes nothing
+        alone_mean, alone_logvar = model.encoder(tokens[b : b + 1, :n], lengths[b : b + 1])
+        assert torch.allclose(alone_mean[0], mean[b]) and torch.allclose(alone_logvar[0], logvar[b])
+        kl = 0.5 * float((mean[b] ** 2 + logvar[b].exp() - 1 - logvar[b]).sum())
+        logs = [lp for lp, _ in derivations(SENTENCES[b][:n], *dense_grammar_probabilities(model, mean[b]))]
+        log_likelihood = torch.tensor(logs, dtype=torch.float64).logsumexp(0).item()
+        assert math.isclose(float(loss[b]), -log_likelihood + kl, rel_tol=1e-9)
+
+
+def test_the_validation_bound_samples_z_without_moving_the_training_rng():
+    model = tiny_model("cpcfg")
+    model.config = model.config.model_copy(update={"valid_z": "sample"})
+    model.eval()
+    tokens, lengths = torch.tensor(SENTENCES), torch.tensor(LENGTHS)
+    state = torch.get_rng_state()
+    first = model.sentence_loss(tokens, lengths)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.equal(first, model.sentence_loss(tokens, lengths))
+    model.config = model.config.model_copy(update={"valid_z": "mean"})
+    assert not torch.equal(first, model.sentence_loss(tokens, lengths))
+
+
+def test_a_one_word_sentence_is_refused_with_the_models_name():
+    with pytest.raises(ValueError, match="npcfg: a sentence of one word"):
+        tiny_model("npcfg").sentence_loss(torch.tensor([[1, 2], [3, 0]]), torch.tensor([2, 1]))
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("name", ["npcfg", "cpcfg", "tnpcfg"])
+def test_decoders_give_the_brute_force_trees(name):
+    """mbr: the tree of the largest summed posterior over its spans (posteriors from brute force); viterbi
+    (dense grammars): the tree of the most probable derivation."""
+    model = tiny_model(name).eval()
+    tokens, lengths = torch.tensor([[3, 1, 5, 2], [2, 6, 0, 0]]), torch.tensor([4, 2])
+    structure = model.parse_structure(tokens, lengths)["span_posteriors"]
+    for b, n in enumerate(lengths.tolist()):
+        if name == "cpcfg":
+            mean, _ = model.encoder(tokens[b : b + 1, :n], lengths[b : b + 1])
+            probabilities = dense_grammar_probabilities(model, mean[0])
+        else:
+            probabilities = dense_grammar_probabilities(model) if name == "npcfg" else lowrank_probabilities(model)
+        found = list(derivations(tokens[b, :n].tolist(), *probabilities))
+        log_z = torch.tensor([lp for lp, _ in found], dtype=torch.float64).logsumexp(0).item()
+        posterior: dict = {}
+        for lp, tree in found:
+            for node in internal_nodes(tree):
+                posterior[node[2]] = posterior.get(node[2], 0.0) + math.exp(lp - log_z)
+        for (i, j), p in posterior.items():
+            assert math.isclose(float(structure[b, i, j, 0]), p, rel_tol=1e-6, abs_tol=1e-9)
+
+        def as_index_tree(tree):
+            return tree if isinstance(tree, int) else (as_index_tree(tree[0]), as_index_tree(tree[1]))
+
+        def mbr_value(tree, posterior=posterior):
+            return sum(posterior[node[2]] for node in internal_nodes(tree))
+
+        best_mbr = max(shapes(0, n), key=mbr_value)
+        assert mbr_decoder(structure[b, :n].numpy(), n) == as_index_tree(best_mbr)
+        if name == "tnpcfg":
+            with pytest.raises(Exception, match="low-rank grammar"):
+                viterbi_decoder(structure[b, :n].numpy(), n)
+        else:
+            assert viterbi_decoder(structure[b, :n].numpy(), n) == as_index_tree(max(found, key=lambda x: x[0])[1])
+
+
+@torch.no_grad()
+def test_parsing_reads_the_words_alone_even_when_given_an_end_mark():
+    """A grammar generates the words, not the end marks the language models read around a sentence."""
+    model = tiny_model("npcfg")
+    sentences = [[3, 1, 5, 2], [2, 6], [4]]
+    with_mark = parse_batch(model, sentences, eos_id=1)
+    without = parse_batch(model, sentences)
+    assert [str(t) for t in with_mark] == [str(t) for t in without]
+    assert [len(t.leaves()) for t in with_mark] == [4, 2, 1]
+
+
+# ------------------------------------------------------------------------------------------- through the CLI
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return make_corpus(tmp_path_factory.mktemp("corpora"), train=30, valid=5, test=3)
+
+
+def overrides(name: str, corpus) -> list[str]:
+    sizes = {**TINY[name]}
+    sizes.pop("valid_z", None)
+    return [f"data.corpus={corpus}", *(f"model.{k}={v}" for k, v in sizes.items()), "data.batch_size=4",
+            "data.eval_batch_size=4", "train.device=cpu", "train.seed=3", "train.epochs=2", "train.log_interval=2",
+            "data.curriculum_start=4", "data.curriculum_step=2", "data.max_length=8",
+            "train.dev_f1_max_sentences=5"]
+
+
+@pytest.mark.parametrize("name", ["npcfg", "cpcfg", "tnpcfg"])
+def test_each_model_resumes_exactly_and_leaves_one_word_sentences_out(tmp_path, corpus, name):
+    cfg = load_config(name, overrides=[*overrides(name, corpus), "train.dev_f1=false", "train.checkpoint_every=1"])
+    lengths_seen: list = []
+
+    def record(trainer, epoch, batch):
+        lengths_seen.extend(len(trainer.train_sentences[i]) for i in trainer.epoch_batches[batch - 1])
+
+    straight = tmp_path / "straight"
+    train(cfg, straight, console=QUIET, progress=False, on_batch=record)
+    assert lengths_seen and min(lengths_seen) >= 2 and max(lengths_seen) <= 6
+
+    def interrupt(trainer, epoch, batch):
+        if (epoch, batch) == (2, 2):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    stopped = tmp_path / "stopped"
+    with pytest.raises(TrainingInterrupted):
+        train(cfg, stopped, console=QUIET, progress=False, on_batch=interrupt)
+    resume(stopped, console=QUIET, progress=False)
+    a, _ = load_checkpoint(straight / "last")
+    b, _ = load_checkpoint(stopped / "last")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a if k.startswith(("model.", "optim.")))
+
+
+@pytest.mark.parametrize("name", ["npcfg", "cpcfg", "tnpcfg"])
+def test_each_model_trains_parses_evaluates_and_shows_through_the_cli(tmp_path, corpus, name):
+    runner = CliRunner()
+    run = tmp_path / "run"
+    result = runner.invoke(app, ["train", "--model", name, "--out", str(run), "--no-progress",
+                                 *overrides(name, corpus), "optim.lr=0.02"])
+    assert result.exit_code == 0, result.output
+    history = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(history) == 2 and all(math.isfinite(m["valid_ppl"]) and "dev_f1" in m for m in history)
+
+    text = tmp_path / "text.txt"
+    text.write_text("the dog saw a cat\nbirds sing\nyes\n")
+    for decoder in ("mbr", "viterbi"):
+        parsed = runner.invoke(app, ["parse", str(text), "--checkpoint", str(run), "--decoder", decoder])
+        if name == "tnpcfg" and decoder == "viterbi":
+            assert parsed.exit_code == 2 and "low-rank grammar" in parsed.output
+            continue
+        assert parsed.exit_code == 0, parsed.output
+        trees = [nltk.Tree.fromstring(line) for line in parsed.stdout.splitlines()]
+        assert [t.leaves() for t in trees[:2]] == ["the dog saw a cat".split(), ["birds", "sing"]]
+        assert len(trees[0].treepositions()) == 5 + 4
+    wrong = runner.invoke(app, ["parse", str(text), "--checkpoint", str(run), "--decoder", "peel"])
+    assert wrong.exit_code == 2 and f"decoder 'peel' does not apply to model '{name}'" in wrong.output
+
+    evaluated = runner.invoke(app, ["eval", "--checkpoint", str(run), "--gold", str(corpus / "valid.gold.txt"),
+                                    "--json"])
+    assert evaluated.exit_code == 0, evaluated.output
+    assert '"sentence_f1"' in evaluated.stdout
+    shown = runner.invoke(app, ["show", "tree", "--checkpoint", str(run), "the dog saw a cat"])
+    assert shown.exit_code == 0, shown.output
+    drawn = runner.invoke(app, ["show", "attention", "--checkpoint", str(run), "--out", str(tmp_path / "a.png"),
+                                "the dog saw a cat"])
+    assert drawn.exit_code == 2 and "has no drawing" in drawn.output
