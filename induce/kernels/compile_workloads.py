@@ -113,6 +113,7 @@ def drive_config(label: str, cfg, recorder: Recorder, number: int = 0) -> None:
     """Run ``cfg``'s model through training (fp32, bf16 autocast), validation and parsing; see the module docstring."""
     import torch
 
+    from induce.models.base import STREAM_LM
     from induce.models.registry import get_model_class
     from induce.training.lm import LMLoss
     from induce.training.state import detach_state
@@ -120,6 +121,9 @@ def drive_config(label: str, cfg, recorder: Recorder, number: int = 0) -> None:
     cls = get_model_class(cfg.model_name)
     torch.manual_seed(0)
     model = cls(VOCAB_SIZE, cfg.model_config_object())
+    if cls.objective is not STREAM_LM:
+        drive_sentence_model(label, cfg, model, recorder, number)
+        return
     loss_module = LMLoss(model, cfg.train.alpha, cfg.train.beta)
     batch = drive_batch(cfg.data.batch_size)
     span_count = cfg.model.get("max_span_length")
@@ -154,6 +158,42 @@ def drive_config(label: str, cfg, recorder: Recorder, number: int = 0) -> None:
                     model.parse_structure(tokens, torch.full((rows,), steps))
             if getattr(model, "parse_state_carry", False):
                 model.parse_stream([[1, 2, 3], [4] * 40], eos_id=0)
+
+
+def drive_sentence_model(label: str, cfg, model, recorder: Recorder, number: int = 0) -> None:
+    """A sentence-level model (e.g. the neural PCFGs): :meth:`sentence_loss` in training (fp32, bf16 autocast)
+    and validation, then :meth:`parse_structure`, on padded batches of the longest training sentence
+    (``data.max_length``, 40 when unset) and the shortest the model trains on. Their kernels (the inside
+    algorithms) specialise on the grammar's size, not on the sentence length (a runtime argument), so a few
+    lengths cover every length the model meets."""
+    import torch
+
+    longest = cfg.data.max_length or 40
+    shortest = max(2, getattr(model, "shortest_sentence", 1))
+    batch = drive_batch(cfg.data.batch_size)
+
+    def sentences(rows: int, width: int) -> tuple:
+        lengths = torch.tensor([width] + [shortest] * (rows - 1))
+        tokens = torch.randint(1, VOCAB_SIZE, (rows, width))
+        return tokens, lengths
+
+    recorder.label = label
+    for phase, amp in enumerate((False, True)):
+        recorder.kind, recorder.order = f"train {'bf16' if amp else 'fp32'}", (number, phase)
+        model.train()
+        for width in (longest, shortest):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+                loss = model.sentence_loss(*sentences(batch, width)).sum()
+            loss.backward()
+            model.zero_grad(set_to_none=True)
+    model.eval()
+    recorder.kind, recorder.order = "validation", (number, 2)
+    with torch.no_grad():
+        model.sentence_loss(*sentences(drive_batch(cfg.data.eval_batch_size), longest))
+    if model.parser_kind.parses:
+        recorder.kind, recorder.order = "parse", (number, 3)
+        for width in (shortest, 5):
+            model.parse_structure(*sentences(2, width))
 
 
 def _sweep_templates(recorder: Recorder) -> list:
