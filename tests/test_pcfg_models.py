@@ -96,6 +96,26 @@ def lowrank_probabilities(model):
     return model.root_mlp(model.root_emb).softmax(-1)[0], rules, model.term_mlp(model.term_emb).softmax(-1)
 
 
+def test_tnpcfg_initialises_as_the_released_class_and_xavier_is_the_option():
+    """The released ``TNPCFG`` (sustcsonglin/TN-PCFG ``parser/model/TN_PCFG.py``) calls no initialiser: its symbol
+    embeddings stay ``torch.randn`` (N(0, 1)) and its Linear layers PyTorch's U(+-1/sqrt(fan_in)); ``init: xavier``
+    (compound-pcfg's ``train.py``) draws both from U(+-sqrt(6 / (fan_in + fan_out)))."""
+    cls = get_model_class("tnpcfg")
+    sizes = dict(nt_states=20, t_states=30, rank=40, state_dim=64)
+    assert load_config("tnpcfg").model["init"] == "torch"  # configs/tnpcfg.yaml
+    torch.manual_seed(0)
+    default = cls(50, cls.Config(**sizes))
+    torch.manual_seed(0)
+    xavier = cls(50, cls.Config(**sizes, init="xavier"))
+    linear_bound = 1 / math.sqrt(64)  # parent_mlp[0]: Linear(64, 64)
+    xavier_linear, xavier_emb = math.sqrt(6 / (64 + 64)), math.sqrt(6 / (50 + 64))  # rule_state_emb [50, 64]
+    assert default.rule_state_emb.std().item() == pytest.approx(1.0, rel=0.1)
+    assert default.parent_mlp[0].weight.abs().max().item() <= linear_bound
+    assert xavier.rule_state_emb.abs().max().item() <= xavier_emb
+    assert xavier.parent_mlp[0].weight.abs().max().item() > 1.5 * linear_bound
+    assert xavier.parent_mlp[0].weight.abs().max().item() <= xavier_linear
+
+
 SENTENCES = [[3, 1, 5], [2, 6, 0]]  # padded: the second sentence has two words (id 0 pads)
 LENGTHS = [3, 2]
 

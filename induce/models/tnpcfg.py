@@ -19,9 +19,13 @@ the rank, so there is no ``viterbi`` here (TN-PCFG's ``evaluate`` has none eithe
 
 **Fidelity to the released code** (``bench/RESULTS.md``'s fidelity table):
 
-* ``init: xavier`` (default): ``xavier_uniform_`` on every parameter of two dimensions or more, the
-  initialisation of compound-pcfg's ``train.py`` that TN-PCFG's trainer applies as well; ``torch`` keeps
-  PyTorch's defaults.
+* ``init: torch`` (default): PyTorch's defaults, as the released ``TNPCFG`` class (``parser/model/TN_PCFG.py``)
+  has them: it never calls an initialiser, and neither do ``parser/helper/util.py``'s ``get_model`` nor
+  ``parser/cmds/train.py``. So the ``nn.Linear`` layers keep PyTorch's uniform init and the symbol embeddings
+  (``root_emb``, ``term_emb``, ``rule_state_emb``) stay ``torch.randn``, i.e. N(0, 1). ``init: xavier``
+  applies ``xavier_uniform_`` to every parameter of two dimensions or more, as compound-pcfg's ``train.py``
+  and that repository's other dense-grammar models (``N_PCFG.py``, ``C_PCFG.py``) do; the repository's
+  ``FastTNPCFG`` (another parameterisation, not this one) uses ``xavier_normal_``.
 * TN-PCFG's ``word_emb_size`` is unused by the model (no inference network): it has no field here.
 * One-word sentences have no binary derivation: left out of training and validation
   (:attr:`shortest_sentence`) and parsed as the word.
@@ -49,8 +53,9 @@ class TNPCFGConfig(ModelConfig):
     t_states: int = pydantic.Field(500, gt=0, description="preterminals T")
     rank: int = pydantic.Field(500, gt=0, description="rank r of the rule tensor's decomposition")
     state_dim: int = pydantic.Field(256, gt=0, description="symbol embedding and network width (s_dim)")
-    init: Literal["xavier", "torch"] = pydantic.Field(
-        "xavier", description="xavier: xavier_uniform_ on every matrix; torch: PyTorch's defaults")
+    init: Literal["torch", "xavier"] = pydantic.Field(
+        "torch", description="torch: PyTorch's defaults, embeddings N(0, 1) (the released TNPCFG never "
+                             "initialises); xavier: xavier_uniform_ on every matrix (compound-pcfg's train.py)")
 
 
 def factor_mlp(dim: int, rank: int) -> nn.Sequential:
