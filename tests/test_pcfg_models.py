@@ -1,6 +1,6 @@
 """The neural PCFGs (npcfg, cpcfg, tnpcfg): losses against brute-force enumeration of every tree and every
 labelling, decoders against brute force, and each model through the CLI (train, resume exactly, parse with
-both decoders, eval, show)."""
+both decoders, eval, show the tree and the span marginals)."""
 from __future__ import annotations
 
 import itertools
@@ -10,6 +10,7 @@ import os
 import signal
 
 import nltk
+import numpy as np
 import pytest
 import torch
 from rich.console import Console
@@ -17,6 +18,9 @@ from typer.testing import CliRunner
 
 from induce.cli.main import app
 from induce.config import load_config
+from induce.data.corpus import Vocab
+from induce.inference.loading import LoadedRun
+from induce.inference.show import plot_structure, sentence_structure, structure_table
 from induce.models.registry import get_model_class
 from induce.training import load_checkpoint
 from induce.training.trainer import TrainingInterrupted, resume, train
@@ -72,6 +76,17 @@ def derivations(words, roots, rules, emit):
                 for node in nodes:
                     p = p * rules[label[node[2]], symbol(node[0]), symbol(node[1])]
                 yield math.log(p), tree
+
+
+def span_posteriors(found) -> dict:
+    """``{(i, j): posterior probability of the span}`` of the spans of two words or more, from every derivation
+    ``found`` (``(log probability, tree)``, :func:`derivations`)."""
+    log_z = torch.tensor([lp for lp, _ in found], dtype=torch.float64).logsumexp(0).item()
+    posterior: dict = {}
+    for lp, tree in found:
+        for node in internal_nodes(tree):
+            posterior[node[2]] = posterior.get(node[2], 0.0) + math.exp(lp - log_z)
+    return posterior
 
 
 def dense_grammar_probabilities(model, z=None):
@@ -180,11 +195,7 @@ def test_decoders_give_the_brute_force_trees(name):
         else:
             probabilities = dense_grammar_probabilities(model) if name == "npcfg" else lowrank_probabilities(model)
         found = list(derivations(tokens[b, :n].tolist(), *probabilities))
-        log_z = torch.tensor([lp for lp, _ in found], dtype=torch.float64).logsumexp(0).item()
-        posterior: dict = {}
-        for lp, tree in found:
-            for node in internal_nodes(tree):
-                posterior[node[2]] = posterior.get(node[2], 0.0) + math.exp(lp - log_z)
+        posterior = span_posteriors(found)
         for (i, j), p in posterior.items():
             assert math.isclose(float(structure[b, i, j, 0]), p, rel_tol=1e-6, abs_tol=1e-9)
 
@@ -201,6 +212,34 @@ def test_decoders_give_the_brute_force_trees(name):
                 viterbi_decoder(structure[b, :n].numpy(), n)
         else:
             assert viterbi_decoder(structure[b, :n].numpy(), n) == as_index_tree(max(found, key=lambda x: x[0])[1])
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("name", ["npcfg", "tnpcfg"])
+def test_show_gives_the_span_marginals_of_the_words_alone_and_the_decoded_trees_spans(tmp_path, name):
+    """``induce show attention``'s numbers for a grammar: the marginals of the words alone (no end marks),
+    equal to ``parse_structure``'s channel 0 and to brute force over every derivation; its table lists the
+    constituents of the tree that maximises the summed brute-force posteriors, with their marginals."""
+    model = tiny_model(name).eval()
+    vocab = Vocab(["<eos>", "<unk>", "the", "dog", "saw", "a", "cat"])
+    run = LoadedRun(model, vocab, {"config": {"model_name": name}}, tmp_path)
+    shown = sentence_structure(run, ["the", "dog", ",", "saw", "cats", "."], device="cpu")
+    ids = [2, 3, 4, 1]  # punctuation left out, "cats" unknown, no <eos> (id 0) around them
+    assert shown.words == ["the", "dog", "saw", "cats"]
+    direct = model.parse_structure(torch.tensor([ids]), torch.tensor([4]))["span_posteriors"][0, :, :, 0]
+    assert shown.span_marginals.shape == (5, 5) and np.array_equal(shown.span_marginals, direct.numpy())
+    probabilities = dense_grammar_probabilities(model) if name == "npcfg" else lowrank_probabilities(model)
+    posterior = span_posteriors(list(derivations(ids, *probabilities)))
+    assert len(posterior) == 6  # every span of 2 to 4 words
+    for (i, j), p in posterior.items():
+        assert math.isclose(shown.span_marginals[i, j], p, rel_tol=1e-6)
+
+    best = max(shapes(0, 4), key=lambda tree: sum(posterior[node[2]] for node in internal_nodes(tree)))
+    expected = sorted((node[2] for node in internal_nodes(best)), key=lambda span: (span[0], -span[1]))
+    columns, rows = structure_table(shown)
+    assert columns[-1] == "marginal"
+    assert rows == [[f"{i}-{j}", " ".join(shown.words[i:j]), f"{posterior[(i, j)]:.3f}"] for i, j in expected]
+    assert plot_structure(shown, tmp_path / "marginals.png").stat().st_size > 0
 
 
 @torch.no_grad()
@@ -285,6 +324,10 @@ def test_each_model_trains_parses_evaluates_and_shows_through_the_cli(tmp_path, 
     assert '"sentence_f1"' in evaluated.stdout
     shown = runner.invoke(app, ["show", "tree", "--checkpoint", str(run), "the dog saw a cat"])
     assert shown.exit_code == 0, shown.output
-    drawn = runner.invoke(app, ["show", "attention", "--checkpoint", str(run), "--out", str(tmp_path / "a.png"),
-                                "the dog saw a cat"])
-    assert drawn.exit_code == 2 and "has no drawing" in drawn.output
+    figure = tmp_path / "a.png"
+    drawn = runner.invoke(app, ["show", "attention", "--checkpoint", str(run), "--out", str(figure),
+                                "the dog saw a cat ."])
+    assert drawn.exit_code == 0, drawn.output
+    assert figure.stat().st_size > 0 and f"{name}: span marginals" in drawn.stdout
+    # the whole sentence is in every tree (marginal 1), the period is not read, nor is any end mark
+    assert "0-5" in drawn.stdout and "1.000" in drawn.stdout and "<eos>" not in drawn.stdout

@@ -13,7 +13,8 @@ from rich.text import Text
 from induce.cli import CHECKPOINT_HELP, DEVICE_HELP
 from induce.errors import InduceError
 
-show_app = typer.Typer(help="Show one sentence's induced tree, span attention or syntactic distances.",
+show_app = typer.Typer(help="Show one sentence's induced tree, span attention, syntactic distances or span "
+                            "marginals.",
                        no_args_is_help=True)
 
 SENTENCE_HELP = "The sentence (tokenised with NLTK's Treebank tokenizer unless --pretokenized). Or use --index."
@@ -102,7 +103,7 @@ def attention_command(
     split: str = typer.Option("valid", "--split", help="Split for --index: valid or test."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
 ) -> None:
-    """Plot what the parser reads for one sentence: PaLM's span attention (heat map) or the ON-LSTM / PRPN syntactic distances (bars), as a PNG; the numbers are printed too."""  # noqa: E501
+    """Plot what the parser reads for one sentence: PaLM's span attention (heat map), the ON-LSTM / PRPN syntactic distances (bars) or a neural PCFG's span marginals (heat map, the decoded tree's spans marked), as a PNG; the numbers are printed too."""  # noqa: E501
     from induce.files import check_not_input
     from induce.inference.runs import pick_run, run_files
     from induce.inference.show import plot_structure, sentence_structure, structure_table

@@ -1,16 +1,16 @@
 """What a trained model makes of one sentence: its tree, and the numbers the tree is decoded from.
 
 * :func:`sentence_structure` — for a run (or a loaded model) and the tokens of one sentence: the
-  induced tree over all tokens (as :func:`induce.inference.predict.predict_trees` gives it), and either the
-  syntactic distances (ON-LSTM, PRPN; ON-LSTM also per layer) or PaLM's span scores over the
-  words the model saw (punctuation left out, as in training);
+  induced tree over all tokens (as :func:`induce.inference.predict.predict_trees` gives it), and the
+  syntactic distances (ON-LSTM, PRPN; ON-LSTM also per layer), PaLM's span scores or a grammar's span
+  marginals (the neural PCFGs) over the words the model saw (punctuation left out, as in training);
 * :meth:`SentenceStructure.attention` — PaLM's span attention: for every span end ``j`` a softmax
   over the spans ``[i, j]`` inside the sentence;
 * :func:`dev_sentence` — sentence ``index`` of a prepared corpus split with its gold tree;
 * :func:`tree_f1` — one tree against one gold tree under the default convention;
 * :func:`display_gold` — a gold tree as the evaluation sees it (no punctuation, no POS tags);
-* :func:`plot_structure` — a PNG of the attention (heat map) or of the distances (bars);
-* :func:`structure_table` — the per-word table ``induce show attention`` prints.
+* :func:`plot_structure` — a PNG of the attention or the span marginals (heat maps) or of the distances (bars);
+* :func:`structure_table` — the table ``induce show attention`` prints (per word; per constituent for a grammar).
 
 How a kind is drawn and tabulated is the kind's (``plot`` and ``table`` of :class:`~induce.trees.kinds.ParserKind`);
 a kind without them (a new family's) still gets its tree here, and ``show attention`` says it has no drawing.
@@ -30,6 +30,7 @@ import torch
 
 from induce.errors import InduceError
 from induce.trees.kinds import ParserKind, resolve
+from induce.trees.nodes import from_nltk, prune, tree_spans
 
 
 @dataclass
@@ -43,7 +44,10 @@ class SentenceStructure:
     distances:       ``[n]`` distance before each word (distance models);
     layer_distances: ``[L, n]`` per-layer distances when the model exposes them (ON-LSTM);
     distance_layer:  which row of ``layer_distances`` the parser reads (ON-LSTM);
-    span_scores:     ``[n, n]``, ``span_scores[j, k]`` scores the span ``[j-k, j]`` (PaLM); ``-inf`` for ``k > j``.
+    span_scores:     ``[n, n]``, ``span_scores[j, k]`` scores the span ``[j-k, j]`` (PaLM); ``-inf`` for ``k > j``;
+    span_marginals:  ``[n + 1, n + 1]`` fenceposts (:mod:`induce.kernels`): ``[i, j]`` the posterior probability
+                     that the words ``i .. j-1`` form a constituent (a grammar's ``span_posteriors``, channel 0);
+    kept:            ``[len(tokens)]``, which tokens are ``words`` (the others: punctuation left out).
     """
 
     model_name: str
@@ -55,7 +59,17 @@ class SentenceStructure:
     layer_distances: Optional[np.ndarray] = None
     distance_layer: Optional[int] = None
     span_scores: Optional[np.ndarray] = None
+    span_marginals: Optional[np.ndarray] = None
+    kept: Optional[list] = None
     meta: dict = field(default_factory=dict)
+
+    def word_spans(self) -> set[tuple[int, int]]:
+        """The spans ``(start, end)`` (fenceposts over ``words``) of ``tree``'s constituents of two words or more,
+        punctuation left out: the tree the decoder gave, as the model read the sentence."""
+        node = from_nltk(self.tree)
+        if self.kept is not None and not all(self.kept):
+            node = prune(node, self.kept)
+        return tree_spans(node) if node is not None else set()
 
     def attention(self) -> np.ndarray:
         """``A [n, n]``: row ``j`` is the softmax over the spans ``[i, j]``, ``i <= j``, of their scores
@@ -86,19 +100,26 @@ def sentence_structure(
     """The tree and the structure scores of one sentence (``tokens``: raw tokens, punctuation allowed).
 
     ``run``: a run folder, checkpoint or :class:`induce.inference.loading.LoadedRun`. The words are normalised
-    and read as ``<eos> words <eos>`` from a fresh state, exactly as :func:`induce.inference.predict.predict_trees`
-    does, so the tree returned is the one ``induce parse`` gives.
+    and read from a fresh state as ``<eos> words <eos>``, or as the words alone for a kind that is
+    ``words_only`` (a grammar), exactly as :func:`induce.inference.predict.predict_trees` does, so the tree
+    returned is the one ``induce parse`` gives.
     """
     from induce.inference.predict import is_punctuation, normalize, predict_trees
 
     tokens = list(tokens)
-    words = [w for w in tokens if keep_punct or not is_punctuation(w)]
+    kept = [keep_punct or not is_punctuation(w) for w in tokens]
+    words = [w for w, keep in zip(tokens, kept) if keep]
     if not words:
         raise InduceError("the sentence has no word (only punctuation)")
     loaded = _loaded(run, device)
     model, vocab = loaded.model, loaded.vocab
     tree = predict_trees(loaded, [tokens], device=device, keep_punct=keep_punct)[0]
-    ids = [vocab.eos_id, *vocab.encode(normalize(words)), vocab.eos_id]
+    kind = model.parser_kind
+    # word w_i sits at input position i + offset (after the leading <eos> when there is one)
+    offset = 0 if kind.words_only else 1
+    ids = vocab.encode(normalize(words))
+    if offset:
+        ids = [vocab.eos_id, *ids, vocab.eos_id]
     dev = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -109,22 +130,23 @@ def sentence_structure(
         model.train(was_training)
     n = len(words)
     name = loaded.config.get("model_name", type(model).__name__)
-    kind = model.parser_kind
-    out = SentenceStructure(name, kind, tokens, words, tree)
+    out = SentenceStructure(name, kind, tokens, words, tree, kept=kept)
     if "distances" in structure:
-        # word w_i sits at input position i + 1 (after the leading <eos>)
-        out.distances = structure["distances"][0, 1 : 1 + n].float().cpu().numpy()
+        out.distances = structure["distances"][0, offset : offset + n].float().cpu().numpy()
         if "layer_distances" in structure:
-            out.layer_distances = structure["layer_distances"][:, 0, 1 : 1 + n].float().cpu().numpy()
+            out.layer_distances = structure["layer_distances"][:, 0, offset : offset + n].float().cpu().numpy()
             out.distance_layer = loaded.config.get("model", {}).get("distance_layer")
     if "span_scores" in structure:
-        scores = structure["span_scores"][0, 1 : 1 + n].float().cpu().numpy()
+        scores = structure["span_scores"][0, offset : offset + n].float().cpu().numpy()
         table = np.full((n, n), -np.inf)
         width = min(n, scores.shape[1])
         table[:, :width] = scores[:, :width]
         for j in range(n):
             table[j, j + 1 :] = -np.inf  # spans reaching before the sentence
         out.span_scores = table
+    if "span_posteriors" in structure:
+        posteriors = structure["span_posteriors"][0, offset : offset + n + 1, offset : offset + n + 1, 0]
+        out.span_marginals = posteriors.double().cpu().numpy()
     return out
 
 
@@ -195,6 +217,16 @@ def span_attention_table(structure: SentenceStructure) -> tuple[list[str], list[
         start = int(attention[j, : j + 1].argmax())
         rows.append([word, " ".join(structure.words[start : j + 1]), f"{attention[j, start]:.2f}"])
     return ["word", "most attended span ending here", "weight"], rows
+
+
+def span_marginal_table(structure: SentenceStructure) -> tuple[list[str], list[list[str]]]:
+    """``(columns, rows)`` of ``induce show attention`` for a grammar: each constituent of two words or more of
+    the decoded tree (outermost first, left to right), its fenceposts, its words and its span marginal."""
+    rows = []
+    for start, end in sorted(structure.word_spans(), key=lambda span: (span[0], -span[1])):
+        rows.append([f"{start}-{end}", " ".join(structure.words[start:end]),
+                     f"{structure.span_marginals[start, end]:.3f}"])
+    return ["span (fenceposts)", "words of the decoded tree's constituent", "marginal"], rows
 
 
 def structure_table(structure: SentenceStructure) -> tuple[list[str], list[list[str]]]:

@@ -7,6 +7,7 @@
   coloured by whether the gold tree has them;
 * :func:`plot_span_attention` — PaLM's span attention (span end x span start) for some sentences;
 * :func:`plot_distances` — ON-LSTM / PRPN syntactic distances per word for some sentences.
+* :func:`plot_span_marginals` — a grammar's span marginals (span start x span end) with the decoded tree's spans.
 
 Every function writes the file (creating its folder), closes the figure and returns the path.
 """
@@ -319,6 +320,35 @@ def _row_grid(n: int, max_cols: int = 4) -> tuple[int, int]:
     return math.ceil(max(1, n) / cols), cols
 
 
+def _heat_map_grid(items: Sequence[tuple]):
+    """``(fig, axes [rows, cols])``: one square panel per ``(label, SentenceStructure)``, sized by the longest
+    sentence, room on the right for one colour bar."""
+    plt = pyplot()
+    rows, cols = _row_grid(len(items))
+    size = max(3.5, 0.33 * max(len(s.words) for _, s in items) + 1.5)
+    return plt.subplots(rows, cols, figsize=(size * cols + 1.2, size * rows + 0.9), squeeze=False)
+
+
+def _finish_heat_maps(fig, axes, n_used: int, title: str, path: PathLike, image, dot_label: str, bar_label: str,
+                      extend: str = "neither") -> Path:
+    """Remove the unused panels, add the title, the legend of the white dots and one colour bar (of
+    ``image``, the last panel's: every panel shares its scale), lay out and save."""
+    from matplotlib.lines import Line2D
+
+    for ax in list(axes.flat)[n_used:]:
+        fig.delaxes(ax)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    dot = Line2D([], [], linestyle="none", marker="o", markerfacecolor="white", markeredgecolor="black",
+                 label=dot_label)
+    fig.legend(handles=[dot], loc="lower center", fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.05, 0.9, 1))
+    if image is not None:
+        bar_ax = fig.add_axes((0.92, 0.2, 0.015, 0.6))
+        fig.colorbar(image, cax=bar_ax, label=bar_label, extend=extend)
+    return save_figure(fig, path)
+
+
 def attention_scale(matrices: Sequence[np.ndarray]) -> tuple[float, float]:
     """One colour scale for every panel: 0 to the largest weight outside the first row of any
     matrix (the first row's single span always has weight 1 and would wash out the rest)."""
@@ -331,16 +361,12 @@ def plot_span_attention(items: Sequence[tuple], path: PathLike, title: str = "")
     the span ``[i, j]`` among the spans ending at ``j`` (rows: span end, columns: span start). Every
     panel uses one colour scale (:func:`attention_scale`) with one colour bar; a white dot marks each
     row's most attended span start, as the legend says."""
-    plt = pyplot()
     from matplotlib.colors import Normalize
-    from matplotlib.lines import Line2D
 
     matrices = [structure.attention() for _, structure in items]
     vmin, vmax = attention_scale(matrices)
     norm = Normalize(vmin=vmin, vmax=vmax)
-    rows, cols = _row_grid(len(items))
-    size = max(3.5, 0.33 * max(len(s.words) for _, s in items) + 1.5)
-    fig, axes = plt.subplots(rows, cols, figsize=(size * cols + 1.2, size * rows + 0.9), squeeze=False)
+    fig, axes = _heat_map_grid(items)
     image = None
     for ax, (label, structure), matrix in zip(axes.flat, items, matrices):
         n = len(structure.words)
@@ -354,19 +380,10 @@ def plot_span_attention(items: Sequence[tuple], path: PathLike, title: str = "")
         ax.set_xlabel("span start")
         ax.set_ylabel("span end")
         ax.set_title(label, fontsize=9)
-    for ax in list(axes.flat)[len(items):]:
-        fig.delaxes(ax)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    dot = Line2D([], [], linestyle="none", marker="o", markerfacecolor="white", markeredgecolor="black",
-                 label="white dot: the span start this row (span end) attends to most")
-    fig.legend(handles=[dot], loc="lower center", fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.05, 0.9, 1))
-    if image is not None:
-        bar_ax = fig.add_axes((0.92, 0.2, 0.015, 0.6))
-        fig.colorbar(image, cax=bar_ax, label="attention weight (one scale for all panels; the first row's 1.0 "
-                                              "is clipped)", extend="max" if vmax < 1.0 else "neither")
-    return save_figure(fig, path)
+    return _finish_heat_maps(fig, axes, len(items), title, path, image,
+                             dot_label="white dot: the span start this row (span end) attends to most",
+                             bar_label="attention weight (one scale for all panels; the first row's 1.0 is clipped)",
+                             extend="max" if vmax < 1.0 else "neither")
 
 
 def distance_ylim(arrays: Sequence[np.ndarray]) -> tuple[float, float]:
@@ -407,3 +424,35 @@ def plot_distances(items: Sequence[tuple], path: PathLike, title: str = "") -> P
         ax.set_title(label, fontsize=9)
         ax.grid(axis="y", alpha=0.3)
     return _finish_grid(fig, axes, len(items), title, path)
+
+
+def plot_span_marginals(items: Sequence[tuple], path: PathLike, title: str = "") -> Path:
+    """``items``: ``(label, SentenceStructure)`` of a grammar (the neural PCFGs); heat map, upper triangle:
+    row ``i`` (span start, the fencepost before word ``i``) x column ``j`` (span end, the fencepost after word
+    ``j``) is the posterior probability that words ``i .. j`` form a constituent (``span_marginals[i, j + 1]``;
+    the one-word spans on the diagonal and the whole sentence top right are 1 in every tree). A white dot marks
+    each constituent of two words or more of the decoded tree. One colour scale, 0 to 1."""
+    from matplotlib.colors import Normalize
+
+    norm = Normalize(vmin=0.0, vmax=1.0)
+    fig, axes = _heat_map_grid(items)
+    image = None
+    for ax, (label, structure) in zip(axes.flat, items):
+        n = len(structure.words)
+        marginals = np.asarray(structure.span_marginals, dtype=float)[:n, 1 : n + 1]  # [start i, last word j]
+        upper = np.triu(np.ones((n, n), dtype=bool))
+        image = ax.imshow(np.where(upper, marginals, np.nan), cmap="viridis", norm=norm)
+        spans = sorted(structure.word_spans())
+        ax.scatter([end - 1 for _, end in spans], [start for start, _ in spans], s=22, c="white",
+                   edgecolors="black", linewidths=0.5, marker="o")
+        ax.set_xticks(range(n))
+        ax.set_xticklabels([f"{word} |{j + 1}" for j, word in enumerate(structure.words)], rotation=60, ha="right",
+                           fontsize=7)
+        ax.set_yticks(range(n))
+        ax.set_yticklabels([f"{i}| {word}" for i, word in enumerate(structure.words)], fontsize=7)
+        ax.set_xlabel("span end (fencepost after this word)")
+        ax.set_ylabel("span start (fencepost before this word)")
+        ax.set_title(label, fontsize=9)
+    return _finish_heat_maps(fig, axes, len(items), title, path, image,
+                             dot_label="white dot: a constituent (2+ words) of the decoded tree",
+                             bar_label="span marginal: P(the words form a constituent | sentence)")

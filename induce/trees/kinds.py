@@ -193,7 +193,12 @@ DISTANCE.add_decoder("peel", "induce.trees.decoders:peel_decoder",
 DISTANCE.add_decoder("unbiased", "induce.trees.decoders:unbiased_decoder",
                      "split before the largest distance, every binary tree reachable")
 SPAN.add_decoder("span", "induce.trees.decoders:span_tree", "PaLM's greedy split by the right span's score")
-GRAMMAR = register_kind(ParserKind("grammar", structure_key="span_posteriors", words_only=True, quadratic=True))
+GRAMMAR = register_kind(ParserKind(
+    "grammar", structure_key="span_posteriors", words_only=True, quadratic=True, show_title="span marginals",
+    figure_name="span-marginals",
+    figure_title="span marginals (row: span start, column: span end; dots: the decoded tree)",
+    plot="induce.report.figures:plot_span_marginals", table="induce.inference.show:span_marginal_table",
+))
 GRAMMAR.add_decoder("mbr", "induce.trees.grammar_decoders:mbr_decoder",
                     "the tree of the largest sum of span posteriors (CKY), as Kim et al. and Yang et al. decode")
 GRAMMAR.add_decoder("viterbi", "induce.trees.grammar_decoders:viterbi_decoder",
