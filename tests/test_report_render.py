@@ -71,3 +71,17 @@ def test_the_report_says_what_each_token_count_counts():
     assert per_epoch == {((words + sentences) // 8 - 1) * 8}  # batch size 8: as the note says
     assert f"up to {per_epoch.pop():,} with 8 streams per epoch here" in text
     assert "LM tokens" not in text
+
+
+def test_the_convention_says_how_each_models_parser_kind_reads_a_sentence():
+    """From the models' parser kinds: the language models read `<eos> words <eos>`, a grammar (words_only) the
+    words alone; the toy run (language models only) keeps its sentence."""
+    from induce.report.markdown import sentence_reading
+
+    results = fixture_results()
+    assert "(words after punctuation removal, `<eos> words <eos>` from a fresh state)" in render(results)
+    assert sentence_reading(results["models_order"]) in render(results)
+    grammars = sentence_reading(["npcfg", "tnpcfg"])
+    assert "<eos>" not in grammars and "without end marks" in grammars
+    mixed = sentence_reading(["prpn", "palm", "npcfg", "tnpcfg"])
+    assert "PRPN and PaLM-U as `<eos> words <eos>`; npcfg and tnpcfg as the words alone" in mixed

@@ -42,7 +42,8 @@ def _mean(stat) -> Optional[float]:
     return None
 
 
-def _join(items: list[str]) -> str:
+def join_words(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
     if len(items) <= 1:
         return "".join(items)
     return ", ".join(items[:-1]) + " and " + items[-1]
@@ -99,7 +100,7 @@ def below_baselines(results: dict, subset: str = "wsj40") -> list[str]:
         label = subset.upper() if subset.startswith("wsj") else subset
         parts = []
         if below:
-            parts.append(f"below {_join(below)}")
+            parts.append(f"below {join_words(below)}")
         if below_init:
             parts.append(f"below its own untrained initialisation ({init_f1:.1f}, mean of {init['n_models']} inits)")
         sentence = f"**{display(model)} at {f1:.1f} {label} F1 is {' and '.join(parts)}.**"

@@ -12,7 +12,7 @@ from typing import Optional
 
 from induce.evaluation.baselines import BASELINES
 from induce.evaluation.metrics import REPORTED_LABELS
-from induce.report.findings import all_findings
+from induce.report.findings import all_findings, join_words
 from induce.report.names import display
 from induce.report.published import PUBLISHED
 from induce.report.seeds import seeds_section
@@ -213,7 +213,29 @@ def _setup(*, results, profile, split, where, models, per_model, eval_corpus, tr
     return lines
 
 
-def _convention(*, results, profile, **_) -> list[str]:
+def sentence_reading(models: list) -> str:
+    """How the report's models read a sentence when they parse it, from their parser kinds
+    (:mod:`induce.trees.kinds`): ``<eos> words <eos>`` (the language models' context), or the words alone for
+    a ``words_only`` kind (a grammar generates the words, not the end marks). A model not registered in this
+    process is left out of the sentence."""
+    from induce.models.registry import get_model_class
+
+    eos, alone = "`<eos> words <eos>`", "the words alone, without end marks"
+    readers: dict[str, list[str]] = {}
+    for model in models:
+        try:
+            kind = get_model_class(model).parser_kind
+        except KeyError:
+            continue
+        readers.setdefault(alone if kind.words_only else eos, []).append(display(model))
+    if len(readers) > 1:
+        return ("Every model parses each sentence once from a fresh state, its words after punctuation removal ("
+                + "; ".join(f"{join_words(names)} as {form}" for form, names in readers.items()) + ")")
+    form = {eos: f"{eos} ", alone: "without end marks, "}.get(next(iter(readers), ""), "")
+    return f"Every model parses each sentence once (words after punctuation removal, {form}from a fresh state)"
+
+
+def _convention(*, results, profile, models, **_) -> list[str]:
     """``## Evaluation convention``."""
     lines: list[str] = []
     add = lines.append
@@ -222,8 +244,8 @@ def _convention(*, results, profile, **_) -> list[str]:
     conv = results.get("convention", {})
     add(f"* **Unlabeled F1** (Kim et al. 2019, the default of `induce eval`): {conv.get('all', '')}. "
         "The tables show **sentence-level F1** (mean of per-sentence F1, 0-100); corpus-level F1 is in `results.json`. "
-        "Every model parses each sentence once (words after punctuation removal, `<eos> words <eos>` from a fresh "
-        "state); the WSJ10 / WSJ40 figures score those trees on the sentences of at most 10 / 40 words.")
+        f"{sentence_reading(models)}; the WSJ10 / WSJ40 figures score those trees on the sentences of at most "
+        "10 / 40 words.")
     add(f"* **The papers' conventions**, so that each published figure is compared with ours computed its way: "
         f"PaLM's evaluation counts the whole-sentence span (WSJ40: {conv.get('palm_wsj40', '')}); ON-LSTM's scores "
         f"one-word sentences, each with F1 = 1 (WSJ10: {conv.get('onlstm_wsj10', '')}). Both are computed on the "
