@@ -84,4 +84,4 @@ def test_the_convention_says_how_each_models_parser_kind_reads_a_sentence():
     grammars = sentence_reading(["npcfg", "tnpcfg"])
     assert "<eos>" not in grammars and "without end marks" in grammars
     mixed = sentence_reading(["prpn", "palm", "npcfg", "tnpcfg"])
-    assert "PRPN and PaLM-U as `<eos> words <eos>`; npcfg and tnpcfg as the words alone" in mixed
+    assert "PRPN and PaLM-U as `<eos> words <eos>`; N-PCFG and TN-PCFG as the words alone" in mixed
