@@ -4,7 +4,7 @@
 - ``TinyLSTM`` (``tiny-lstm``, registered on import): a test-only language model, so that the trainer,
   inference and the CLI are tested independently of the real models.
 - ``make_corpus``: a tiny prepared synthetic treebank corpus; ``train_tiny_run``: a tiny trained run.
-- ``python_path`` / ``child_env``: the environment for a child ``python -m cli.main`` process that must
+- ``python_path`` / ``child_env``: the environment for a child ``python -m induce`` process that must
   import this checkout.
 """
 from __future__ import annotations
