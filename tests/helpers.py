@@ -118,3 +118,22 @@ def python_path(existing: str | None) -> str:
 def child_env() -> dict[str, str]:
     """The environment for a child process: one OpenMP thread, this checkout importable first."""
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": python_path(os.environ.get("PYTHONPATH"))}
+
+
+def triton_tier_marks() -> list:
+    """``pytestmark`` of the Triton-tier test modules: marked ``triton``, skipped when Triton cannot be
+    imported, or on a machine without a GPU where ``TRITON_INTERPRET`` was set to something other than 1
+    before the module (each module sets it first, before anything imports Triton)."""
+    import pytest
+
+    import induce.kernels as K
+
+    reason = K.triton_unavailable_reason()
+    return [
+        pytest.mark.triton,
+        pytest.mark.skipif(reason is not None, reason=f"triton cannot be imported: {reason}"),
+        pytest.mark.skipif(
+            not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1",
+            reason="no GPU and TRITON_INTERPRET was set to something other than 1 before this module",
+        ),
+    ]

@@ -14,19 +14,12 @@ if not torch.cuda.is_available():
 
 import pytest  # noqa: E402
 
-import induce.kernels as K  # noqa: E402
 from induce.kernels.testing import compare_with_reference  # noqa: E402
 
+from helpers import triton_tier_marks  # noqa: E402
+
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-_reason = K.triton_unavailable_reason()
-pytestmark = [
-    pytest.mark.triton,
-    pytest.mark.skipif(_reason is not None, reason=f"triton cannot be imported: {_reason}"),
-    pytest.mark.skipif(
-        not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1",
-        reason="no GPU and TRITON_INTERPRET was set to something other than 1 before this module",
-    ),
-]
+pytestmark = triton_tier_marks()
 
 
 def _inputs(B, N, NT, T, r, seed, spans):

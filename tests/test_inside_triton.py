@@ -17,17 +17,11 @@ import pytest
 import induce.kernels as K
 from induce.kernels.testing import compare_with_reference, pcfg_inputs
 
+from helpers import triton_tier_marks
+
 TIER = "triton"
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-_reason = K.triton_unavailable_reason()
-pytestmark = [
-    pytest.mark.triton,
-    pytest.mark.skipif(_reason is not None, reason=f"triton cannot be imported: {_reason}"),
-    pytest.mark.skipif(
-        not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1",
-        reason="no GPU and TRITON_INTERPRET was set to something other than 1 before this module",
-    ),
-]
+pytestmark = triton_tier_marks()
 
 SHAPES = [  # B, T, NT, P, lengths: tiles padded (NT 3, 5), lengths 1 and 2, padded batches
     (1, 1, 2, 3, [1]),
