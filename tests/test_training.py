@@ -301,7 +301,8 @@ def test_early_stopping_and_time_budget(tmp_path, corpus):
     assert result.stop_reason == "early_stopping" and len(lines) == 2
     history = [json.loads(line) for line in lines]
     assert not history[-1]["best"]
-    result = train(tiny_config(corpus, "train.epochs=50", "train.time_budget=0.001", "train.log_interval=1"),
+    # a budget shorter than any step (1 ms was not: a tiny step can take less on a quiet machine)
+    result = train(tiny_config(corpus, "train.epochs=50", "train.time_budget=1e-9", "train.log_interval=1"),
                    tmp_path / "tb", console=QUIET, progress=False)
     assert result.stop_reason == "time_budget" and result.epochs_done == 1
     history = [json.loads(line) for line in (tmp_path / "tb" / "metrics.jsonl").read_text().splitlines()]
