@@ -11,7 +11,10 @@ The chart of longer spans is filled by :class:`InsideSum` (``semiring="sum"``, w
 chart in one autograd Function) or :class:`_InsideMax` (``"max"``), whose backward passes are
 written by hand: the outside pass, width by width from the widest, recomputing each width's split
 products from the chart instead of keeping them (memory grows with the chart, ``B T^2 NT``, not with
-``B T^2 NT^2``). Scores of the sum mode are contracted in probability space with per-row maxima
+``B T^2 NT^2``). The sum mode's chart is position-major (``[T, B, ...]``: a width's spans of every
+sentence are one batch dimension of the matrix products, without a copy), and the outside pass keeps
+the word splits' shares per slot and contracts them with their children once, after the last width.
+Scores of the sum mode are contracted in probability space with per-row maxima
 taken out (the ``stripe`` products of TN-PCFG's ``Faster_PCFG``, without its ``+ 1e-9``): a sum
 that underflows is clamped to the smallest normal float before its log, so contributions more than
 ~87 nats below a row's largest are dropped (all inputs finite). The max mode (:class:`_InsideMax`)
@@ -59,122 +62,146 @@ def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
 
 # ------------------------------------------------------------------------------------ sum: chart
 class _Chart:
-    """The chart of the sum mode in two layouts, each as ``exp(beta - m)`` and its row maxima ``m``.
+    """The chart of the sum mode in two layouts, each as ``exp(beta - m)`` and its row maxima ``m``,
+    position-major (the spans of one width and the batch merge into one batch dimension of matrix
+    products without a copy).
 
-    ``*_sw [B, T(start), T(width - 1), NT]``; ``*_ew [B, T(end), T(T - width), NT]``, where the right
+    ``*_sw [T(start), B, T(width - 1), NT]``; ``*_ew [T(end), B, T(T - width), NT]``, where the right
     children of one parent's splits are contiguous (widths ``w-2 .. 2`` in increasing slots, aligned
     with the left children ``2 .. w-2`` of the ``sw`` layout). ``log_sw`` keeps ``beta`` itself.
     Entries of width 1 and past ``T`` stay 0 (never read)."""
 
     def __init__(self, B: int, T: int, NT: int, like: torch.Tensor):
         self.T = T
-        self.log_sw = like.new_zeros(B, T, T, NT)
-        self.e_sw = like.new_zeros(B, T, T, NT)
-        self.e_ew = like.new_zeros(B, T, T, NT)
-        self.m_sw = like.new_zeros(B, T, T)
-        self.m_ew = like.new_zeros(B, T, T)
+        self.log_sw = like.new_zeros(T, B, T, NT)
+        self.e_sw = like.new_zeros(T, B, T, NT)
+        self.e_ew = like.new_zeros(T, B, T, NT)
+        self.m_sw = like.new_zeros(T, B, T)
+        self.m_ew = like.new_zeros(T, B, T)
 
     def store(self, w: int, beta: torch.Tensor) -> None:
+        """``beta [n, B, NT]``: the spans of width ``w``, by start."""
         n, T = self.T - w + 1, self.T
         e, m = _max_out(beta)
-        self.log_sw[:, :n, w - 1] = beta
-        self.e_sw[:, :n, w - 1] = e
-        self.e_ew[:, w - 1:, T - w] = e
-        self.m_sw[:, :n, w - 1] = m.squeeze(-1)
-        self.m_ew[:, w - 1:, T - w] = m.squeeze(-1)
+        self.log_sw[:n, :, w - 1] = beta
+        self.e_sw[:n, :, w - 1] = e
+        self.e_ew[w - 1:, :, T - w] = e
+        self.m_sw[:n, :, w - 1] = m.squeeze(-1)
+        self.m_ew[w - 1:, :, T - w] = m.squeeze(-1)
 
     def rights(self, w: int):
-        """Right children of the PN splits (spans ``i+1..j``): ``exp [B, n, NT]``, max ``[B, n, 1]``."""
+        """Right children of the PN splits (spans ``i+1..j``): ``exp [n, B, NT]``, max ``[n, B, 1]``."""
         n = self.T - w + 1
-        return self.e_sw[:, 1:n + 1, w - 2], self.m_sw[:, 1:n + 1, w - 2, None]
+        return self.e_sw[1:n + 1, :, w - 2], self.m_sw[1:n + 1, :, w - 2, None]
 
     def lefts(self, w: int):
         """Left children of the NP splits (spans ``i..j-1``)."""
         n = self.T - w + 1
-        return self.e_sw[:, 0:n, w - 2], self.m_sw[:, 0:n, w - 2, None]
+        return self.e_sw[0:n, :, w - 2], self.m_sw[0:n, :, w - 2, None]
 
     def nn_splits(self, w: int):
         """Children of the splits with both children longer than a word (``w >= 4``): left and right
-        ``exp [B, n, w-3, NT]`` (left widths 2..w-2), the split weights ``exp(m_l + m_r - M)``
-        ``[B, n, w-3]`` and ``M [B, n, 1]``, the largest ``m_l + m_r``."""
+        ``exp [n, B, w-3, NT]`` (left widths 2..w-2), the split weights ``exp(m_l + m_r - M)``
+        ``[n, B, w-3]`` and ``M [n, B, 1]``, the largest ``m_l + m_r``."""
         n, T = self.T - w + 1, self.T
-        m = self.m_sw[:, 0:n, 1:w - 2] + self.m_ew[:, w - 1:, T - w + 2: T - 1]
+        m = self.m_sw[0:n, :, 1:w - 2] + self.m_ew[w - 1:, :, T - w + 2: T - 1]
         big = m.amax(-1, keepdim=True)
-        return self.e_sw[:, 0:n, 1:w - 2], self.e_ew[:, w - 1:, T - w + 2: T - 1], (m - big).exp(), big
+        return self.e_sw[0:n, :, 1:w - 2], self.e_ew[w - 1:, :, T - w + 2: T - 1], (m - big).exp(), big
 
 
-def _sum_forward(y, z, w2, r_nn, spans):
-    """Fill the chart width by width: each span's nonterminals from its three kinds of splits."""
-    B, T, NT, _ = y.shape
-    chart = _Chart(B, T, NT, y)
-    ey, y_max = _max_out(y)
-    ez, z_max = _max_out(z)
-    y_max, z_max = y_max.squeeze(-1), z_max.squeeze(-1)
+def _width_spans(spans: torch.Tensor, w: int) -> torch.Tensor:
+    """The span scores of width ``w``, ``[n, B, 1]`` (``spans [B, T, T]``, the chart's layout)."""
+    return spans.diagonal(offset=w - 1, dim1=1, dim2=2).transpose(0, 1)[..., None]
+
+
+def _sum_forward(ey, y_max, ez, z_max, w2, r_nn, spans):
+    """Fill the chart width by width: each span's nonterminals from its three kinds of splits. The word
+    tables come scaled, ``ey [B, T, NT, NT]`` with its rows' shifts ``y_max [B, T, NT]`` (``y = log(ey) +
+    y_max``), the same for ``z`` (:class:`~induce.kernels.inside_words.SumTables`, position-major storage:
+    read here through ``[T, B, ...]`` views)."""
+    B, T, NT, _ = ey.shape
+    chart = _Chart(B, T, NT, ey)
+    # [T, B, ...]; ey is a strided view of the tables (rows of NT + P): a contiguous copy reads faster
+    ey, ez, y_max, z_max = ey.transpose(0, 1).contiguous(), *(x.transpose(0, 1) for x in (ez, y_max, z_max))
     flat = r_nn.reshape(B, NT, NT * NT)
     c_nn = flat.amax(-1)  # [B, A]
     e_nn = (flat - c_nn[..., None]).exp()
     e_nn_t = e_nn.transpose(1, 2).contiguous()  # [B, NT*NT, A]
     for w in range(2, T + 1):
         n = T - w + 1
-        span = spans.diagonal(offset=w - 1, dim1=1, dim2=2)[..., None]  # [B, n, 1]
+        span = _width_spans(spans, w)
         if w == 2:
-            chart.store(w, w2 + span)
+            chart.store(w, w2.transpose(0, 1) + span)
             continue
         right_e, right_m = chart.rights(w)  # PN: A -> (word i) (span i+1..j)
-        parts = [_safe_log((ey[:, :n] * right_e[:, :, None, :]).sum(-1)) + y_max[:, :n] + right_m]
+        parts = [_safe_log((ey[:n] * right_e[:, :, None, :]).sum(-1)) + y_max[:n] + right_m]
         left_e, left_m = chart.lefts(w)  # NP: A -> (span i..j-1) (word j)
-        parts.append(_safe_log((ez[:, w - 1:] * left_e[:, :, None, :]).sum(-1)) + z_max[:, w - 1:] + left_m)
+        parts.append(_safe_log((ez[w - 1:] * left_e[:, :, None, :]).sum(-1)) + z_max[w - 1:] + left_m)
         if w >= 4:  # NN: sum the child pairs over the splits, then contract with the rules
             left_e, right_e, weight, big = chart.nn_splits(w)
-            pairs = (left_e * weight[..., None]).transpose(-1, -2) @ right_e  # [B, n, NT, NT]
-            parts.append(_safe_log(pairs.view(B, n, NT * NT) @ e_nn_t) + big + c_nn[:, None])
+            pairs = (left_e * weight[..., None]).transpose(-1, -2) @ right_e  # [n, B, NT, NT]
+            nn = ey.new_empty(n, B, NT)
+            torch.bmm(pairs.view(n, B, NT * NT).transpose(0, 1), e_nn_t, out=nn.transpose(0, 1))
+            parts.append(_safe_log(nn) + big + c_nn)
         chart.store(w, torch.logsumexp(torch.stack(parts), 0) + span)
     return chart, (ey, y_max, ez, z_max, e_nn, c_nn)
 
 
 def _sum_backward(state, grad_chart: torch.Tensor):
-    """The outside pass over :func:`_sum_forward`'s chart: gradients of ``(y, z, w2, r_nn, spans)``."""
+    """The outside pass over :func:`_sum_forward`'s chart: gradients of ``(ey, ez, w2, r_nn, spans)``."""
     chart, spans, (ey, y_max, ez, z_max, e_nn, c_nn) = state
-    B, T, _, NT = chart.log_sw.shape
-    g_sw = grad_chart.clone()  # d/d beta, accumulated from the parents (start, width layout)
-    g_ew = torch.zeros_like(g_sw)  # the same for right children (end, T - width layout)
-    d_y = torch.zeros_like(ey)
-    d_z = torch.zeros_like(ez)
+    T, B, _, NT = chart.log_sw.shape
+    # d/d beta, accumulated from the parents (start, width layout), and the same for right children (end,
+    # T - width layout)
+    g_sw = grad_chart.transpose(0, 1).contiguous()
+    g_ew = torch.zeros_like(g_sw)
     d_enn = torch.zeros_like(e_nn)
     d_spans = torch.zeros_like(spans)
-    d_w2 = torch.zeros(B, T - 1, NT, dtype=ey.dtype, device=ey.device)
+    d_w2 = ey.new_empty(B, T - 1, NT)
+    # the PN and NP splits' shares, kept per (word, child) slot and contracted with the children once at
+    # the end (one matrix product each instead of an outer product per width): h_pn[i, b, w - 2, A] of the
+    # span i..j (its right child i+1..j in e_sw[i + 1, b, w - 2]), h_np[j - 1, b, T - w + 1, A] (its left
+    # child i..j-1 in e_ew[j - 1, b, T - w + 1])
+    h_pn = ey.new_zeros(T - 1, B, T, NT)
+    h_np = ey.new_zeros(T - 1, B, T, NT)
     for w in range(T, 1, -1):
         n = T - w + 1
-        g = g_sw[:, :n, w - 1] + g_ew[:, w - 1:, T - w]  # [B, n, A]
-        d_spans.diagonal(offset=w - 1, dim1=1, dim2=2).copy_(g.sum(-1))
+        g = g_sw[:n, :, w - 1] + g_ew[w - 1:, :, T - w]  # [n, B, A]
+        d_spans.diagonal(offset=w - 1, dim1=1, dim2=2).copy_(g.sum(-1).transpose(0, 1))
         if w == 2:
-            d_w2.copy_(g)
+            d_w2.copy_(g.transpose(0, 1))
             break
         # each part's share is exp(part - base); with part = log(sum) + maxima, d/d sum = g exp(maxima - base)
-        base = chart.log_sw[:, :n, w - 1] - spans.diagonal(offset=w - 1, dim1=1, dim2=2)[..., None]
+        base = chart.log_sw[:n, :, w - 1] - _width_spans(spans, w)
         right_e, right_m = chart.rights(w)
-        h = g * (y_max[:, :n] + right_m - base).exp()  # [B, n, A]
-        d_y[:, :n].addcmul_(h[..., None], right_e[:, :, None, :])  # times ey at the end
-        g_sw[:, 1:n + 1, w - 2] += right_e * (h[:, :, None, :] @ ey[:, :n]).squeeze(2)
+        h = g * (y_max[:n] + right_m - base).exp()  # [n, B, A]
+        h_pn[:n, :, w - 2] = h
+        g_sw[1:n + 1, :, w - 2] += right_e * (h[:, :, None, :] @ ey[:n]).squeeze(2)
         left_e, left_m = chart.lefts(w)
-        h = g * (z_max[:, w - 1:] + left_m - base).exp()
-        d_z[:, w - 1:].addcmul_(h[..., None], left_e[:, :, None, :])
-        g_sw[:, 0:n, w - 2] += left_e * (h[:, :, None, :] @ ez[:, w - 1:]).squeeze(2)
+        h = g * (z_max[w - 1:] + left_m - base).exp()
+        h_np[w - 2:, :, T - w + 1] = h
+        g_sw[0:n, :, w - 2] += left_e * (h[:, :, None, :] @ ez[w - 1:]).squeeze(2)
         if w >= 4:
             left_e, right_e, weight, big = chart.nn_splits(w)
             left_w = left_e * weight[..., None]
-            pairs = left_w.transpose(-1, -2) @ right_e  # recomputed, [B, n, NT, NT]
-            h = g * (c_nn[:, None] + big - base).exp()
-            d_enn.baddbmm_(h.transpose(1, 2), pairs.view(B, n, NT * NT))  # in place: no [B, A, NT^2] temporary
-            q = (h @ e_nn).view(B, n, NT, NT)  # d/d pairs
-            g_sw[:, 0:n, 1:w - 2].addcmul_(left_w, right_e @ q.transpose(-1, -2))
-            g_ew[:, w - 1:, T - w + 2: T - 1].addcmul_(weight[..., None] * right_e, left_e @ q)
-    return d_y.mul_(ey), d_z.mul_(ez), d_w2, (d_enn * e_nn).view(B, NT, NT, NT), d_spans
+            pairs = (left_w.transpose(-1, -2) @ right_e).view(n, B, NT * NT).transpose(0, 1)  # recomputed
+            h = g * (c_nn + big - base).exp()
+            d_enn.baddbmm_(h.permute(1, 2, 0), pairs)  # in place: no [B, A, NT^2] temporary
+            q = ey.new_empty(n, B, NT * NT)  # d/d pairs
+            torch.bmm(h.transpose(0, 1), e_nn, out=q.transpose(0, 1))
+            q = q.view(n, B, NT, NT)
+            g_sw[0:n, :, 1:w - 2].addcmul_(left_w, right_e @ q.transpose(-1, -2))
+            g_ew[w - 1:, :, T - w + 2: T - 1].addcmul_(weight[..., None] * right_e, left_e @ q)
+    d_ey = ey.new_zeros(T, B, NT, NT)
+    d_ez = ez.new_zeros(T, B, NT, NT)
+    d_ey[:-1] = h_pn.transpose(-1, -2) @ chart.e_sw[1:]  # [T - 1, B, A, slots] @ [T - 1, B, slots, C]
+    d_ez[1:] = h_np.transpose(-1, -2) @ chart.e_ew[:-1]
+    return d_ey.transpose(0, 1), d_ez.transpose(0, 1), d_w2, (d_enn * e_nn).view(B, NT, NT, NT), d_spans
 
 
-def _sum_forward_state(y, z, w2, r_nn, spans):
-    chart, tables = _sum_forward(y, z, w2, r_nn, spans)
-    return chart.log_sw, (chart, spans, tables)
+def _sum_forward_state(ey, y_max, ez, z_max, w2, r_nn, spans):
+    chart, tables = _sum_forward(ey, y_max, ez, z_max, w2, r_nn, spans)
+    return chart.log_sw.transpose(0, 1), (chart, spans, tables)
 
 
 #: The torch tier's chart: ``(forward, backward)`` as :class:`InsideSum` calls them.
@@ -185,29 +212,29 @@ class InsideSum(torch.autograd.Function):
     """``(terms [B, T, P], rules [B, NT, S, S], spans [B, T, T], chart) -> chart [B, T(start), T(width-1), NT]``
     (``spans[b, i, j]``: the words ``i .. j``, the chart's own layout; :func:`run_inside` converts the fenceposts).
 
-    Word tables (:mod:`induce.kernels.inside_words`), then ``chart = (forward, backward)``: ``forward(y,
-    z, w2, r_nn, spans) -> (chart, state)`` fills the chart, ``backward(state, grad_chart)`` returns the
-    gradients of ``(y, z, w2, r_nn, spans)``: :data:`TORCH_CHART` here, the Triton kernels in
-    :mod:`induce.kernels.inside_triton`. The rules' gradient is one tensor, its four blocks written in place."""
+    Word tables (:func:`~induce.kernels.inside_words.sum_tables`), then ``chart = (forward, backward)``:
+    ``forward(ey, y_max, ez, z_max, w2, r_nn, spans) -> (chart, state)`` fills the chart from the scaled
+    tables, ``backward(state, grad_chart)`` returns the gradients of ``(ey, ez, w2, r_nn, spans)``:
+    :data:`TORCH_CHART` here, the Triton kernels in :mod:`induce.kernels.inside_triton`. The rules'
+    gradient is one tensor, its four blocks written in place."""
 
     @staticmethod
     def forward(ctx, terms, rules, spans, chart):  # type: ignore[override]
-        NT = rules.shape[1]
-        tables = sum_tables(terms, rules)  # left (y and q), z, w2 and the rule blocks' shifts
-        left, z, w2 = tables[:3]
-        out, state = chart[0](left[..., :NT], z, w2, rule_blocks(rules)[0], spans)
-        ctx.state, ctx.backward_chart = state, chart[1]
-        ctx.save_for_backward(terms, rules, *tables)
+        tables = sum_tables(terms, rules)
+        out, state = chart[0](tables.ey, tables.y_shift, tables.ez, tables.z_shift, tables.w2,
+                              rule_blocks(rules)[0], spans)
+        ctx.state, ctx.tables, ctx.backward_chart = state, tables, chart[1]
+        ctx.save_for_backward(terms, rules)
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_chart):  # type: ignore[override]
-        terms, rules, *tables = ctx.saved_tensors
-        d_y, d_z, d_w2, d_r_nn, d_spans = ctx.backward_chart(ctx.state, grad_chart)
+        terms, rules = ctx.saved_tensors
+        d_ey, d_ez, d_w2, d_r_nn, d_spans = ctx.backward_chart(ctx.state, grad_chart)
         d_rules = torch.empty_like(rules)
         rule_blocks(d_rules)[0].copy_(d_r_nn)
-        d_terms = sum_tables_backward(terms, rules, *tables, d_y, d_z, d_w2, d_rules)
+        d_terms = sum_tables_backward(terms, rules, ctx.tables, d_ey, d_ez, d_w2, d_rules)
         return d_terms, d_rules, d_spans, None
 
 

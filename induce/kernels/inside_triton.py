@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from induce.kernels._dispatch import KernelBackendError
-from induce.kernels.inside_torch import _Chart, run_inside
+from induce.kernels.inside_torch import run_inside
 from induce.kernels.inside_words import _max_out
 from induce.kernels.triton_base import _length_free_jit, _pow2
 
@@ -126,7 +126,7 @@ def _inside_sum_bwd_kernel(
     h = tl.where(ok, g * tl.exp(_row(y_max, (b * T + i) * NT, rows, ok, 0.0) + right_m - base), 0.0)
     e_y = tl.load(ey + (b * T + i) * NT * NT + tile, mask=tile_ok, other=0.0)
     dy_ptr = d_y + (b * T + i) * NT * NT + tile
-    tl.store(dy_ptr, tl.load(dy_ptr, mask=tile_ok, other=0.0) + h[:, None] * right_e[None, :] * e_y, mask=tile_ok)
+    tl.store(dy_ptr, tl.load(dy_ptr, mask=tile_ok, other=0.0) + h[:, None] * right_e[None, :], mask=tile_ok)
     child = g_ew + ((b * T + j) * T + T - w + 1) * NT + rows
     tl.store(child, tl.load(child, mask=ok, other=0.0) + right_e * tl.sum(h[:, None] * e_y, axis=0), mask=ok)
     # NP: the left child (span i..j-1) goes to the left-child rows (start i)
@@ -135,7 +135,7 @@ def _inside_sum_bwd_kernel(
     h = tl.where(ok, g * tl.exp(_row(z_max, (b * T + j) * NT, rows, ok, 0.0) + left_m - base), 0.0)
     e_z = tl.load(ez + (b * T + j) * NT * NT + tile, mask=tile_ok, other=0.0)
     dz_ptr = d_z + (b * T + j) * NT * NT + tile
-    tl.store(dz_ptr, tl.load(dz_ptr, mask=tile_ok, other=0.0) + h[:, None] * left_e[None, :] * e_z, mask=tile_ok)
+    tl.store(dz_ptr, tl.load(dz_ptr, mask=tile_ok, other=0.0) + h[:, None] * left_e[None, :], mask=tile_ok)
     child = g_sw + ((b * T + i) * T + w - 2) * NT + rows
     tl.store(child, tl.load(child, mask=ok, other=0.0) + left_e * tl.sum(h[:, None] * e_z, axis=0), mask=ok)
     # NN (w >= 4: the loops below are empty otherwise)
@@ -210,6 +210,28 @@ def _inside_max_fwd_kernel(
     tl.store(chart_ew + ((b * T + j) * T + T - w) * NT + rows, beta, mask=ok)
 
 
+class _Chart:
+    """The sum-mode chart as the kernels read it, batch-major: ``*_sw [B, T(start), T(width - 1), NT]``,
+    ``*_ew [B, T(end), T(T - width), NT]``, ``exp(beta - m)`` and the row maxima ``m`` (the torch tier's
+    :class:`~induce.kernels.inside_torch._Chart` in its own layout); ``log_sw`` keeps ``beta``."""
+
+    def __init__(self, B: int, T: int, NT: int, like: torch.Tensor):
+        self.log_sw = like.new_zeros(B, T, T, NT)
+        self.e_sw = like.new_zeros(B, T, T, NT)
+        self.e_ew = like.new_zeros(B, T, T, NT)
+        self.m_sw = like.new_zeros(B, T, T)
+        self.m_ew = like.new_zeros(B, T, T)
+
+    def store_two_words(self, beta: torch.Tensor) -> None:
+        """``beta [B, T - 1, NT]``: the spans of two words (the kernels fill the wider ones)."""
+        e, m = _max_out(beta)
+        self.log_sw[:, :-1, 1] = beta
+        self.e_sw[:, :-1, 1] = e
+        self.e_ew[:, 1:, -2] = e
+        self.m_sw[:, :-1, 1] = m.squeeze(-1)
+        self.m_ew[:, 1:, -2] = m.squeeze(-1)
+
+
 def _launch_sizes(NT: int) -> Tuple[int, int, int]:
     """``(NTP, BA, num_warps)``: the padded tile, the parents per block of rules (``BA * NTP^2 <= 4096``)
     and warps enough to hold the ``[NTP, NTP]`` tiles without spilling on sm_90 (the compile check)."""
@@ -221,19 +243,16 @@ def _contiguous(*tensors):
     return [t.contiguous() for t in tensors]
 
 
-def _sum_chart_forward(y, z, w2, r_nn, spans):
+def _sum_chart_forward(ey, y_max, ez, z_max, w2, r_nn, spans):
     """Triton twin of the torch tier's chart forward (``TORCH_CHART[0]``): same inputs, chart and state."""
-    B, T, NT, _ = y.shape
+    B, T, NT, _ = ey.shape
     ntp, ba, warps = _launch_sizes(NT)
-    chart = _Chart(B, T, NT, y)
-    ey, y_max = _max_out(y)
-    ez, z_max = _max_out(z)
-    y_max, z_max = y_max.squeeze(-1), z_max.squeeze(-1)
+    chart = _Chart(B, T, NT, ey)
     flat = r_nn.reshape(B, NT, NT * NT)
     c_nn = flat.amax(-1)
     e_nn = (flat - c_nn[..., None]).exp()
     ey, y_max, ez, z_max, e_nn, c_nn, spans = _contiguous(ey, y_max, ez, z_max, e_nn, c_nn, spans)
-    chart.store(2, w2 + spans.diagonal(offset=1, dim1=1, dim2=2)[..., None])
+    chart.store_two_words(w2 + spans.diagonal(offset=1, dim1=1, dim2=2)[..., None])
     for w in range(3, T + 1):
         n = T - w + 1
         _inside_sum_fwd_kernel[(B * n,)](

@@ -9,16 +9,21 @@ contracted with the words' preterminal scores once per position, before the char
 * ``w2 [B, T - 1, NT]``: the nonterminals over words ``i, i + 1`` (through ``q [B, T, NT, P]``,
   ``q[i, A, C] = logsumexp_B rules[A, B', C'] + terms[i, B]``).
 
-Sum mode (:func:`sum_tables` / :func:`sum_tables_backward`): matrix products in probability space
-with the maximum of each word row and of each rule column taken out (the sums are invariant to those
-shifts, so they carry no gradient), in chunks of sentences so that the ``exp`` of the rule blocks is
-never held for the whole batch; the backward pass is written out and fills one gradient tensor of the
-rules, block by block, instead of one per block. Max mode (:func:`max_tables`): ``max`` over the
-preterminal, differentiated by autograd (the gradient goes to the argmax).
+Sum mode (:func:`sum_tables` / :func:`sum_tables_backward`): matrix products in probability space,
+``[T, P] @ [P, NT * S]`` per sentence, with the maximum of each word's preterminal scores and of each
+parent's rule block taken out; the tables stay in probability space, scaled, with a shift per row
+(``y = log(ey) + y_shift``: the chart multiplies them, no log and exp in between), so an entry more
+than ~87 nats below its row's reference (the word's best preterminal with the parent's best rule of
+the block) is 0 in float32. The results are invariant to the shifts, so they carry no gradient. The
+tables live position-major (``[T, B, ...]`` storage behind ``[B, T, ...]`` views, as the torch tier's
+chart reads them); the scaled rule blocks are kept for the backward pass, which is written out and fills
+one gradient tensor of the rules, block by block, instead of one per block. Max mode
+(:func:`max_tables`): ``max`` over the preterminal, differentiated by autograd (the gradient goes to the
+argmax).
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import NamedTuple, Tuple
 
 import torch
 
@@ -55,85 +60,123 @@ def _chunks(rules: torch.Tensor):
     return [slice(start, min(start + step, B)) for start in range(0, B, step)]
 
 
-def _shifts(rules: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """The maxima the blocks are scaled by: over the left preterminal, ``[B, A, S]`` (the P'N and
-    P'P' blocks' columns), and over the right preterminal, ``[B, A, NT]`` (the NP' block's rows).
-    Reduced over whole rows of the rule tensor (a reduction over a block view is several times slower),
-    the first as a running maximum over the preterminal rows (half the time of ``amax(2)`` at 30/60)."""
+def _block_shifts(rules: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per parent, the largest score of each block with a preterminal child: ``(k_y, k_q, k_z)``, each
+    ``[B, NT]``, of P'N, P'P' and NP'. The first two from a running maximum over the preterminal rows
+    (whole rows of the rule tensor: a reduction over a block view is several times slower)."""
     NT = rules.shape[1]
     rows = rules[:, :, NT:].unbind(2)  # [B, A, S] each
     left = rows[0].clone()
     for row in rows[1:]:
         torch.maximum(left, row, out=left)
-    return left, rules[:, :, :NT, NT:].amax(3)
+    return left[..., :NT].amax(-1), left[..., NT:].amax(-1), rules[:, :, :NT, NT:].amax(3).amax(2)
 
 
-def _right_exp(r: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    """``r [b, A, B, C']`` (right child a preterminal) as ``exp(r - c)`` laid out ``[b, A*B, P]`` (``c [b, A, B]``)."""
-    return (r - c[..., None]).exp_().reshape(r.shape[0], -1, r.shape[3])
+class SumTables(NamedTuple):
+    """The word tables of the sum mode in probability space, each row with its shift (log space):
+    ``y = log(ey) + y_shift[..., None]``, the same for ``z``; ``w2`` in log space.
+
+    ``ey, ez [B, T, NT, NT]`` (``ey`` a view of ``left``), ``y_shift, z_shift [B, T, NT]``, ``w2 [B, T - 1, NT]``;
+    for the backward pass: ``left [B, T, NT, S]`` (``ey`` and ``q``, ``exp(q - shift)``, from one product),
+    ``w2_sum [B, T - 1, NT]`` (``w2``'s sum before its log), the words' ``e_terms [B, T, P]`` and the scaled
+    rule blocks the tables were contracted with, ``e_left [B, P, NT, S]`` and ``e_right [B, NT * NT, P]``
+    (:func:`_left_exp`, :func:`_right_exp`: kept rather than recomputed, ~1 MB a sentence at 30 / 60)."""
+
+    ey: torch.Tensor
+    y_shift: torch.Tensor
+    ez: torch.Tensor
+    z_shift: torch.Tensor
+    w2: torch.Tensor
+    left: torch.Tensor
+    w2_sum: torch.Tensor
+    e_terms: torch.Tensor
+    e_left: torch.Tensor
+    e_right: torch.Tensor
+
+
+def _left_exp(rules: torch.Tensor, cb: slice, k_left: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``exp(rules[cb, A, NT + p, X] - k_left[cb, A, X])`` (left child a preterminal) laid out ``[b, P, A, S]``
+    in ``out``, so that one matrix product per sentence contracts it with the words' preterminals."""
+    NT = rules.shape[1]
+    torch.sub(rules[cb, :, NT:].transpose(1, 2), k_left[cb, None], out=out)
+    return out.exp_()
+
+
+def _right_exp(rules: torch.Tensor, cb: slice, k_z: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``exp(rules[cb, A, B, NT + p] - k_z[cb, A])`` (right child a preterminal), ``[b, A * B, P]`` in ``out``."""
+    NT = rules.shape[1]
+    b = out.shape[0]
+    torch.sub(rules[cb, :, :NT, NT:], k_z[cb, :, None, None], out=out.view(b, NT, NT, -1))
+    return out.exp_()
 
 
 @torch.no_grad()
-def sum_tables(terms: torch.Tensor, rules: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-    """``(left, z, w2, left_c, right_c)`` in the sum semiring, the last two the shifts of :func:`_shifts`
-    (no graph; see :func:`sum_tables_backward`, which takes them all).
+def sum_tables(terms: torch.Tensor, rules: torch.Tensor) -> SumTables:
+    """The sum mode's word tables (no graph; :func:`sum_tables_backward` is their backward pass).
 
-    ``y`` and ``q`` come from the lower rows of the rules (left child a preterminal, ``[b, A, P, S]``)
-    in one product: ``left [B, T, A, S]``, ``y = left[..., :NT]``, ``q = left[..., NT:]``."""
+    A block's entries are scaled by the parent's largest entry of the block (``k_y, k_q, k_z``) and a
+    word's preterminal scores by their maximum, so a table entry is exact unless it lies more than
+    ~87 nats below that reference (float32; it is then 0, as the chart's clamped sums are). ``y`` and
+    ``q`` come from one matrix product per sentence, ``[T, P] @ [P, NT * S]``; ``z`` from
+    ``[T, P] @ [P, NT * NT]``; ``w2`` sums ``q`` against the next word's preterminals."""
     B, T, P = terms.shape
     NT = rules.shape[1]
     S = NT + P
-    left = terms.new_empty(B, T, NT, S)
-    z = terms.new_empty(B, T, NT, NT)
     e_terms, t_max = _max_out(terms)  # [B, T, P], [B, T, 1]
-    _, _, r_np, _ = rule_blocks(rules)
-    left_c, right_c = _shifts(rules)
-    for cb in _chunks(rules):
-        et, tm = e_terms[cb], t_max[cb, :, :, None]
-        c = left_c[cb]  # [b, A, S]
-        e = (rules[cb, :, NT:] - c[:, :, None]).exp_()  # [b, A, P, S]
-        left[cb] = _safe_log(et[:, None] @ e).transpose(1, 2) + tm + c[:, None]  # [b, A, T, S] -> [b, T, A, S]
-        c = right_c[cb]
-        z[cb] = _safe_log(_right_exp(r_np[cb], c) @ et.transpose(1, 2)).view(-1, NT, NT, T).permute(0, 3, 1, 2)
-        z[cb] += tm + c[:, None]
-    w2 = torch.logsumexp(left[:, :-1, :, NT:] + terms[:, 1:, None, :], dim=-1)
-    return left, z, w2, left_c, right_c
+    k_y, k_q, k_z = _block_shifts(rules)
+    k_left = torch.cat([k_y[..., None].expand(-1, -1, NT), k_q[..., None].expand(-1, -1, P)], -1)  # [B, A, S]
+    # position-major storage ([T, B, ...], seen as [B, T, ...]): the torch tier's chart reads a width's
+    # spans of every sentence as one batch of matrices
+    left = terms.new_empty(T, B, NT, S).transpose(0, 1)
+    ez = terms.new_empty(T, B, NT, NT).transpose(0, 1)
+    e_left = terms.new_empty(B, P, NT, S)
+    e_right = terms.new_empty(B, NT * NT, P)
+    for cb in _chunks(rules):  # a chunk's scaled blocks are contracted while they are in the cache
+        b = cb.stop - cb.start
+        e = _left_exp(rules, cb, k_left, e_left[cb])
+        torch.matmul(e_terms[cb], e.view(b, P, NT * S), out=left[cb].view(b, T, NT * S))
+        e = _right_exp(rules, cb, k_z, e_right[cb])
+        torch.matmul(e_terms[cb], e.transpose(1, 2), out=ez[cb].view(b, T, NT * NT))
+    w2_sum = (left[:, :-1, :, NT:] * e_terms[:, 1:, None, :]).sum(-1)  # [B, T - 1, NT]
+    w2 = _safe_log(w2_sum) + t_max[:, :-1] + t_max[:, 1:] + k_q[:, None]
+    return SumTables(left[..., :NT], t_max + k_y[:, None], ez, t_max + k_z[:, None], w2, left, w2_sum, e_terms,
+                     e_left, e_right)
 
 
 @torch.no_grad()
-def sum_tables_backward(terms, rules, left, z, w2, left_c, right_c, d_y, d_z, d_w2, d_rules) -> torch.Tensor:
-    """Gradient of :func:`sum_tables` for upstream ``d_y, d_z, d_w2``: returns ``d_terms [B, T, P]`` and
-    writes the P'N, NP' and P'P' blocks of ``d_rules [B, NT, S, S]`` (its NN block is left alone).
+def sum_tables_backward(terms: torch.Tensor, rules: torch.Tensor, tables: SumTables, d_ey: torch.Tensor,
+                        d_ez: torch.Tensor, d_w2: torch.Tensor, d_rules: torch.Tensor) -> torch.Tensor:
+    """Gradient of :func:`sum_tables` for upstream ``d_ey, d_ez`` (with respect to the scaled tables, the
+    shifts held: the result does not depend on them) and ``d_w2``: returns ``d_terms [B, T, P]`` and writes
+    the P'N, NP' and P'P' blocks of ``d_rules [B, NT, S, S]`` (its NN block is left alone).
 
-    With ``H = d_out / S`` (``S`` the sum before the log, ``= exp(out - shifts)``), a left-word table
-    gives ``d e = e_terms^T @ H`` (times ``e`` for the log rules) and ``d e_terms = H @ e^T`` (times
-    ``e_terms`` for the log terms); the right-word table is the transpose."""
-    T = terms.shape[1]
+    A table ``G = e_terms @ E`` gives ``d E = e_terms^T @ d G`` (times ``E`` for the log rules) and
+    ``d e_terms = d G @ E^T`` (times ``e_terms`` for the log terms), chunk by chunk of sentences."""
+    B, T, P = terms.shape
     NT = rules.shape[1]
-    e_terms, t_max = _max_out(terms)
-    d_terms = torch.zeros_like(terms)
-    # w2 = logsumexp_C q[i, A, C] + terms[i + 1, C]
-    share = (left[:, :-1, :, NT:] + terms[:, 1:, None, :] - w2[..., None]).exp() * d_w2[..., None]  # [B, T-1, A, P]
-    d_terms[:, 1:] += share.sum(2)
-    d_left = torch.zeros_like(left)  # [B, T, A, S]: d_y, then the two-word table's gradient
-    d_left[..., :NT] = d_y
-    d_left[:, :-1, :, NT:] = share
-    _, _, r_np, _ = rule_blocks(rules)
-    _, _, d_np, _ = rule_blocks(d_rules)
+    S = NT + P
+    left, e_terms = tables.left, tables.e_terms
+    tiny = torch.finfo(left.dtype).tiny
+    # w2 = log(sum_C q[i, A, C] e_terms[i + 1, C]) + shifts: d/d sum = d_w2 / sum (0 where the log clamped it)
+    h = torch.where(tables.w2_sum >= tiny, d_w2 / tables.w2_sum, torch.zeros_like(d_w2))  # [B, T - 1, A]
+    d_left = torch.empty_like(left)
+    d_left[..., :NT] = d_ey
+    torch.mul(h[..., None], e_terms[:, 1:, None, :], out=d_left[:, :-1, :, NT:])
+    d_left[:, -1, :, NT:] = 0
+    d_et = torch.zeros_like(e_terms)
+    d_et[:, 1:] = (h[..., None] * left[:, :-1, :, NT:]).sum(2)
     for cb in _chunks(rules):
-        et, tm = e_terms[cb], t_max[cb, :, :, None]
-        c = left_c[cb]
-        e = (rules[cb, :, NT:] - c[:, :, None]).exp_()  # [b, A, P, S]
-        h = (d_left[cb] * (tm + c[:, None] - left[cb]).exp()).transpose(1, 2)  # [b, A, T, S]
-        torch.mul(et.transpose(1, 2)[:, None] @ h, e, out=d_rules[cb, :, NT:])
-        d_et = (h @ e.transpose(2, 3)).sum(1)  # [b, T, P]
-        c = right_c[cb]
-        e = _right_exp(r_np[cb], c)  # [b, A*B, P]
-        h = (d_z[cb] * (tm + c[:, None] - z[cb]).exp()).reshape(-1, T, NT * NT)  # [b, T, A*B]
-        torch.mul((h.transpose(1, 2) @ et).view_as(d_np[cb]), e.view_as(d_np[cb]), out=d_np[cb])
-        d_et += h @ e
-        d_terms[cb] += d_et * et
-    return d_terms
+        b = cb.stop - cb.start
+        et = e_terms[cb]
+        e = tables.e_left[cb]
+        g = d_left[cb].view(b, T, NT * S)
+        d_et[cb] += g @ e.view(b, P, NT * S).transpose(1, 2)
+        torch.mul((et.transpose(1, 2) @ g).view(b, P, NT, S), e, out=d_rules[cb, :, NT:].transpose(1, 2))
+        e = tables.e_right[cb]
+        g = d_ez[cb].reshape(b, T, NT * NT)
+        d_et[cb] += g @ e
+        torch.mul((g.transpose(1, 2) @ et).view(b, NT, NT, P), e.view(b, NT, NT, P), out=d_rules[cb, :, :NT, NT:])
+    return d_et.mul_(e_terms)
 
 
 def max_tables(terms: torch.Tensor, rules: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
