@@ -289,9 +289,35 @@ def test_bad_shapes_name_the_argument(change, message):
 
 
 @pytest.mark.parametrize("backend", ["reference", "torch"])
-def test_one_word_sentences_are_refused(backend):
+def test_one_word_sentences_score_minus_inf_without_gradient(backend):
+    """As the dense op: no binary derivation, -inf, no gradient, marginals 0; the padding never reaches a number."""
     g = grammar(2, 4, 3, 4, 5, seed=0)
-    with pytest.raises(InduceError, match=r"lengths\[1\] = 1 .*one-word"):
-        K.inside_lowrank(**g, lengths=lens(4, 1), backend=backend)
-    with pytest.raises(InduceError, match=r"lengths\[0\] = 5"):
+    g["terms"] = g["terms"].clone()
+    g["terms"][1, 1:] = float("nan")  # the one-word sentence's padding
+    leaves = {k: v.clone().requires_grad_() for k, v in g.items()}
+    out = K.inside_lowrank(**leaves, lengths=lens(4, 1), backend=backend)
+    assert out[1].item() == float("-inf") and torch.isfinite(out[0])
+    out[0].backward()
+    assert all(torch.isfinite(v.grad).all() for v in leaves.values())
+    assert leaves["terms"].grad[1].abs().sum() == 0
+    clean = {k: v for k, v in g.items() if k != "terms"}
+
+    def log_partition(span_scores):
+        return K.inside_lowrank(g["terms"].nan_to_num(), **clean, lengths=lens(4, 1), span_scores=span_scores,
+                                backend=backend)
+
+    marginals = K.span_marginals(log_partition, g["terms"])
+    assert marginals[1].abs().sum() == 0 and marginals[0].abs().sum() > 0
+    with pytest.raises(InduceError, match=r"lengths\[0\] = 5 is outside 1\.\.4"):
         K.inside_lowrank(**g, lengths=lens(5, 2), backend=backend)
+
+
+def test_one_word_batches_score_minus_inf():
+    g = grammar(2, 1, 3, 4, 5, seed=0)
+    leaves = {k: v.clone().requires_grad_() for k, v in g.items()}
+    out = K.inside_lowrank(**leaves, lengths=lens(1, 1), backend="torch")
+    assert (out == float("-inf")).all()
+    out.masked_fill(torch.isinf(out), 0.0).sum().backward()
+    assert leaves["terms"].grad.abs().sum() == 0
+
+

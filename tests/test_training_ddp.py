@@ -126,3 +126,43 @@ def test_ctrl_c_under_torchrun_then_resume_is_exact_with_dropout(tmp_path):
     assert meta["trainer"]["world_size"] == 2 and meta["config"]["model"]["dropout"] > 0
     keys = [k for k in a if k.startswith(("model.", "optim."))]
     assert keys and [k for k in keys if not torch.equal(a[k], b[k])] == []
+
+
+PCFG = ["model.nt_states=2", "model.t_states=3", "model.state_dim=8", "data.batch_size=4", "data.eval_batch_size=4",
+        "train.seed=3", "train.log_interval=2", "data.max_length=8", "train.dev_f1=false", "optim.optimizer=sgd",
+        "optim.lr=0.1", "data.curriculum_start=4", "data.curriculum_step=4"]
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
+@pytest.mark.parametrize("model", ["npcfg", "tnpcfg"])
+def test_sentence_level_models_under_two_processes_match_one_process(tmp_path, model):
+    """The sentence-level objective under torchrun: each process takes every other sentence of a batch, and
+    a batch that splits unevenly (epoch 1: 7 sentences of at most 4 words, batches of 4 and 3) still
+    gives the whole batch's mean gradient (each process divides its sum by the batch's share)."""
+    corpus = make_corpus(tmp_path / "corpora", train=30, valid=5, test=3)
+    overrides = PCFG + (["model.rank=4"] if model == "tnpcfg" else [])
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               "-m", "induce.cli.main", "train", "--model", model, "--corpus", str(corpus),
+               "--out", str(tmp_path / "ddp"), "--max-epochs", "2", "--device", "cpu", "--no-progress", *overrides]
+    done = subprocess.run(command, cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == [str(tmp_path / "ddp")]  # the summary once (rank 0), not per process
+    assert done.stderr.count("best valid ppl") == 1
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cfg = load_config(model, overrides=overrides + [f"data.corpus={corpus}", "train.epochs=2", "train.device=cpu"])
+        train(cfg, tmp_path / "single", console=Console(quiet=True), progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    ddp_tensors, ddp_meta = load_checkpoint(tmp_path / "ddp" / "last")
+    one_tensors, _ = load_checkpoint(tmp_path / "single" / "last")
+    assert ddp_meta["trainer"]["world_size"] == 2
+    keys = [k for k in one_tensors if k.startswith("model.")]
+    for key in keys:
+        torch.testing.assert_close(ddp_tensors[key], one_tensors[key], rtol=1e-5, atol=1e-6)
+    ddp_lines = [json.loads(line) for line in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
+    one_lines = [json.loads(line) for line in (tmp_path / "single" / "metrics.jsonl").read_text().splitlines()]
+    assert [(a["steps"], a["train_tokens"]) for a in ddp_lines] == [(b["steps"], b["train_tokens"]) for b in one_lines]
+    for a, b in zip(ddp_lines, one_lines):
+        assert a["valid_loss"] == pytest.approx(b["valid_loss"], rel=1e-6)

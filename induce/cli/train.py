@@ -54,6 +54,7 @@ def train_command(
     values (data.bptt_bucket, chosen and printed at the start); train.cuda_graphs=false turns it
     off. On a CPU nothing changes.
     """
+    from induce.training.ddp import env_is_main
     from induce.training.launch import TrainFlags, train_or_resume
 
     console = Console(stderr=True)
@@ -61,6 +62,8 @@ def train_command(
                        tensorboard=tensorboard)
     result = train_or_resume(flags, model=model, config=config, overrides=overrides or (), out=out, corpus=corpus,
                              resume=resume, force=force, console=console, progress=progress)
+    if not env_is_main():  # under torchrun the summary is rank 0's (every process returns the same run)
+        return
     console.print(
         f"{result.run_dir}: {result.epochs_done} epochs ({result.stop_reason}), best valid ppl "
         f"{result.best_valid_ppl:.2f}",

@@ -218,8 +218,9 @@ def inside_lowrank(
     ``head`` over ``r`` and ``left``, ``right`` over the symbols, which makes each ``rules[a]`` sum to 1;
     this op does not check it (it computes the partition of whatever weights it is given). Factors
     expanded over the batch (stride 0, one grammar for all sentences) are used once, not per sentence.
-    ``lengths [B]``: integers in ``2 .. N`` (a one-word sentence has no binary derivation; Kim et al.
-    and TN-PCFG skip them too). A span of one word holds a preterminal, a longer span a nonterminal.
+    ``lengths [B]``: integers in ``1 .. N``. A span of one word holds a preterminal, a longer span a
+    nonterminal, so a one-word sentence has no binary derivation: it scores ``-inf``, with no gradient and
+    marginals 0, as in :func:`inside` (Kim et al. and TN-PCFG skip such sentences in training).
 
     ``span_scores [B, N + 1, N + 1]`` (optional; spans as in the module docstring) adds
     ``span_scores[b, i, j]`` to every derivation with a constituent over the words ``i .. j-1``. Its

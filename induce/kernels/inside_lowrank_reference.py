@@ -51,12 +51,9 @@ def check_inputs(terms: torch.Tensor, roots: torch.Tensor, head: torch.Tensor, l
     if span_scores is not None and tuple(span_scores.shape) != (B, N + 1, N + 1):
         raise InsideInputError(f"inside_lowrank: span_scores must be [B, N + 1, N + 1] = [{B}, {N + 1}, {N + 1}], "
                                f"got shape {tuple(span_scores.shape)}")
-    if B and (int(lengths.min()) < 2 or int(lengths.max()) > N):
-        bad = int(((lengths < 2) | (lengths > N)).nonzero()[0, 0])
-        raise InsideInputError(
-            f"inside_lowrank: lengths[{bad}] = {int(lengths[bad])} is outside 2..{N} (N from terms): a one-word "
-            "sentence has no binary derivation (the root rewrites to a nonterminal, which must branch); "
-            "filter such sentences out, as Kim et al.'s train.py does")
+    if B and (int(lengths.min()) < 1 or int(lengths.max()) > N):
+        bad = int(((lengths < 1) | (lengths > N)).nonzero()[0, 0])
+        raise InsideInputError(f"inside_lowrank: lengths[{bad}] = {int(lengths[bad])} is outside 1..{N} (N from terms)")
     return B, N, NT, T, r
 
 
@@ -95,5 +92,8 @@ def inside_lowrank(
                     per_split.append(left_rank + right_rank)
                 rank = torch.logsumexp(torch.stack(per_split), dim=0)  # [r]
                 chart[i, j] = torch.logsumexp(head[b] + rank[None, :], dim=1) + span_score(i, j)  # [NT]
+        if n < 2:  # the root rewrites to a nonterminal, which must branch: no derivation of one word
+            out.append(terms.new_tensor(float("-inf")))
+            continue
         out.append(torch.logsumexp(roots[b] + chart[0, n], dim=0))
     return torch.stack(out) if out else terms.new_zeros((0,))

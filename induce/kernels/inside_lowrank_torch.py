@@ -268,6 +268,10 @@ def inside_lowrank_with(
     if B == 0:
         return terms.new_zeros((0,)).to(out_dtype)
     lengths = lengths.to(terms.device)
+    one_word = lengths < 2  # no derivation: -inf and no gradient, as the dense op (run as two words, then masked)
+    if N < 2:  # every sentence has one word
+        anchor = 0.0 * sum(x.sum() for x in (terms, roots, head, left, right))  # keeps the graph: zero gradients
+        return (terms.new_full((B,), float("-inf")) + anchor).to(out_dtype)
     inside = torch.arange(N, device=terms.device)[None, :] < lengths[:, None]  # [B, N]
     terms = terms.masked_fill(~inside[..., None], 0.0)  # padding: finite, and no gradient
     if span_scores is not None:
@@ -276,6 +280,7 @@ def inside_lowrank_with(
         valid = (fence[None, :, None] < fence[None, None, :]) & (fence[None, None, :] <= lengths[:, None, None])
         span_scores = span_scores.masked_fill(~valid, 0.0)
         terms = terms + span_scores.diagonal(1, 1, 2)[..., None]  # width-1 spans: the preterminal scores
+    lengths = lengths.clamp_min(2)  # after the masks: a one-word sentence's padding stays zero
     shared = _shared(head) and _shared(left) and _shared(right)
     head_b, left_b, right_b = (_batch_factor(x, shared) for x in (head, left, right))
     # leaves: log sum_p exp(terms[i, p]) V[NT + p, :] (and W), one product for both
@@ -284,7 +289,7 @@ def inside_lowrank_with(
     root_rank = torch.logsumexp(roots[:, :, None] + head, dim=1)  # [B, r]
     log_z = _LowRankInside.apply(leaf[..., :r].contiguous(), leaf[..., r:].contiguous(), mat1, mat2, offset,
                                  root_rank, span_scores, lengths, merge_fwd, merge_bwd)
-    return log_z.to(out_dtype)
+    return torch.where(one_word, torch.full_like(log_z, float("-inf")), log_z).to(out_dtype)
 
 
 def inside_lowrank(

@@ -111,16 +111,12 @@ class TNPCFG(LanguageModel):
 
     @torch.no_grad()
     def parse_structure(self, tokens: torch.Tensor, lengths: torch.Tensor) -> dict:
-        """``{"span_posteriors": [B, N + 1, N + 1, 1]}``: the span marginals. One-word sentences get zeros."""
-        batch, n = tokens.shape
-        if n < 2:  # every sentence has one word: nothing to compute
-            return {"span_posteriors": torch.zeros(batch, n + 1, n + 1, 1, device=tokens.device)}
+        """``{"span_posteriors": [B, N + 1, N + 1, 1]}``: the span marginals (zeros for a one-word sentence,
+        which has no derivation)."""
         terms, roots, head, left, right = (x.detach() for x in self.grammar(tokens))
-        # The kernel takes lengths of 2 or more: one-word sentences run as two words, their marginals zeroed.
-        scored = lengths.clamp_min(2)
         structure = grammar_structure(
-            lambda s: inside_lowrank(terms, roots, head, left, right, scored, span_scores=s), terms, scored)
-        return {"span_posteriors": structure * (lengths >= 2).view(-1, 1, 1, 1)}
+            lambda s: inside_lowrank(terms, roots, head, left, right, lengths, span_scores=s), terms, lengths)
+        return {"span_posteriors": structure}
 
     def forward(self, tokens, state, gold_spans=None) -> LMOutput:
         raise NotImplementedError(f"{self.name} is trained sentence by sentence (sentence_loss)")

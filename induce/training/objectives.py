@@ -171,16 +171,20 @@ class StreamLM(Objective):
 
 
 class SentenceLoss(nn.Module):
-    """``forward(tokens [B, T], lengths [B]) -> (loss, summed per-sentence loss)``: the mean of the model's
-    ``sentence_loss`` over the batch (what DDP wraps), and its sum (detached) for the running loss."""
+    """``forward(tokens [B, T], lengths [B], share=None) -> (loss, summed per-sentence loss)``: the sum of the
+    model's ``sentence_loss`` over the rows divided by ``share`` (what DDP wraps; default ``B``: the mean),
+    and the sum (detached) for the running loss. Under DDP ``share`` is the whole batch's sentence count over
+    the number of processes, so that DDP's average of the processes' gradients is the gradient of the whole
+    batch's mean, however unevenly the batch splits."""
 
     def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor,
+                share: Optional[float] = None) -> tuple[torch.Tensor, torch.Tensor]:
         per_sentence = self.model.sentence_loss(tokens, lengths).float()
-        return per_sentence.mean(), per_sentence.detach().sum()
+        return per_sentence.sum() / (share if share is not None else per_sentence.shape[0]), per_sentence.detach().sum()
 
 
 class SentenceLevel(Objective):
@@ -196,7 +200,7 @@ class SentenceLevel(Objective):
         t.train_sentences, t.valid_sentences = encode("train"), encode("valid")
         if not t.train_sentences or not t.valid_sentences:
             raise InduceError(f"{t.corpus.path}: the train or valid split has no sentence")
-        t.epoch_batches, t.batches_epoch = [], None
+        t.epoch_batches, t.epoch_batch_sizes, t.batches_epoch = [], [], None
         return SentenceLoss(t.model)
 
     def length_cap(self, config, epoch: int) -> Optional[int]:
@@ -210,7 +214,8 @@ class SentenceLevel(Objective):
     def batches(self, t, epoch: int) -> list[list[int]]:
         """Epoch ``epoch``'s batches: the sentences under the cap sorted by length (ties by position), cut
         into ``data.batch_size``, in an order drawn from ``default_rng([train.seed, epoch])``; under DDP each
-        process takes every ``W``-th sentence of each batch (batches of fewer than ``W`` sentences dropped)."""
+        process takes every ``W``-th sentence of each batch (batches of fewer than ``W`` sentences dropped).
+        The whole batches' sizes go to ``t.epoch_batch_sizes`` (each step's loss divides by its share)."""
         cfg, ctx = t.config, t.ctx
         cap = self.length_cap(cfg, epoch)
         lengths = [len(s) for s in t.train_sentences]
@@ -218,7 +223,9 @@ class SentenceLevel(Objective):
         size = cfg.data.batch_size
         batches = [keep[start : start + size] for start in range(0, len(keep), size)]
         order = np.random.default_rng([cfg.train.seed, epoch]).permutation(len(batches))
-        shards = [batches[i][ctx.rank :: ctx.world_size] for i in order if len(batches[i]) >= ctx.world_size]
+        kept = [i for i in order if len(batches[i]) >= ctx.world_size]
+        shards = [batches[i][ctx.rank :: ctx.world_size] for i in kept]
+        t.epoch_batch_sizes = [len(batches[i]) for i in kept]
         if not shards:
             raise InduceError(f"epoch {epoch}: no training sentence of at most {cap} words "
                               f"(data.max_length / data.curriculum_start)")
@@ -255,7 +262,7 @@ class SentenceLevel(Objective):
         t.optimizer.zero_grad(set_to_none=True)
         autocast = cfg.train.amp and t.device.type == "cuda"
         with torch.autocast(t.device.type, dtype=torch.bfloat16, enabled=autocast):
-            loss, summed = t.loss_module(tokens, lengths)
+            loss, summed = t.loss_module(tokens, lengths, t.epoch_batch_sizes[loop.position] / t.ctx.world_size)
         loss.backward()
         clip_gradients(t.optimizer, params, cfg.optim.clip)
         t.optimizer.step()
