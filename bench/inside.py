@@ -12,10 +12,10 @@ At ``B`` sentences of ``T`` words (all of length ``T``), ``--nonterminals`` / ``
   forward and the walk back down the best tree), what ``--decoder viterbi`` needs;
 * ``marginals``: :func:`induce.kernels.span_marginals`, what MBR decoding needs.
 
-The calls are interleaved (one of each per round, ``--repeats`` rounds after one warm-up round) and
-medians reported, so load from other processes affects every column alike; the ratios compare the
-same rounds. Inputs are PCFG-normalised random scores (``log_softmax`` of normal draws), and the
-two log partitions are checked to agree.
+The calls are interleaved (one of each per round, ``--repeats`` rounds after one warm-up round, the order
+rotating by one call each round) and medians reported, so load from other processes affects every column
+alike; the ratios compare the same rounds. Inputs are PCFG-normalised random scores (``log_softmax`` of
+normal draws), and the two log partitions are checked to agree.
 
 Peak memory: a fresh ``python bench/inside.py --probe NAME T`` process per entry builds the inputs,
 runs the call once (warm-up), resets its peak resident set (``echo 5 > /proc/self/clear_refs``),
@@ -120,12 +120,16 @@ def check_agreement(inp: Dict[str, torch.Tensor], tier: str) -> Optional[float]:
 
 
 def time_interleaved(fns: Dict[str, Callable], repeats: int) -> Dict[str, float]:
-    """Median seconds of each call over ``repeats`` rounds (one warm-up round first)."""
+    """Median seconds of each call over ``repeats`` rounds (one warm-up round first). The order rotates by
+    one call each round, so that no call always runs right after torch-struct's (which streams ~4 GB at
+    T = 30 and leaves the caches cold: the call after it ran ~9% slower at the median, with a wider spread)."""
     samples: Dict[str, list] = {name: [] for name in fns}
+    names = list(fns)
     for round_ in range(repeats + 1):
-        for name, fn in fns.items():
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
             start = time.perf_counter()
-            fn()
+            fns[name]()
             if round_:
                 samples[name].append(time.perf_counter() - start)
     return {name: statistics.median(s) for name, s in samples.items()}
