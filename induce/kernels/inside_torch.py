@@ -252,6 +252,9 @@ def _max_forward(y, z, w2, r_nn, spans):
     B, T, NT, _ = y.shape
     chart_sw = y.new_zeros(B, T, T, NT)
     chart_ew = y.new_zeros(B, T, T, NT)
+    # the word tables with the child's nonterminal before the parent's: the max over it runs over an outer
+    # dimension (:func:`_outer_max`)
+    y_t, z_t = y.transpose(-1, -2).contiguous(), z.transpose(-1, -2).contiguous()  # [B, T, child, A]
     flat_rules = r_nn.reshape(B, NT, NT * NT)
     # at least one span's sums: over the rules (NT^3) and over the splits ((T - 3) NT^2)
     scratch = y.new_empty(max(_MAX_SCRATCH, B * NT * NT * max(NT, T - 3))) if T >= 4 else None
@@ -262,10 +265,10 @@ def _max_forward(y, z, w2, r_nn, spans):
         if w == 2:
             beta = w2
         else:
-            sums = tiles[0, : B * n * NT * NT].view(B, n, NT, NT)
-            beta = torch.add(y[:, :n], chart_sw[:, 1:n + 1, w - 2][:, :, None, :], out=sums).amax(-1)  # PN
-            torch.add(z[:, w - 1:], chart_sw[:, 0:n, w - 2][:, :, None, :], out=sums)  # NP: (i..j-1) (word j)
-            torch.maximum(beta, sums.amax(-1), out=beta)
+            sums = tiles[0, : B * n * NT * NT].view(B, n, NT, NT)  # [B, n, child, A]
+            beta = _outer_max(torch.add(y_t[:, :n], chart_sw[:, 1:n + 1, w - 2][..., None], out=sums))  # PN
+            torch.add(z_t[:, w - 1:], chart_sw[:, 0:n, w - 2][..., None], out=sums)  # NP: (i..j-1) (word j)
+            torch.maximum(beta, _outer_max(sums), out=beta)
             if w >= 4:  # NN: the best child pair over the splits, then the rules
                 pairs = _best_pairs(chart_sw[:, 0:n, 1:w - 2], chart_ew[:, w - 1:, T - w + 2: T - 1],
                                     tiles[1, : B * n * NT * NT].view(B, n, NT, NT), scratch)
@@ -274,6 +277,21 @@ def _max_forward(y, z, w2, r_nn, spans):
         chart_sw[:, :n, w - 1] = beta
         chart_ew[:, w - 1:, T - w] = beta
     return chart_sw
+
+
+def _outer_max(x: torch.Tensor) -> torch.Tensor:
+    """``x.amax(-2)`` by halving (elementwise maxima of the two halves, an odd last row joining the first):
+    ~4x faster than ``amax`` over a dimension of a few dozen (measured at 30: a reduction over short rows runs
+    at ~1.3 ns an element). A new tensor, never a view of ``x`` (the callers reuse ``x``'s memory)."""
+    if x.shape[-2] == 1:
+        return x[..., 0, :].clone()
+    while x.shape[-2] > 1:
+        h = x.shape[-2] // 2
+        m = torch.maximum(x[..., :h, :], x[..., h:2 * h, :])
+        if x.shape[-2] % 2:
+            torch.maximum(m[..., :1, :], x[..., 2 * h:, :], out=m[..., :1, :])
+        x = m
+    return x[..., 0, :]
 
 
 def _best_pairs(left: torch.Tensor, right: torch.Tensor, pairs: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
