@@ -32,6 +32,37 @@ TINY = ["model.emb_size=8", "model.hidden_size=12", "model.rrnn_size=4", "model.
         "train.dev_f1=false", "train.seed=3"]
 
 
+def torchrun_then_one_process(tmp_path, model: str, corpus, overrides: list) -> tuple:
+    """``induce train`` under torchrun (2 CPU processes) into ``tmp_path/ddp`` and the same run in this process
+    (one thread) into ``tmp_path/single``; returns torchrun's completed process and the two runs' metrics lines."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               "-m", "induce.cli.main", "train", "--model", model, "--corpus", str(corpus),
+               "--out", str(tmp_path / "ddp"), "--max-epochs", "2", "--device", "cpu", "--no-progress", *overrides]
+    done = subprocess.run(command, cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cfg = load_config(model, overrides=overrides + [f"data.corpus={corpus}", "train.epochs=2", "train.device=cpu"])
+        train(cfg, tmp_path / "single", console=Console(quiet=True), progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    lines = [[json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+             for run in ("ddp", "single")]
+    return done, *lines
+
+
+def assert_same_weights(tmp_path, rtol: float, atol: float) -> None:
+    """The torchrun run (2 processes) ended with the one-process run's model weights, within the tolerances."""
+    ddp_tensors, ddp_meta = load_checkpoint(tmp_path / "ddp" / "last")
+    one_tensors, _ = load_checkpoint(tmp_path / "single" / "last")
+    assert ddp_meta["trainer"]["world_size"] == 2
+    keys = [k for k in one_tensors if k.startswith("model.")]
+    assert keys and set(keys) <= set(ddp_tensors)
+    for key in keys:
+        torch.testing.assert_close(ddp_tensors[key], one_tensors[key], rtol=rtol, atol=atol)
+
+
 def test_python_path_extends_the_callers():
     assert python_path(None) == str(REPO)
     assert python_path(os.pathsep.join(["/a", "/b"])).split(os.pathsep) == [str(REPO), "/a", "/b"]
@@ -40,42 +71,16 @@ def test_python_path_extends_the_callers():
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
 def test_two_cpu_processes_match_one_process(tmp_path):
     corpus = make_corpus(tmp_path / "corpora", train=80, valid=10, test=5)
-    overrides = TINY + NO_DROPOUT
-    env = child_env()
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        "-m", "induce.cli.main", "train", "--model", MODEL, "--corpus", str(corpus), "--out", str(tmp_path / "ddp"),
-        "--max-epochs", "2", "--device", "cpu", "--no-progress", *overrides,
-    ]
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done, ddp_lines, one_lines = torchrun_then_one_process(tmp_path, MODEL, corpus, TINY + NO_DROPOUT)
     assert "2 processes" in done.stderr
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        cfg = load_config(MODEL, overrides=overrides + [f"data.corpus={corpus}", "train.epochs=2", "train.device=cpu"])
-        train(cfg, tmp_path / "single", console=Console(quiet=True), progress=False)
-    finally:
-        torch.set_num_threads(threads)
-
-    ddp_tensors, ddp_meta = load_checkpoint(tmp_path / "ddp" / "last")
-    one_tensors, _ = load_checkpoint(tmp_path / "single" / "last")
-    assert ddp_meta["trainer"]["world_size"] == 2
-    keys = [k for k in one_tensors if k.startswith("model.")]
-    assert keys and set(keys) <= set(ddp_tensors)
-    for key in keys:
-        torch.testing.assert_close(ddp_tensors[key], one_tensors[key], rtol=1e-4, atol=2e-5)
-    # the runs really trained
-    ddp_lines = [json.loads(line) for line in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
-    one_lines = [json.loads(line) for line in (tmp_path / "single" / "metrics.jsonl").read_text().splitlines()]
+    assert_same_weights(tmp_path, rtol=1e-4, atol=2e-5)
     assert [line["steps"] for line in ddp_lines] == [line["steps"] for line in one_lines]
     # the processes shared the global batch (each read half of the rows), they did not each read it all
     assert [line["train_tokens"] for line in ddp_lines] == [line["train_tokens"] for line in one_lines]
     for a, b in zip(ddp_lines, one_lines):
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5)
         assert a["valid_loss"] == pytest.approx(b["valid_loss"], rel=1e-5)
-    assert one_lines[-1]["train_loss"] < one_lines[0]["train_loss"]
+    assert one_lines[-1]["train_loss"] < one_lines[0]["train_loss"]  # the runs really trained
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
@@ -141,28 +146,10 @@ def test_sentence_level_models_under_two_processes_match_one_process(tmp_path, m
     gives the whole batch's mean gradient (each process divides its sum by the batch's share)."""
     corpus = make_corpus(tmp_path / "corpora", train=30, valid=5, test=3)
     overrides = PCFG + (["model.rank=4"] if model == "tnpcfg" else [])
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               "-m", "induce.cli.main", "train", "--model", model, "--corpus", str(corpus),
-               "--out", str(tmp_path / "ddp"), "--max-epochs", "2", "--device", "cpu", "--no-progress", *overrides]
-    done = subprocess.run(command, cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done, ddp_lines, one_lines = torchrun_then_one_process(tmp_path, model, corpus, overrides)
     assert done.stdout.splitlines() == [str(tmp_path / "ddp")]  # the summary once (rank 0), not per process
     assert done.stderr.count("best valid ppl") == 1
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        cfg = load_config(model, overrides=overrides + [f"data.corpus={corpus}", "train.epochs=2", "train.device=cpu"])
-        train(cfg, tmp_path / "single", console=Console(quiet=True), progress=False)
-    finally:
-        torch.set_num_threads(threads)
-    ddp_tensors, ddp_meta = load_checkpoint(tmp_path / "ddp" / "last")
-    one_tensors, _ = load_checkpoint(tmp_path / "single" / "last")
-    assert ddp_meta["trainer"]["world_size"] == 2
-    keys = [k for k in one_tensors if k.startswith("model.")]
-    for key in keys:
-        torch.testing.assert_close(ddp_tensors[key], one_tensors[key], rtol=1e-5, atol=1e-6)
-    ddp_lines = [json.loads(line) for line in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
-    one_lines = [json.loads(line) for line in (tmp_path / "single" / "metrics.jsonl").read_text().splitlines()]
+    assert_same_weights(tmp_path, rtol=1e-5, atol=1e-6)
     assert [(a["steps"], a["train_tokens"]) for a in ddp_lines] == [(b["steps"], b["train_tokens"]) for b in one_lines]
     for a, b in zip(ddp_lines, one_lines):
         assert a["valid_loss"] == pytest.approx(b["valid_loss"], rel=1e-6)
