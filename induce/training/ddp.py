@@ -7,6 +7,7 @@ one process and the helpers here are no-ops.
 """
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 from typing import Sequence
@@ -69,6 +70,22 @@ def init_distributed(device: str = "auto") -> DistContext:
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if resolved.type == "cuda" else "gloo")
     return DistContext(rank=rank, world_size=world_size, local_rank=local_rank, device=resolved)
+
+
+def unwrap(module: torch.nn.Module) -> torch.nn.Module:
+    """``module`` without its DistributedDataParallel wrapper, the wrapper collected now. Its reducer holds the
+    process group and gloo's work objects (with tensors); torn down later, during the interpreter's exit, they
+    can abort the process (a report against PyTorch, pytorch/pytorch#179291, traces such aborts to gloo work
+    destroyed at finalisation). Called before :func:`shutdown`: the teardown abort seen after finished torchrun
+    runs (below) has not been reproduced on demand, so this is a remedy, not a confirmed cure."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    if not isinstance(module, DistributedDataParallel):
+        return module
+    inner = module.module
+    del module
+    gc.collect()
+    return inner
 
 
 def shutdown(ctx: DistContext, meet_first: bool = False) -> None:

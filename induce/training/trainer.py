@@ -559,6 +559,8 @@ class Trainer(TrainerSetup, CheckpointState):
             for sig, handler in previous_handlers.items():
                 signal.signal(sig, handler)
             if hasattr(self, "ctx"):
+                if hasattr(self, "loss_module"):
+                    self.loss_module = ddp.unwrap(self.loss_module)
                 ddp.shutdown(self.ctx, meet_first=ranks_agree)
             if lock is not None:
                 lock.release()
