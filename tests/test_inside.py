@@ -295,3 +295,19 @@ def test_tree_of_spans_reads_an_indicator_and_refuses_non_trees():
         K.tree_of_spans(marks, 4)
     with pytest.raises(ValueError, match=r"span \(0, 3\) is not marked"):
         K.tree_of_spans(marks, 3)
+
+
+def test_a_second_backward_pass_through_the_same_graph_gives_the_same_gradients():
+    """The torch tier writes the rules' gradient over its kept rule blocks: a second backward pass
+    (``retain_graph``) rebuilds them first, and gives what the first gave."""
+    inp = pcfg_inputs(3, 6, 3, 4, lengths=[6, 4, 2], seed=21)
+    leaves = {k: (v.clone().requires_grad_() if v.is_floating_point() else v) for k, v in inp.items()}
+    out = K.inside(**leaves, backend=TIER)
+    out.sum().backward(retain_graph=True)
+    first = {k: v.grad.clone() for k, v in leaves.items() if v.is_floating_point()}
+    for v in leaves.values():
+        if v.is_floating_point():
+            v.grad = None
+    out.sum().backward()
+    for k, grad in first.items():
+        torch.testing.assert_close(leaves[k].grad, grad)

@@ -50,6 +50,7 @@ from induce.kernels.inside_words import (
     _max_out,
     _safe_log,
     max_tables,
+    rebuilt_tables,
     rule_blocks,
     sum_tables,
     sum_tables_backward,
@@ -223,7 +224,7 @@ class InsideSum(torch.autograd.Function):
         tables = sum_tables(terms, rules)
         out, state = chart[0](tables.ey, tables.y_shift, tables.ez, tables.z_shift, tables.w2,
                               rule_blocks(rules)[0], spans)
-        ctx.state, ctx.tables, ctx.backward_chart = state, tables, chart[1]
+        ctx.state, ctx.tables, ctx.backward_chart, ctx.tables_used = state, tables, chart[1], False
         ctx.save_for_backward(terms, rules)
         return out
 
@@ -232,9 +233,12 @@ class InsideSum(torch.autograd.Function):
     def backward(ctx, grad_chart):  # type: ignore[override]
         terms, rules = ctx.saved_tensors
         d_ey, d_ez, d_w2, d_r_nn, d_spans = ctx.backward_chart(ctx.state, grad_chart)
-        d_rules = torch.empty_like(rules)
-        rule_blocks(d_rules)[0].copy_(d_r_nn)
-        d_terms = sum_tables_backward(terms, rules, ctx.tables, d_ey, d_ez, d_w2, d_rules)
+        # the rules' gradient takes the memory of the tables' scaled blocks: a second backward pass through
+        # this graph (retain_graph) rebuilds them first
+        tables = rebuilt_tables(rules, ctx.tables) if ctx.tables_used else ctx.tables
+        ctx.tables_used = True
+        d_terms, d_rules = sum_tables_backward(terms, rules, tables, d_ey, d_ez, d_w2)
+        rule_blocks(d_rules)[0].copy_(d_r_nn)  # after the tables' backward: it reads what this overwrites
         return d_terms, d_rules, d_spans, None
 
 
