@@ -73,19 +73,15 @@ def init_distributed(device: str = "auto") -> DistContext:
 
 
 def unwrap(module: torch.nn.Module) -> torch.nn.Module:
-    """``module`` without its DistributedDataParallel wrapper, the wrapper collected now. Its reducer holds the
-    process group and gloo's work objects (with tensors); torn down later, during the interpreter's exit, they
-    can abort the process (a report against PyTorch, pytorch/pytorch#179291, traces such aborts to gloo work
-    destroyed at finalisation). Called before :func:`shutdown`: the teardown abort seen after finished torchrun
-    runs (below) has not been reproduced on demand, so this is a remedy, not a confirmed cure."""
+    """``module`` without its DistributedDataParallel wrapper. Its reducer holds the process group and gloo's
+    work objects (with tensors); torn down during the interpreter's exit, they can abort the process (a report
+    against PyTorch, pytorch/pytorch#179291, traces such aborts to gloo work destroyed at finalisation). The
+    caller drops its reference to the wrapper, then :func:`shutdown` collects it before destroying the group.
+    The teardown abort seen after finished torchrun runs (below) has not been reproduced on demand, so this is
+    a remedy, not a confirmed cure."""
     from torch.nn.parallel import DistributedDataParallel
 
-    if not isinstance(module, DistributedDataParallel):
-        return module
-    inner = module.module
-    del module
-    gc.collect()
-    return inner
+    return module.module if isinstance(module, DistributedDataParallel) else module
 
 
 def shutdown(ctx: DistContext, meet_first: bool = False) -> None:
@@ -102,6 +98,7 @@ def shutdown(ctx: DistContext, meet_first: bool = False) -> None:
                 dist.barrier()
             except Exception:  # the peer is gone: the run's own outcome is what matters
                 pass
+        gc.collect()  # a wrapper already dropped (:func:`unwrap`), still in a reference cycle, goes now
         dist.destroy_process_group()
 
 
