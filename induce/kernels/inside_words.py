@@ -102,6 +102,13 @@ class SumTables(NamedTuple):
     k_z: torch.Tensor
 
 
+def _left_shifts(k_y: torch.Tensor, k_q: torch.Tensor, P: int) -> torch.Tensor:
+    """``[B, A, S]``: each column of the left-preterminal rows' shift, ``k_y`` over the nonterminal children,
+    ``k_q`` over the preterminal ones (:func:`_block_shifts`)."""
+    NT = k_y.shape[1]
+    return torch.cat([k_y[..., None].expand(-1, -1, NT), k_q[..., None].expand(-1, -1, P)], -1)
+
+
 def _left_exp(rules: torch.Tensor, cb: slice, k_left: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """``exp(rules[cb, A, NT + p, X] - k_left[cb, A, X])`` (left child a preterminal) laid out ``[b, P, A, S]``
     in ``out``, so that one matrix product per sentence contracts it with the words' preterminals."""
@@ -132,7 +139,7 @@ def sum_tables(terms: torch.Tensor, rules: torch.Tensor) -> SumTables:
     S = NT + P
     e_terms, t_max = _max_out(terms)  # [B, T, P], [B, T, 1]
     k_y, k_q, k_z = _block_shifts(rules)
-    k_left = torch.cat([k_y[..., None].expand(-1, -1, NT), k_q[..., None].expand(-1, -1, P)], -1)  # [B, A, S]
+    k_left = _left_shifts(k_y, k_q, P)
     # position-major storage ([T, B, ...], seen as [B, T, ...]): the torch tier's chart reads a width's
     # spans of every sentence as one batch of matrices
     left = terms.new_empty(T, B, NT, S).transpose(0, 1)
@@ -168,7 +175,7 @@ def rebuilt_tables(rules: torch.Tensor, tables: SumTables) -> SumTables:
     NT = rules.shape[1]
     P = rules.shape[2] - NT
     grad, e_left, e_right = _block_storage(tables.e_terms, rules)
-    k_left = torch.cat([tables.k_y[..., None].expand(-1, -1, NT), tables.k_q[..., None].expand(-1, -1, P)], -1)
+    k_left = _left_shifts(tables.k_y, tables.k_q, P)
     for cb in _chunks(rules):
         _left_exp(rules, cb, k_left, e_left[cb])
         _right_exp(rules, cb, tables.k_z, e_right[cb])
