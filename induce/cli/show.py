@@ -18,6 +18,10 @@ show_app = typer.Typer(help="Show one sentence's induced tree, span attention, s
                        no_args_is_help=True)
 
 SENTENCE_HELP = "The sentence (tokenised with NLTK's Treebank tokenizer unless --pretokenized). Or use --index."
+PRETOKENIZED_HELP = "Tokens are separated by spaces."
+CORPUS_HELP = "Prepared corpus for --index (default: the run's own corpus)."
+DATA_HELP = "Data root for --index: its default corpus instead of the run's."
+SPLIT_HELP = "Split for --index: valid or test."
 
 
 def _sentence(sentence, index, pretokenized, corpus, data, split, console, run):
@@ -56,12 +60,10 @@ def tree_command(
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help=CHECKPOINT_HELP),
     index: Optional[int] = typer.Option(None, "--index", "-i", help="Sentence N (0-based) of --split of the prepared "
                                         "corpus, shown with its gold tree and F1."),
-    pretokenized: bool = typer.Option(False, "--pretokenized", help="Tokens are separated by spaces."),
-    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Prepared corpus for --index (default: the run's own "
-                                                                 "corpus)."),
-    data: Optional[Path] = typer.Option(None, "--data", help="Data root for --index: its default corpus instead of "
-                                                             "the run's."),
-    split: str = typer.Option("valid", "--split", help="Split for --index: valid or test."),
+    pretokenized: bool = typer.Option(False, "--pretokenized", help=PRETOKENIZED_HELP),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help=CORPUS_HELP),
+    data: Optional[Path] = typer.Option(None, "--data", help=DATA_HELP),
+    split: str = typer.Option("valid", "--split", help=SPLIT_HELP),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
 ) -> None:
     """Draw the tree a trained model induces for one sentence (and the gold tree with --index)."""
@@ -95,12 +97,10 @@ def attention_command(
                              "the suffix decides)."),
     index: Optional[int] = typer.Option(None, "--index", "-i", help="Sentence N (0-based) of --split of the prepared "
                                                                     "corpus."),
-    pretokenized: bool = typer.Option(False, "--pretokenized", help="Tokens are separated by spaces."),
-    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Prepared corpus for --index (default: the run's own "
-                                                                 "corpus)."),
-    data: Optional[Path] = typer.Option(None, "--data", help="Data root for --index: its default corpus instead of "
-                                                             "the run's."),
-    split: str = typer.Option("valid", "--split", help="Split for --index: valid or test."),
+    pretokenized: bool = typer.Option(False, "--pretokenized", help=PRETOKENIZED_HELP),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help=CORPUS_HELP),
+    data: Optional[Path] = typer.Option(None, "--data", help=DATA_HELP),
+    split: str = typer.Option("valid", "--split", help=SPLIT_HELP),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
 ) -> None:
     """Plot what the parser reads for one sentence: PaLM's span attention (heat map), the ON-LSTM / PRPN syntactic distances (bars) or a neural PCFG's span marginals (heat map, the decoded tree's spans marked), as a PNG; the numbers are printed too."""  # noqa: E501
