@@ -9,11 +9,13 @@ At ``B`` sentences of ``T`` words (all of length ``T``), ``--nonterminals`` / ``
   (torch-struct 0.5 from the package index, if installed; skipped with a note otherwise);
 * ``inside forward``: ``log Z`` alone under ``torch.no_grad()``;
 * ``viterbi``: :func:`induce.kernels.viterbi`, the best tree's score and the tree (max-product
-  forward and the walk back down the best tree), what ``--decoder viterbi`` needs;
+  forward and the walk back down the best tree), what ``--decoder viterbi`` needs: on the compiled
+  loops of :mod:`induce.kernels.inside_native` where they build (the header line says), and
+  ``viterbi, eager`` the same on the torch tier's eager loops (their twin);
 * ``marginals``: :func:`induce.kernels.span_marginals`, what MBR decoding needs.
 
-The calls are interleaved (one of each per round, ``--repeats`` rounds after one warm-up round, the order
-rotating by one call each round) and medians reported, so load from other processes affects every column
+The calls are interleaved (one of each per round, ``--repeats`` rounds after one warm-up round, each round
+in its own shuffled order) and medians reported, so load from other processes affects every column
 alike; the ratios compare the same rounds. Inputs are PCFG-normalised random scores (``log_softmax`` of
 normal draws), and the two log partitions are checked to agree.
 
@@ -35,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -48,6 +51,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 import induce.kernels as K  # noqa: E402
+from induce.kernels import inside_native  # noqa: E402
 
 
 def make_inputs(B: int, T: int, NT: int, P: int, seed: int = 0) -> Dict[str, torch.Tensor]:
@@ -88,11 +92,16 @@ def calls(inp: Dict[str, torch.Tensor], tier: str) -> Dict[str, Callable[[], obj
     def viterbi():
         return K.viterbi(inp["terms"], inp["rules"], inp["roots"], lengths, backend=tier)
 
+    def viterbi_eager():
+        with inside_native.use_native(False):
+            return viterbi()
+
     def marginals():
         return K.span_marginals(lambda s: K.inside(inp["terms"], inp["rules"], inp["roots"], lengths, span_scores=s,
                                                    backend=tier), inp["terms"])
 
-    out = {"inside+backward": ours, "inside forward": forward, "viterbi": viterbi, "marginals": marginals}
+    out = {"inside+backward": ours, "inside forward": forward, "viterbi": viterbi, "viterbi, eager": viterbi_eager,
+           "marginals": marginals}
     if torch_struct_reason() is None:
         from torch_struct import SentCFG
 
@@ -120,14 +129,16 @@ def check_agreement(inp: Dict[str, torch.Tensor], tier: str) -> Optional[float]:
 
 
 def time_interleaved(fns: Dict[str, Callable], repeats: int) -> Dict[str, float]:
-    """Median seconds of each call over ``repeats`` rounds (one warm-up round first). The order rotates by
-    one call each round, so that no call always runs right after torch-struct's (which streams ~4 GB at
-    T = 30 and leaves the caches cold: the call after it ran ~9% slower at the median, with a wider spread)."""
+    """Median seconds of each call over ``repeats`` rounds (one warm-up round first), each round in its own
+    order (shuffled, seeded by the round), so that a call follows a different one from round to round. No
+    call should always run right after torch-struct's, which streams ~4 GB at T = 30 and leaves the caches
+    cold. An earlier version rotated a fixed order by one call per round, which keeps every call's
+    predecessor: inside + backward followed torch-struct in every round all the same."""
     samples: Dict[str, list] = {name: [] for name in fns}
-    names = list(fns)
     for round_ in range(repeats + 1):
-        shift = round_ % len(names)
-        for name in names[shift:] + names[:shift]:
+        order = list(fns)
+        random.Random(round_).shuffle(order)
+        for name in order:
             start = time.perf_counter()
             fns[name]()
             if round_:
@@ -192,6 +203,8 @@ def main(argv=None) -> int:
     if reason is not None:
         print(f"torch-struct is not importable ({reason}): its column is skipped "
               "(pip install --no-deps torch-struct==0.5)")
+    native = inside_native.unavailable_reason()
+    print("viterbi: compiled max-product loops" if native is None else f"viterbi: eager loops only ({native})")
     print(f"B={args.batch}, {args.nonterminals} nonterminals, {args.preterminals} preterminals, "
           f"{args.threads} thread(s), tier {args.tier}, median of {args.repeats}, "
           f"load average {os.getloadavg()[0]:.1f} at start")
@@ -203,7 +216,7 @@ def main(argv=None) -> int:
         memory = {} if args.no_memory else {
             name: peak_memory(name, T, args) for name in ("inside+backward", "torch-struct") if name in times}
         row = {"T": T, "seconds": times, "peak_mib": memory, "log_z_max_abs_diff": diff,
-               "load_average": os.getloadavg()[0]}
+               "load_average": os.getloadavg()[0], "viterbi_compiled": native is None}
         if "torch-struct" in times:
             row["speedup"] = times["torch-struct"] / times["inside+backward"]
             if memory.get("inside+backward") and memory.get("torch-struct"):
@@ -216,9 +229,10 @@ def main(argv=None) -> int:
         if "speedup" in row:
             print(f"       torch-struct / ours: {row['speedup']:.1f}x time"
                   + (f", {row['memory_ratio']:.1f}x peak memory" if "memory_ratio" in row else "")
-                  + f"; log Z agree to {diff:.2e}; viterbi / inside forward "
-                  f"{times['viterbi'] / times['inside forward']:.2f}, viterbi / inside+backward "
-                  f"{times['viterbi'] / times['inside+backward']:.2f}")
+                  + f"; log Z agree to {diff:.2e}")
+        print(f"       viterbi / inside forward {times['viterbi'] / times['inside forward']:.2f}, viterbi / "
+              f"inside+backward {times['viterbi'] / times['inside+backward']:.2f}, viterbi eager / viterbi "
+              f"{times['viterbi, eager'] / times['viterbi']:.2f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
     return 0

@@ -297,6 +297,15 @@ def test_tree_of_spans_reads_an_indicator_and_refuses_non_trees():
         K.tree_of_spans(marks, 3)
 
 
+def test_viterbi_names_a_sentence_without_a_derivation():
+    """Before, the empty indicator of a -inf score reached tree_of_spans: "0 spans ... are marked"."""
+    inp = pcfg_inputs(2, 4, 2, 2, lengths=[4, 3], seed=0, span_scores=False)
+    inp["rules"][1] = float("-inf")  # sentence 1: no rule at all
+    for tier in ("reference", TIER):
+        with pytest.raises(K.InsideInputError, match=r"viterbi: sentence 1 \(3 words\) has no derivation"):
+            K.viterbi(**inp, backend=tier)
+
+
 def test_a_second_backward_pass_through_the_same_graph_gives_the_same_gradients():
     """The torch tier writes the rules' gradient over its kept rule blocks: a second backward pass
     (``retain_graph``) rebuilds them first, and gives what the first gave."""

@@ -306,11 +306,17 @@ def viterbi(
     The max-product :func:`inside` and its gradient with respect to ``span_scores`` (the tiers'
     backward passes follow the argmax), the 0/1 indicator of the best tree's spans, read as an
     :data:`~induce.trees.nodes.IndexTree` per sentence (:func:`tree_of_spans`). Of tied trees, one. A
-    one-word sentence has no binary derivation: it scores ``-inf`` and its tree is the word, ``0``.
+    one-word sentence has no binary derivation: it scores ``-inf`` and its tree is the word, ``0``. A longer
+    sentence without a derivation (every tree scored ``-inf``) raises :class:`InsideInputError`.
     """
     def best(spans: torch.Tensor) -> torch.Tensor:
         return inside(terms.detach(), rules.detach(), roots.detach(), lengths, span_scores=spans, semiring="max",
                       backend=backend)
 
     score, indicator = score_and_span_gradient(best, terms)
-    return score, [tree_of_spans(indicator[b], n) for b, n in enumerate(lengths.tolist())]
+    sizes = lengths.tolist()
+    for b, n in enumerate(sizes):
+        if n >= 2 and score[b].item() == float("-inf"):
+            raise InsideInputError(f"viterbi: sentence {b} ({n} words) has no derivation under this grammar (every "
+                                   "tree has a rule, root or word score of -inf), so it has no best tree")
+    return score, [tree_of_spans(indicator[b], n) for b, n in enumerate(sizes)]

@@ -1,0 +1,186 @@
+"""The max-product (Viterbi) inside pass on the CPU as compiled loops: the fused path of the torch tier.
+
+PyTorch has no fused "add, then maximum" reduction: its max mode (:func:`~induce.kernels.inside_torch.
+_max_forward`, the eager twin) writes every sum to memory before reducing it, ~7 G elements a second
+on one thread, where the sum mode's matrix products run several times faster. ``inside_native.cpp``
+keeps the sums in registers. It is built at first use with the machine's C++ compiler (``$CXX``, else
+``c++``; ``-O3 -march=native``, OpenMP when the compiler has it), into
+``$INDUCE_CACHE_DIR`` (default ``$XDG_CACHE_HOME/induce``, else ``~/.cache/induce``), keyed by the
+source, the compiler and the CPU, and loaded through :mod:`ctypes`. Where no compiler works the torch
+tier keeps its eager loops (:func:`unavailable_reason` says why); ``INDUCE_NATIVE_KERNELS=0`` or
+:func:`use_native` turns the path off. Values equal the eager twin's bit for bit (the tests compare them).
+
+Only float32 CPU tensors without a graph take this path (the Viterbi parse's); anything else stays eager.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Iterator, Optional
+
+import torch
+
+SOURCE = Path(__file__).with_name("inside_native.cpp")
+#: Flag sets tried in order: the first that compiles is used.
+FLAG_SETS = (
+    ["-O3", "-march=native", "-fopenmp"],
+    ["-O3", "-march=native"],
+    ["-O3"],
+)
+_override: Optional[bool] = None
+_failure: Optional[str] = None
+
+
+def cache_dir() -> Path:
+    if os.environ.get("INDUCE_CACHE_DIR"):
+        return Path(os.environ["INDUCE_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "induce"
+
+
+def _machine_key() -> str:
+    """What ``-march=native`` depends on: the architecture and the CPU's feature flags."""
+    flags = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                flags = line
+                break
+    return f"{platform.machine()} {platform.processor()} {flags}"
+
+
+def _compile(compiler: str, flags: list, target: Path) -> Optional[str]:
+    """Builds the library at ``target`` (written whole: a temporary file renamed); the error, or None."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    cmd = [compiler, *flags, "-std=c++17", "-shared", "-fPIC", str(SOURCE), "-o", tmp]
+    try:
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if run.returncode != 0:
+            return f"{' '.join(cmd[:-2])} failed: {run.stderr.strip()[-400:]}"
+        os.replace(tmp, target)
+        return None
+    except (OSError, subprocess.SubprocessError) as err:
+        return f"{compiler}: {err}"
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+@functools.cache
+def library() -> Optional[ctypes.CDLL]:
+    """The compiled library (built on the first call of a process whose cache lacks it), or None."""
+    global _failure
+    _failure = None
+    compiler = shutil.which(os.environ.get("CXX", "c++"))
+    if compiler is None:
+        _failure = f"no C++ compiler found ({os.environ.get('CXX', 'c++')!r}; set $CXX)"
+        return None
+    try:
+        version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError) as err:
+        _failure = f"{compiler}: {err}"
+        return None
+    errors = []
+    for flags in FLAG_SETS:
+        key = hashlib.sha256("\n".join([SOURCE.read_text(), compiler, version, " ".join(flags),
+                                        _machine_key()]).encode()).hexdigest()[:16]
+        target = cache_dir() / "native" / f"inside_native-{key}.so"
+        error = None if target.exists() else _compile(compiler, flags, target)
+        if error is None:
+            try:
+                return _declare(ctypes.CDLL(str(target)))
+            except OSError as err:
+                error = f"{target}: {err}"
+        errors.append(error)
+    _failure = errors[0]
+    return None
+
+
+def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
+    p, i, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
+    lib.induce_vector_width.restype = i
+    lib.induce_word_table.argtypes = [p, p, p, i, i, i, i, i, i64, i64, i64, i]
+    lib.induce_max_chart.argtypes = [p, p, p, p, p, p, i, i, i, i]
+    lib.induce_max_backward.argtypes = [p, p, p, p, p, p, p, p, p, p, i, i, i, i]
+    return lib
+
+
+def unavailable_reason() -> Optional[str]:
+    """Why the compiled path cannot run here (None when it can, or when it was not tried yet)."""
+    library()
+    return _failure
+
+
+@contextlib.contextmanager
+def use_native(enabled: bool) -> Iterator[None]:
+    """Within the block, the torch tier takes (``True``) or never takes (``False``) the compiled path."""
+    global _override
+    before, _override = _override, enabled
+    try:
+        yield
+    finally:
+        _override = before
+
+
+def usable(*tensors: torch.Tensor) -> bool:
+    """Whether these inputs take the compiled path: switched on, float32 on the CPU, no graph, built."""
+    on = _override if _override is not None else os.environ.get("INDUCE_NATIVE_KERNELS", "1") != "0"
+    if not on or torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return False
+    if any(t.dtype != torch.float32 or t.device.type != "cpu" for t in tensors):
+        return False
+    return library() is not None
+
+
+def word_table(terms: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``max_p terms[b, t, p] + rows[b, a, p, c]``: ``[B, T, A, C]`` from ``terms [B, T, P]`` and ``rows
+    [B, A, P, C]`` (any strides but a unit one along ``C``)."""
+    terms = terms.contiguous()
+    if rows.stride(3) != 1:
+        rows = rows.contiguous()
+    B, T, P = terms.shape
+    A, C = rows.shape[1], rows.shape[3]
+    out = terms.new_empty(B, T, A, C)
+    library().induce_word_table(terms.data_ptr(), rows.data_ptr(), out.data_ptr(), B, T, A, P, C,
+                                rows.stride(0), rows.stride(1), rows.stride(2), torch.get_num_threads())
+    return out
+
+
+def max_chart(y: torch.Tensor, z: torch.Tensor, w2: torch.Tensor, r_nn: torch.Tensor,
+              spans: torch.Tensor) -> torch.Tensor:
+    """The max mode's chart ``[B, T(start), T(width - 1), NT]`` from the word tables ``y, z [B, T, A,
+    child]``, ``w2 [B, T - 1, A]``, the NN rules ``[B, A, NT, NT]`` and ``spans [B, T, T]``: what the
+    eager :func:`~induce.kernels.inside_torch._max_forward` returns."""
+    B, T, NT, _ = y.shape
+    y_t, z_t = y.transpose(-1, -2).contiguous(), z.transpose(-1, -2).contiguous()  # [B, T, child, A]
+    w2, rules, spans = w2.contiguous(), r_nn.contiguous(), spans.contiguous()
+    chart = y.new_zeros(B, T, T, NT)
+    library().induce_max_chart(y_t.data_ptr(), z_t.data_ptr(), w2.data_ptr(), rules.data_ptr(),
+                               spans.data_ptr(), chart.data_ptr(), B, T, NT, torch.get_num_threads())
+    return chart
+
+
+def max_backward(grad_chart: torch.Tensor, chart_sw: torch.Tensor, y: torch.Tensor, z: torch.Tensor,
+                 r_nn: torch.Tensor, spans: torch.Tensor):
+    """What :func:`~induce.kernels.inside_torch.max_backward` returns, ``(d_y, d_z, d_w2, d_r, d_spans)``,
+    from the chart of :func:`max_chart` and its gradient ``grad_chart [B, T, T, NT]``."""
+    B, T, NT, _ = y.shape
+    y_t, z_t = y.transpose(-1, -2).contiguous(), z.transpose(-1, -2).contiguous()
+    rules, chart = r_nn.contiguous(), chart_sw.contiguous()  # bound: the library reads them
+    grad = grad_chart.contiguous().clone()  # consumed: the children's shares are added into it
+    d_y, d_z, d_w2 = y.new_zeros(B, T, NT, NT), y.new_zeros(B, T, NT, NT), y.new_zeros(B, T - 1, NT)
+    d_r, d_spans = y.new_zeros(B, NT, NT * NT), y.new_zeros(B, T, T)
+    library().induce_max_backward(y_t.data_ptr(), z_t.data_ptr(), rules.data_ptr(), chart.data_ptr(), grad.data_ptr(),
+                                  d_y.data_ptr(), d_z.data_ptr(), d_w2.data_ptr(), d_r.data_ptr(), d_spans.data_ptr(),
+                                  B, T, NT, torch.get_num_threads())
+    return d_y, d_z, d_w2, d_r.view(B, NT, NT, NT), d_spans

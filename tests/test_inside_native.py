@@ -1,0 +1,144 @@
+"""The compiled max-product path of the torch tier (``induce.kernels.inside_native``) against its eager
+twin: word tables, chart and Viterbi trees equal bit for bit, gradients of the chart to float rounding,
+on shapes below and above the vector width, with padding, ``-inf`` rules and two threads; and the
+eager fallback when no compiler works."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import induce.kernels as K
+from induce.kernels import inside_native
+from induce.kernels.inside_torch import _max_forward
+from induce.kernels.inside_words import max_tables, rule_blocks
+from induce.kernels.testing import pcfg_inputs
+
+pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler: the compiled path is off")
+
+
+def _sparse(inp, seed):
+    """Some rules ``-inf`` (a grammar that forbids them), as a trained model's masked rules are."""
+    gen = torch.Generator().manual_seed(seed)
+    rules = inp["rules"].clone()
+    rules[torch.rand(rules.shape, generator=gen) < 0.2] = float("-inf")
+    NT = rules.shape[1]
+    rules[:, 0, 0, NT] = rules[:, 0, NT, NT] = 0.0  # A0 -> A0 p0 | p0 p0: every length keeps a derivation
+    return dict(inp, rules=rules)
+
+
+def _both(fn):
+    """``fn()`` under the eager twin, then under the compiled path."""
+    with inside_native.use_native(False):
+        eager = fn()
+    with inside_native.use_native(True):
+        native = fn()
+    return eager, native
+
+
+def test_the_library_builds_where_a_compiler_is():
+    assert inside_native.unavailable_reason() is None
+    assert inside_native.library().induce_vector_width() in (8, 16)
+
+
+# NT 1-3: the scalar rule step (NT * NT below a vector); 17, 30: the vector loops with an overlapping last
+# vector; T below and above the four spans of a work item
+@pytest.mark.parametrize("B,T,NT,P", [(2, 5, 1, 1), (3, 7, 3, 2), (2, 9, 17, 19), (2, 6, 30, 60), (1, 13, 5, 17)])
+def test_tables_and_chart_equal_the_eager_twin_bit_for_bit(B, T, NT, P):
+    inp = _sparse(pcfg_inputs(B, T, NT, P, seed=T), seed=NT)
+    eager, native = _both(lambda: max_tables(inp["terms"], inp["rules"]))
+    for want, got in zip(eager, native):
+        assert torch.equal(want, got)
+    y, z, w2 = eager
+    spans = inp["span_scores"][:, :T, 1:].contiguous()
+    want, got = _both(lambda: _max_forward(y, z, w2, rule_blocks(inp["rules"])[0], spans))
+    assert torch.equal(want, got)
+
+
+def _max_pass(inp, upstream):
+    """Best score and chart of the max mode, and the gradients of every input for ``upstream`` on the chart."""
+    leaves = {k: inp[k].clone().requires_grad_() for k in ("terms", "rules", "roots", "span_scores")}
+    log_z, chart = K.inside(**leaves, lengths=inp["lengths"], semiring="max", chart=True, backend="torch")
+    finite = torch.isfinite(chart)
+    (log_z.sum() + (chart.where(finite, 0) * upstream.where(finite, 0)).sum()).backward()
+    return log_z, chart, {k: v.grad for k, v in leaves.items()}
+
+
+@settings(max_examples=15, deadline=None)
+@given(T=st.integers(2, 9), NT=st.integers(1, 18), P=st.integers(1, 20), seed=st.integers(0, 10_000),
+       threads=st.sampled_from([1, 2]))
+def test_values_trees_and_gradients_equal_the_eager_twin(T, NT, P, seed, threads):
+    """Padded batches (lengths 1 .. T), some rules -inf, an upstream gradient on a third of the chart cells
+    (the backward pass routes each through the cell's winning split, recomputed)."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = [T, *torch.randint(1, T + 1, (2,), generator=gen).tolist()]
+    inp = _sparse(pcfg_inputs(3, T, NT, P, lengths=lengths, seed=seed), seed=seed)
+    upstream = torch.randn(3, T + 1, T + 1, NT, generator=gen) * (torch.rand(3, T + 1, T + 1, NT, generator=gen) < 0.3)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        (z_e, chart_e, grads_e), (z_n, chart_n, grads_n) = _both(lambda: _max_pass(inp, upstream))
+        no_spans = {k: v for k, v in inp.items() if k != "span_scores"}
+        (score_e, trees_e), (score_n, trees_n) = _both(lambda: K.viterbi(**no_spans, backend="torch"))
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(z_e, z_n) and torch.equal(chart_e, chart_n)
+    assert torch.equal(score_e, score_n) and trees_e == trees_n
+    for name in grads_e:  # sums of the same shares in another order
+        torch.testing.assert_close(grads_n[name], grads_e[name], rtol=1e-5, atol=1e-5, msg=name)
+
+
+def test_a_paper_size_batch_gives_the_eager_trees():
+    inp = pcfg_inputs(4, 24, 30, 60, lengths=[24, 20, 11, 2], seed=3)
+    no_spans = {k: v for k, v in inp.items() if k != "span_scores"}
+    (score_e, trees_e), (score_n, trees_n) = _both(lambda: K.viterbi(**no_spans, backend="torch"))
+    assert torch.equal(score_e, score_n) and trees_e == trees_n
+
+
+def test_float64_and_graphs_stay_on_the_eager_loops():
+    x = torch.zeros(2, 3)
+    with inside_native.use_native(True):
+        assert inside_native.usable(x)
+        assert not inside_native.usable(x.double())
+        assert not inside_native.usable(x.requires_grad_())
+        with torch.no_grad():
+            assert inside_native.usable(x)
+    with inside_native.use_native(False):
+        assert not inside_native.usable(x.detach())
+
+
+@pytest.fixture
+def fresh_build(monkeypatch, tmp_path):
+    """The library forgotten and built again into an empty cache (restored after the test)."""
+    monkeypatch.setenv("INDUCE_CACHE_DIR", str(tmp_path))
+    inside_native.library.cache_clear()
+    yield tmp_path
+    monkeypatch.undo()
+    inside_native.library.cache_clear()
+
+
+def test_without_a_working_compiler_viterbi_runs_on_the_eager_loops(fresh_build, monkeypatch):
+    inp = pcfg_inputs(2, 6, 4, 5, seed=1, span_scores=False)
+    with inside_native.use_native(False):
+        want_score, want_trees = K.viterbi(**inp, backend="torch")
+    monkeypatch.setenv("CXX", "false")  # a compiler that fails
+    assert "failed" in inside_native.unavailable_reason()
+    score, trees = K.viterbi(**inp, backend="torch")
+    assert torch.equal(score, want_score) and trees == want_trees
+    inside_native.library.cache_clear()
+    monkeypatch.setenv("CXX", "no-such-compiler-here")
+    assert "no C++ compiler found ('no-such-compiler-here'" in inside_native.unavailable_reason()
+    assert not inside_native.usable(inp["terms"])
+    assert list(fresh_build.rglob("*.so")) == []
+
+
+def test_a_build_is_kept_in_the_cache_and_loaded_from_it(fresh_build):
+    assert inside_native.unavailable_reason() is None
+    (built,) = fresh_build.rglob("inside_native-*.so")
+    inside_native.library.cache_clear()
+    stamp = built.stat().st_mtime_ns
+    assert inside_native.library() is not None
+    assert [p.stat().st_mtime_ns for p in fresh_build.rglob("*.so")] == [stamp]  # loaded, not rebuilt
