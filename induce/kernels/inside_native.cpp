@@ -55,6 +55,7 @@ inline void add(float* __restrict out, const float* __restrict row, float t, int
 }
 
 constexpr int WORDS = 4, CHUNKS = 3;  // the word tables' register block: words by vectors along c
+constexpr int LEFTS = 6, PAIR_CHUNKS = 2;  // the child pairs' register block: left nonterminals by vectors along c2
 
 // out rows of WORDS words from `first` (words past the last repeat it), for every vector of c: the
 // CHUNKS vectors of a block share each rule row's load, the WORDS words each word's broadcast. C >= V.
@@ -146,6 +147,29 @@ struct Chart {
     }
 };
 
+// pairs[c1][c2] = max over the splits of left[c1] + right[c2], for LEFTS left nonterminals from c1 (rows
+// past N repeat the last) and every c2, in registers across the splits. N >= V.
+void best_pairs(const Chart& g, int b, int s, int w, int c1, float* pairs) {
+    const int N = g.N;
+    int rows[LEFTS];
+    for (int i = 0; i < LEFTS; ++i) rows[i] = std::min(c1 + i, N - 1);
+    for (int c0 = 0; c0 < N; c0 += PAIR_CHUNKS * V) {
+        int at[PAIR_CHUNKS];
+        for (int j = 0; j < PAIR_CHUNKS; ++j) at[j] = std::min(c0 + j * V, N - V);
+        vec acc[LEFTS][PAIR_CHUNKS], r[PAIR_CHUNKS];
+        for (int lw = 2; lw <= w - 2; ++lw) {
+            const float* left = g.cell(b, s, lw);
+            const float* right = g.cell(b, s + lw, w - lw);
+            for (int j = 0; j < PAIR_CHUNKS; ++j) r[j] = load(right + at[j]);
+            for (int i = 0; i < LEFTS; ++i)
+                for (int j = 0; j < PAIR_CHUNKS; ++j)
+                    acc[i][j] = lw == 2 ? r[j] + left[rows[i]] : vmax(acc[i][j], r[j] + left[rows[i]]);
+        }
+        for (int i = 0; i < LEFTS; ++i)
+            for (int j = 0; j < PAIR_CHUNKS; ++j) store(pairs + int64_t(rows[i]) * N + at[j], acc[i][j]);
+    }
+}
+
 // One work item of width w: SPANS consecutive spans of sentence b from `first`. Twin: one width of
 // _max_forward in inside_torch.py.
 void chart_item(const Chart& g, int w, int b, int first, float* scratch) {
@@ -174,6 +198,10 @@ void chart_item(const Chart& g, int w, int b, int first, float* scratch) {
         for (int c = 0; c < N; ++c) max_add(out, z + int64_t(c) * N, left[c], N);
         if (w >= 4) {  // NN: the best child pair over the splits (left width 2 .. w - 2)
             float* pairs = scratch + int64_t(k) * N * N;
+            if (N >= V) {
+                for (int c1 = 0; c1 < N; c1 += LEFTS) best_pairs(g, b, s, w, c1, pairs);
+                continue;
+            }
             for (int lw = 2; lw <= w - 2; ++lw) {
                 const float* l = g.cell(b, s, lw);
                 const float* r = g.cell(b, s + lw, w - lw);
