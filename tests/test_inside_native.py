@@ -142,3 +142,13 @@ def test_a_build_is_kept_in_the_cache_and_loaded_from_it(fresh_build):
     stamp = built.stat().st_mtime_ns
     assert inside_native.library() is not None
     assert [p.stat().st_mtime_ns for p in fresh_build.rglob("*.so")] == [stamp]  # loaded, not rebuilt
+
+
+def test_an_unwritable_cache_is_named_and_viterbi_still_runs(fresh_build, monkeypatch):
+    blocker = fresh_build / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("INDUCE_CACHE_DIR", str(blocker / "cache"))  # under a file: not even root can create it
+    assert f"cannot write the build cache {blocker / 'cache' / 'native'}" in inside_native.unavailable_reason()
+    inp = pcfg_inputs(2, 5, 3, 4, seed=2, span_scores=False)
+    score, trees = K.viterbi(**inp, backend="torch")
+    assert torch.isfinite(score).all() and len(trees) == 2

@@ -59,9 +59,12 @@ def _machine_key() -> str:
 
 def _compile(compiler: str, flags: list, target: Path) -> Optional[str]:
     """Builds the library at ``target`` (written whole: a temporary file renamed); the error, or None."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
-    os.close(fd)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+        os.close(fd)
+    except OSError as err:
+        return f"cannot write the build cache {target.parent} ({err}; set INDUCE_CACHE_DIR)"
     cmd = [compiler, *flags, "-std=c++17", "-shared", "-fPIC", str(SOURCE), "-o", tmp]
     try:
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
