@@ -15,9 +15,10 @@ At ``B`` sentences of ``T`` words (all of length ``T``), ``--nonterminals`` / ``
 * ``marginals``: :func:`induce.kernels.span_marginals`, what MBR decoding needs.
 
 The calls are interleaved (one of each per round, ``--repeats`` rounds after one warm-up round, each round
-in its own shuffled order, glibc's heap trimmed after each call, untimed) and medians reported, so load from other processes affects every column
-alike; the ratios compare the same rounds. Inputs are PCFG-normalised random scores (``log_softmax`` of
-normal draws), and the two log partitions are checked to agree.
+in its own shuffled order, glibc's heap trimmed after torch-struct's call, untimed) and medians reported,
+so load from other processes affects every column alike; the ratios compare the same rounds. Inputs are
+PCFG-normalised random scores (``log_softmax`` of normal draws), and the two log partitions are checked to
+agree.
 
 Peak memory: a fresh ``python bench/inside.py --probe NAME T`` process per entry builds the inputs,
 runs the call once (warm-up), resets its peak resident set (``echo 5 > /proc/self/clear_refs``),
@@ -144,16 +145,19 @@ def time_interleaved(fns: Dict[str, Callable], repeats: int) -> Dict[str, float]
             fns[name]()
             if round_:
                 samples[name].append(time.perf_counter() - start)
-            trim_heap()
+            if name == "torch-struct":
+                trim_heap()
     return {name: statistics.median(s) for name, s in samples.items()}
 
 
 def trim_heap() -> None:
-    """glibc's ``malloc_trim(0)`` (nothing where there is none), untimed after every call: the memory a call
-    freed goes back to the system before the next call starts. Without it the next call to free memory
-    paid for the trim of torch-struct's ~4 GB: Viterbi's median went from 16-18 ms to 68 ms in one run
-    of 7 rounds, 20-64 ms of system time in the slow calls, and inside + backward ran at 114-123 ms in
-    others."""
+    """glibc's ``malloc_trim(0)`` (nothing where there is none), untimed after torch-struct's call: the heap it
+    grew goes back to the system before the next call starts. Without it, whichever call next freed memory
+    paid for that trim: Viterbi's median went from 16-18 ms to 68 ms in one run of 7 rounds (20-64 ms of
+    system time in the slow calls); inside + backward's median of 114-123 ms in two other runs (61 ms alone)
+    was most likely the same. Trimming after every
+    call instead makes every call fault its memory in afresh (inside + backward at T = 10: 21 -> 39 ms), which
+    no training loop does."""
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
