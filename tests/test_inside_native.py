@@ -138,6 +138,7 @@ def test_without_a_working_compiler_viterbi_runs_on_the_eager_loops(fresh_build,
 def test_a_build_is_kept_in_the_cache_and_loaded_from_it(fresh_build):
     assert inside_native.unavailable_reason() is None
     (built,) = fresh_build.rglob("inside_native-*.so")
+    assert built.stat().st_mode & 0o777 == 0o755  # readable by whoever shares the cache
     inside_native.library.cache_clear()
     stamp = built.stat().st_mtime_ns
     assert inside_native.library() is not None

@@ -70,6 +70,7 @@ def _compile(compiler: str, flags: list, target: Path) -> Optional[str]:
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if run.returncode != 0:
             return f"{' '.join(cmd[:-2])} failed: {run.stderr.strip()[-400:]}"
+        os.chmod(tmp, 0o755)  # mkstemp's file is the owner's alone; a library others may share is not
         os.replace(tmp, target)
         return None
     except (OSError, subprocess.SubprocessError) as err:
