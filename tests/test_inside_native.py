@@ -98,6 +98,23 @@ def test_a_paper_size_batch_gives_the_eager_trees():
     assert torch.equal(score_e, score_n) and trees_e == trees_n
 
 
+@pytest.mark.parametrize("flags", [["-O3"], ["-O3", "-march=native"]])
+def test_a_portable_build_gives_the_same_values(fresh_build, monkeypatch, flags):
+    """Without ``-march=native`` (no AVX-512 here: 8-float vectors, the build most machines without it get)
+    and without OpenMP, the same chart, trees and gradients."""
+    monkeypatch.setattr(inside_native, "FLAG_SETS", (flags,))
+    assert inside_native.unavailable_reason() is None
+    width = inside_native.library().induce_vector_width()
+    assert width == 8 or "-march=native" in flags
+    for B, T, NT, P in [(2, 9, 17, 19), (3, 6, 30, 11), (2, 5, 3, 4)]:
+        inp = _sparse(pcfg_inputs(B, T, NT, P, lengths=[T] + [T - 1] * (B - 1), seed=NT), seed=T)
+        upstream = torch.randn(B, T + 1, T + 1, NT, generator=torch.Generator().manual_seed(0))
+        (z_e, chart_e, grads_e), (z_n, chart_n, grads_n) = _both(lambda inp=inp, u=upstream: _max_pass(inp, u))
+        assert torch.equal(z_e, z_n) and torch.equal(chart_e, chart_n)
+        for name in grads_e:
+            torch.testing.assert_close(grads_n[name], grads_e[name], rtol=1e-5, atol=1e-5, msg=name)
+
+
 def test_float64_and_graphs_stay_on_the_eager_loops():
     x = torch.zeros(2, 3)
     with inside_native.use_native(True):

@@ -1,4 +1,4 @@
-// Max-product (Viterbi) inside pass of a dense PCFG on the CPU: the word tables and the chart.
+// Max-product (Viterbi) inside pass of a dense PCFG on the CPU: the word tables, the chart and its backward.
 //
 // Built at first use by induce/kernels/inside_native.py with the machine's C++ compiler and loaded
 // through ctypes (plain C entry points, float32, contiguous arrays). The PyTorch twin of each
@@ -18,10 +18,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <vector>
-
-#if defined(_OPENMP)
-#include <omp.h>
-#endif
 
 namespace {
 
