@@ -6,11 +6,17 @@
 - ``make_corpus``: a tiny prepared synthetic treebank corpus; ``train_tiny_run``: a tiny trained run.
 - ``python_path`` / ``child_env``: the environment for a child ``python -m induce`` process that must
   import this checkout.
+- ``script_module``: a script of the repository outside the package (``bench/...``) imported as a module.
 """
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
+from typing import Iterator
 
 import pydantic
 import torch
@@ -137,3 +143,17 @@ def triton_tier_marks() -> list:
             reason="no GPU and TRITON_INTERPRET was set to something other than 1 before this module",
         ),
     ]
+
+
+@contextlib.contextmanager
+def script_module(path: Path, name: str) -> Iterator[ModuleType]:
+    """The script at ``path`` imported as the module ``name``, in ``sys.modules`` while the block runs (a
+    script's dataclasses look their module up there)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(name, None)

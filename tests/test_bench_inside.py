@@ -2,22 +2,21 @@
 on the eager loops."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from induce.kernels import inside_native
 
+from helpers import script_module
+
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "inside.py"
 
 
 @pytest.fixture(scope="module")
 def bench_inside():
-    spec = importlib.util.spec_from_file_location("bench_inside", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    with script_module(BENCH, "bench_inside") as module:
+        yield module
 
 
 def test_no_call_follows_the_same_call_in_every_round(bench_inside):

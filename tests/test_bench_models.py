@@ -2,7 +2,6 @@
 the per-model training rows of ``bench/gpu_training.json`` (written here by a tiny CPU run)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import statistics
@@ -18,15 +17,15 @@ import pytest  # noqa: E402
 from induce.kernels import triton_unavailable_reason, use_backend  # noqa: E402
 from induce.kernels.launches import as_on_cuda, count_launches  # noqa: E402
 
+from helpers import script_module  # noqa: E402
+
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "models.py"
 
 
 @pytest.fixture(scope="module")
 def bench_models():
-    spec = importlib.util.spec_from_file_location("bench_models", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    with script_module(BENCH, "bench_models") as module:
+        yield module
 
 
 def test_external_trainer_times_the_external_step(bench_models, tmp_path):

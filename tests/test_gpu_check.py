@@ -3,7 +3,6 @@ results folder that fits a remote machine's transfer limits; the preflight refus
 a missing import, a carried wheel whose requirement is not met) before any step runs."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -14,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import script_module
+
 REPO = Path(__file__).resolve().parents[1]
 STEPS = ["preflight", "prepare-corpus", "compile-test", "kernel-tests", "capture-tests", "cudnn-weights",
          "bench-onlstm", "bench-prpn", "bench-palm"]
@@ -23,12 +24,8 @@ NOUNS, VERBS, PLACES = ("cat", "dog", "man", "bird", "child"), ("sat", "slept", 
 
 @pytest.fixture(scope="module")
 def gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "bench" / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_check"] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("gpu_check", None)
+    with script_module(REPO / "bench" / "gpu_check.py", "gpu_check") as module:
+        yield module
 
 
 def make_data_root(root: Path) -> Path:

@@ -3,24 +3,20 @@ a checkout, exactly where expected (a different version of the code is refused, 
 provenance of every file; missing files are named. Fake checkouts stand in for the repositories here."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+
+from helpers import script_module
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def prepare():
-    spec = importlib.util.spec_from_file_location("originals_prepare", REPO / "bench" / "originals" / "prepare.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["originals_prepare"] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("originals_prepare", None)
+    with script_module(REPO / "bench" / "originals" / "prepare.py", "originals_prepare") as module:
+        yield module
 
 
 def fake_checkout(prepare, name: str, folder: Path, skip: tuple = ()) -> Path:
