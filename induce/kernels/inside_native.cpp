@@ -242,6 +242,7 @@ float split_max(const float* rule, const float* left, const float* right, int N,
 // tables or rule and to the children's cells of `grad` (the chart's layout).
 struct Backward {
     const Chart& g;
+    const float *y, *z;  // the word tables in their [b, t, a, c] layout (a cell reads a row of them)
     float *grad, *d_y, *d_z, *d_rules, *sums;  // sums: N * N floats of scratch
     float* cell(int b, int start, int width) const {
         return grad + ((int64_t(b) * g.T + start) * g.T + (width - 1)) * g.N;
@@ -251,13 +252,11 @@ struct Backward {
         const int64_t table = ((int64_t(b) * T + s) * N + a) * N, table_z = ((int64_t(b) * T + s + w - 1) * N + a) * N;
         const float* right = g.cell(b, s + 1, w - 1);
         const float* left = g.cell(b, s, w - 1);
-        // the tables in the [b, t, a, c] layout: y_t, z_t hold them transposed
-        const float* y_t = g.y_t + (int64_t(b) * T + s) * N * N;
-        const float* z_t = g.z_t + (int64_t(b) * T + s + w - 1) * N * N;
+        const float *y_row = y + table, *z_row = z + table_z;
         int pn_arg = 0, np_arg = 0;
-        float pn_best = y_t[a] + right[0], np_best = z_t[a] + left[0];
+        float pn_best = y_row[0] + right[0], np_best = z_row[0] + left[0];
         for (int c = 1; c < N; ++c) {
-            const float pn = y_t[int64_t(c) * N + a] + right[c], np = z_t[int64_t(c) * N + a] + left[c];
+            const float pn = y_row[c] + right[c], np = z_row[c] + left[c];
             if (pn > pn_best) pn_best = pn, pn_arg = c;
             if (np > np_best) np_best = np, np_arg = c;
         }
@@ -339,16 +338,17 @@ void induce_max_chart(const float* y_t, const float* z_t, const float* w2, const
 
 // The max mode's backward (twin: max_backward in inside_torch.py): `grad` [B, T, T, N], the chart's
 // gradient, is consumed in place (each cell's children receive their shares in it, widest first);
-// d_y, d_z [B, T, N, N] ([b, t, a, c]), d_w2 [B, T - 1, N], d_rules [B, N, N * N] and d_spans [B, T, T]
-// must be zero on entry. Only cells with a nonzero gradient are looked at.
-void induce_max_backward(const float* y_t, const float* z_t, const float* rules, const float* chart, float* grad,
+// y, z and d_y, d_z [B, T, N, N] are the tables untransposed ([b, t, a, c]); d_y, d_z, d_w2 [B, T - 1, N],
+// d_rules [B, N, N * N] and d_spans [B, T, T] must be zero on entry. Only cells with a nonzero gradient are
+// looked at.
+void induce_max_backward(const float* y, const float* z, const float* rules, const float* chart, float* grad,
                          float* d_y, float* d_z, float* d_w2, float* d_rules, float* d_spans, int B, int T, int N,
                          int threads) {
-    const Chart g{y_t, z_t, nullptr, rules, nullptr, const_cast<float*>(chart), B, T, N};
+    const Chart g{nullptr, nullptr, nullptr, rules, nullptr, const_cast<float*>(chart), B, T, N};
 #pragma omp parallel for schedule(dynamic) num_threads(clamp_threads(threads))
     for (int b = 0; b < B; ++b) {
         std::vector<float> sums(int64_t(N) * N);
-        const Backward back{g, grad, d_y, d_z, d_rules, sums.data()};
+        const Backward back{g, y, z, grad, d_y, d_z, d_rules, sums.data()};
         for (int w = T; w >= 2; --w) {
             for (int s = 0; s + w <= T; ++s) {
                 const float* share = back.cell(b, s, w);

@@ -179,12 +179,12 @@ def max_backward(grad_chart: torch.Tensor, chart_sw: torch.Tensor, y: torch.Tens
     """What :func:`~induce.kernels.inside_torch.max_backward` returns, ``(d_y, d_z, d_w2, d_r, d_spans)``,
     from the chart of :func:`max_chart` and its gradient ``grad_chart [B, T, T, NT]``."""
     B, T, NT, _ = y.shape
-    y_t, z_t = y.transpose(-1, -2).contiguous(), z.transpose(-1, -2).contiguous()
+    y, z = y.contiguous(), z.contiguous()  # [b, t, a, c], the layout a cell's argmax reads rows of
     rules, chart = r_nn.contiguous(), chart_sw.contiguous()  # bound: the library reads them
     grad = grad_chart.contiguous().clone()  # consumed: the children's shares are added into it
     d_y, d_z, d_w2 = y.new_zeros(B, T, NT, NT), y.new_zeros(B, T, NT, NT), y.new_zeros(B, T - 1, NT)
     d_r, d_spans = y.new_zeros(B, NT, NT * NT), y.new_zeros(B, T, T)
-    library().induce_max_backward(y_t.data_ptr(), z_t.data_ptr(), rules.data_ptr(), chart.data_ptr(), grad.data_ptr(),
+    library().induce_max_backward(y.data_ptr(), z.data_ptr(), rules.data_ptr(), chart.data_ptr(), grad.data_ptr(),
                                   d_y.data_ptr(), d_z.data_ptr(), d_w2.data_ptr(), d_r.data_ptr(), d_spans.data_ptr(),
                                   B, T, NT, torch.get_num_threads())
     return d_y, d_z, d_w2, d_r.view(B, NT, NT, NT), d_spans
