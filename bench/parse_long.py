@@ -36,7 +36,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from induce.config import load_config  # noqa: E402
+from induce.config import CONFIG_DIR, load_config  # noqa: E402
 from induce.data.corpus import Vocab  # noqa: E402
 from induce.data.synthetic import sample_treebank  # noqa: E402
 from induce.inference import predict as inference  # noqa: E402
@@ -54,7 +54,7 @@ def long_line(n_tokens: int, seed: int = 0) -> tuple[str, list[str]]:
 
 def untrained_run(model_name: str, words: list[str]) -> inference.LoadedRun:
     """An untrained model at the toy profile's size, ready for :func:`induce.inference.predict.parse_lines`."""
-    config = load_config(model_name, config_file=ROOT / "configs" / "toy" / f"{model_name}.yaml")
+    config = load_config(model_name, config_file=CONFIG_DIR / "toy" / f"{model_name}.yaml")
     vocab = Vocab(["<eos>", "<unk>"] + sorted(set(inference.normalize(words)) - {"<eos>", "<unk>"}))
     torch.manual_seed(0)
     model = get_model_class(model_name)(len(vocab), config.model_config_object()).eval()

@@ -28,8 +28,8 @@ import yaml
 
 from induce.errors import InduceError, InputError
 
-#: Where the shipped configs live (the repository's ``configs/`` folder).
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+#: Where the shipped configs live (the package's ``configs/`` folder).
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 DEFAULT_CONFIG = "default.yaml"
 SECTIONS = ("model_name", "model", "data", "optim", "train")
 

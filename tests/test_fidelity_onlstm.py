@@ -9,7 +9,7 @@ import pytest
 import torch
 import yaml
 
-from induce.config import load_config
+from induce.config import CONFIG_DIR, load_config
 from induce.models import onlstm as onlstm_module
 from induce.models.awd import dropconnect
 from induce.models.onlstm import ONLSTM, ONLSTMConfig
@@ -30,7 +30,7 @@ def make(seed: int = 0, **overrides) -> ONLSTM:
 
 
 def test_shipped_config_and_defaults_follow_the_released_code():
-    root = Path(__file__).resolve().parents[1] / "configs"
+    root = CONFIG_DIR
     raw = yaml.safe_load((root / "onlstm.yaml").read_text())
     for cfg in (ONLSTMConfig(**raw["model"]), ONLSTMConfig()):
         assert cfg.ar_target == "raw" and cfg.dropconnect_scale == "eval"
@@ -265,7 +265,7 @@ def test_paper_size_parameter_count_is_the_released_codes():
 def test_shipped_config_has_two_biases_and_old_checkpoints_have_one():
     from induce.config import stored_config
 
-    root = Path(__file__).resolve().parents[1] / "configs"
+    root = CONFIG_DIR
     assert ONLSTMConfig(**yaml.safe_load((root / "onlstm.yaml").read_text())["model"]).gate_biases == "two"
     assert ONLSTMConfig().gate_biases == "two"
     written = load_config("onlstm").to_dict()

@@ -4,13 +4,13 @@ DropConnect, and the embedding init range. Tiny models, one thread."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 import yaml
 
+from induce.config import CONFIG_DIR
 from induce.models import prpn as prpn_module
 from induce.models import prpn_reading
 from induce.models.prpn import PRPN, PRPNConfig, ReadingLayer, drop, step_masks
@@ -134,7 +134,7 @@ def test_predict_network_matches_a_transcription_of_the_original():
 
 
 def test_shipped_config_and_defaults_follow_the_released_code():
-    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "prpn.yaml").read_text())["model"]
+    raw = yaml.safe_load((CONFIG_DIR / "prpn.yaml").read_text())["model"]
     for cfg in (PRPNConfig(**raw), PRPNConfig()):
         assert cfg.dropout_masks == "per_step" and cfg.key_dropout == 0.5 and cfg.wdrop == 0.0
         assert cfg.init_range == 0.01
@@ -324,7 +324,7 @@ def test_module_defaults_shipped_and_stored():
     says torch-1 (what its weights were drawn with) when read back."""
     from induce.config import load_config, stored_config
 
-    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "prpn.yaml").read_text())["model"]
+    raw = yaml.safe_load((CONFIG_DIR / "prpn.yaml").read_text())["model"]
     assert PRPNConfig(**raw).module_defaults == "torch-0.3" and PRPNConfig().module_defaults == "torch-0.3"
     written = load_config("prpn").to_dict()
     old = {**written, "model": {k: v for k, v in written["model"].items() if k != "module_defaults"}}

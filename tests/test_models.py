@@ -4,7 +4,6 @@ variants, weight drop and a small overfitting run."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pydantic
 import pytest
@@ -12,6 +11,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
+from induce.config import CONFIG_DIR
 from induce.models.awd import RecurrentProjection, WeightDropLSTM, _onednn_packing_available
 from induce.models.registry import get_model_class, list_models
 from induce.trees.decoders import gold_span_targets, parse_batch, peel_tree
@@ -317,7 +317,7 @@ def test_onlstm_layer_matches_the_equations():
 @pytest.mark.parametrize("name", NAMES)
 def test_shipped_config_model_section_is_valid(name):
     """configs/<name>.yaml names the model and its model section validates with the model's Config."""
-    path = Path(__file__).resolve().parents[1] / "configs" / f"{name}.yaml"
+    path = CONFIG_DIR / f"{name}.yaml"
     raw = yaml.safe_load(path.read_text())
     assert raw["model_name"] == name
     get_model_class(name).Config(**raw["model"])
