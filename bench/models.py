@@ -86,7 +86,7 @@ SETUPS = {
     "palm": (20, 70, "adam", {}),
     "palm-m10": (20, 70, "adam", {"max_span_length": 10}),
     # the size at which the issue quotes the original PaLM code (3 x 1120, m = 10); the paper's
-    # Table 5 says 1020, which is what configs/palm.yaml and the "palm" entries use
+    # Table 5 says 1020, which is what induce/configs/palm.yaml and the "palm" entries use
     "palm-h1120-m10": (20, 70, "adam", {"hidden_size": 1120, "max_span_length": 10}),
     # the same models with the per-step recurrent products as plain torch.mm (no oneDNN packing)
     "onlstm-mm": (20, 70, "sgd", {}),

@@ -5,7 +5,7 @@ turn), side by side in one run, interleaved, median over ``--repeats``; the rati
 
 Batch 1 (the stream carries the LSTM state from sentence to sentence), so each step reads the
 recurrent matrices whole (4H x H fp32: 20 MB per layer at H = 1120): with one layer per call over
-thousands of tokens that matrix stays in cache. Untrained model at ``configs/palm.yaml``'s size;
+thousands of tokens that matrix stays in cache. Untrained model at ``induce/configs/palm.yaml``'s size;
 sentences: the first ``--sentences`` lines of ``$INDUCE_DATA/ptb_lm/ptb.valid.txt`` (or ``--text``).
 
     python bench/palm_stream.py --threads 1 --sentences 150 --repeats 3

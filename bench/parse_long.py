@@ -2,7 +2,7 @@
 
 The text: sentences of the synthetic treebank (:mod:`induce.data.synthetic`, with commas and
 periods) joined into ONE line of N tokens. The model: an untrained ``--model`` at the toy profile's
-size (``configs/toy/<model>.yaml``; only the time matters), vocabulary = the synthetic words.
+size (``induce/configs/toy/<model>.yaml``; only the time matters), vocabulary = the synthetic words.
 Each size is parsed with :func:`induce.inference.predict.parse_lines` (tokenizer, model on pieces of
 ``--max-length`` tokens, decoder, punctuation attached, one bracketed line), in two versions:
 

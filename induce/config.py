@@ -3,10 +3,17 @@
 Layers, later ones win (:func:`load_config`):
 
 1. the defaults of the pydantic classes below;
-2. ``configs/default.yaml`` (data / optim / train defaults shared by every model);
-3. ``configs/<model>.yaml`` (the paper's hyper-parameters of that model), or ``--config FILE``;
-4. ``key=value`` overrides with dotted keys (``model.hidden_size=200 optim.lr=0.003``); values
+2. ``induce/configs/default.yaml`` (data / optim / train defaults shared by every model);
+3. ``induce/configs/<model>.yaml`` (the paper's hyper-parameters of that model);
+4. ``--config FILE``, a user's file: only the keys it sets change (a file of sizes keeps the model's
+   optimiser);
+5. ``key=value`` overrides with dotted keys (``model.hidden_size=200 optim.lr=0.003``); values
    are read as YAML scalars (``0.003`` is a float, ``true`` a bool, ``null`` None, ``[0, 0.999]`` a list).
+
+The shipped configs (layers 2 and 3, and the profiles of ``induce reproduce``) live inside the package
+and are read with :mod:`importlib.resources`, so an editable install, ``pip install .`` and a wheel
+read the same files. A shipped file that is missing is an error, never a silent fall back to layer 1.
+A model from a plugin (``INDUCE_PLUGINS``) has no shipped config: layer 3 is empty for it.
 
 Every key remembers where its value came from (:class:`Origins`: a file, ``--model``, or an
 override), and a validation error names that source, not the whole stack of layers.
@@ -20,6 +27,8 @@ from __future__ import annotations
 
 import copy
 import math
+from importlib import resources
+from importlib.abc import Traversable
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
@@ -28,8 +37,14 @@ import yaml
 
 from induce.errors import InduceError, InputError
 
-#: Where the shipped configs live (the package's ``configs/`` folder).
-CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+#: The shipped configs: the package's ``configs/`` folder, found with importlib.resources (which also
+#: finds it in an installed wheel).
+SHIPPED_CONFIGS: Traversable = resources.files("induce") / "configs"
+#: The same folder as a path, for the code that lists or copies it (induce is always installed as
+#: files on disk, never run from a zip archive).
+CONFIG_DIR = Path(str(SHIPPED_CONFIGS))
+#: How messages name a shipped config file (``induce/configs/prpn.yaml``), wherever it is installed.
+SHIPPED_PREFIX = "induce/configs/"
 DEFAULT_CONFIG = "default.yaml"
 SECTIONS = ("model_name", "model", "data", "optim", "train")
 
@@ -282,8 +297,44 @@ def read_yaml(path: Union[str, Path]) -> dict:
     path = Path(path)
     if not path.is_file():
         raise InputError("no such config file", path)
+    return _parse_yaml(path, path)
+
+
+def read_shipped(name: str) -> dict:
+    """The shipped config ``name`` (``default.yaml``, ``prpn.yaml``, ``toy/prpn.yaml``) as a mapping, read
+    with importlib.resources; a :class:`ConfigError` when this installation lacks it."""
+    resource = shipped_config(name)
+    if resource is None:
+        raise ConfigError(f"{SHIPPED_PREFIX}{name}: this shipped config is missing from the installed induce "
+                          "package (an incomplete install); reinstall induce (pip install .)")
+    return _parse_yaml(resource, SHIPPED_PREFIX + name)
+
+
+def shipped_config(name: str) -> Optional[Traversable]:
+    """The shipped config file ``name`` (a ``/``-separated name under ``induce/configs/``), None if absent."""
+    resource = SHIPPED_CONFIGS
+    for part in name.split("/"):
+        resource = resource / part
+    return resource if resource.is_file() else None
+
+
+def config_source(path: Union[str, Path]) -> str:
+    """How messages and reports name a config file or folder: ``induce/configs/...`` for a shipped one
+    (the same text in every installation), else the path as given."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        inside = Path(path).resolve().relative_to(CONFIG_DIR.resolve())
+    except (OSError, ValueError):
+        return str(path)
+    return (SHIPPED_PREFIX + inside.as_posix()).rstrip("/.") if str(inside) != "." else SHIPPED_PREFIX.rstrip("/")
+
+
+def _parse_yaml(source: Union[Path, Traversable], where: Union[str, Path]) -> dict:
+    """The YAML mapping in ``source`` (a file or a packaged resource); errors name ``where`` and the line."""
+    path = where
+    try:
+        data = yaml.safe_load(source.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise InputError(f"cannot read: {err.strerror or err}", path) from None
     except yaml.MarkedYAMLError as err:
         line = err.problem_mark.line + 1 if err.problem_mark is not None else None
         raise InputError(f"invalid YAML: {err.problem}", path, line) from None
@@ -401,7 +452,26 @@ def stored_config(raw: dict) -> dict:
 
 
 def model_config_path(model_name: str) -> Path:
+    """Where model ``model_name``'s shipped config is (or would be) on disk."""
     return CONFIG_DIR / f"{model_name}.yaml"
+
+
+def model_layer(model_name: str) -> tuple[dict, Optional[str]]:
+    """``(mapping, source)`` of the shipped ``<model>.yaml`` of ``model_name``; ``({}, None)`` for a model
+    of a plugin or an unknown name (validation names the unknown model). A built-in model without its
+    file is a :class:`ConfigError` (an incomplete install), never a silent fall back to the defaults."""
+    name = f"{model_name}.yaml"
+    if shipped_config(name) is not None:
+        return read_shipped(name), SHIPPED_PREFIX + name
+    from induce.models.registry import get_model_class
+
+    try:
+        cls = get_model_class(model_name)
+    except KeyError:
+        return {}, None
+    if cls.__module__.split(".")[0] == __name__.split(".")[0]:  # a model shipped with induce
+        read_shipped(name)  # raises: missing
+    return {}, None
 
 
 def load_config(
@@ -411,31 +481,37 @@ def load_config(
     use_defaults: bool = True,
     flag_overrides: Optional[list[str]] = None,
 ) -> RunConfig:
-    """Build the run config: ``default.yaml`` < ``configs/<model>.yaml`` or ``config_file`` < overrides.
+    """Build the run config: ``default.yaml`` < ``<model>.yaml`` (both shipped) < ``config_file`` <
+    ``overrides`` < ``flag_overrides`` (the module's docstring).
 
-    ``model_name`` (``--model``) wins over a ``model_name`` in the file only when they agree;
-    a conflict is an error. ``use_defaults=False`` skips ``configs/default.yaml``.
-    ``flag_overrides`` are ``key=value`` strings that the command's own flags set (``--seed 5`` ->
-    ``train.seed=5``); applied last, and errors about them name the flag.
+    The model is ``model_name`` (``--model``), else the ``model_name`` of ``config_file``; when both are
+    given they must agree. ``use_defaults=False`` skips ``default.yaml``. ``flag_overrides`` are
+    ``key=value`` strings that the command's own flags set (``--seed 5`` -> ``train.seed=5``); applied
+    last, and errors about them name the flag. Errors name the file, flag or override a value came from.
     """
+    by_flag = model_name is not None
+    layers: list[tuple[dict, str]] = []
+    if use_defaults:
+        layers.append((read_shipped(DEFAULT_CONFIG), SHIPPED_PREFIX + DEFAULT_CONFIG))
+    user: Optional[dict] = None
+    if config_file is not None:
+        user = read_yaml(config_file)
+        file_model = user.get("model_name")
+        if model_name is not None and file_model is not None and file_model != model_name:
+            raise ConfigError(f"{config_file}: model_name is {file_model!r} but --model is {model_name!r}")
+        model_name = model_name if model_name is not None else file_model
+    if isinstance(model_name, str) and model_name:
+        loaded, source = model_layer(model_name)
+        if source is not None:
+            layers.append((loaded, source))
+    if user is not None:
+        layers.append((user, str(config_file)))
     raw: dict = {}
     origins = Origins()
-    default = CONFIG_DIR / DEFAULT_CONFIG
-    if use_defaults and default.is_file():
-        loaded = read_yaml(default)
+    for loaded, source in layers:
         raw = deep_merge(raw, loaded)
-        origins.record_mapping(loaded, str(default))
-    file_path = Path(config_file) if config_file is not None else None
-    if file_path is None and model_name is not None and model_config_path(model_name).is_file():
-        file_path = model_config_path(model_name)
-    if file_path is not None:
-        loaded = read_yaml(file_path)
-        file_model = loaded.get("model_name")
-        if model_name is not None and file_model is not None and file_model != model_name:
-            raise ConfigError(f"{file_path}: model_name is {file_model!r} but --model is {model_name!r}")
-        raw = deep_merge(raw, loaded)
-        origins.record_mapping(loaded, str(file_path))
-    if model_name is not None:
+        origins.record_mapping(loaded, source)
+    if by_flag:
         raw["model_name"] = model_name
         origins.record("model_name", f"--model {model_name}")
     raw = apply_overrides(raw, list(overrides or []), origins)

@@ -215,3 +215,65 @@ def test_floats_beyond_float32_are_refused():
         with pytest.raises(ConfigError, match=r"is beyond float32's range"):
             load_config("onlstm", overrides=[override])
     assert load_config("onlstm", overrides=["optim.lr=3e38"]).optim.lr == 3e38
+
+
+def test_config_file_layers_over_the_models_own_config(tmp_path):
+    """``--config FILE`` changes only the keys it sets: a file of sizes keeps the model's optimiser (the
+    toy profile's tnpcfg.yaml once replaced tnpcfg.yaml and trained a PCFG with SGD at lr 30)."""
+    shipped = yaml.safe_load((CONFIG_DIR / "tnpcfg.yaml").read_text())["optim"]
+    sizes = load_config("tnpcfg", config_file=CONFIG_DIR / "toy" / "tnpcfg.yaml")
+    assert sizes.optim.optimizer == shipped["optimizer"] == "adam"
+    assert sizes.optim.lr == pytest.approx(shipped["lr"])
+    assert sizes.model["nt_states"] == 6  # the file's size
+    # the model named in the file picks the model's config too; overrides still win over the file
+    mine = write(tmp_path / "mine.yaml", "model_name: cpcfg\nmodel: {nt_states: 5}\n")
+    cfg = load_config(config_file=mine, overrides=["model.t_states=7"])
+    assert cfg.optim.optimizer == "adam" and cfg.optim.lr == pytest.approx(0.001)
+    assert (cfg.model["nt_states"], cfg.model["t_states"]) == (5, 7)
+    assert cfg.train.epochs == load_config("cpcfg").train.epochs
+    # an error about a key the file sets names the file; one about a shipped key the shipped file
+    bad = write(tmp_path / "bad.yaml", "model: {nt_states: 0}\n")
+    with pytest.raises(ConfigError, match=f"^{bad}: model.nt_states:"):
+        load_config("cpcfg", config_file=bad)
+    with pytest.raises(ConfigError, match=r"^induce/configs/onlstm.yaml \+ override model.chunk_size=7: model:"):
+        load_config("onlstm", overrides=["model.chunk_size=7"])  # the shipped file set the size it does not divide
+
+
+def test_a_missing_shipped_config_is_an_error(tmp_path, monkeypatch):
+    """An install without the shipped configs must not train with the classes' defaults in silence."""
+    import induce.config as config_module
+
+    empty = tmp_path / "configs"
+    empty.mkdir()
+    monkeypatch.setattr(config_module, "CONFIG_DIR", empty)
+    monkeypatch.setattr(config_module, "SHIPPED_CONFIGS", empty, raising=False)
+    with pytest.raises(ConfigError, match="induce/configs/default.yaml: .*missing.*reinstall"):
+        load_config("prpn")
+    (empty / "default.yaml").write_text((CONFIG_DIR / "default.yaml").read_text())
+    with pytest.raises(ConfigError, match="induce/configs/prpn.yaml: .*missing"):
+        load_config("prpn")
+    (empty / "prpn.yaml").write_text((CONFIG_DIR / "prpn.yaml").read_text())
+    assert load_config("prpn").optim.optimizer == "adam"
+    # the profiles of `induce reproduce` build their configs from the same shipped layers
+    from induce.reproduce.profiles import Profile, build_run_config
+
+    with pytest.raises(ConfigError, match="induce/configs/onlstm.yaml: .*missing"):
+        build_run_config(Profile(), "onlstm", [])
+
+
+def test_a_plugin_model_has_no_shipped_config():
+    """A model registered outside the package (the test stand-in) takes default.yaml and its class defaults."""
+    from helpers import STANDIN
+
+    cfg = load_config(STANDIN)
+    default = yaml.safe_load((CONFIG_DIR / "default.yaml").read_text())
+    assert cfg.model_name == STANDIN and cfg.data.eval_batch_size == default["data"]["eval_batch_size"]
+
+
+def test_shipped_configs_are_named_the_same_in_every_installation(tmp_path):
+    """Reports and messages name a shipped config by its place in the package, not the install folder."""
+    from induce.config import config_source
+
+    assert config_source(CONFIG_DIR / "toy") == "induce/configs/toy"
+    assert config_source(CONFIG_DIR / "toy" / "prpn.yaml") == "induce/configs/toy/prpn.yaml"
+    assert config_source(tmp_path / "mine") == str(tmp_path / "mine")

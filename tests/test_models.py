@@ -316,7 +316,7 @@ def test_onlstm_layer_matches_the_equations():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_shipped_config_model_section_is_valid(name):
-    """configs/<name>.yaml names the model and its model section validates with the model's Config."""
+    """induce/configs/<name>.yaml names the model and its model section validates with the model's Config."""
     path = CONFIG_DIR / f"{name}.yaml"
     raw = yaml.safe_load(path.read_text())
     assert raw["model_name"] == name

@@ -117,7 +117,7 @@ def test_tnpcfg_initialises_as_the_released_class_and_xavier_is_the_option():
     (compound-pcfg's ``train.py``) draws both from U(+-sqrt(6 / (fan_in + fan_out)))."""
     cls = get_model_class("tnpcfg")
     sizes = dict(nt_states=20, t_states=30, rank=40, state_dim=64)
-    assert load_config("tnpcfg").model["init"] == "torch"  # configs/tnpcfg.yaml
+    assert load_config("tnpcfg").model["init"] == "torch"  # induce/configs/tnpcfg.yaml
     torch.manual_seed(0)
     default = cls(50, cls.Config(**sizes))
     torch.manual_seed(0)

@@ -53,7 +53,7 @@ def test_lm_only_models_are_registered_with_configs():
     for name in LM_ONLY:
         assert name in listed
         assert not get_model_class(name).parser_kind.parses
-        config = load_config(name)  # configs/<name>.yaml over configs/default.yaml
+        config = load_config(name)  # induce/configs/<name>.yaml over induce/configs/default.yaml
         assert config.model_name == name and config.train.select_by == "valid_ppl"
         assert config.optim.optimizer == "adam" and config.train.alpha == config.train.beta == 0.0
 

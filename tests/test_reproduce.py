@@ -30,7 +30,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def toy_profile(folder: Path, **changes) -> Path:
-    """A copy of configs/toy/ made even smaller for the tests."""
+    """A copy of induce/configs/toy/ made even smaller for the tests."""
     shutil.copytree(CONFIG_DIR / "toy", folder)
     profile = yaml.safe_load((folder / "profile.yaml").read_text())
     profile.update({"random_init_seeds": 2, "random_init_sentences": 6, "example_sentences": 1, **changes})
@@ -324,6 +324,6 @@ def test_auto_profile_is_gpu_with_cuda_else_cpu(monkeypatch):
     assert resolve_profile_name("toy") == "toy"
     gpu = load_profile("gpu")
     total = sum(gpu.time_budget(m) for m in gpu.models)
-    assert total <= 20 * 60  # training's share of the 25 minutes (configs/gpu/README.md)
+    assert total <= 20 * 60  # training's share of the 25 minutes (induce/configs/gpu/README.md)
     assert gpu.time_budget("onlstm") == max(gpu.time_budget(m) for m in gpu.models)
     assert load_profile("paper").chunk_seconds() is not None

@@ -419,7 +419,7 @@ def test_a_large_cpu_run_is_announced_with_an_estimate_and_a_cpu_sized_command(t
     n_params = sum(t.numel() for t in model_tensors(tmp_path / "run", "best").values())
     assert f"{n_params / 1e6:.1f}M parameters" in text and "training tokens per epoch, 3 epochs" in text
     assert "estimate (measured on batches 2-4: " in text and " per epoch, ~" in text and "for 3 epochs" in text
-    # the exact CPU-sized command: --model palm with the sizes of configs/cpu/palm.yaml, which load
+    # the exact CPU-sized command: --model palm with the sizes of induce/configs/cpu/palm.yaml, which load
     command = advice.cpu_sized_command("palm")
     assert f"    {command}\n" in text
     words = command.split()

@@ -53,7 +53,8 @@ def eval_command(
     ),
     untrained: Optional[str] = typer.Option(
         None, "--untrained", metavar="MODEL", help="Parse the gold sentences with --inits freshly initialised, "
-        "untrained MODELs (configs/MODEL.yaml: the papers' sizes; change them with --set) and report mean ± std over "
+        "untrained MODELs (the shipped MODEL.yaml: the papers' sizes; change them with --set) and report mean ± std "
+        "over "
         "the inits (PaLM Table 4's first row). Vocabulary: that of the prepared corpus when the gold trees come from "
         "one (--corpus or the default corpus), else every word of the gold sentences; never a run folder's."
     ),

@@ -9,7 +9,7 @@ BranchingStats`): among the splits of spans longer than 2 words, ``[i, j] -> [i,
 left split, ``[i, j] -> (i) + [i+1, j]`` a right one. ``induce eval --untrained`` and the untrained
 rows of ``induce reproduce`` both call it.
 
-* Model config (:func:`untrained_config`): ``configs/<model>.yaml`` over ``configs/default.yaml``,
+* Model config (:func:`untrained_config`): ``induce/configs/<model>.yaml`` over ``default.yaml``,
   i.e. the papers' sizes, with ``model.*`` overrides, as ``induce train`` builds it.
 * Vocabulary (:func:`untrained_vocabulary`): an untrained model's embedding rows are random, so the
   vocabulary only decides which words share a row (``<unk>``). Given a prepared corpus, its
@@ -40,7 +40,7 @@ SUMMARY_FIGURES = INIT_FIGURES[:4]
 
 
 def untrained_config(model_name: str, overrides: Sequence[str] = ()):
-    """The :class:`induce.config.RunConfig` of ``model_name`` (``configs/<model>.yaml``) with ``model.*``
+    """The :class:`induce.config.RunConfig` of ``model_name`` (``induce/configs/<model>.yaml``) with ``model.*``
     ``key=value`` overrides; an :class:`InduceError` for a model that does not parse or an override of
     another section (an untrained model has no data, optimiser or training)."""
     from induce.config import load_config

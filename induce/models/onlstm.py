@@ -15,7 +15,7 @@ value means many levels are erased, i.e. a high-level constituent starts at ``w_
 
 **Regularisation: the released code (yikangshen/Ordered-Neurons) against AWD-LSTM.** ON-LSTM's code
 departs from AWD-LSTM (whose pieces it otherwise reuses) in two places; both are options here and
-``configs/onlstm.yaml`` (and the class defaults) follow the released code, since that is what
+``induce/configs/onlstm.yaml`` (and the class defaults) follow the released code, since that is what
 produced the published perplexity and parsing F1:
 
 * ``ar_target`` — the activation regulariser ``alpha * mean(h^2)``. ``main.py``'s ``train()`` applies
@@ -47,7 +47,7 @@ so weight and bias of ``ih`` are ``U(+-1/sqrt(input size))`` and those of ``hh``
 ``kaiming_uniform_(a=sqrt(5))``, whose bound is again ``1/sqrt(in_features)``; bias
 ``U(+-1/sqrt(fan_in))``). The initial state is zeros.
 
-* ``gate_biases: two`` (default, ``configs/onlstm.yaml``) — two bias vectors per layer as in the
+* ``gate_biases: two`` (default, ``induce/configs/onlstm.yaml``) — two bias vectors per layer as in the
   code: ``bias`` (the ``ih`` bias) and ``bias_hh``, drawn as above and summed before the cell
   step (the gate pre-activation of a unit is biased by the sum of two independent uniforms, and
   under SGD the sum moves twice as fast as one bias would: each gets the same gradient).

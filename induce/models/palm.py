@@ -52,7 +52,7 @@ scores: the parser (and PaLM-S's supervision) read the window only. Parsing lift
 sentence length, so no start is ever beyond the window there.
 
 **Paper vs released code** (``variant``; default ``paper`` in the class, ``released`` in
-``configs/palm*.yaml``). The authors' code (github.com/Noahs-ARK/PaLM, read at commit fe943bb; the
+``induce/configs/palm*.yaml``). The authors' code (github.com/Noahs-ARK/PaLM, read at commit fe943bb; the
 parsing script ``eval_parsing.py`` only in its first commit 0888e06) differs from the equations above;
 ``variant: released`` switches all of these:
 

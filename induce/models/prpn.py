@@ -18,7 +18,7 @@ Equations from Stratos' note, section 3 (defaults: ``E = 800``, ``d = 1200``, ``
   ``tanh(BN(W Drop([h_t; h~_t]) + b))`` is the hidden state fed to the tied output.
 
 **Fidelity to the released code (yikangshen/PRPN).** Where the code and Stratos' note (or our
-earlier version) differ, ``configs/prpn.yaml`` and the class defaults follow the code, which is
+earlier version) differ, ``induce/configs/prpn.yaml`` and the class defaults follow the code, which is
 what produced the published perplexity and F1:
 
 * *Predict read* (fixed, no option): ``PredictNetwork.attention`` reads its memory before pushing

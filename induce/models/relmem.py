@@ -13,7 +13,7 @@ states: linear memory in ``T``); ``memlstm`` attends to every past state
 
 The memory is rebuilt at every ``forward`` (it does not carry over BPTT segments; only
 ``(s, c)`` does). These models have no syntactic structure: ``parser_kind = "none"``. They train as
-language models (``induce train --model rellstm``, configs/rellstm.yaml): the trainer skips the
+language models (``induce train --model rellstm``, induce/configs/rellstm.yaml): the trainer skips the
 per-epoch dev F1 for them and refuses ``train.select_by=dev_f1``; ``parse_structure`` raises
 :class:`NoSyntacticStructureError` (an :class:`~induce.errors.InduceError` naming the model), which
 ``induce parse`` and ``induce eval --checkpoint`` print as a one-line error.

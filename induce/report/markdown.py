@@ -188,7 +188,8 @@ def _setup(*, results, profile, split, where, models, per_model, eval_corpus, tr
                             f"({text_size(monitor)}), checked each epoch"],
         ["evaluation", f"{where}: `{eval_corpus['path']}` {split}, {count_text(eval_counts.get('trees'))} trees; "
                        f"LM text {text_size(eval_counts)}"],
-        ["configs", "`configs/<model>.yaml`" + (f" < `{results.get('profile_folder')}/<model>.yaml`" if profile else "")
+        ["configs", "`induce/configs/<model>.yaml`"
+         + (f" < `{results.get('profile_folder')}/<model>.yaml`" if profile else "")
          + " < profile overrides: " + (", ".join(f"`{o}`" for o in profile.get("overrides", [])) or "none")],
         ["profile's model changes", "; ".join(
             f"{display(m)}: " + ", ".join(f"`{k}={v}`" for k, v in changes.items())

@@ -27,8 +27,8 @@ where it stopped):
 6. **report** — ``OUT/REPORT.md``, ``OUT/results.json`` and ``OUT/figures/*.png``
    (:mod:`induce.report`); always rebuilt (seconds).
 
-Profiles are folders ``configs/<profile>/`` holding ``profile.yaml`` (:class:`Profile`) and, where
-the profile changes a model, ``<model>.yaml`` layered over ``configs/<model>.yaml``
+Profiles are folders ``induce/configs/<profile>/`` holding ``profile.yaml`` (:class:`Profile`) and, where
+the profile changes a model, ``<model>.yaml`` layered over ``induce/configs/<model>.yaml``
 (:mod:`induce.reproduce.profiles`).
 
 **Chunks** (``--chunk`` / the profile's ``chunk``): the training of one invocation stops after that

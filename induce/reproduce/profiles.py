@@ -1,6 +1,6 @@
-"""Profiles of ``induce reproduce``: ``configs/<profile>/profile.yaml`` (:class:`Profile`) and the
-run configs they build (``configs/default.yaml`` < ``configs/<model>.yaml`` < ``<profile>/<model>.yaml``
-< the profile's overrides < the pipeline's).
+"""Profiles of ``induce reproduce``: ``induce/configs/<profile>/profile.yaml`` (:class:`Profile`, shipped
+in the package) or a folder of one's own, and the run configs they build (``default.yaml`` <
+``<model>.yaml``, both shipped, < ``<profile>/<model>.yaml`` < the profile's overrides < the pipeline's).
 
 ``auto`` (the default of ``induce reproduce`` and ``make reproduce``) is ``gpu`` when torch sees a
 CUDA device, else ``cpu`` (:func:`resolve_profile_name`).
@@ -15,11 +15,15 @@ import pydantic
 from induce.config import (
     CONFIG_DIR,
     DEFAULT_CONFIG,
+    SHIPPED_PREFIX,
     ConfigError,
     RunConfig,
     apply_overrides,
+    config_source,
     deep_merge,
+    model_layer,
     parse_duration,
+    read_shipped,
     read_yaml,
     validate_config,
 )
@@ -29,7 +33,7 @@ PROFILE_FILE = "profile.yaml"
 
 
 class Profile(pydantic.BaseModel):
-    """``configs/<profile>/profile.yaml``: what ``induce reproduce --profile NAME`` runs."""
+    """``induce/configs/<profile>/profile.yaml``: what ``induce reproduce --profile NAME`` runs."""
 
     model_config = pydantic.ConfigDict(extra="forbid")
 
@@ -127,41 +131,43 @@ def resolve_profile_name(name: Union[str, Path]) -> Union[str, Path]:
 
 
 def list_profiles(config_dir: Path = CONFIG_DIR) -> list[str]:
-    """Names of the shipped profiles (folders of ``configs/`` with a ``profile.yaml``)."""
+    """Names of the shipped profiles (folders of ``induce/configs/`` with a ``profile.yaml``)."""
     return sorted(p.parent.name for p in Path(config_dir).glob(f"*/{PROFILE_FILE}"))
 
 
 def load_profile(name_or_path: Union[str, Path], config_dir: Path = CONFIG_DIR) -> Profile:
-    """A profile by name (``configs/<name>/``) or by folder path."""
+    """A profile by name (``induce/configs/<name>/``) or by folder path."""
     path = Path(name_or_path)
     folder = path if (path / PROFILE_FILE).is_file() else Path(config_dir) / str(name_or_path)
     if not (folder / PROFILE_FILE).is_file():
         known = ", ".join(list_profiles(config_dir)) or "(none)"
-        raise InduceError(f"unknown profile {str(name_or_path)!r}: no {PROFILE_FILE} in {folder}; profiles: {known}")
+        raise InduceError(f"unknown profile {str(name_or_path)!r}: no {PROFILE_FILE} in {config_source(folder)}; "
+                          f"profiles: {known}")
     raw = read_yaml(folder / PROFILE_FILE)
     try:
         profile = Profile(**raw)
     except pydantic.ValidationError as err:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(profile)'}: "
                              f"{'unknown key' if e['type'] == 'extra_forbidden' else e['msg']}" for e in err.errors())
-        raise InduceError(f"{folder / PROFILE_FILE}: {problems}") from None
+        raise InduceError(f"{config_source(folder / PROFILE_FILE)}: {problems}") from None
     profile.name = folder.name
     profile.folder = folder
     return profile
 
 
 def build_run_config(profile: Profile, model: str, overrides: list[str]) -> RunConfig:
-    """``configs/default.yaml`` < ``configs/<model>.yaml`` < ``<profile folder>/<model>.yaml`` <
-    ``profile.overrides`` < ``overrides``."""
+    """``default.yaml`` < ``<model>.yaml`` (both shipped: an error when missing) < ``<profile folder>/<model>.yaml``
+    (where the profile changes the model) < ``profile.overrides`` < ``overrides``."""
+    layers = [(read_shipped(DEFAULT_CONFIG), SHIPPED_PREFIX + DEFAULT_CONFIG), model_layer(model)]
+    if profile.folder is not None and (profile.folder / f"{model}.yaml").is_file():
+        path = profile.folder / f"{model}.yaml"
+        layers.append((read_yaml(path), config_source(path)))
     raw: dict = {}
     sources = []
-    layers = [CONFIG_DIR / DEFAULT_CONFIG, CONFIG_DIR / f"{model}.yaml"]
-    if profile.folder is not None:
-        layers.append(profile.folder / f"{model}.yaml")
-    for layer in layers:
-        if layer.is_file():
-            raw = deep_merge(raw, read_yaml(layer))
-            sources.append(str(layer))
+    for loaded, source in layers:
+        if source is not None:
+            raw = deep_merge(raw, loaded)
+            sources.append(source)
     if raw.get("model_name", model) != model:
         raise ConfigError(f"{sources[-1]}: model_name is {raw['model_name']!r}, expected {model!r}")
     raw["model_name"] = model

@@ -14,7 +14,7 @@ import os
 import platform
 from pathlib import Path
 
-from induce.config import read_yaml
+from induce.config import config_source, read_yaml
 from induce.evaluation.metrics import mean_std
 from induce.files import now
 
@@ -116,7 +116,7 @@ def collect_results(repro, started_at: str, seconds: float) -> dict:
     configs = {m: repro.configs[m][repro.profile.seeds[0]].to_dict() for m in repro.profile.models}
     return {
         "generated_at": now(), "started_at": started_at, "command": repro.options.command,
-        "profile": profile, "profile_folder": str(repro.profile.folder),
+        "profile": profile, "profile_folder": config_source(repro.profile.folder),
         "time_per_model_s": _same_or_none(list(repro.budgets.values())), "time_budgets_s": repro.budgets,
             "seeds": repro.profile.seeds, "models_order": repro.profile.models,
         "machine": machine_info(repro.eval_device),
