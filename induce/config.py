@@ -36,6 +36,7 @@ import pydantic
 import yaml
 
 from induce.errors import InduceError, InputError
+from induce.files import write_output
 
 #: The shipped configs: the package's ``configs/`` folder, found with importlib.resources (which also
 #: finds it in an installed wheel).
@@ -543,13 +544,9 @@ def parse_duration(text: str) -> float:
 
 
 def save_config(config: RunConfig, path: Union[str, Path]) -> Path:
-    """Write the resolved config as YAML (what :func:`load_config_file` reads back identically)."""
-    path = Path(path)
-    text = yaml.safe_dump(config.to_dict(), sort_keys=False, default_flow_style=False)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-    return path
+    """Write the resolved config as YAML (what :func:`load_config_file` reads back identically) with the
+    output writer (:func:`induce.files.write_output`)."""
+    return write_output(path, yaml.safe_dump(config.to_dict(), sort_keys=False, default_flow_style=False))
 
 
 def load_config_file(path: Union[str, Path]) -> RunConfig:

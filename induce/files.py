@@ -3,25 +3,53 @@
 * :func:`sha256_file` — hash of a file (an unreadable file is an :class:`InputError`);
 * :func:`new_file_mode`, :func:`honour_umask` — the mode a plain ``open(path, "w")`` would give
   (temporary files from :mod:`tempfile` are 0600, which atomic writes must not keep);
-* :func:`check_output_file` — refuse an output path that is a folder, under a file, or not writable,
-  before any long work is done; :func:`check_output_folder` the same for an output folder;
+* :func:`write_output`, :func:`open_output` — the one writer of every output file a command writes
+  (trees, CSV and JSON files, reports, figures, a run's config); :func:`output_target` says what
+  stands at an output path and how it is written (below);
+* :func:`check_output_file` — refuse an output path that is a folder, under a file, not writable, or
+  something no output can be written onto, before any long work is done; :func:`check_output_folder`
+  the same for an output folder;
 * :func:`check_not_input` — refuse an output (file or folder) that is one of the command's inputs, or a
-  folder holding one, whatever path or link names it, before anything is read;
+  folder holding one, whatever path or link names it (``nosuch/../INPUT`` included), before anything is read;
 * :func:`os_error_message` — a one-line user message for an ``OSError`` (path and reason);
 * :func:`strict_json` — JSON text without ``NaN`` / ``Infinity`` (which are not JSON), for the files
   other programs read;
 * :func:`now` — the time stamp the status, step and results files record;
 * :func:`process_alive` — whether a process (the holder of a run folder's lock) still runs.
+
+**How an output path is written** (:func:`output_target`). The path is resolved first as the system
+would once its missing folders exist: every symbolic link followed, ``..`` taken after the link before
+it (``os.path.realpath``), so ``nosuch/../x.txt`` is ``x.txt``. Then, by what stands there:
+
+* nothing (a new file) or a regular file: written atomically, a temporary file in the same folder
+  renamed over it, so a reader never sees half a file and a failure leaves the old one. A new file
+  gets the mode ``open()`` would give under the umask (:func:`new_file_mode`); a replaced file keeps
+  its own permission bits;
+* a symbolic link: its target is written as above (atomically when a regular file); the link stays a link;
+* a FIFO or a character device (``/dev/null``, a terminal): written through, opened for writing as it
+  is: never created, truncated, renamed or replaced;
+* a process's open file (``/dev/stdout``, ``/dev/fd/N``: links into ``/proc``): written through,
+  appended to, as writing to that descriptor would;
+* a regular file with several hard links: written through (truncated, then written in place), so that
+  every name of it sees the new content, as the shell's ``>`` does; an atomic rename would give this
+  name a new file and leave the others with the old content, in silence. (An input among those names
+  is refused before: :func:`check_not_input` sees hard links.) Not atomic;
+* a folder, a block device (a disk: an output written onto it would destroy a file system) or a
+  socket: refused with an :class:`InputError` naming the path.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import math
 import os
+import stat
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import IO, Iterator, Optional, Union
 
 from induce.errors import InputError
 
@@ -89,29 +117,157 @@ def os_error_message(err: OSError) -> str:
     return f"{where}: {os_error_reason(err)}" if where is not None else os_error_reason(err)
 
 
+# ------------------------------------------------------------------------------------------- the writer
+
+#: More links than this on the way to a file: a loop (Linux's own limit is 40).
+MAX_LINKS = 40
+
+#: What is refused at an output path, by file type: nothing is written onto these.
+_REFUSED = {
+    stat.S_IFDIR: "this is a folder; give a file name",
+    stat.S_IFBLK: "this is a block device (a disk or a partition): no output is written onto one; give a file name",
+    stat.S_IFSOCK: "this is a socket, not a file: nothing can be written onto it; give a file name",
+}
+
+
+@dataclass(frozen=True)
+class OutputTarget:
+    """What an output path names (:func:`output_target`).
+
+    ``path``: the file written (every symbolic link followed, ``..`` resolved; a process's open file
+    keeps the path given). ``kind``: ``new``, ``file``, ``hard-linked file``, ``fifo``,
+    ``character device`` or ``process file`` (``/dev/stdout`` and the like); the first two are written
+    atomically, the others through (the module's docstring says why).
+    """
+
+    path: Path
+    kind: str
+
+    @property
+    def atomic(self) -> bool:
+        return self.kind in ("new", "file")
+
+
+def _follow_links(path: PathLike) -> tuple[str, bool]:
+    """``(path with every symbolic link followed and each ``..`` taken after the link before it, whether
+    the way leads into /proc)``: the file the system would open once the missing folders exist."""
+    current = os.fspath(path)
+    for _ in range(MAX_LINKS):
+        head, name = os.path.split(current)
+        folder = os.path.realpath(head or os.curdir)  # realpath: missing folders are left by a later ".."
+        if folder == "/proc" or folder.startswith("/proc/"):
+            return current, True  # /dev/stdout, /dev/fd/N: the kernel follows these links, not their text
+        candidate = os.path.join(folder, name)
+        if name in ("", os.curdir, os.pardir) or not os.path.islink(candidate):
+            return os.path.realpath(candidate) if name in (os.curdir, os.pardir) else candidate, False
+        current = os.path.join(folder, os.readlink(candidate))
+    raise InputError("too many levels of symbolic links (a loop of links?)", path)
+
+
+def output_target(path: PathLike) -> OutputTarget:
+    """Where writing the output ``path`` goes and how (the module's docstring); an :class:`InputError` for
+    a folder, a block device, a socket or a loop of links there. Writes nothing."""
+    resolved, process = _follow_links(path)
+    try:
+        info = os.stat(resolved)
+    except (FileNotFoundError, NotADirectoryError):  # (under a file: making the folder will say so)
+        return OutputTarget(Path(resolved), "new")
+    kind = stat.S_IFMT(info.st_mode)
+    if kind in _REFUSED or kind not in (stat.S_IFREG, stat.S_IFIFO, stat.S_IFCHR):
+        where = "" if os.path.abspath(resolved) == os.path.abspath(path) else f" ({resolved})"
+        raise InputError(_REFUSED.get(kind, "this is not a regular file; give a file name") + where, path)
+    if process:
+        return OutputTarget(Path(resolved), "process file")
+    if kind == stat.S_IFIFO:
+        return OutputTarget(Path(resolved), "fifo")
+    if kind == stat.S_IFCHR:
+        return OutputTarget(Path(resolved), "character device")
+    return OutputTarget(Path(resolved), "file" if info.st_nlink <= 1 else "hard-linked file")
+
+
+def _text_or_binary(fd: int, binary: bool) -> IO:
+    return os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="\n")
+
+
+@contextlib.contextmanager
+def open_output(path: PathLike, binary: bool = False) -> Iterator[IO]:
+    """A handle to write the output file ``path`` through (text: UTF-8 with ``\\n`` newlines), written as
+    :func:`output_target` decides: the new content replaces the file atomically when the block ends
+    without an error, or goes straight into a FIFO, a device, a process's open file or a hard-linked
+    file. Missing parent folders are made. Errors: :class:`InputError` (what stands there), ``OSError``."""
+    target = output_target(path)
+    if target.atomic:
+        with _atomic(target.path, binary) as handle:
+            yield handle
+        return
+    flags = os.O_WRONLY | getattr(os, "O_NOCTTY", 0)  # never O_CREAT: it is there, and stays what it is
+    if target.kind == "hard-linked file":
+        flags |= os.O_TRUNC
+    elif target.kind == "process file":
+        flags |= os.O_APPEND
+    with _text_or_binary(os.open(target.path, flags), binary) as handle:
+        yield handle
+
+
+@contextlib.contextmanager
+def _atomic(target: Path, binary: bool) -> Iterator[IO]:
+    """A temporary file beside ``target``, renamed over it at the end (removed on an error). Its mode: the
+    replaced file's permission bits, or for a new file what ``open()`` gives under the umask."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        mode = new_file_mode()
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        if hasattr(os, "fchmod"):  # POSIX; elsewhere there are no such mode bits to set
+            os.fchmod(fd, mode)
+        with _text_or_binary(fd, binary) as handle:
+            yield handle
+        os.replace(tmp_name, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+        raise
+
+
+def write_output(path: PathLike, content: Union[str, bytes]) -> Path:
+    """Write ``content`` (``str``: UTF-8, ``\\n`` newlines; ``bytes`` as they are) to the output file ``path``
+    with :func:`open_output`; returns ``path``."""
+    with open_output(path, binary=isinstance(content, bytes)) as handle:
+        handle.write(content)
+    return Path(path)
+
+
 def check_output_file(path: Optional[PathLike], option: str) -> None:
     """Refuse an output file path that cannot be written, before the work that produces it.
 
-    ``option`` names the flag in the message (e.g. ``--out``). Checks: not an existing folder,
-    no existing file among its parents, the nearest existing parent folder is writable, and an
-    existing file is writable. Raises :class:`InputError`.
+    ``option`` names the flag in the message (e.g. ``--out``). Checks, on the file the path names
+    (:func:`output_target`: links followed, ``..`` resolved): not a folder, a block device or a
+    socket, no existing file among its parents, the nearest existing parent folder is writable, and
+    an existing file is writable. Raises :class:`InputError`.
     """
     if path is None or str(path) == "-":
         return
-    target = Path(path)
-    if target.is_dir():
-        raise InputError(f"{option}: this is a folder; give a file name (e.g. {target / 'out.txt'})", target)
+    if Path(path).is_dir():
+        raise InputError(f"{option}: this is a folder; give a file name (e.g. {Path(path) / 'out.txt'})", path)
+    try:
+        target = output_target(path).path
+    except InputError as err:
+        raise InputError(f"{option}: {err.reason}", path) from None
+    except OSError as err:
+        raise InputError(f"{option}: {os_error_reason(err)}", path) from None
     parent = target.parent
     while not parent.exists():
         if parent == parent.parent:
             break
         parent = parent.parent
     if parent.exists() and not parent.is_dir():
-        raise InputError(f"{option}: {parent} is a file, not a folder", target)
+        raise InputError(f"{option}: {parent} is a file, not a folder", path)
     if target.exists() and not os.access(target, os.W_OK):
-        raise InputError(f"{option}: permission denied (the file is read-only)", target)
+        raise InputError(f"{option}: permission denied (the file is read-only)", path)
     if not target.exists() and parent.exists() and not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"{option}: cannot create files in {parent} (permission denied)", target)
+        raise InputError(f"{option}: cannot create files in {parent} (permission denied)", path)
 
 
 def check_output_folder(folder: PathLike, option: str, what: str = "the output folder") -> None:
@@ -148,11 +304,15 @@ def strict_json(value, **kwargs) -> str:
 
 def same_file(a: PathLike, b: PathLike) -> bool:
     """Whether ``a`` and ``b`` are the same existing file or folder (same device and inode: symbolic and
-    hard links, ``..`` and relative paths included); False when either does not exist."""
-    try:
-        return os.path.samefile(a, b)
-    except (OSError, ValueError):
-        return False
+    hard links, ``..`` and relative paths included, and ``a`` as the output writer resolves it, so that
+    ``nosuch/../x.txt`` is ``x.txt`` while ``nosuch`` does not exist); False when either does not exist."""
+    for first in (a, os.path.realpath(a)):
+        try:
+            if os.path.samefile(first, b):
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
 
 
 def _inside(path: PathLike, folder: PathLike) -> bool:

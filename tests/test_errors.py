@@ -192,12 +192,12 @@ def test_parse_checkpoint_weights_not_a_file(tmp_path, run_dir):
 
 
 def test_parse_write_failure_after_parsing_is_a_message(tmp_path, run_dir, monkeypatch):
-    import induce.trees.brackets
+    import induce.files
 
     def disk_full(path, text):
         raise OSError(28, "No space left on device", str(path))
 
-    monkeypatch.setattr(induce.trees.brackets, "atomic_write_text", disk_full)
+    monkeypatch.setattr(induce.files, "write_output", disk_full)
     text = tmp_path / "in.txt"
     text.write_text("the cat sat\n")
     out = clean_failure(runner.invoke(app, ["parse", str(text), "-c", str(run_dir), "-o", str(tmp_path / "t.txt")]))

@@ -39,9 +39,9 @@ def _config(hidden_size: Optional[int], attention_size: Optional[int], nu: Optio
 
 
 def _write_json(path: Path, payload) -> Path:
-    from induce.trees.brackets import atomic_write_text
+    from induce.files import write_output
 
-    atomic_write_text(path, json.dumps(payload, indent=2))
+    write_output(path, json.dumps(payload, indent=2))
     return path
 
 

@@ -52,11 +52,10 @@ def parse_command(
     Examples: `induce parse corpus.txt`, `induce parse corpus.txt --checkpoint runs/RUN --format pretty`,
     `echo "The dog barked ." | induce parse - --pretokenized`.
     """
-    from induce.files import check_not_input, check_output_file
+    from induce.files import check_not_input, check_output_file, write_output
     from induce.inference.loading import load_run
     from induce.inference.predict import parse_lines, read_text_lines
     from induce.inference.runs import pick_run, run_files
-    from induce.trees.brackets import atomic_write_text
 
     console = Console(stderr=True)
     check_output_file(out, "--out")
@@ -73,7 +72,7 @@ def parse_command(
                             progress=steps.bar("parsing"))
     text_out = "".join(tree + "\n" for tree in trees)
     if out is not None:
-        atomic_write_text(out, text_out)
+        write_output(out, text_out)
     if out is not None:
         console.print(f"{len(trees)} trees -> {out}", highlight=False)
     else:

@@ -213,7 +213,7 @@ def _run_files(run_dir: Optional[Path]) -> list:
 
 
 def _write_per_sentence(path: Path, result) -> None:
-    from induce.trees.brackets import atomic_write_text
+    from induce.files import write_output
 
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
@@ -221,4 +221,4 @@ def _write_per_sentence(path: Path, result) -> None:
     for s in result.sentences:
         writer.writerow([s.index, s.length, f"{100 * s.f1:.4f}", f"{100 * s.precision:.4f}", f"{100 * s.recall:.4f}",
                          s.n_pred, s.n_gold, s.n_match])
-    atomic_write_text(path, buffer.getvalue())
+    write_output(path, buffer.getvalue())

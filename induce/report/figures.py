@@ -60,12 +60,17 @@ def check_image_path(path: PathLike, option: str) -> None:
 
 
 def save_figure(fig, path: PathLike, dpi: int = 100) -> Path:
-    """Write ``fig`` to ``path`` (parent folders created), close it, return the path."""
+    """Write ``fig`` to ``path`` in the format its suffix names (parent folders created, with
+    :func:`induce.files.open_output`), close it, return the path."""
+    from induce.files import open_output
+
     plt = pyplot()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
+    try:
+        with open_output(path, binary=True) as handle:
+            fig.savefig(handle, dpi=dpi, format=path.suffix.lstrip(".").lower() or None)
+    finally:
+        plt.close(fig)
     return path
 
 

@@ -34,17 +34,16 @@ from induce.report.text import (
 
 def write_results(results: dict, out: Path) -> tuple[Path, Path]:
     """``out/results.json`` and ``out/REPORT.md``."""
-    from induce.files import strict_json
-    from induce.trees.brackets import atomic_write_text
+    from induce.files import strict_json, write_output
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     results = dict(results, published=PUBLISHED)
     json_path = out / "results.json"
     # strict JSON: NaN / infinity (a diverged run) become null; "diverged_seeds" says which
-    atomic_write_text(json_path, strict_json(results, indent=1, sort_keys=True, default=str) + "\n")
+    write_output(json_path, strict_json(results, indent=1, sort_keys=True, default=str) + "\n")
     md_path = out / "REPORT.md"
-    atomic_write_text(md_path, render_markdown(results))
+    write_output(md_path, render_markdown(results))
     return json_path, md_path
 
 

@@ -30,13 +30,10 @@ VOLATILE_TRAIN_KEYS = ("device", "kernels", "log_interval", "tensorboard")
 
 
 def write_json(path: Path, payload) -> Path:
-    """``payload`` as indented JSON at ``path`` (folders made, written atomically); returns ``path``."""
-    from induce.trees.brackets import atomic_write_text
+    """``payload`` as indented JSON at ``path`` (folders made; :func:`induce.files.write_output`); returns ``path``."""
+    from induce.files import write_output
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(payload, indent=1, sort_keys=True, default=str) + "\n")
-    return path
+    return write_output(path, json.dumps(payload, indent=1, sort_keys=True, default=str) + "\n")
 
 
 def _comparable(config: dict) -> dict:
@@ -319,9 +316,9 @@ class PipelineSteps:
         if self.mikolov is not None:
             mikolov_ppl = sentences_perplexity(loaded, self.mikolov["sentences"], self.eval_device)
         trees_path = path.with_suffix(".trees.txt")
-        from induce.trees.brackets import atomic_write_text
+        from induce.files import write_output
 
-        atomic_write_text(trees_path, "".join(
+        write_output(trees_path, "".join(
             (format_tree(tree) if tree is not None else "(S " + " ".join(words) + ")") + "\n"
             for tree, words in zip(predictions, kept)))
         payload = {"key": key, "model": model, "seed": seed, "perplexity": ppl, "mikolov_perplexity": mikolov_ppl,

@@ -1,7 +1,7 @@
 """Trees: reading and writing them, their spans, and the decoders that build them from a model's numbers.
 
 * :mod:`.brackets` — bracketed (Penn Treebank style) tree files: reading with line numbers, writing
-  atomically, one tree per line;
+  one tree per line (with :func:`induce.files.write_output`);
 * :mod:`.ptb` — the Penn Treebank's conventions: which leaves are words (the word-tag filter), traces,
   function tags, cleaning a treebank tree;
 * :mod:`.nodes` — :class:`~induce.trees.nodes.Node`, the one tree of word positions that the decoders,

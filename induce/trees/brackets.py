@@ -12,8 +12,6 @@ is read as ``Tree('', [Tree('S', ...)])`` (label ``''``); ``(TOP (S ...))`` keep
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Callable, Iterable, NamedTuple, Optional, Union
 
@@ -21,7 +19,7 @@ import nltk
 import numpy as np
 
 from induce.errors import InputError
-from induce.files import new_file_mode, os_error_reason
+from induce.files import os_error_reason, write_output
 
 PathLike = Union[str, Path]
 
@@ -231,31 +229,15 @@ def tree_to_line(tree: nltk.Tree, leaf_text: Optional[Callable[[object], str]] =
 
 
 def atomic_write_text(path: PathLike, text: str) -> None:
-    """Write ``text`` (UTF-8, ``\\n`` newlines) to ``path`` via a temp file + rename beside it.
-
-    The file gets the mode a plain ``open(path, "w")`` would give under the current umask.
-    """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        # mkstemp makes the file 0600; the result should have the mode a plain open() gives (umask).
-        if hasattr(os, "fchmod"):  # POSIX; elsewhere there are no such mode bits to fix
-            os.fchmod(fd, new_file_mode())
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-        os.replace(tmp_name, target)
-    except BaseException:
-        try:
-            os.unlink(tmp_name)
-        except FileNotFoundError:
-            pass
-        raise
+    """Write ``text`` to the output file ``path`` with the one output writer, :func:`induce.files.write_output`
+    (atomic for a regular file, through a link to its target, straight into a FIFO or a device); the name
+    the run folder's status and metrics files use."""
+    write_output(path, text)
 
 
 def write_trees(path: PathLike, trees: Iterable[nltk.Tree]) -> None:
-    """Write ``trees`` one per line (see :func:`tree_to_line`), atomically."""
-    atomic_write_text(path, "".join(tree_to_line(tree) + "\n" for tree in trees))
+    """Write ``trees`` one per line (see :func:`tree_to_line`) with :func:`induce.files.write_output`."""
+    write_output(path, "".join(tree_to_line(tree) + "\n" for tree in trees))
 
 
 def nltk_corpus_reader(folder: PathLike, fileids: str = r"wsj_.*\.mrg"):
