@@ -28,15 +28,17 @@ from __future__ import annotations
 import copy
 import math
 from importlib import resources
-from importlib.abc import Traversable
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 
 import pydantic
 import yaml
 
 from induce.errors import InduceError, InputError
 from induce.files import write_output
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 
 #: The shipped configs: the package's ``configs/`` folder, found with importlib.resources (which also
 #: finds it in an installed wheel).
@@ -326,12 +328,12 @@ def config_source(path: Union[str, Path]) -> str:
         inside = Path(path).resolve().relative_to(CONFIG_DIR.resolve())
     except (OSError, ValueError):
         return str(path)
-    return (SHIPPED_PREFIX + inside.as_posix()).rstrip("/.") if str(inside) != "." else SHIPPED_PREFIX.rstrip("/")
+    text = inside.as_posix()
+    return SHIPPED_PREFIX.rstrip("/") if text == "." else SHIPPED_PREFIX + text
 
 
-def _parse_yaml(source: Union[Path, Traversable], where: Union[str, Path]) -> dict:
-    """The YAML mapping in ``source`` (a file or a packaged resource); errors name ``where`` and the line."""
-    path = where
+def _parse_yaml(source: Union[Path, Traversable], path: Union[str, Path]) -> dict:
+    """The YAML mapping in ``source`` (a file or a packaged resource); errors name ``path`` and the line."""
     try:
         data = yaml.safe_load(source.read_text(encoding="utf-8"))
     except OSError as err:
@@ -470,7 +472,7 @@ def model_layer(model_name: str) -> tuple[dict, Optional[str]]:
         cls = get_model_class(model_name)
     except KeyError:
         return {}, None
-    if cls.__module__.split(".")[0] == __name__.split(".")[0]:  # a model shipped with induce
+    if cls.__module__.startswith("induce."):  # a model shipped with induce, not a plugin's
         read_shipped(name)  # raises: missing
     return {}, None
 

@@ -134,8 +134,8 @@ _REFUSED = {
 class OutputTarget:
     """What an output path names (:func:`output_target`).
 
-    ``path``: the file written (every symbolic link followed, ``..`` resolved; a process's open file
-    keeps the path given). ``kind``: ``new``, ``file``, ``hard-linked file``, ``fifo``,
+    ``path``: the file written (every symbolic link followed, ``..`` resolved; for a process's open file
+    the path into /proc that names it). ``kind``: ``new``, ``file``, ``hard-linked file``, ``fifo``,
     ``character device`` or ``process file`` (``/dev/stdout`` and the like); the first two are written
     atomically, the others through (the module's docstring says why).
     """
@@ -149,14 +149,15 @@ class OutputTarget:
 
 
 def _follow_links(path: PathLike) -> tuple[str, bool]:
-    """``(path with every symbolic link followed and each ``..`` taken after the link before it, whether
-    the way leads into /proc)``: the file the system would open once the missing folders exist."""
+    """The file the system would open at ``path`` once its missing folders exist (every symbolic link
+    followed, each ``..`` taken after the link before it), and whether the way leads into /proc (then the
+    path is returned as far as /proc, whose links the kernel follows by what they are, not by their text)."""
     current = os.fspath(path)
     for _ in range(MAX_LINKS):
         head, name = os.path.split(current)
         folder = os.path.realpath(head or os.curdir)  # realpath: missing folders are left by a later ".."
         if folder == "/proc" or folder.startswith("/proc/"):
-            return current, True  # /dev/stdout, /dev/fd/N: the kernel follows these links, not their text
+            return current, True  # /dev/stdout, /dev/fd/N
         candidate = os.path.join(folder, name)
         if name in ("", os.curdir, os.pardir) or not os.path.islink(candidate):
             return os.path.realpath(candidate) if name in (os.curdir, os.pardir) else candidate, False
