@@ -103,6 +103,76 @@ def test_compare_reports_the_difference_interval_and_p_value(abcd):
     assert {"low", "high", "p_value"} <= set(summary)
 
 
+def test_a_file_compared_with_itself_gives_p_1():
+    pred = DATA / "pred_model.punct.txt"
+    result = invoke("eval", "--compare", pred, pred, "--gold", GOLD, "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert (summary["delta"], summary["low"], summary["high"], summary["p_value"]) == (0.0, 0.0, 0.0, 1.0)
+    assert summary["alternative"] is None
+    text = invoke("eval", "--compare", pred, pred, "--gold", GOLD)
+    assert text.exit_code == 0, text.output
+    assert "p = 1 (A and B score the same" in text.stdout and "p = 0.0000" not in text.stdout
+
+
+def test_compare_says_which_direction_its_p_tests_and_swaps_exactly():
+    model, rb = DATA / "pred_model.punct.txt", DATA / "pred_rb.punct.txt"
+    forward = json.loads(invoke("eval", "--compare", model, rb, "--gold", GOLD, "--json", "--seed", "3").stdout)
+    backward = json.loads(invoke("eval", "--compare", rb, model, "--gold", GOLD, "--json", "--seed", "3").stdout)
+    assert forward["delta"] > 0 and forward["alternative"] == "A > B" and backward["alternative"] == "A < B"
+    assert backward["delta"] == -forward["delta"]
+    assert (backward["low"], backward["high"]) == (-forward["high"], -forward["low"])
+    assert backward["p_value"] == forward["p_value"]
+    text = invoke("eval", "--compare", model, rb, "--gold", GOLD, "--seed", "3")
+    assert "one-sided, tests A > B" in text.stdout
+
+
+def test_compare_takes_one_gold_variant_and_names_it():
+    model, rb = DATA / "pred_model.punct.txt", DATA / "pred_rb.punct.txt"
+    two = invoke("eval", "--compare", model, rb, "--gold", GOLD, "--gold-variant", "left", "--gold-variant", "right")
+    assert two.exit_code == 2 and "--compare: one --gold-variant at most (left, right given)" in two.output
+    right = invoke("eval", "--compare", model, rb, "--gold", GOLD, "--gold-variant", "right", "--json")
+    assert right.exit_code == 0, right.output
+    summary = json.loads(right.stdout)
+    nary = json.loads(invoke("eval", "--compare", model, rb, "--gold", GOLD, "--json").stdout)
+    assert summary["gold_variant"] == "right" and nary["gold_variant"] == "nary"
+    assert summary["b"] != nary["b"]  # right-branching predictions score differently on a right-binarised gold
+    text = invoke("eval", "--compare", model, rb, "--gold", GOLD, "--gold-variant", "right")
+    assert "gold variant right" in text.stdout
+
+
+def _lines_of(path: Path, keep: list) -> str:
+    from induce.trees.brackets import read_trees, tree_to_line
+
+    return "".join(tree_to_line(located.tree) + "\n" for k, located in enumerate(read_trees(path)) if k in keep)
+
+
+@pytest.mark.parametrize("limit", [["--max-length", "5"], ["--wsj10"]])
+def test_agreement_applies_the_length_limit(tmp_path, limit):
+    """The gold's sentences have 10, 5, 1, 2, 3, 6, 7 words (word-tag filter); an 11-word sentence is added
+    so that --wsj10 leaves one out too. With the limit, the matrix is the one of the sentences within it."""
+    long_gold = "(S (NP (DT a) (NN b) (NN c) (NN d)) (VP (VBD e) (NP (NN f) (NN g) (NN h) (NN i) (NN j) (NN k))))\n"
+    long_a, long_b = "(S (S a b) (S c d e f g h i j k))\n", "(S a (S b c d e f g h i j k))\n"
+    gold = tmp_path / "gold.txt"
+    gold.write_text(_lines_of(Path(GOLD), list(range(7))) + long_gold)
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_text((DATA / "pred_model.punct.txt").read_text() + long_a)
+    second.write_text((DATA / "pred_rb.punct.txt").read_text() + long_b)
+    keep = [1, 3, 4] if limit[0] == "--max-length" else [0, 1, 3, 4, 5, 6]
+    within = {name: tmp_path / f"within.{name}" for name in ("gold", "a", "b")}
+    for name, path in (("gold", gold), ("a", first), ("b", second)):
+        within[name].write_text(_lines_of(path, keep))
+    limited = invoke("eval", "--agreement", first, second, "--gold", gold, *limit, "--json")
+    assert limited.exit_code == 0, limited.output
+    expected = invoke("eval", "--agreement", within["a"], within["b"], "--gold", within["gold"], "--json")
+    everything = json.loads(invoke("eval", "--agreement", first, second, "--gold", gold, "--json").stdout)
+    summary, expected = json.loads(limited.stdout), json.loads(expected.stdout)
+    assert summary["n_sentences"] == expected["n_sentences"] == len(keep) < everything["n_sentences"]
+    assert summary["matrix"] == expected["matrix"] != everything["matrix"]
+    text = invoke("eval", "--agreement", first, second, "--gold", gold, *limit)
+    assert f"sentences of at most {5 if limit[0] == '--max-length' else 10} words" in text.stdout
+
+
 def test_ensemble_writes_the_vote_winner_and_reports_mean_and_best(abcd, tmp_path):
     gold, files = abcd
     out = tmp_path / "ens.txt"

@@ -124,9 +124,11 @@ def convention_results(source: Source, golds: Sequence, names: Sequence[str], va
     return out
 
 
-def aligned_trees(source: Source, golds: Sequence, convention_name: str = DEFAULT_CONVENTION) -> dict:
+def aligned_trees(source: Source, golds: Sequence, convention_name: str = DEFAULT_CONVENTION,
+                  max_length: int | None = None) -> dict:
     """``{sentence index: Node over the convention's kept words}`` of the sentences the convention scores
-    (for agreement and ensembles: every source is brought onto the same words)."""
+    (for agreement and ensembles: every source is brought onto the same words); ``max_length``: a further
+    length limit (``--wsj10``, ``--max-length``), applied with the convention's own."""
     from induce.trees.transforms import collapse_unary
 
     from .conventions import gold_view
@@ -138,7 +140,7 @@ def aligned_trees(source: Source, golds: Sequence, convention_name: str = DEFAUL
             continue
         node, keep = gold_view(gold, convention, "nary")
         length = sum(keep)
-        too_long = convention.max_length and length > convention.max_length
+        too_long = any(limit is not None and length > limit for limit in (convention.max_length, max_length))
         if node is None or length < max(convention.min_length, 2) or too_long:
             continue
         if source.baseline is not None:
@@ -154,18 +156,21 @@ def aligned_trees(source: Source, golds: Sequence, convention_name: str = DEFAUL
     return out
 
 
-def agreement_report(sources: Sequence[Source], golds: Sequence, convention_name: str = DEFAULT_CONVENTION) -> dict:
-    """The pairwise F1 matrix of the sources on the sentences all of them have, and the mean of its
-    off-diagonal entries (self-F1 when the sources are seeds of one model)."""
+def agreement_report(sources: Sequence[Source], golds: Sequence, convention_name: str = DEFAULT_CONVENTION,
+                     max_length: int | None = None) -> dict:
+    """The pairwise F1 matrix of the sources on the sentences all of them have (of at most ``max_length``
+    words, when given, and within the convention's own limit), and the mean of its off-diagonal entries
+    (self-F1 when the sources are seeds of one model)."""
     from .agreement import agreement_matrix, mean_off_diagonal
 
-    trees = [aligned_trees(source, golds, convention_name) for source in sources]
+    trees = [aligned_trees(source, golds, convention_name, max_length) for source in sources]
     common = sorted(set.intersection(*(set(t) for t in trees)))
     if not common:
-        raise InduceError("--agreement: no sentence of two words or more that every source has a tree of")
+        within = "" if max_length is None else f" and at most {max_length}"
+        raise InduceError(f"--agreement: no sentence of two words or more{within} that every source has a tree of")
     matrix = agreement_matrix([[t[i] for i in common] for t in trees])
     return {"sources": [s.label for s in sources], "matrix": matrix, "mean_pairwise_f1": mean_off_diagonal(matrix),
-            "n_sentences": len(common), "convention": convention_name,
+            "n_sentences": len(common), "convention": convention_name, "max_length": max_length,
             "description": "corpus F1 between each pair (spans of 2+ words, not the whole sentence, as sets)"}
 
 
@@ -173,7 +178,8 @@ def compare_report(first: Source, second: Source, golds: Sequence, convention_na
                    variant: str = "nary", max_length: int | None = None,
                    resamples: int = bootstrap.DEFAULT_RESAMPLES, seed: int = 0) -> dict:
     """The paired bootstrap of ``first - second`` on the convention's first figure, on the sentences both
-    were scored on."""
+    were scored on against the gold ``variant`` (:func:`induce.evaluation.bootstrap.paired_bootstrap`: the
+    p-value's direction is its ``alternative``)."""
     from .conventions import score_convention
 
     convention = get_convention(convention_name)
@@ -185,7 +191,8 @@ def compare_report(first: Source, second: Source, golds: Sequence, convention_na
     report = bootstrap.paired_bootstrap([by_index[0][i] for i in common], [by_index[1][i] for i in common], key,
                                         convention.corpus_f1, resamples, seed)
     report.update({"first": first.label, "second": second.label, "convention": convention_name,
-                   "figure_label": convention.figures[0].label, "n_sentences": len(common), "seed": seed})
+                   "gold_variant": variant, "max_length": max_length, "figure_label": convention.figures[0].label,
+                   "n_sentences": len(common), "seed": seed})
     return report
 
 
@@ -270,6 +277,9 @@ def run_hub_eval(predicted: Sequence[Path], gold=None, corpus=None, data=None, s
         raise InduceError(f"{'--agreement' if agreement else '--compare'}: one --convention at most")
     if agreement and variants:
         raise InduceError("--agreement compares sources with each other, not with gold: --gold-variant does not apply")
+    if compare and len(set(variants)) > 1:
+        raise InduceError(f"--compare: one --gold-variant at most ({', '.join(dict.fromkeys(variants))} given): "
+                          "compare the two sources against each gold variant in turn")
     run_dir = None
     if not predicted and baseline is None:
         from induce.inference.runs import pick_run
@@ -285,8 +295,8 @@ def run_hub_eval(predicted: Sequence[Path], gold=None, corpus=None, data=None, s
     notes = [note for source in sources for note in source.notes]
     convention = names[0] if names else DEFAULT_CONVENTION
     if agreement:
-        return EvalOutcome("agreement", {**agreement_report(sources, golds, convention), "gold": gold_set.label,
-                                         "notes": notes})
+        return EvalOutcome("agreement", {**agreement_report(sources, golds, convention, max_length),
+                                         "gold": gold_set.label, "notes": notes})
     if compare:
         report = compare_report(sources[0], sources[1], golds, convention, (list(variants) or ["nary"])[0],
                                 max_length, resamples, seed)
@@ -295,4 +305,4 @@ def run_hub_eval(predicted: Sequence[Path], gold=None, corpus=None, data=None, s
                                  max_length, resamples, seed)
     return EvalOutcome("conventions", {"predicted": sources[0].label, "gold": gold_set.label, "results": results,
                                        "notes": notes, "bootstrap": {"resamples": resamples, "seed": seed,
-                                                                     "interval": "95% nearest-rank percentile"}})
+                                                                     "interval": bootstrap.INTERVAL}})
