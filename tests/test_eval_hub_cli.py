@@ -188,3 +188,33 @@ def test_ensemble_writes_the_vote_winner_and_reports_mean_and_best(abcd, tmp_pat
     assert out.read_text() == "(S a (S b (S c d)))\n"
     bad = invoke("ensemble", files["A"], files["B"], "--gold", gold, "-o", out, "--weights", "1")
     assert bad.exit_code == 2 and "2 sources" in bad.output
+
+
+@pytest.mark.parametrize("weights, message", [
+    ("0,0,0", "--weights 0,0,0: every weight is 0"),
+    ("inf,1,1", "--weights inf,1,1: weight 1 is inf"),
+    ("1e400,1,1", "--weights 1e400,1,1: weight 1 is inf"),
+    ("1,-1,1", "--weights 1,-1,1: weight 2 is -1; weights must be >= 0"),
+    ("1,1,nan", "--weights 1,1,nan: weight 3 is nan"),
+    ("1,,1", "--weights 1,,1: weight 2 is empty"),
+    ("1,one,1", "--weights 1,one,1: weight 2 ('one') is not a number"),
+    ("1,1", "--weights 1,1: 2 weights for 3 sources"),
+])
+def test_ensemble_weights_are_finite_non_negative_and_not_all_zero(abcd, tmp_path, weights, message):
+    gold, files = abcd
+    out = tmp_path / "ens.txt"
+    result = invoke("ensemble", files["A"], files["B"], files["C"], "--gold", gold, "-o", out, f"--weights={weights}")
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {message}"), result.output
+    assert not out.exists()
+
+
+def test_the_library_ensemble_refuses_weights_that_are_not_votes():
+    from induce.errors import InvalidValueError
+    from induce.evaluation.ensemble import check_weights
+
+    assert check_weights([0, 1, 2.5], 3) == [0.0, 1.0, 2.5]
+    for weights in ([0, 0], [float("inf"), 1], [-1, 2], [float("nan"), 1], [True, 1], ["1", 1]):
+        with pytest.raises(InvalidValueError):
+            check_weights(weights, 2)

@@ -7,17 +7,58 @@ so their exact weighting and tie-breaking may differ (ours are below).
 more; an n-ary member gives its spans as they are). The whole sentence and single words are in every
 binary tree, so counting them or not changes no choice. Ties are broken towards the **smallest split
 point** at each span (the leftmost), so the result is deterministic.
+
+Weights are votes: each finite and ``>= 0``, not all 0 (:func:`check_weights`). A negative weight would be an
+anti-vote, and all-zero or infinite weights leave every span tied (``inf - inf`` is ``nan``), which the
+tie rule turns into the right-branching tree whatever the members say.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
+from induce.errors import InvalidValueError
 from induce.trees.nodes import IndexTree, Node, build_binary, tree_spans
 
 #: Scores closer than this are a tie (float sums of weights).
 _TIE = 1e-9
+
+
+def check_weights(weights: Sequence[float], count: int, option: str = "weights", given: str | None = None) -> list:
+    """``weights`` as a list of floats: one per member (``count``), each finite and ``>= 0``, not all 0; else
+    an :class:`~induce.errors.InvalidValueError` naming ``option``, the weights as ``given`` and the weight."""
+    weights = list(weights)
+    shown = given or ",".join(f"{w:g}" if isinstance(w, (int, float)) else repr(w) for w in weights)
+    if len(weights) != count:
+        raise InvalidValueError(f"{option} {shown}: {len(weights)} weights for {count} sources")
+    for number, weight in enumerate(weights, start=1):
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+            raise InvalidValueError(f"{option} {shown}: weight {number} is {weight!r}; a weight is a finite number "
+                                    ">= 0 (how much the source's spans count)")
+        if weight < 0:
+            raise InvalidValueError(f"{option} {shown}: weight {number} is {weight:g}; weights must be >= 0 (a "
+                                    "weight is how much a source's spans count, not a vote against them)")
+    if not any(weights):
+        raise InvalidValueError(f"{option} {shown}: every weight is 0, so no span has a vote; give at least one "
+                                "source a positive weight")
+    return [float(w) for w in weights]
+
+
+def parse_weights(text: str, count: int, option: str = "--weights") -> list:
+    """``"1,1,2"`` as ``[1.0, 1.0, 2.0]`` for ``count`` sources (:func:`check_weights`); an empty item or
+    one that is not a number is an :class:`~induce.errors.InvalidValueError` naming it."""
+    weights = []
+    for number, item in enumerate(text.split(","), start=1):
+        if not item.strip():
+            raise InvalidValueError(f"{option} {text}: weight {number} is empty; give one number per source, "
+                                    "comma-separated (e.g. 1,1,2)")
+        try:
+            weights.append(float(item))
+        except ValueError:
+            raise InvalidValueError(f"{option} {text}: weight {number} ({item.strip()!r}) is not a number") from None
+    return check_weights(weights, count, option, text)
 
 
 def span_votes(members: Sequence[Node], weights: Sequence[float] | None = None) -> np.ndarray:

@@ -199,12 +199,15 @@ def compare_report(first: Source, second: Source, golds: Sequence, convention_na
 def ensemble_report(members: Sequence[Source], golds: Sequence, weights: Sequence[float] | None = None,
                     convention_name: str = DEFAULT_CONVENTION):
     """``(trees, report)``: the ensemble's tree of every gold sentence (None where the convention scores
-    none: under 2 words), and, on the gold, the F1 of each member, their mean and best, and the ensemble's."""
+    none: under 2 words), and, on the gold, the F1 of each member, their mean and best, and the ensemble's.
+    ``weights``: one per member, finite, ``>= 0``, not all 0 (:func:`induce.evaluation.ensemble.check_weights`)."""
     import statistics
 
     from .conventions import score_convention
-    from .ensemble import ensemble_tree
+    from .ensemble import check_weights, ensemble_tree
 
+    if weights is not None:
+        weights = check_weights(weights, len(members))
     trees = [aligned_trees(member, golds, convention_name) for member in members]
     common = sorted(set.intersection(*(set(t) for t in trees)))
     out: list = [None] * len(golds)
