@@ -53,7 +53,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from induce.errors import InduceError, InputError, InvalidValueError
-from induce.trees.nodes import Node, constituents, prune
+from induce.trees.nodes import Node, constituents, fold, prune
 from induce.trees.ptb import WORD_TAGS, strip_function_tags
 from induce.trees.transforms import (
     binarise,
@@ -356,8 +356,8 @@ def _pred_view(aligned: Node, projected: bool, convention: Convention) -> Node:
 
 def _diora_gold(node: Node) -> Node:
     """Gold labels with function tags cut (the driver's input has them stripped)."""
-    return Node(strip_function_tags(node.label) if node.label else node.label, node.start, node.end,
-                [_diora_gold(child) for child in node.children])
+    return fold(node, lambda sub: sub.children, lambda sub, children: Node(
+        strip_function_tags(sub.label) if sub.label else sub.label, sub.start, sub.end, children))
 
 
 def score_sentence(index: int, gold: FullGold, pred: Node | None, pred_words, convention: Convention,
