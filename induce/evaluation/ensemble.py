@@ -18,6 +18,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from induce.errors import InvalidValueError
 from induce.trees.nodes import IndexTree, Node, build_binary, tree_spans
@@ -76,18 +77,26 @@ def span_votes(members: Sequence[Node], weights: Sequence[float] | None = None) 
 
 def cky_best_tree(votes: np.ndarray) -> tuple[IndexTree, float]:
     """``(tree, score)``: the binary tree over ``n = len(votes) - 1`` words maximising the summed votes of
-    its spans of two words or more, ties to the smallest split point. ``O(n^3)``."""
+    its spans of two words or more, ties to the smallest split point. ``O(n^3)`` work in ``n - 1`` numpy
+    steps, one per span length (a 1,000-word sentence in seconds)."""
     n = votes.shape[0] - 1
-    best = np.zeros((n + 1, n + 1))
-    split = np.zeros((n + 1, n + 1), dtype=np.int64)
-    for length in range(2, n + 1):
-        for i in range(n - length + 1):
-            j = i + length
-            candidates = best[i, i + 1:j] + best[i + 1:j, j]
-            top = candidates.max()
-            k = int(np.flatnonzero(candidates >= top - _TIE)[0])  # smallest split among the ties
-            split[i, j] = i + 1 + k
-            best[i, j] = votes[i, j] + candidates[k]
+    size = n + 1
+    best = np.zeros((size, size))
+    best_t = np.zeros((size, size))  # best transposed: the column best[:, j] as a contiguous row
+    split = np.zeros((size, size), dtype=np.int64)
+    flat, flat_t, step = best.reshape(-1), best_t.reshape(-1), best.itemsize
+    for length in range(2, n + 1):  # every span of this length at once: [spans, split points]
+        count = n - length + 1
+        # left[i, k] = best[i, i + 1 + k], right[i, k] = best[i + 1 + k, i + length]: views, no copies
+        left = as_strided(flat[1:], shape=(count, length - 1), strides=((size + 1) * step, step))
+        right = as_strided(flat_t[length * size + 1:], shape=(count, length - 1), strides=((size + 1) * step, step))
+        candidates = left + right
+        top = candidates.max(axis=1, keepdims=True)
+        k = np.argmax(candidates >= top - _TIE, axis=1)  # the smallest split among the ties
+        starts = np.arange(count)
+        split[starts, starts + length] = starts + 1 + k
+        best[starts, starts + length] = best_t[starts + length, starts] = (
+            votes[starts, starts + length] + candidates[starts, k])
     tree = build_binary(0, n, lambda start, end: int(split[start, end]))
     return tree, float(best[0, n])
 
