@@ -218,3 +218,41 @@ def test_the_library_ensemble_refuses_weights_that_are_not_votes():
     for weights in ([0, 0], [float("inf"), 1], [-1, 2], [float("nan"), 1], [True, 1], ["1", 1]):
         with pytest.raises(InvalidValueError):
             check_weights(weights, 2)
+
+
+@pytest.mark.parametrize("hub", [False, True])
+def test_words_spelled_nfd_match_their_nfc_gold(tmp_path, hub):
+    """'Café' with a combining accent (NFD) is the gold's 'Café' (NFC), in any case; another word is not."""
+    import unicodedata
+
+    gold = tmp_path / "gold.txt"
+    gold.write_text("(S (NP (NNP Café) (NNP Olé)) (VP (VBD opened) (NP (NN today))))\n")
+    nfd = unicodedata.normalize("NFD", "café olé")
+    assert nfd != "café olé"
+    pred = tmp_path / "pred.txt"
+    pred.write_text(f"(S (S {nfd}) (S opened today))\n")
+    hub_options = ["--convention", "kim2019"] if hub else []
+    result = invoke("eval", pred, "--gold", gold, *hub_options, "--json")
+    assert result.exit_code == 0, result.output
+    pred.write_text("(S (S Cafe Olé) (S opened today))\n")
+    result = invoke("eval", pred, "--gold", gold, *hub_options)
+    assert result.exit_code == 2 and "word 1 differs: predicted 'Cafe', gold 'Café'" in result.output
+
+
+@pytest.mark.parametrize("options", [[], ["--convention", "onlstm"], ["--agreement", DATA / "pred_rb.punct.txt"]])
+def test_a_repeated_or_missing_line_is_reported_where_it_is(tmp_path, options):
+    lines = (DATA / "pred_model.punct.txt").read_text().splitlines(keepends=True)
+    repeated = tmp_path / "repeated.txt"
+    repeated.write_text("".join(lines[:3] + [lines[2]] + lines[3:]))
+    missing = tmp_path / "missing.txt"
+    missing.write_text("".join(lines[:3] + lines[4:]))
+    result = invoke("eval", repeated, "--gold", GOLD, *options)
+    message = " ".join(result.output.split())
+    assert result.exit_code == 2
+    assert ("repeated.txt:4: 8 predicted trees but 7 gold trees: the first tree whose words are not those of its "
+            "gold sentence (sentence 4); it has the words of line 3 (a repeated line?)") in message
+    result = invoke("eval", missing, "--gold", GOLD, *options)
+    message = " ".join(result.output.split())
+    assert result.exit_code == 2
+    assert ("missing.txt:4: 6 predicted trees but 7 gold trees: the first tree whose words are not those of its "
+            "gold sentence (sentence 4)") in message

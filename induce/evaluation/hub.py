@@ -57,6 +57,16 @@ def word_tag_lengths(golds: Sequence[FullGold | None]) -> list:
     return [0 if g is None else sum(keep(tag) for tag in g.tags) for g in golds]
 
 
+def gold_fits(gold: FullGold | None, item) -> bool:
+    """Whether a prediction (a :class:`~induce.trees.brackets.LocatedTree`) is over the words of ``gold``
+    (all its tokens or some of them, as a convention keeps them); a gold of traces only (None) fits anything."""
+    from induce.trees.nodes import tagged_leaves
+
+    from .conventions import prediction_fits
+
+    return gold is None or prediction_fits([leaf for leaf, _, _ in tagged_leaves(item.tree)], gold.words)
+
+
 def is_run(path: Path) -> bool:
     """A run folder or a checkpoint (``runs/x/last``), not a file of trees."""
     path = Path(path)
@@ -72,7 +82,8 @@ def file_source(path: Path, golds: Sequence | None, pred_format: str = "auto", p
     located, fmt = read_predictions(path, pred_format, progress=progress)
     notes = []
     if golds is not None:
-        located, note = fill_one_word_sentences(located, word_tag_lengths(golds), fmt, path)
+        located, note = fill_one_word_sentences(located, word_tag_lengths(golds), fmt, path,
+                                                fits=lambda k, item: gold_fits(golds[k], item))
         notes = [note] if note else []
     items = [None if item is None else prediction_node(item.tree) for item in located]
     locations = [(str(path), None) if item is None else (item.path, item.line) for item in located]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import unicodedata
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional, Sequence
@@ -209,6 +210,15 @@ def sentence_prf(n_match: int, n_pred: int, n_gold: int) -> tuple[float, float, 
     return precision, recall, f1
 
 
+def same_word(predicted: str, gold: str) -> bool:
+    """The same word up to case and Unicode normalisation (``Café`` written with a combining accent, NFD,
+    is ``Café`` with the precomposed letter, NFC)."""
+    if predicted == gold:
+        return True
+    predicted, gold = unicodedata.normalize("NFC", predicted), unicodedata.normalize("NFC", gold)
+    return predicted == gold or predicted.lower() == gold.lower()
+
+
 def prediction_node(tree: nltk.Tree) -> tuple[Node, list]:
     """Index tree and words of a predicted tree; trace leaves (under ``-NONE-``) are dropped."""
     tree = unwrap(tree)
@@ -236,7 +246,7 @@ def _align_prediction(pred: Node, gold: GoldSentence, pred_words: Optional[Seque
         )
     if pred_words is not None:
         for k, (p, g) in enumerate(zip(pred_words, compare_to)):
-            if p != g and p.lower() != g.lower():
+            if not same_word(p, g):
                 raise InputError(f"word {k + 1} differs: predicted {p!r}, gold {g!r}", *where)
     return aligned
 

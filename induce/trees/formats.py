@@ -29,7 +29,7 @@ import nltk
 from induce.errors import InputError, InvalidValueError
 from induce.files import os_error_reason
 from induce.trees.brackets import LocatedTree, read_trees
-from induce.trees.nodes import Node, fold, to_nltk
+from induce.trees.nodes import Node, fold, tagged_leaves, to_nltk
 
 FORMATS = ("auto", "trees", "spans", "diora", "kim")
 _KIM_LABEL = re.compile(r"^N?T-\d+$")
@@ -257,10 +257,13 @@ def read_predictions(path, fmt: str = "auto", progress: Callable[[int, int], Non
 
 
 def fill_one_word_sentences(located: Sequence[LocatedTree], gold_lengths: Sequence[int], fmt: str,
-                            path) -> tuple[list, str | None]:
+                            path, fits: Callable[[int, LocatedTree], bool] | None = None) -> tuple[list, str | None]:
     """Predictions aligned one to one with the gold sentences. A ``kim`` file with exactly one line fewer
     per gold sentence of one word (``gold_lengths``: words after the word-tag filter) gets the only tree of
-    that word in its place, and a note saying so; any other count mismatch is an :class:`InputError`."""
+    that word in its place, and a note saying so; any other count mismatch is an :class:`InputError`.
+    It names the first line whose tree does not ``fits(gold index, tree)`` its gold sentence (a line
+    repeated or left out shifts every later one), and says when that line repeats the words of the line
+    before; without ``fits``, or when every line fits, the first line past the shorter of the two."""
     located = list(located)
     if len(located) == len(gold_lengths):
         return located, None
@@ -274,8 +277,22 @@ def fill_one_word_sentences(located: Sequence[LocatedTree], gold_lengths: Sequen
     hint = ""
     if fmt == "kim" and one_word:
         hint = f" ({len(one_word)} gold sentences have one word, which Kim's eval.py writes no line for)"
+    counts = f"{len(located)} predicted trees but {len(gold_lengths)} gold trees"
+    if fits is not None:
+        skipped = set(one_word) if fmt == "kim" and len(located) < len(gold_lengths) else set()
+        golds = [k for k in range(len(gold_lengths)) if k not in skipped]
+        for position, (item, gold) in enumerate(zip(located, golds)):
+            if not fits(gold, item):
+                repeat = ""
+                if position and _leaves(located[position - 1].tree) == _leaves(item.tree):
+                    repeat = f"; it has the words of line {located[position - 1].line} (a repeated line?)"
+                raise InputError(f"{counts}: the first tree whose words are not those of its gold sentence "
+                                 f"(sentence {gold + 1}){repeat}{hint}", item.path, item.line)
     where = located[len(gold_lengths)] if len(located) > len(gold_lengths) else None
     first = min(len(located), len(gold_lengths)) + 1
-    raise InputError(f"{len(located)} predicted trees but {len(gold_lengths)} gold trees (first unmatched sentence: "
-                     f"{first}){hint}",
+    raise InputError(f"{counts} (first unmatched sentence: {first}){hint}",
                      where.path if where else str(path), where.line if where else None)
+
+
+def _leaves(tree: nltk.Tree) -> list:
+    return [leaf for leaf, _, _ in tagged_leaves(tree)]
