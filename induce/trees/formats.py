@@ -63,6 +63,15 @@ def detect_format(path: Path) -> str:
     return "kim" if labels and all(_KIM_LABEL.match(label) for label in labels) else "trees"
 
 
+def _shown(value) -> str:
+    """A JSON value as it would be written, cut at 60 characters; a list or object of lists or objects by its
+    kind alone (writing a deep one would recurse)."""
+    if isinstance(value, (list, dict)) and any(isinstance(x, (list, dict)) for x in
+                                               (value.values() if isinstance(value, dict) else value)):
+        return "an object of objects or lists" if isinstance(value, dict) else "a list of lists or objects"
+    return json.dumps(value)[:60]
+
+
 def _is_index(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)  # JSON true is no word position
 
@@ -75,12 +84,11 @@ def tree_from_spans(words: Sequence[str], spans: Sequence, where=(None, None)) -
     if n == 0:
         raise InputError('"words" is empty', *where)
     if not isinstance(spans, (list, tuple)):
-        raise InputError(f'"spans": expected a list of [start, end] pairs, found {str(spans)[:60]!r}', *where)
+        raise InputError(f'"spans": expected a list of [start, end] pairs, found {_shown(spans)}', *where)
     wanted = set()
     for item in spans:
         if not (isinstance(item, (list, tuple)) and len(item) == 2 and all(_is_index(x) for x in item)):
-            raise InputError(f"span {json.dumps(item)[:60]}: expected [start, end] (two integers, end exclusive)",
-                             *where)
+            raise InputError(f"span {_shown(item)}: expected [start, end] (two integers, end exclusive)", *where)
         start, end = item
         if not 0 <= start < end <= n:
             raise InputError(f"span [{start}, {end}] outside the {n} words (end is exclusive)", *where)
@@ -122,7 +130,7 @@ def tree_from_nested(nested, where=(None, None)) -> nltk.Tree:
         if isinstance(item, str):
             return []
         if not isinstance(item, list) or not item:
-            raise InputError(f'"tree": expected nested lists of tokens, found {json.dumps(item)[:60]!r}', *where)
+            raise InputError(f'"tree": expected nested lists of tokens, found {_shown(item)}', *where)
         return item
 
     return fold(nested, children_of,
@@ -230,8 +238,7 @@ def _read_json_lines(path: Path, fmt: str, progress) -> list[LocatedTree]:
             raise InputError(f"expected a JSON object with {need} ({fmt} format)", *where)
         if fmt == "spans":
             if not isinstance(record["words"], list):
-                raise InputError(f'"words": expected a list of words, found {json.dumps(record["words"])[:60]}',
-                                 *where)
+                raise InputError(f'"words": expected a list of words, found {_shown(record["words"])}', *where)
             tree = tree_from_spans([str(w) for w in record["words"]], record["spans"], where)
         else:
             tree = tree_from_nested(record["tree"], where)
