@@ -87,16 +87,58 @@ class Counts:
 
 
 def test_paired_bootstrap_exact_hand_worked():
-    """Sentence 1: A 2/2/2, B 1/2/2; sentence 2: A 0/1/1, B 1/1/1. Both 66.67 on all, delta 0. The four
-    resamples: {1,1} +50, {2,2} -100, {1,2} and {2,1} 0 -> p = P(delta* > 0) = 1/4, interval (-100, +50)."""
+    """Sentence 1: A 2/2/2, B 1/2/2; sentence 2: A 0/1/1, B 1/1/1. Both 66.67 on all, delta 0: equal figures
+    are no evidence, p = 1 with no direction. The four resamples: {1,1} +50, {2,2} -100, {1,2} and {2,1} 0
+    -> interval (-100, +50)."""
     a = [Counts(2, 2, 2), Counts(0, 1, 1)]
     b = [Counts(1, 2, 2), Counts(1, 1, 1)]
     result = paired_bootstrap(a, b, exhaustive=True)
     assert result["a"] == pytest.approx(200 / 3) and result["b"] == pytest.approx(200 / 3)
     assert result["delta"] == pytest.approx(0)
-    assert result["p_value"] == pytest.approx(0.25)
+    assert result["p_value"] == 1.0 and result["alternative"] is None
     assert (result["low"], result["high"]) == (pytest.approx(-100), pytest.approx(50))
     assert result["resamples"] == 4
+
+
+def test_paired_bootstrap_of_a_system_with_itself_is_p_1():
+    a = [Counts(k % 3, 2, 2) for k in range(12)]
+    result = paired_bootstrap(a, a, resamples=200, seed=1)
+    assert (result["delta"], result["low"], result["high"]) == (0.0, 0.0, 0.0)
+    assert result["p_value"] == 1.0 and result["alternative"] is None
+
+
+def test_paired_bootstrap_p_counts_the_resamples_at_least_twice_the_difference():
+    """Sentence 1: A 2/2/2, B 0/2/2; sentence 2: A 0/2/2, B 1/2/2. A 50, B 25, delta +25. The four
+    resamples: {1,1} +100, {2,2} -50, {1,2} and {2,1} +25 -> one of four is >= 2 delta: p = 1/4 for A > B."""
+    a = [Counts(2, 2, 2), Counts(0, 2, 2)]
+    b = [Counts(0, 2, 2), Counts(1, 2, 2)]
+    result = paired_bootstrap(a, b, exhaustive=True)
+    assert result["delta"] == pytest.approx(25)
+    assert result["p_value"] == pytest.approx(0.25) and result["alternative"] == "A > B"
+    swapped = paired_bootstrap(b, a, exhaustive=True)
+    assert swapped["p_value"] == pytest.approx(0.25) and swapped["alternative"] == "A < B"
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4), st.integers(1, 4), st.integers(1, 4)),
+                min_size=1, max_size=40),
+       st.integers(1, 400), st.integers(0, 5))
+def test_swapping_a_and_b_negates_the_difference_and_its_interval_exactly(rows, resamples, seed):
+    a = [Counts(min(m, p, g), p, g) for m, _, p, g in rows]
+    b = [Counts(min(m, p, g), p, g) for _, m, p, g in rows]
+    forward = paired_bootstrap(a, b, resamples=resamples, seed=seed)
+    backward = paired_bootstrap(b, a, resamples=resamples, seed=seed)
+    assert backward["delta"] == -forward["delta"]
+    assert (backward["low"], backward["high"]) == (-forward["high"], -forward["low"])
+    assert backward["p_value"] == forward["p_value"]
+
+
+def test_the_interval_of_a_known_spread_is_antisymmetric():
+    """1000 resamples with many distinct differences: nearest ranks (25th, 975th) would not negate."""
+    a = [Counts(k % 5, 4, 4) for k in range(60)]
+    b = [Counts((k * 7) % 5, 4, 4) for k in range(60)]
+    forward, backward = paired_bootstrap(a, b), paired_bootstrap(b, a)
+    assert (backward["low"], backward["high"]) == (-forward["high"], -forward["low"])
 
 
 def test_paired_bootstrap_of_a_clear_difference_is_significant_and_seeded():
@@ -108,9 +150,11 @@ def test_paired_bootstrap_of_a_clear_difference_is_significant_and_seeded():
     assert first["p_value"] < 0.01 and first["low"] > 0
 
 
-def test_percentile_interval_is_nearest_rank():
-    values = np.arange(1, 201, dtype=float)  # 200 values: ranks ceil(5) = 5 and ceil(195) = 195
-    assert percentile_interval(values) == (5.0, 195.0)
+def test_percentile_interval_takes_symmetric_ranks():
+    values = np.arange(1, 201, dtype=float)  # 200 values: the 5th smallest and the 5th largest
+    assert percentile_interval(values) == (5.0, 196.0)
+    assert percentile_interval(-values) == (-196.0, -5.0)
+    assert percentile_interval(np.array([3.0])) == (3.0, 3.0)
     assert resample_indices(3, exhaustive=True).shape == (27, 3)
 
 

@@ -103,6 +103,76 @@ def test_compare_reports_the_difference_interval_and_p_value(abcd):
     assert {"low", "high", "p_value"} <= set(summary)
 
 
+def test_a_file_compared_with_itself_gives_p_1():
+    pred = DATA / "pred_model.punct.txt"
+    result = invoke("eval", "--compare", pred, pred, "--gold", GOLD, "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert (summary["delta"], summary["low"], summary["high"], summary["p_value"]) == (0.0, 0.0, 0.0, 1.0)
+    assert summary["alternative"] is None
+    text = invoke("eval", "--compare", pred, pred, "--gold", GOLD)
+    assert text.exit_code == 0, text.output
+    assert "p = 1 (A and B score the same" in text.stdout and "p = 0.0000" not in text.stdout
+
+
+def test_compare_says_which_direction_its_p_tests_and_swaps_exactly():
+    model, rb = DATA / "pred_model.punct.txt", DATA / "pred_rb.punct.txt"
+    forward = json.loads(invoke("eval", "--compare", model, rb, "--gold", GOLD, "--json", "--seed", "3").stdout)
+    backward = json.loads(invoke("eval", "--compare", rb, model, "--gold", GOLD, "--json", "--seed", "3").stdout)
+    assert forward["delta"] > 0 and forward["alternative"] == "A > B" and backward["alternative"] == "A < B"
+    assert backward["delta"] == -forward["delta"]
+    assert (backward["low"], backward["high"]) == (-forward["high"], -forward["low"])
+    assert backward["p_value"] == forward["p_value"]
+    text = invoke("eval", "--compare", model, rb, "--gold", GOLD, "--seed", "3")
+    assert "one-sided, tests A > B" in text.stdout
+
+
+def test_compare_takes_one_gold_variant_and_names_it():
+    model, rb = DATA / "pred_model.punct.txt", DATA / "pred_rb.punct.txt"
+    two = invoke("eval", "--compare", model, rb, "--gold", GOLD, "--gold-variant", "left", "--gold-variant", "right")
+    assert two.exit_code == 2 and "--compare: one --gold-variant at most (left, right given)" in two.output
+    right = invoke("eval", "--compare", model, rb, "--gold", GOLD, "--gold-variant", "right", "--json")
+    assert right.exit_code == 0, right.output
+    summary = json.loads(right.stdout)
+    nary = json.loads(invoke("eval", "--compare", model, rb, "--gold", GOLD, "--json").stdout)
+    assert summary["gold_variant"] == "right" and nary["gold_variant"] == "nary"
+    assert summary["b"] != nary["b"]  # right-branching predictions score differently on a right-binarised gold
+    text = invoke("eval", "--compare", model, rb, "--gold", GOLD, "--gold-variant", "right")
+    assert "gold variant right" in text.stdout
+
+
+def _lines_of(path: Path, keep: list) -> str:
+    from induce.trees.brackets import read_trees, tree_to_line
+
+    return "".join(tree_to_line(located.tree) + "\n" for k, located in enumerate(read_trees(path)) if k in keep)
+
+
+@pytest.mark.parametrize("limit", [["--max-length", "5"], ["--wsj10"]])
+def test_agreement_applies_the_length_limit(tmp_path, limit):
+    """The gold's sentences have 10, 5, 1, 2, 3, 6, 7 words (word-tag filter); an 11-word sentence is added
+    so that --wsj10 leaves one out too. With the limit, the matrix is the one of the sentences within it."""
+    long_gold = "(S (NP (DT a) (NN b) (NN c) (NN d)) (VP (VBD e) (NP (NN f) (NN g) (NN h) (NN i) (NN j) (NN k))))\n"
+    long_a, long_b = "(S (S a b) (S c d e f g h i j k))\n", "(S a (S b c d e f g h i j k))\n"
+    gold = tmp_path / "gold.txt"
+    gold.write_text(_lines_of(Path(GOLD), list(range(7))) + long_gold)
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_text((DATA / "pred_model.punct.txt").read_text() + long_a)
+    second.write_text((DATA / "pred_rb.punct.txt").read_text() + long_b)
+    keep = [1, 3, 4] if limit[0] == "--max-length" else [0, 1, 3, 4, 5, 6]
+    within = {name: tmp_path / f"within.{name}" for name in ("gold", "a", "b")}
+    for name, path in (("gold", gold), ("a", first), ("b", second)):
+        within[name].write_text(_lines_of(path, keep))
+    limited = invoke("eval", "--agreement", first, second, "--gold", gold, *limit, "--json")
+    assert limited.exit_code == 0, limited.output
+    expected = invoke("eval", "--agreement", within["a"], within["b"], "--gold", within["gold"], "--json")
+    everything = json.loads(invoke("eval", "--agreement", first, second, "--gold", gold, "--json").stdout)
+    summary, expected = json.loads(limited.stdout), json.loads(expected.stdout)
+    assert summary["n_sentences"] == expected["n_sentences"] == len(keep) < everything["n_sentences"]
+    assert summary["matrix"] == expected["matrix"] != everything["matrix"]
+    text = invoke("eval", "--agreement", first, second, "--gold", gold, *limit)
+    assert f"sentences of at most {5 if limit[0] == '--max-length' else 10} words" in text.stdout
+
+
 def test_ensemble_writes_the_vote_winner_and_reports_mean_and_best(abcd, tmp_path):
     gold, files = abcd
     out = tmp_path / "ens.txt"
@@ -118,3 +188,71 @@ def test_ensemble_writes_the_vote_winner_and_reports_mean_and_best(abcd, tmp_pat
     assert out.read_text() == "(S a (S b (S c d)))\n"
     bad = invoke("ensemble", files["A"], files["B"], "--gold", gold, "-o", out, "--weights", "1")
     assert bad.exit_code == 2 and "2 sources" in bad.output
+
+
+@pytest.mark.parametrize("weights, message", [
+    ("0,0,0", "--weights 0,0,0: every weight is 0"),
+    ("inf,1,1", "--weights inf,1,1: weight 1 is inf"),
+    ("1e400,1,1", "--weights 1e400,1,1: weight 1 is inf"),
+    ("1,-1,1", "--weights 1,-1,1: weight 2 is -1; weights must be >= 0"),
+    ("1,1,nan", "--weights 1,1,nan: weight 3 is nan"),
+    ("1,,1", "--weights 1,,1: weight 2 is empty"),
+    ("1,one,1", "--weights 1,one,1: weight 2 ('one') is not a number"),
+    ("1,1", "--weights 1,1: 2 weights for 3 sources"),
+])
+def test_ensemble_weights_are_finite_non_negative_and_not_all_zero(abcd, tmp_path, weights, message):
+    gold, files = abcd
+    out = tmp_path / "ens.txt"
+    result = invoke("ensemble", files["A"], files["B"], files["C"], "--gold", gold, "-o", out, f"--weights={weights}")
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {message}"), result.output
+    assert not out.exists()
+
+
+def test_the_library_ensemble_refuses_weights_that_are_not_votes():
+    from induce.errors import InvalidValueError
+    from induce.evaluation.ensemble import check_weights
+
+    assert check_weights([0, 1, 2.5], 3) == [0.0, 1.0, 2.5]
+    for weights in ([0, 0], [float("inf"), 1], [-1, 2], [float("nan"), 1], [True, 1], ["1", 1]):
+        with pytest.raises(InvalidValueError):
+            check_weights(weights, 2)
+
+
+@pytest.mark.parametrize("hub", [False, True])
+def test_words_spelled_nfd_match_their_nfc_gold(tmp_path, hub):
+    """'Café' with a combining accent (NFD) is the gold's 'Café' (NFC), in any case; another word is not."""
+    import unicodedata
+
+    gold = tmp_path / "gold.txt"
+    gold.write_text("(S (NP (NNP Café) (NNP Olé)) (VP (VBD opened) (NP (NN today))))\n")
+    nfd = unicodedata.normalize("NFD", "café olé")
+    assert nfd != "café olé"
+    pred = tmp_path / "pred.txt"
+    pred.write_text(f"(S (S {nfd}) (S opened today))\n")
+    hub_options = ["--convention", "kim2019"] if hub else []
+    result = invoke("eval", pred, "--gold", gold, *hub_options, "--json")
+    assert result.exit_code == 0, result.output
+    pred.write_text("(S (S Cafe Olé) (S opened today))\n")
+    result = invoke("eval", pred, "--gold", gold, *hub_options)
+    assert result.exit_code == 2 and "word 1 differs: predicted 'Cafe', gold 'Café'" in result.output
+
+
+@pytest.mark.parametrize("options", [[], ["--convention", "onlstm"], ["--agreement", DATA / "pred_rb.punct.txt"]])
+def test_a_repeated_or_missing_line_is_reported_where_it_is(tmp_path, options):
+    lines = (DATA / "pred_model.punct.txt").read_text().splitlines(keepends=True)
+    repeated = tmp_path / "repeated.txt"
+    repeated.write_text("".join(lines[:3] + [lines[2]] + lines[3:]))
+    missing = tmp_path / "missing.txt"
+    missing.write_text("".join(lines[:3] + lines[4:]))
+    result = invoke("eval", repeated, "--gold", GOLD, *options)
+    message = " ".join(result.output.split())
+    assert result.exit_code == 2
+    assert ("repeated.txt:4: 8 predicted trees but 7 gold trees: the first tree whose words are not those of its "
+            "gold sentence (sentence 4); it has the words of line 3 (a repeated line?)") in message
+    result = invoke("eval", missing, "--gold", GOLD, *options)
+    message = " ".join(result.output.split())
+    assert result.exit_code == 2
+    assert ("missing.txt:4: 6 predicted trees but 7 gold trees: the first tree whose words are not those of its "
+            "gold sentence (sentence 4)") in message

@@ -19,7 +19,7 @@ def ensemble_command(
     output: Path = typer.Option(..., "-o", "--output", help="Where to write the ensemble's trees, one per gold "
                                 "sentence, over the words the convention keeps."),
     weights: str | None = typer.Option(None, "--weights", help="One weight per source, comma-separated "
-                                          "(e.g. 1,1,2); default: all 1."),
+                                          "(e.g. 1,1,2): finite numbers >= 0, not all 0; default: all 1."),
     gold: Path | None = typer.Option(None, "--gold", help="Gold treebank file; default: the --split of the "
                                         "default prepared corpus (see --data)."),
     data: Path | None = typer.Option(None, "--data", help="Data root for the default corpus."),
@@ -39,6 +39,7 @@ def ensemble_command(
     Sentences the convention leaves out (one word) get their only tree. Example:
     `induce ensemble results/runs/palm-seed1 results/runs/palm-seed2 results/runs/palm-seed3 -o palm.ens.txt`.
     """
+    from induce.evaluation.ensemble import parse_weights
     from induce.evaluation.hub import ensemble_report, load_full_gold, sources_of
     from induce.evaluation.run_eval import _default_eval_corpus
     from induce.files import check_not_input, check_output_file
@@ -47,9 +48,7 @@ def ensemble_command(
 
     if len(sources) < 2:
         raise InduceError(f"induce ensemble takes two sources or more, {len(sources)} given")
-    parsed = [float(x) for x in weights.split(",")] if weights else None
-    if parsed is not None and len(parsed) != len(sources):
-        raise InduceError(f"--weights {weights}: {len(parsed)} weights for {len(sources)} sources")
+    parsed = None if weights is None else parse_weights(weights, len(sources))
     check_output_file(output, "--output")
     check_not_input(output, {"a source": [s for s in sources if s.is_file()]}, "--output")
     console = Console(stderr=True)

@@ -40,16 +40,29 @@ def print_agreement(summary: dict, console: Console) -> None:
         table.add_row(f"{k + 1} {labels[k]}", *(_value(v) for v in row))
     console.print(table)
     console.print(f"mean pairwise F1 (self-F1): {_value(summary['mean_pairwise_f1'])}; {summary['description']}; "
-                  f"tokens and sentences of the {summary['convention']} convention", highlight=False, soft_wrap=True)
+                  f"tokens and sentences of the {summary['convention']} convention{_limit_text(summary)}",
+                  highlight=False, soft_wrap=True)
+
+
+def _p_text(summary: dict) -> str:
+    """The p-value and the direction it tests (:func:`induce.evaluation.bootstrap.paired_bootstrap`)."""
+    if summary["alternative"] is None:
+        return "p = 1 (A and B score the same: no difference to test)"
+    return (f"p = {summary['p_value']:.4f} (one-sided, tests {summary['alternative']}: the share of resamples "
+            "where A - B is at least twice the observed difference)")
+
+
+def _limit_text(summary: dict) -> str:
+    return "" if summary.get("max_length") is None else f", sentences of at most {summary['max_length']} words"
 
 
 def print_compare(summary: dict, console: Console) -> None:
     label = summary["figure_label"]
     console.print(f"A = {summary['first']}: {label} {_value(summary['a'])}\nB = {summary['second']}: {label} "
                   f"{_value(summary['b'])}\nA - B = {summary['delta']:+.2f}, 95% interval [{summary['low']:+.2f}, "
-                  f"{summary['high']:+.2f}], p = {summary['p_value']:.4f} (one-sided; {summary['resamples']} "
-                  f"resamples of {summary['n_sentences']} sentences, seed {summary['seed']}; {summary['convention']})",
-                  highlight=False, soft_wrap=True)
+                  f"{summary['high']:+.2f}], {_p_text(summary)}\n{summary['resamples']} resamples of "
+                  f"{summary['n_sentences']} sentences, seed {summary['seed']}; convention {summary['convention']}, "
+                  f"gold variant {summary['gold_variant']}{_limit_text(summary)}", highlight=False, soft_wrap=True)
     console.print(summary["method"], highlight=False, soft_wrap=True)
 
 

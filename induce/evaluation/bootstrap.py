@@ -5,13 +5,21 @@ Each resample draws as many sentences as were scored, with replacement (numpy's 
 and recomputes the figure from the resampled sentences exactly as the convention computes it: a corpus
 figure from the summed counts, a sentence figure as the mean of the per-sentence values.
 
-* **Interval**: the 95% *nearest-rank* percentile interval: with the ``R`` resampled values sorted, the
-  ``ceil(0.025 R)``-th and the ``ceil(0.975 R)``-th (1-based). No interpolation: with few distinct values
-  an interpolated bound would be a value no resample has.
+* **Interval**: the 95% percentile interval by *symmetric ranks*: with the ``R`` resampled values sorted
+  and ``k = ceil(0.025 R)``, the ``k``-th smallest and the ``k``-th largest (``R = 1000``: the 25th and the
+  976th). No interpolation: with few distinct values an interpolated bound would be a value no resample
+  has. Counting ``k`` from both ends makes the interval of ``B - A`` exactly the negated interval of
+  ``A - B`` (the nearest-rank percentiles, ranks ``ceil(0.025 R)`` and ``ceil(0.975 R)``, leave one value
+  more above the interval than below it, so they are not).
 * **Paired test** (Berg-Kirkpatrick et al. 2012): both systems are scored on the *same* resampled
-  sentences; ``delta* = F1_A - F1_B`` on each; the one-sided p-value is the share of resamples with
-  ``delta* > 2 delta`` when ``delta >= 0`` (``delta* < 2 delta`` when ``delta < 0``): how often a
-  difference at least as large again arises by chance when the true difference is the observed one.
+  sentences; ``delta* = F1_A - F1_B`` on each. The one-sided p-value tests the direction of the observed
+  difference ``delta``: for ``delta > 0`` the alternative is ``A > B`` and ``p`` is the share of resamples
+  with ``delta* >= 2 delta``; for ``delta < 0`` it is ``A < B`` and ``p`` the share with
+  ``delta* <= 2 delta``: how often a difference at least as large again arises by chance when the true
+  difference is the observed one (ties count against the alternative; the paper's pseudo-code counts
+  only ``>``, which differs on ties alone). Equal figures (``delta = 0``, a file compared with itself
+  among them) are no evidence either way: ``p = 1``, no alternative. Swapping A and B negates ``delta``
+  and its interval exactly and leaves ``p`` as it is.
 * ``exhaustive=True`` enumerates all ``n ** n`` resamples (each equally likely) instead of drawing:
   the exact bootstrap distribution, for tests on hand-worked examples (``n <= 7``).
 """
@@ -28,6 +36,10 @@ from induce.errors import InduceError
 #: Resamples unless the command says otherwise.
 DEFAULT_RESAMPLES = 1000
 LEVEL = 0.95
+#: How the intervals are read off the resamples (what the JSON outputs say).
+INTERVAL = "95% percentile bootstrap, symmetric ranks"
+METHOD = ("paired bootstrap over sentences (Berg-Kirkpatrick et al. 2012); one-sided p of the observed "
+          "direction: the share of resamples whose difference is at least twice the observed one; " + INTERVAL)
 
 
 def resample_indices(n: int, resamples: int = DEFAULT_RESAMPLES, seed: int = 0, exhaustive: bool = False) -> np.ndarray:
@@ -70,14 +82,13 @@ def figure_samples(sentences: Sequence, key: str, corpus_formula: str, indices: 
 
 
 def percentile_interval(values: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
-    """Nearest-rank percentile interval (module docstring)."""
+    """The ``level`` interval of ``values`` by symmetric ranks (module docstring): the ``k``-th smallest and
+    the ``k``-th largest value, ``k = ceil((1 - level) / 2 * R)`` (at least 1)."""
     ordered = np.sort(np.asarray(values, dtype=np.float64))
     count = len(ordered)
-    tail = (1 - level) / 2
     # round before ceil: 0.025 * 200 is 5.000000000000001 in floating point
-    low = ordered[max(math.ceil(round(tail * count, 9)), 1) - 1]
-    high = ordered[max(math.ceil(round((1 - tail) * count, 9)), 1) - 1]
-    return float(low), float(high)
+    rank = max(math.ceil(round((1 - level) / 2 * count, 9)), 1)
+    return float(ordered[rank - 1]), float(ordered[count - rank])
 
 
 def confidence_interval(sentences: Sequence, key: str, corpus_formula: str = "plain",
@@ -91,8 +102,9 @@ def paired_bootstrap(sentences_a: Sequence, sentences_b: Sequence, key: str = "c
                      corpus_formula: str = "plain", resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
                      exhaustive: bool = False) -> dict:
     """The paired bootstrap of ``A - B`` on figure ``key``; ``sentences_a[i]`` and ``sentences_b[i]`` are
-    the same sentence. Returns ``delta``, ``low``, ``high`` (the 95% interval of ``delta*``), ``p_value``,
-    ``resamples``, ``a`` and ``b`` (the two figures on all sentences)."""
+    the same sentence. Returns ``delta``, ``low``, ``high`` (the 95% interval of ``delta*``), ``p_value``
+    and ``alternative`` (the direction it tests: ``"A > B"``, ``"A < B"``, or None when ``delta`` is 0 and
+    ``p_value`` 1), ``resamples``, ``a`` and ``b`` (the two figures on all sentences)."""
     if len(sentences_a) != len(sentences_b):
         raise InduceError(f"the paired bootstrap needs the same sentences: {len(sentences_a)} against "
                           f"{len(sentences_b)}")
@@ -103,15 +115,16 @@ def paired_bootstrap(sentences_a: Sequence, sentences_b: Sequence, key: str = "c
     indices = resample_indices(len(sentences_a), resamples, seed, exhaustive)
     deltas = figure_samples(sentences_a, key, corpus_formula, indices) - figure_samples(sentences_b, key,
                                                                                           corpus_formula, indices)
-    tolerance = 1e-9  # float noise must not decide "greater than"
-    if delta >= 0:
-        p_value = float(np.mean(deltas > 2 * delta + tolerance))
+    tolerance = 1e-9  # float noise must decide neither "equal" nor "at least as large"
+    if abs(delta) <= tolerance:
+        p_value, alternative = 1.0, None
+    elif delta > 0:
+        p_value, alternative = float(np.mean(deltas >= 2 * delta - tolerance)), "A > B"
     else:
-        p_value = float(np.mean(deltas < 2 * delta - tolerance))
+        p_value, alternative = float(np.mean(deltas <= 2 * delta + tolerance)), "A < B"
     low, high = percentile_interval(deltas)
     return {"a": a, "b": b, "delta": delta, "low": low, "high": high, "p_value": p_value,
-            "resamples": len(indices), "figure": key,
-            "method": "paired bootstrap over sentences (Berg-Kirkpatrick et al. 2012), nearest-rank 95% interval"}
+            "alternative": alternative, "resamples": len(indices), "figure": key, "method": METHOD}
 
 
 def result_intervals(result, resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> dict:
@@ -123,4 +136,4 @@ def result_intervals(result, resamples: int = DEFAULT_RESAMPLES, seed: int = 0) 
                  for s in result.sentences]
     intervals = {key: confidence_interval(sentences, key, resamples=resamples, seed=seed)
                  for key in ("corpus_f1", "sentence_f1")}
-    return {**intervals, "resamples": resamples, "seed": seed, "interval": "95% nearest-rank percentile bootstrap"}
+    return {**intervals, "resamples": resamples, "seed": seed, "interval": INTERVAL}

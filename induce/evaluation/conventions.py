@@ -53,7 +53,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from induce.errors import InduceError, InputError, InvalidValueError
-from induce.trees.nodes import Node, constituents, prune
+from induce.trees.nodes import Node, constituents, fold, prune
 from induce.trees.ptb import WORD_TAGS, strip_function_tags
 from induce.trees.transforms import (
     binarise,
@@ -64,6 +64,7 @@ from induce.trees.transforms import (
 )
 
 from . import evalb
+from .metrics import same_word
 
 #: Li et al.'s removals: always, and with their ``ptb`` punctuation set (preprocess.py L86-89, L205-209).
 LI_ALWAYS = frozenset({"-NONE-", "ID", "META", "LS", "LST"})
@@ -315,11 +316,21 @@ def gold_view(gold: FullGold, convention: Convention, variant: str) -> tuple[Nod
 
 
 def words_match(predicted: str, gold: str) -> bool:
-    """Case-insensitive, and a number written as a placeholder (``N``, ``[num]``, ``<num>``: the originals'
-    preprocessing) stands for any gold word with a digit."""
-    if predicted == gold or predicted.lower() == gold.lower():
+    """The same word up to case and Unicode normalisation (:func:`~induce.evaluation.metrics.same_word`), or
+    a number written as a placeholder (``N``, ``[num]``, ``<num>``: the originals' preprocessing) for any
+    gold word with a digit."""
+    if same_word(predicted, gold):
         return True
     return predicted in ("N", "[num]", "<num>") and any(ch.isdigit() for ch in gold)
+
+
+def prediction_fits(pred_words: Sequence[str], gold_tokens: Sequence[str]) -> bool:
+    """Whether a prediction's words are the gold sentence's tokens or some of them, in order
+    (:func:`words_match`): whichever tokens a convention keeps, a prediction of this sentence passes, and
+    a prediction of another sentence (a line repeated or left out) does not, but for sentences whose words
+    are among each other's."""
+    tokens = iter(gold_tokens)
+    return all(any(words_match(word, token) for token in tokens) for word in pred_words)
 
 
 def align_prediction(pred: Node, pred_words: Sequence[str] | None, kept_words: Sequence[str],
@@ -356,8 +367,8 @@ def _pred_view(aligned: Node, projected: bool, convention: Convention) -> Node:
 
 def _diora_gold(node: Node) -> Node:
     """Gold labels with function tags cut (the driver's input has them stripped)."""
-    return Node(strip_function_tags(node.label) if node.label else node.label, node.start, node.end,
-                [_diora_gold(child) for child in node.children])
+    return fold(node, lambda sub: sub.children, lambda sub, children: Node(
+        strip_function_tags(sub.label) if sub.label else sub.label, sub.start, sub.end, children))
 
 
 def score_sentence(index: int, gold: FullGold, pred: Node | None, pred_words, convention: Convention,

@@ -57,6 +57,16 @@ def word_tag_lengths(golds: Sequence[FullGold | None]) -> list:
     return [0 if g is None else sum(keep(tag) for tag in g.tags) for g in golds]
 
 
+def gold_fits(gold: FullGold | None, item) -> bool:
+    """Whether a prediction (a :class:`~induce.trees.brackets.LocatedTree`) is over the words of ``gold``
+    (all its tokens or some of them, as a convention keeps them); a gold of traces only (None) fits anything."""
+    from induce.trees.nodes import tagged_leaves
+
+    from .conventions import prediction_fits
+
+    return gold is None or prediction_fits([leaf for leaf, _, _ in tagged_leaves(item.tree)], gold.words)
+
+
 def is_run(path: Path) -> bool:
     """A run folder or a checkpoint (``runs/x/last``), not a file of trees."""
     path = Path(path)
@@ -72,7 +82,8 @@ def file_source(path: Path, golds: Sequence | None, pred_format: str = "auto", p
     located, fmt = read_predictions(path, pred_format, progress=progress)
     notes = []
     if golds is not None:
-        located, note = fill_one_word_sentences(located, word_tag_lengths(golds), fmt, path)
+        located, note = fill_one_word_sentences(located, word_tag_lengths(golds), fmt, path,
+                                                fits=lambda k, item: gold_fits(golds[k], item))
         notes = [note] if note else []
     items = [None if item is None else prediction_node(item.tree) for item in located]
     locations = [(str(path), None) if item is None else (item.path, item.line) for item in located]
@@ -124,9 +135,11 @@ def convention_results(source: Source, golds: Sequence, names: Sequence[str], va
     return out
 
 
-def aligned_trees(source: Source, golds: Sequence, convention_name: str = DEFAULT_CONVENTION) -> dict:
+def aligned_trees(source: Source, golds: Sequence, convention_name: str = DEFAULT_CONVENTION,
+                  max_length: int | None = None) -> dict:
     """``{sentence index: Node over the convention's kept words}`` of the sentences the convention scores
-    (for agreement and ensembles: every source is brought onto the same words)."""
+    (for agreement and ensembles: every source is brought onto the same words); ``max_length``: a further
+    length limit (``--wsj10``, ``--max-length``), applied with the convention's own."""
     from induce.trees.transforms import collapse_unary
 
     from .conventions import gold_view
@@ -138,7 +151,7 @@ def aligned_trees(source: Source, golds: Sequence, convention_name: str = DEFAUL
             continue
         node, keep = gold_view(gold, convention, "nary")
         length = sum(keep)
-        too_long = convention.max_length and length > convention.max_length
+        too_long = any(limit is not None and length > limit for limit in (convention.max_length, max_length))
         if node is None or length < max(convention.min_length, 2) or too_long:
             continue
         if source.baseline is not None:
@@ -154,18 +167,21 @@ def aligned_trees(source: Source, golds: Sequence, convention_name: str = DEFAUL
     return out
 
 
-def agreement_report(sources: Sequence[Source], golds: Sequence, convention_name: str = DEFAULT_CONVENTION) -> dict:
-    """The pairwise F1 matrix of the sources on the sentences all of them have, and the mean of its
-    off-diagonal entries (self-F1 when the sources are seeds of one model)."""
+def agreement_report(sources: Sequence[Source], golds: Sequence, convention_name: str = DEFAULT_CONVENTION,
+                     max_length: int | None = None) -> dict:
+    """The pairwise F1 matrix of the sources on the sentences all of them have (of at most ``max_length``
+    words, when given, and within the convention's own limit), and the mean of its off-diagonal entries
+    (self-F1 when the sources are seeds of one model)."""
     from .agreement import agreement_matrix, mean_off_diagonal
 
-    trees = [aligned_trees(source, golds, convention_name) for source in sources]
+    trees = [aligned_trees(source, golds, convention_name, max_length) for source in sources]
     common = sorted(set.intersection(*(set(t) for t in trees)))
     if not common:
-        raise InduceError("--agreement: no sentence of two words or more that every source has a tree of")
+        within = "" if max_length is None else f" and at most {max_length}"
+        raise InduceError(f"--agreement: no sentence of two words or more{within} that every source has a tree of")
     matrix = agreement_matrix([[t[i] for i in common] for t in trees])
     return {"sources": [s.label for s in sources], "matrix": matrix, "mean_pairwise_f1": mean_off_diagonal(matrix),
-            "n_sentences": len(common), "convention": convention_name,
+            "n_sentences": len(common), "convention": convention_name, "max_length": max_length,
             "description": "corpus F1 between each pair (spans of 2+ words, not the whole sentence, as sets)"}
 
 
@@ -173,7 +189,8 @@ def compare_report(first: Source, second: Source, golds: Sequence, convention_na
                    variant: str = "nary", max_length: int | None = None,
                    resamples: int = bootstrap.DEFAULT_RESAMPLES, seed: int = 0) -> dict:
     """The paired bootstrap of ``first - second`` on the convention's first figure, on the sentences both
-    were scored on."""
+    were scored on against the gold ``variant`` (:func:`induce.evaluation.bootstrap.paired_bootstrap`: the
+    p-value's direction is its ``alternative``)."""
     from .conventions import score_convention
 
     convention = get_convention(convention_name)
@@ -185,19 +202,23 @@ def compare_report(first: Source, second: Source, golds: Sequence, convention_na
     report = bootstrap.paired_bootstrap([by_index[0][i] for i in common], [by_index[1][i] for i in common], key,
                                         convention.corpus_f1, resamples, seed)
     report.update({"first": first.label, "second": second.label, "convention": convention_name,
-                   "figure_label": convention.figures[0].label, "n_sentences": len(common), "seed": seed})
+                   "gold_variant": variant, "max_length": max_length, "figure_label": convention.figures[0].label,
+                   "n_sentences": len(common), "seed": seed})
     return report
 
 
 def ensemble_report(members: Sequence[Source], golds: Sequence, weights: Sequence[float] | None = None,
                     convention_name: str = DEFAULT_CONVENTION):
     """``(trees, report)``: the ensemble's tree of every gold sentence (None where the convention scores
-    none: under 2 words), and, on the gold, the F1 of each member, their mean and best, and the ensemble's."""
+    none: under 2 words), and, on the gold, the F1 of each member, their mean and best, and the ensemble's.
+    ``weights``: one per member, finite, ``>= 0``, not all 0 (:func:`induce.evaluation.ensemble.check_weights`)."""
     import statistics
 
     from .conventions import score_convention
-    from .ensemble import ensemble_tree
+    from .ensemble import check_weights, ensemble_tree
 
+    if weights is not None:
+        weights = check_weights(weights, len(members))
     trees = [aligned_trees(member, golds, convention_name) for member in members]
     common = sorted(set.intersection(*(set(t) for t in trees)))
     out: list = [None] * len(golds)
@@ -270,6 +291,9 @@ def run_hub_eval(predicted: Sequence[Path], gold=None, corpus=None, data=None, s
         raise InduceError(f"{'--agreement' if agreement else '--compare'}: one --convention at most")
     if agreement and variants:
         raise InduceError("--agreement compares sources with each other, not with gold: --gold-variant does not apply")
+    if compare and len(set(variants)) > 1:
+        raise InduceError(f"--compare: one --gold-variant at most ({', '.join(dict.fromkeys(variants))} given): "
+                          "compare the two sources against each gold variant in turn")
     run_dir = None
     if not predicted and baseline is None:
         from induce.inference.runs import pick_run
@@ -285,8 +309,8 @@ def run_hub_eval(predicted: Sequence[Path], gold=None, corpus=None, data=None, s
     notes = [note for source in sources for note in source.notes]
     convention = names[0] if names else DEFAULT_CONVENTION
     if agreement:
-        return EvalOutcome("agreement", {**agreement_report(sources, golds, convention), "gold": gold_set.label,
-                                         "notes": notes})
+        return EvalOutcome("agreement", {**agreement_report(sources, golds, convention, max_length),
+                                         "gold": gold_set.label, "notes": notes})
     if compare:
         report = compare_report(sources[0], sources[1], golds, convention, (list(variants) or ["nary"])[0],
                                 max_length, resamples, seed)
@@ -295,4 +319,4 @@ def run_hub_eval(predicted: Sequence[Path], gold=None, corpus=None, data=None, s
                                  max_length, resamples, seed)
     return EvalOutcome("conventions", {"predicted": sources[0].label, "gold": gold_set.label, "results": results,
                                        "notes": notes, "bootstrap": {"resamples": resamples, "seed": seed,
-                                                                     "interval": "95% nearest-rank percentile"}})
+                                                                     "interval": bootstrap.INTERVAL}})

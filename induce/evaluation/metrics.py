@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import unicodedata
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional, Sequence
@@ -28,7 +29,7 @@ from typing import Callable, Optional, Sequence
 import nltk
 
 from induce.errors import InduceError, InputError
-from induce.trees.nodes import Node, branching_nodes, constituents, from_nltk, prune
+from induce.trees.nodes import Node, branching_nodes, constituents, from_nltk, prune, tagged_leaves
 from induce.trees.ptb import TRACE_TAG, WORD_TAGS, strip_function_tags
 
 #: Gold labels whose recall is reported.
@@ -161,19 +162,26 @@ def unwrap(tree: nltk.Tree) -> nltk.Tree:
 def prepare_gold(tree: nltk.Tree, convention: EvalConvention) -> GoldSentence:
     """Remove traces (always) and, unless ``keep_punct``, every non-word leaf, from a treebank tree."""
     tree = unwrap(tree)
-    pos = [(word, tag) for word, tag in tree.pos() if tag != TRACE_TAG]
+    tagged = tagged_leaves(tree)
+    pos = [(word, tag) for word, tag, _ in tagged if tag != TRACE_TAG]
     all_words = [word for word, _ in pos]
     keep = [convention.keep_punct or tag in WORD_TAGS for _, tag in pos]
     # Index tree over the non-trace words: rebuild from the tree with traces pruned.
     full = from_nltk(tree)
-    no_trace = prune(full, [tag != TRACE_TAG for _, tag in tree.pos()])
-    kept = prune(no_trace, keep) if no_trace is not None else None
+    no_trace = _prune_unless_all(full, [tag != TRACE_TAG for _, tag, _ in tagged])
+    kept = _prune_unless_all(no_trace, keep) if no_trace is not None else None
     words = [w for w, k in zip(all_words, keep) if k]
     labelled = []
     if kept is not None:
         # Preterminals are length-1 nodes; they are dropped with the other length-1 spans later.
         labelled = [(strip_function_tags(label or ""), i, j) for label, i, j in constituents(kept)]
     return GoldSentence(words, all_words, keep, kept, labelled)
+
+
+def _prune_unless_all(node: Node, keep: list) -> Optional[Node]:
+    """:func:`prune`, skipped when every word is kept (``node`` has no empty constituent: it comes from
+    :func:`from_nltk` or :func:`prune`, which drop them)."""
+    return node if keep and all(keep) else prune(node, keep)
 
 
 def _counted_spans(labelled_or_plain, length: int, convention: EvalConvention) -> Counter:
@@ -202,12 +210,21 @@ def sentence_prf(n_match: int, n_pred: int, n_gold: int) -> tuple[float, float, 
     return precision, recall, f1
 
 
+def same_word(predicted: str, gold: str) -> bool:
+    """The same word up to case and Unicode normalisation (``Café`` written with a combining accent, NFD,
+    is ``Café`` with the precomposed letter, NFC)."""
+    if predicted == gold:
+        return True
+    predicted, gold = unicodedata.normalize("NFC", predicted), unicodedata.normalize("NFC", gold)
+    return predicted == gold or predicted.lower() == gold.lower()
+
+
 def prediction_node(tree: nltk.Tree) -> tuple[Node, list]:
     """Index tree and words of a predicted tree; trace leaves (under ``-NONE-``) are dropped."""
     tree = unwrap(tree)
-    positions = tree.treepositions("leaves")
-    is_word = [len(p) < 2 or tree[p[:-1]].label() != TRACE_TAG for p in positions]
-    node, words = from_nltk(tree), tree.leaves()
+    tagged = tagged_leaves(tree)
+    is_word = [depth < 2 or tag != TRACE_TAG for _, tag, depth in tagged]
+    node, words = from_nltk(tree), [leaf for leaf, _, _ in tagged]
     if not all(is_word):
         node = prune(node, is_word)
         words = [w for w, keep in zip(words, is_word) if keep]
@@ -229,7 +246,7 @@ def _align_prediction(pred: Node, gold: GoldSentence, pred_words: Optional[Seque
         )
     if pred_words is not None:
         for k, (p, g) in enumerate(zip(pred_words, compare_to)):
-            if p != g and p.lower() != g.lower():
+            if not same_word(p, g):
                 raise InputError(f"word {k + 1} differs: predicted {p!r}, gold {g!r}", *where)
     return aligned
 

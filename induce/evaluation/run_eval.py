@@ -119,7 +119,8 @@ def run_eval(
 
         located, fmt = read_predictions(predicted, pred_format, progress=steps.bar("reading predicted trees"))
         lengths = [len(sentence.words) for sentence in gold_set.sentences]
-        located, note = fill_one_word_sentences(located, lengths, fmt, predicted)
+        located, note = fill_one_word_sentences(
+            located, lengths, fmt, predicted, fits=lambda k, item: _fits(gold_set.sentences[k], item))
         if note:
             console.print(note, highlight=False, soft_wrap=True)
         pred_trees = [None if item is None else item.tree for item in located]
@@ -222,3 +223,13 @@ def _write_per_sentence(path: Path, result) -> None:
         writer.writerow([s.index, s.length, f"{100 * s.f1:.4f}", f"{100 * s.precision:.4f}", f"{100 * s.recall:.4f}",
                          s.n_pred, s.n_gold, s.n_match])
     write_output(path, buffer.getvalue())
+
+
+def _fits(sentence, item) -> bool:
+    """Whether a predicted tree is over the words of a gold sentence
+    (:func:`induce.evaluation.conventions.prediction_fits`; a sentence of traces only fits anything)."""
+    from induce.evaluation.conventions import prediction_fits
+    from induce.trees.nodes import tagged_leaves
+
+    words = [leaf for leaf, _, _ in tagged_leaves(item.tree)]
+    return not sentence.all_words or prediction_fits(words, sentence.all_words)

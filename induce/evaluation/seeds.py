@@ -19,7 +19,7 @@ def seed_summary(tree_files: Sequence[Path], gold_trees: Sequence) -> dict:
 
     from induce.evaluation import evaluate
     from induce.trees.brackets import read_trees
-    from induce.trees.nodes import from_nltk, to_nltk
+    from induce.trees.nodes import from_nltk, tagged_leaves, to_nltk
 
     from .agreement import agreement_matrix, mean_off_diagonal
     from .ensemble import ensemble_tree
@@ -30,7 +30,7 @@ def seed_summary(tree_files: Sequence[Path], gold_trees: Sequence) -> dict:
     matrix = agreement_matrix([[seed[i] for i in several] for seed in nodes])
     ensemble = []
     for i, tree in enumerate(trees[0]):
-        words = tree.leaves()
+        words = [leaf for leaf, _, _ in tagged_leaves(tree)]
         members = [seed[i] for seed in nodes]
         ensemble.append(to_nltk(ensemble_tree(members), words) if len(words) >= 2 else nltk.Tree("S", words))
     figures = [evaluate(seed, gold_trees) for seed in trees]

@@ -2,9 +2,11 @@
 
 A tree file is any sequence of top-level bracketed trees separated by whitespace:
 one tree per line (``22.auto.clean``, ``<split>.gold.txt``) or the original multi-line
-``.mrg`` format of the treebank. Each top-level bracket is parsed with
-:meth:`nltk.Tree.fromstring`; the file is only scanned here to find where each tree
-starts and ends, so that errors can name the file and the line.
+``.mrg`` format of the treebank. The file is scanned first to find where each tree starts
+and ends, so that errors can name the file and the line; each top-level bracket is then
+read by :func:`tree_from_text`, which builds the same ``nltk.Tree`` as
+:meth:`nltk.Tree.fromstring` but has no depth limit (nltk refuses trees nested more than
+500 deep: a right-branching tree of a 600-word sentence).
 
 Convention for the outer bracket: it is **kept**. The ``.mrg`` wrapper ``( (S ...) )``
 is read as ``Tree('', [Tree('S', ...)])`` (label ``''``); ``(TOP (S ...))`` keeps ``TOP``.
@@ -12,6 +14,7 @@ is read as ``Tree('', [Tree('S', ...)])`` (label ``''``); ``(TOP (S ...))`` keep
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Callable, Iterable, NamedTuple, Optional, Union
 
@@ -108,6 +111,38 @@ def _check_one_per_line(data: bytes, spans: list[tuple[int, int]], start_lines: 
             )
 
 
+#: nltk's default tokens: ``(`` and its label, ``)``, or a leaf; a backslash-escaped bracket is part of a
+#: label or leaf.
+_TOKEN = re.compile(r"\(\s*((?:\\[()]|[^\s()])*)|\)|((?:\\[()]|[^\s()])+)")
+
+
+def tree_from_text(text: str, path: Optional[str] = None, line: Optional[int] = None) -> nltk.Tree:
+    """The ``nltk.Tree`` of one bracketed tree, as :meth:`nltk.Tree.fromstring` builds it, without a depth
+    limit: one pass over the tokens with an explicit stack, however deep the tree. Raises
+    :class:`InputError` (naming ``path`` and ``line``) for text that is not exactly one tree."""
+    stack: list = [("", [])]
+    for match in _TOKEN.finditer(text):
+        label, leaf = match.group(1), match.group(2)
+        if label is not None:
+            if len(stack) == 1 and stack[0][1]:
+                raise InputError("cannot parse tree: a second tree after the first", path, line)
+            stack.append((label, []))
+        elif leaf is not None:
+            if len(stack) == 1:
+                raise InputError(f"cannot parse tree: {leaf!r} outside the brackets", path, line)
+            stack[-1][1].append(leaf)
+        else:
+            if len(stack) == 1:
+                raise InputError("cannot parse tree: ')' without a matching '('", path, line)
+            label, children = stack.pop()
+            stack[-1][1].append(nltk.Tree(label, children))
+    if len(stack) > 1:
+        raise InputError(f"cannot parse tree: {len(stack) - 1} '(' not closed", path, line)
+    if not stack[0][1]:
+        raise InputError("cannot parse tree: no bracketed tree", path, line)
+    return stack[0][1][0]
+
+
 def read_trees(
     path: PathLike, progress: Optional[Callable[[int, int], None]] = None, one_per_line: bool = False
 ) -> list[LocatedTree]:
@@ -136,11 +171,7 @@ def read_trees(
     for index, ((start, end), line) in enumerate(zip(spans, start_lines.tolist())):
         if progress is not None and index % 500 == 0:
             progress(index, len(spans))
-        text = data[start:end].decode("utf-8")
-        try:
-            tree = nltk.Tree.fromstring(text)
-        except ValueError as err:
-            raise InputError(f"cannot parse tree: {err}", path_str, line) from None
+        tree = tree_from_text(data[start:end].decode("utf-8"), path_str, line)
         located.append(LocatedTree(tree, path_str, line))
     if progress is not None:
         progress(len(spans), len(spans))

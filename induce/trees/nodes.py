@@ -13,11 +13,18 @@ A **span** is ``(start, end)`` with ``end`` exclusive: the words ``start .. end-
   :func:`to_nltk` — *the* conversion to :class:`nltk.Tree` (of a :class:`Node` or an :data:`IndexTree`);
   :func:`tree_spans` — *the* span extractor (of an :class:`nltk.Tree`, a :class:`Node` or an
   :data:`IndexTree`).
+
+No function here recurses: a right-branching tree of a long sentence is as deep as the sentence is long,
+past Python's recursion limit (1,000 frames) at some hundreds of words. Each walks an explicit stack;
+:func:`fold` is the post-order walk most of them share (and :mod:`.transforms`, :mod:`.ptb`). Of
+``nltk.Tree``'s own methods, ``leaves()``, ``pos()``, ``treepositions()``, ``height()``, ``copy(deep=True)``,
+``pformat()`` and ``fromstring()`` (a depth limit of 500) fail on such trees: :func:`tagged_leaves` and
+:func:`induce.trees.brackets.tree_from_text` stand in for the ones a reader needs.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, TypeVar, Union
 
 import nltk
 
@@ -25,6 +32,51 @@ import nltk
 IndexTree = Union[int, tuple]
 #: Label of every internal node of a produced (decoded or baseline) tree.
 NODE_LABEL = "S"
+
+
+Item = TypeVar("Item")
+
+
+def fold(root: Item, children_of: Callable[[Item], Sequence[Item]], combine: Callable[[Item, list], Any]) -> Any:
+    """``combine(item, [the results of its children])`` for every item of a tree, children first (post-order,
+    left to right), without recursion; returns the root's result. ``children_of(item)`` lists an item's
+    children (empty for a leaf)."""
+    stack = [(root, children_of(root), [])]  # (item, its children, the results of those combined so far)
+    while True:
+        item, children, done = stack[-1]
+        if len(done) < len(children):
+            child = children[len(done)]
+            grandchildren = children_of(child)
+            if grandchildren:
+                stack.append((child, grandchildren, []))
+            else:
+                done.append(combine(child, []))
+            continue
+        stack.pop()
+        value = combine(item, done)
+        if not stack:
+            return value
+        stack[-1][2].append(value)
+
+
+def nltk_children(item) -> list:
+    """The children of an ``nltk.Tree`` (a leaf has none)."""
+    return list(item) if isinstance(item, nltk.Tree) else []
+
+
+def tagged_leaves(tree: nltk.Tree) -> list:
+    """``[(leaf, label of its parent, depth)]`` left to right (depth 1: a child of the root): ``nltk.Tree.pos()``
+    with each leaf's depth, without recursion."""
+    out = []
+    stack = [(tree, None, 0)]
+    while stack:
+        item, parent_label, depth = stack.pop()
+        if isinstance(item, nltk.Tree):
+            label = item.label()
+            stack.extend((child, label, depth + 1) for child in reversed(item))
+        else:
+            out.append((item, parent_label, depth))
+    return out
 
 
 @dataclass(slots=True)
@@ -52,18 +104,16 @@ def from_nltk(tree: nltk.Tree) -> Node:
     """
     position = 0
 
-    def rec(sub) -> Node:
+    def combine(sub, children: list) -> Node:
         nonlocal position
         if not isinstance(sub, nltk.Tree):
-            node = Node(None, position, position + 1)
             position += 1
-            return node
-        start = position
+            return Node(None, position - 1, position)
         # Constituents over no word (``(NP )``) cover no span: dropped, so they count nowhere.
-        children = [node for node in (rec(child) for child in sub) if node.length > 0]
-        return Node(sub.label(), start, position, children)
+        children = [node for node in children if node.length > 0]
+        return Node(sub.label(), children[0].start if children else position, position, children)
 
-    return rec(tree)
+    return fold(tree, nltk_children, combine)
 
 
 def prune(node: Node, keep: Sequence[bool]) -> Optional[Node]:
@@ -78,15 +128,19 @@ def prune(node: Node, keep: Sequence[bool]) -> Optional[Node]:
         new_index.append(count)
         count += bool(flag)
 
-    def rec(sub: Node) -> Optional[Node]:
+    def combine(sub: Node, children: list) -> Optional[Node]:
         if sub.is_word():
             return Node(None, new_index[sub.start], new_index[sub.start] + 1) if keep[sub.start] else None
-        children = [c for c in (rec(child) for child in sub.children) if c is not None]
+        children = [child for child in children if child is not None]
         if not children:
             return None
         return Node(sub.label, children[0].start, children[-1].end, children)
 
-    return rec(node)
+    return fold(node, _node_children, combine)
+
+
+def _node_children(node: Node) -> list:
+    return node.children
 
 
 def constituents(node: Node) -> list:
@@ -138,39 +192,51 @@ def left_branching(n: int) -> Node:
 def build_binary(start: int, end: int, split_of: Callable[[int, int], int]) -> IndexTree:
     """Top-down binary tree over the words ``[start, end)`` (``end > start``).
 
-    ``split_of(a, b)`` (called only for spans of two or more words, ``b - a >= 2``) returns ``k`` with
-    ``a < k < b``: the span ``[a, b)`` becomes ``([a, k), [k, b))``.
+    ``split_of(a, b)`` (called only for spans of two or more words, ``b - a >= 2``, in pre-order, left
+    before right) returns ``k`` with ``a < k < b``: the span ``[a, b)`` becomes ``([a, k), [k, b))``.
     """
-    if end - start == 1:
-        return start
-    k = split_of(start, end)
-    if not start < k < end:
-        raise ValueError(f"split point {k} outside ({start}, {end})")
-    return (build_binary(start, k, split_of), build_binary(k, end, split_of))
+
+    def halves(span: tuple) -> list:
+        a, b = span
+        if b - a == 1:
+            return []
+        k = split_of(a, b)
+        if not a < k < b:
+            raise ValueError(f"split point {k} outside ({a}, {b})")
+        return [(a, k), (k, b)]
+
+    return fold((start, end), halves, lambda span, children: tuple(children) if children else span[0])
+
+
+def _index_children(tree: IndexTree) -> Sequence:
+    return () if isinstance(tree, int) else tree
 
 
 def from_index_tree(tree: IndexTree, label: str = NODE_LABEL) -> Node:
     """An :data:`IndexTree` as a :class:`Node` (internal nodes labelled ``label``, word nodes unlabelled)."""
-    if isinstance(tree, int):
-        return Node(None, tree, tree + 1)
-    left, right = from_index_tree(tree[0], label), from_index_tree(tree[1], label)
-    return Node(label, left.start, right.end, [left, right])
+
+    def combine(sub: IndexTree, children: list) -> Node:
+        if not children:
+            return Node(None, sub, sub + 1)
+        return Node(label, children[0].start, children[1].end, children)
+
+    return fold(tree, _index_children, combine)
 
 
 def index_tree_from_nltk(tree: nltk.Tree) -> IndexTree:
     """Inverse of :func:`to_nltk` for binary trees (leaves numbered left to right; unary nodes skipped)."""
-    counter = iter(range(len(tree.leaves())))
+    counter = iter(range(len(tagged_leaves(tree))))
 
-    def rec(node):
+    def combine(node, children: list) -> IndexTree:
         if not isinstance(node, nltk.Tree):
             return next(counter)
-        if len(node) == 1:
-            return rec(node[0])
-        if len(node) != 2:
+        if len(children) == 1:
+            return children[0]
+        if len(children) != 2:
             raise ValueError("tree is not binary")
-        return (rec(node[0]), rec(node[1]))
+        return (children[0], children[1])
 
-    return rec(tree)
+    return fold(tree, nltk_children, combine)
 
 
 def to_nltk(tree: Union[Node, IndexTree], words: Sequence[str], label: str = NODE_LABEL) -> nltk.Tree:
@@ -180,12 +246,10 @@ def to_nltk(tree: Union[Node, IndexTree], words: Sequence[str], label: str = NOD
     if node.is_word():
         return nltk.Tree(label, [words[node.start]])
 
-    def rec(sub: Node):
-        if sub.is_word():
-            return words[sub.start]
-        return nltk.Tree(sub.label or label, [rec(child) for child in sub.children])
+    def combine(sub: Node, children: list):
+        return words[sub.start] if sub.is_word() else nltk.Tree(sub.label or label, children)
 
-    return rec(node)
+    return fold(node, _node_children, combine)
 
 
 def tree_spans(tree: Union[nltk.Tree, Node, IndexTree], min_length: int = 2) -> set[tuple[int, int]]:

@@ -10,6 +10,8 @@ import re
 
 import nltk
 
+from induce.trees.nodes import fold, tagged_leaves
+
 #: POS tags kept by the word-tag filter (Kim et al. 2019). ``$`` and ``#`` are not words.
 WORD_TAGS = frozenset(
     "CC CD DT EX FW IN JJ JJR JJS LS MD NN NNS NNP NNPS PDT POS PRP PRP$ RB RBR RBS RP "
@@ -38,7 +40,7 @@ def is_preterminal(tree) -> bool:
 
 
 def clean_tree(tree: nltk.Tree, keep_punct: bool = True) -> nltk.Tree | None:
-    """Return a copy without traces, empty constituents and function tags.
+    """Return a copy without traces, empty constituents and function tags (without recursion).
 
     With ``keep_punct=False`` every leaf whose POS tag is not in :data:`WORD_TAGS` goes too
     (the word-tag filter). An empty outermost label becomes :data:`ROOT_LABEL`. Returns
@@ -50,15 +52,18 @@ def clean_tree(tree: nltk.Tree, keep_punct: bool = True) -> nltk.Tree | None:
             return False
         return keep_punct or pos in WORD_TAGS
 
-    def rec(node):
+    def children_of(node) -> list:
+        return [] if is_preterminal(node) else [child for child in node if isinstance(child, nltk.Tree)]
+
+    def combine(node, children: list):
         if is_preterminal(node):
             return nltk.Tree(node.label(), [node[0]]) if keep(node.label()) else None
-        children = [c for c in (rec(child) for child in node if isinstance(child, nltk.Tree)) if c is not None]
+        children = [child for child in children if child is not None]
         if not children:
             return None
         return nltk.Tree(strip_function_tags(node.label()), children)
 
-    cleaned = rec(tree)
+    cleaned = fold(tree, children_of, combine)
     if cleaned is not None and cleaned.label() == "":
         cleaned.set_label(ROOT_LABEL)
     return cleaned
@@ -66,4 +71,4 @@ def clean_tree(tree: nltk.Tree, keep_punct: bool = True) -> nltk.Tree | None:
 
 def words_and_tags(tree: nltk.Tree) -> list[tuple[str, str]]:
     """``[(word, POS), ...]`` of a tree, left to right (traces included if present)."""
-    return [(leaf, pos) for leaf, pos in tree.pos()]
+    return [(leaf, pos) for leaf, pos, _ in tagged_leaves(tree)]

@@ -3,11 +3,12 @@ they count spans: collapsing unary chains, binarising n-ary nodes, making every 
 preterminal, and reading a tree's preterminal tags.
 
 A *preterminal* is a non-word node whose only child is a word (``(NN dog)``); a *bracket* (EVALB's
-word) is any other non-word node.
+word) is any other non-word node. Each function walks an explicit stack (:func:`~induce.trees.nodes.fold`),
+however deep the tree.
 """
 from __future__ import annotations
 
-from induce.trees.nodes import Node
+from induce.trees.nodes import Node, fold
 
 
 def is_preterminal(node: Node) -> bool:
@@ -35,15 +36,18 @@ def collapse_unary(node: Node, keep_root_child: bool = False) -> Node:
     -> ``(NP he)``). ``keep_root_child``: the root is not merged with its only child (Li et al. 2020's
     preprocessing: ``(FRAG (NP john q. public))`` keeps both brackets); chains below it still collapse."""
 
-    def rec(sub: Node, is_root: bool) -> Node:
+    def combine(sub: Node, children: list) -> Node:
         if sub.is_word():
             return Node(None, sub.start, sub.end)
-        children = [rec(child, False) for child in sub.children]
-        if len(children) == 1 and not children[0].is_word() and not (is_root and keep_root_child):
+        if len(children) == 1 and not children[0].is_word() and not (sub is node and keep_root_child):
             return Node(sub.label, sub.start, sub.end, children[0].children)
         return Node(sub.label, sub.start, sub.end, children)
 
-    return rec(node, True)
+    return fold(node, _children, combine)
+
+
+def _children(node: Node) -> list:
+    return node.children
 
 
 def binarise(node: Node, side: str) -> Node:
@@ -53,10 +57,9 @@ def binarise(node: Node, side: str) -> Node:
     if side not in ("left", "right"):
         raise ValueError(f"binarise: side must be 'left' or 'right', not {side!r}")
 
-    def rec(sub: Node) -> Node:
+    def combine(sub: Node, children: list) -> Node:
         if sub.is_word():
             return Node(None, sub.start, sub.end)
-        children = [rec(child) for child in sub.children]
         new_label = f"{sub.label or ''}@"
         if side == "left":
             while len(children) > 2:
@@ -68,32 +71,36 @@ def binarise(node: Node, side: str) -> Node:
                 children = children[:-2] + [Node(new_label, before.start, last.end, [before, last])]
         return Node(sub.label, sub.start, sub.end, children)
 
-    return rec(node)
+    return fold(node, _children, combine)
 
 
 def with_preterminals(node: Node, tag: str) -> Node:
     """A copy where every word that has no preterminal above it gets one labelled ``tag``, and every
     preterminal is relabelled ``tag`` (what DIORA's EVALB driver writes for a prediction: ``(DT word)``)."""
 
-    def rec(sub: Node) -> Node:
-        if sub.is_word():
-            return Node(tag, sub.start, sub.end, [Node(None, sub.start, sub.end)])
-        if is_preterminal(sub):
-            return Node(tag, sub.start, sub.end, [Node(None, sub.start, sub.end)])
-        return Node(sub.label, sub.start, sub.end, [rec(child) for child in sub.children])
+    def children_of(sub: Node) -> list:
+        return [] if is_preterminal(sub) else sub.children
 
-    return rec(node)
+    def combine(sub: Node, children: list) -> Node:
+        if sub.is_word() or is_preterminal(sub):
+            return Node(tag, sub.start, sub.end, [Node(None, sub.start, sub.end)])
+        return Node(sub.label, sub.start, sub.end, children)
+
+    return fold(node, children_of, combine)
 
 
 def relabel_brackets(node: Node, label: str) -> Node:
     """A copy where every bracket (non-word, non-preterminal node) is labelled ``label``."""
 
-    def rec(sub: Node) -> Node:
+    def children_of(sub: Node) -> list:
+        return [] if is_preterminal(sub) else sub.children
+
+    def combine(sub: Node, children: list) -> Node:
         if sub.is_word() or is_preterminal(sub):
             return sub
-        return Node(label, sub.start, sub.end, [rec(child) for child in sub.children])
+        return Node(label, sub.start, sub.end, children)
 
-    return rec(node)
+    return fold(node, children_of, combine)
 
 
 def brackets(node: Node | None) -> list:
