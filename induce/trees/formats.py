@@ -22,7 +22,7 @@ from pathlib import Path
 
 import nltk
 
-from induce.errors import InputError, InvalidValueError
+from induce.errors import CountMismatchError, InputError, InvalidValueError
 from induce.files import os_error_reason
 from induce.trees.brackets import LocatedTree, read_trees
 from induce.trees.nodes import Node, to_nltk
@@ -180,6 +180,6 @@ def fill_one_word_sentences(located: Sequence[LocatedTree], gold_lengths: Sequen
         hint = f" ({len(one_word)} gold sentences have one word, which Kim's eval.py writes no line for)"
     where = located[len(gold_lengths)] if len(located) > len(gold_lengths) else None
     first = min(len(located), len(gold_lengths)) + 1
-    raise InputError(f"{len(located)} predicted trees but {len(gold_lengths)} gold trees (first unmatched sentence: "
-                     f"{first}){hint}",
-                     where.path if where else str(path), where.line if where else None)
+    raise CountMismatchError(f"{len(located)} predicted trees but {len(gold_lengths)} gold trees (first unmatched "
+                             f"sentence: {first}){hint}", where.path if where else str(path),
+                             where.line if where else None)

@@ -1,0 +1,49 @@
+"""Defaults and folders of the commands: predictions aligned to the default gold say so, ..."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import nltk
+import pytest
+from typer.testing import CliRunner
+
+from induce.cli.main import app
+from induce.data import locate
+from induce.data.preprocess import preprocess_tree_files
+
+runner = CliRunner()
+CONVENTIONS = Path(__file__).parent / "data" / "conventions"
+
+
+@pytest.fixture
+def in_tmp(monkeypatch, tmp_path):
+    """A fresh working folder, no data root named anywhere."""
+    monkeypatch.delenv(locate.ENV_VAR, raising=False)
+    monkeypatch.setattr(nltk.data, "path", [str(tmp_path / "no-nltk-data")])
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_predictions_of_another_treebank_without_gold_say_they_were_aligned_to_the_default(in_tmp):
+    """`induce ensemble a b` without --gold said only "7 predicted trees but 2 gold trees"."""
+    gold = CONVENTIONS / "gold.mrg"
+    shutil.copy(gold, in_tmp / "valid.mrg")
+    (in_tmp / "train.mrg").write_text("( (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)) )\n"
+                                      "( (S (NP (DT A) (NN dog)) (VP (VBD ran))) )\n")
+    preprocess_tree_files({"train": [in_tmp / "train.mrg"], "valid": [in_tmp / "train.mrg"]}, Path("corpora"), "mine")
+    sources = [CONVENTIONS / "pred_rb.punct.txt", CONVENTIONS / "pred_lb.punct.txt"]
+    hint = ("with no --gold the predictions are aligned to the default gold, corpora/mine/valid.gold.txt, one tree "
+            "per sentence: name the treebank they were parsed from with --gold FILE")
+    result = runner.invoke(app, ["ensemble", *map(str, sources), "-o", "ens.txt", "--no-progress"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "7 predicted trees but 2 gold trees" in " ".join(result.output.split())
+    assert hint in " ".join(result.output.split()), result.output
+    scored = runner.invoke(app, ["eval", str(sources[0]), "--no-progress"])
+    assert scored.exit_code == 2 and "aligned to the default gold, the valid split of the corpus named above" in \
+        " ".join(scored.output.split()), scored.output
+    # with the gold named: no hint (the gold was chosen), and with the right one it works
+    named = runner.invoke(app, ["ensemble", *map(str, sources), "-o", "ens.txt", "--gold", "train.mrg"])
+    assert named.exit_code == 2 and "default gold" not in named.output
+    done = runner.invoke(app, ["ensemble", *map(str, sources), "-o", "ens.txt", "--gold", str(gold), "--json"])
+    assert done.exit_code == 0, done.output
