@@ -47,3 +47,27 @@ def test_predictions_of_another_treebank_without_gold_say_they_were_aligned_to_t
     assert named.exit_code == 2 and "default gold" not in named.output
     done = runner.invoke(app, ["ensemble", *map(str, sources), "-o", "ens.txt", "--gold", str(gold), "--json"])
     assert done.exit_code == 0, done.output
+
+
+def test_reproduce_does_not_replace_a_report_of_the_users_own(tmp_path):
+    """`induce reproduce --out DIR` replaced DIR/REPORT.md without a word; `induce train --out` refuses a
+    folder holding other files, and so does it now, before any work. Its own folders go on."""
+    from induce.errors import InduceError
+    from induce.reproduce import ReproduceOptions, Reproduction
+    from induce.reproduce.pipeline import STEPS_FILE, check_reproduction_folder
+
+    out = tmp_path / "paper"
+    out.mkdir()
+    (out / "REPORT.md").write_text("# My own notes\n")
+    result = runner.invoke(app, ["reproduce", "--profile", "toy", "--out", str(out), "--no-progress"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"--out {out} is not empty and holds no reproduction (REPORT.md)" in " ".join(result.output.split())
+    assert (out / "REPORT.md").read_text() == "# My own notes\n" and sorted(p.name for p in out.iterdir()) == [
+        "REPORT.md"]
+    with pytest.raises(InduceError, match="holds no reproduction"):
+        Reproduction(ReproduceOptions(profile="toy", out=out))
+    (out / STEPS_FILE).write_text('{"prepare corpus": {"status": "ran"}}')  # a reproduction of ours: continued
+    check_reproduction_folder(out)
+    for fresh in (tmp_path / "new", tmp_path / "stopped-while-preparing"):
+        (fresh / "corpora").mkdir(parents=True)
+        check_reproduction_folder(fresh)
