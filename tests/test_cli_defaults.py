@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import nltk
 import pytest
@@ -71,3 +72,33 @@ def test_reproduce_does_not_replace_a_report_of_the_users_own(tmp_path):
     for fresh in (tmp_path / "new", tmp_path / "stopped-while-preparing"):
         (fresh / "corpora").mkdir(parents=True)
         check_reproduction_folder(fresh)
+
+
+def test_every_cpu_sized_command_that_train_prints_runs_as_printed(in_tmp, monkeypatch):
+    """The CPU-sized PCFG commands printed `data.curriculum_start=None`, which the override parser refuses.
+    Each printed command goes through the command line as typed (shell words, Typer, the config loader and
+    its validation) up to the trainer, which is not run."""
+    import shlex
+
+    import induce.training
+    from induce.models.registry import list_models
+    from induce.training.advice import cpu_sized_command
+
+    started = []
+
+    def not_trained(config, run_dir, **kwargs):
+        started.append(config)
+        return SimpleNamespace(run_dir=run_dir, epochs_done=0, stop_reason="not trained", best_valid_ppl=0.0)
+
+    monkeypatch.setattr(induce.training, "train", not_trained)
+    commands = {name: cpu_sized_command(name) for name in list_models()}
+    printed = {name: command for name, command in commands.items() if command}
+    assert {"cpcfg", "npcfg", "tnpcfg", "palm", "prpn", "onlstm"} <= set(printed)
+    for name, command in printed.items():
+        words = shlex.split(command)
+        assert words[:2] == ["induce", "train"], command
+        result = runner.invoke(app, words[1:])
+        assert result.exit_code == 0, (command, result.output)
+        assert started and started[-1].model_name == name, (command, result.output)
+    pcfg = started[list(printed).index("cpcfg")]
+    assert pcfg.data.curriculum_start is None and pcfg.data.max_length == 20
