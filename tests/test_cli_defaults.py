@@ -102,3 +102,24 @@ def test_every_cpu_sized_command_that_train_prints_runs_as_printed(in_tmp, monke
         assert started and started[-1].model_name == name, (command, result.output)
     pcfg = started[list(printed).index("cpcfg")]
     assert pcfg.data.curriculum_start is None and pcfg.data.max_length == 20
+
+
+def _command_paths(command, path=()):
+    yield path
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from _command_paths(sub, (*path, name))
+
+
+def test_no_flag_shows_a_type_label_in_help():
+    """Typer's help table wrote `<bool>` beside every flag (--force, --json, --help ...), as if it took a value."""
+    import typer
+
+    paths = list(_command_paths(typer.main.get_command(app)))
+    assert ("train",) in paths and ("show", "tree") in paths and len(paths) > 12
+    for path in paths:
+        result = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "200"}, terminal_width=200)
+        assert result.exit_code == 0, (path, result.output)
+        assert "<bool>" not in result.output and "--help" in result.output, (path, result.output)
+    shown = runner.invoke(app, ["train", "--help"], env={"COLUMNS": "200"}, terminal_width=200).output
+    assert "<int>" in shown and "--force " in shown  # values keep their labels; flags have none
+    assert runner.invoke(app, ["--version"]).output.startswith("induce ")
