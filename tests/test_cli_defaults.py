@@ -1,4 +1,6 @@
-"""Defaults and folders of the commands: predictions aligned to the default gold say so, ..."""
+"""Defaults and folders of the commands: predictions aligned to the default gold say so, `induce reproduce
+--out` keeps a user's own files, the CPU-sized commands `induce train` prints run as printed, no `<bool>`
+label in `--help`, and `make test DATA=DIR` reads DIR."""
 from __future__ import annotations
 
 import shutil
@@ -29,7 +31,6 @@ def in_tmp(monkeypatch, tmp_path):
 def test_predictions_of_another_treebank_without_gold_say_they_were_aligned_to_the_default(in_tmp):
     """`induce ensemble a b` without --gold said only "7 predicted trees but 2 gold trees"."""
     gold = CONVENTIONS / "gold.mrg"
-    shutil.copy(gold, in_tmp / "valid.mrg")
     (in_tmp / "train.mrg").write_text("( (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)) )\n"
                                       "( (S (NP (DT A) (NN dog)) (VP (VBD ran))) )\n")
     preprocess_tree_files({"train": [in_tmp / "train.mrg"], "valid": [in_tmp / "train.mrg"]}, Path("corpora"), "mine")
@@ -123,3 +124,19 @@ def test_no_flag_shows_a_type_label_in_help():
     shown = runner.invoke(app, ["train", "--help"], env={"COLUMNS": "200"}, terminal_width=200).output
     assert "<int>" in shown and "--force " in shown  # values keep their labels; flags have none
     assert runner.invoke(app, ["--version"]).output.startswith("induce ")
+
+
+def test_make_test_passes_data_on_as_induce_data(tmp_path):
+    """`make test DATA=DIR` ran pytest without INDUCE_DATA: the real-data tests skipped silently."""
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    if shutil.which("make") is None:
+        pytest.skip("no make")
+    dry = subprocess.run(["make", "-n", "test", f"DATA={tmp_path}", "PYTHON=python3"], cwd=repo, capture_output=True,
+                         text=True, timeout=60)
+    assert dry.returncode == 0, dry.stderr
+    assert f'INDUCE_DATA="{tmp_path}" python3 -m pytest -q' in dry.stdout.splitlines()
+    bare = subprocess.run(["make", "-n", "test", "PYTHON=python3"], cwd=repo, capture_output=True, text=True,
+                          timeout=60)
+    assert "python3 -m pytest -q" in bare.stdout.splitlines()
