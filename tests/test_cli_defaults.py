@@ -140,3 +140,16 @@ def test_make_test_passes_data_on_as_induce_data(tmp_path):
     bare = subprocess.run(["make", "-n", "test", "PYTHON=python3"], cwd=repo, capture_output=True, text=True,
                           timeout=60)
     assert "python3 -m pytest -q" in bare.stdout.splitlines()
+
+
+def test_a_corpus_of_one_word_sentences_says_so_to_a_grammar(in_tmp):
+    """It said "the train or valid split has no sentence" (the one-word sentences were left out)."""
+    (in_tmp / "one.mrg").write_text("".join(f"( (S (NP (NN w{k})) (. .)) )\n" for k in range(6)))
+    (in_tmp / "two.mrg").write_text("( (S (NP (DT The) (NN cat)) (VP (VBD sat))) )\n")
+    preprocess_tree_files({"train": [in_tmp / "one.mrg"], "valid": [in_tmp / "two.mrg"]}, Path("corpora"), "one")
+    result = runner.invoke(app, ["train", "--model", "npcfg", "--corpus", "one", "--out", "run", "--no-progress"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    message = " ".join(result.output.split())
+    assert "corpora/one: every sentence of its train split has one word; npcfg learns from sentences of 2 words " \
+           "or more" in message, message
+    assert not (in_tmp / "run").exists()
