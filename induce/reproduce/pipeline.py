@@ -19,7 +19,8 @@ where it stopped):
    ``OUT/eval/init-<model>.<split>.json``.
 4. **baselines** — left, right, balanced, random trees; ``OUT/eval/baseline-<kind>.<split>.json``.
 5. **evaluate** each run: LM perplexity of the split, and its trees (parsed once) scored on all
-   sentences, WSJ10 and WSJ40; ``OUT/eval/<model>-seed<seed>.<split>.json`` (+ ``.trees.txt``),
+   sentences, WSJ10 and WSJ40; ``OUT/eval/<model>-seed<seed>.<split>.json`` (+ ``.trees.txt``, over every
+   token, punctuation attached: what any ``induce eval --convention`` reads),
    skipped while it was made from the run's current ``best`` checkpoint (its sha256, verified).
    The report shows a run's figures only when this file was made from the current checkpoint and
    neither its training nor its evaluation failed in this invocation (:meth:`Reproduction.current_evaluation`);
