@@ -288,12 +288,12 @@ def check_out_folder(out: Path, corpus: Optional[Path] = None, data: Optional[Pa
     other files (:func:`check_reproduction_folder`)."""
     from induce.files import check_not_input
 
-    check_reproduction_folder(out)
     check_not_input(out, {"--corpus": corpus, "the data root --data": data, "--lm-text": lm_text}, "--out")
     prepared = [corpus] if corpus is not None else []
     if corpora_dir is not None and Path(corpora_dir).is_dir():
         prepared += sorted(folder for folder in Path(corpora_dir).iterdir() if (folder / "meta.json").is_file())
     check_not_input(out, {"the prepared corpus": prepared}, "--out", within=True)
+    check_reproduction_folder(out)
 
 
 def reproduce(options: ReproduceOptions, console: Optional[Console] = None, **kwargs) -> dict:
