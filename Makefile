@@ -16,8 +16,9 @@ install: .install-stamp
 	$(PYTHON) -m pip install $(PIP_OPTS) -q -c constraints.txt -e ".[test,triton,plots]"
 	@touch $@
 
+# DATA=DIR: the real-data tests read DIR (as INDUCE_DATA); without it they skip (INDUCE_DATA of the shell, if set).
 test: install
-	$(PYTHON) -m pytest -q
+	$(if $(DATA),INDUCE_DATA="$(abspath $(DATA))" ,)$(PYTHON) -m pytest -q
 
 # Only the Triton kernels, through Triton's CPU interpreter.
 test-triton: install

@@ -22,6 +22,11 @@ class InputError(InduceError):
         super().__init__(where + message)
 
 
+class CountMismatchError(InputError):
+    """Predicted trees that are not one per gold sentence (e.g. a file parsed from another treebank or split
+    than the gold it is scored on)."""
+
+
 class InvalidValueError(InduceError, ValueError):
     """A value the user chose that a function cannot take (an unknown baseline or decoder name, a decoder
     that does not fit the model): still a ``ValueError`` for library callers, and at the command line a

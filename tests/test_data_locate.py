@@ -183,3 +183,32 @@ def test_a_prepared_treebank_in_corpora_is_the_default_without_its_sources(clean
     meta["subset"] = {"of": "elsewhere"}
     (sample / "meta.json").write_text(json.dumps(meta))
     assert locate.find_prepared(Path("corpora")) is None
+
+
+def test_the_only_prepared_corpus_in_corpora_is_the_default_whatever_its_name(clean_env, tmp_path):
+    """A corpus prepared as corpora/mine was not found by the bare commands (only ptb-wsj and ptb-sample
+    were): `induce eval` scored the synthetic treebank instead. Several: named, and --corpus asked for."""
+    from typer.testing import CliRunner
+
+    from induce.cli.main import app
+
+    root = make_wsj_files(tmp_path / "data")
+    clean_env.chdir(tmp_path)
+    mine = preprocess.preprocess_tree_files({"train": [root / "wsj" / "02-21.mrg"], "valid": [root / "wsj" / "22.mrg"]},
+                                            Path("corpora"), "mine")
+    preprocess.preprocess_synthetic(Path("corpora"), sizes={"train": 5, "valid": 2})  # the fallback's: not counted
+    log = io.StringIO()
+    assert locate.default_corpus(None, Path("corpora"), Console(file=log, width=300)) == mine
+    assert "using the treebank corpus prepared in corpora/mine (files;" in log.getvalue()
+    result = CliRunner().invoke(app, ["eval", "--baseline", "right", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["gold"] == "corpora/mine/valid.gold.txt"
+
+    preprocess.preprocess_tree_files({"train": [root / "wsj" / "02-21.mrg"]}, Path("corpora"), "other")
+    with pytest.raises(InduceError, match=r"2 prepared corpora in corpora/ \(mine, other\) and no data root named: "
+                                          r"choose one with --corpus corpora/mine"):
+        locate.default_corpus(None, Path("corpora"), Console(file=io.StringIO()))
+    result = CliRunner().invoke(app, ["eval", "--baseline", "right", "--json"])
+    assert result.exit_code == 2 and "--corpus" in result.output and "Traceback" not in result.output
+    result = CliRunner().invoke(app, ["eval", "--baseline", "right", "--json", "--corpus", "corpora/mine"])
+    assert result.exit_code == 0, result.output

@@ -1,19 +1,22 @@
-"""`induce preprocess`: layout, alignment of the files, determinism, caching, atomicity, errors, CLI."""
+"""`induce preprocess`: layout, alignment of the files, determinism, caching, atomicity, errors, CLI, and the
+refusal of a treebank whose tag set is not the Penn Treebank's."""
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
 
+import nltk
 import pytest
 from typer.testing import CliRunner
 
 from induce.cli.main import app
 from induce.data import mikolov
 from induce.data.corpus import PreparedCorpus
-from induce.data.preprocess import preprocess_lm_text, preprocess_tree_files
+from induce.data.preprocess import check_ptb_tags, preprocess_lm_text, preprocess_tree_files
 from induce.errors import InduceError, InputError
-from induce.trees.brackets import tree_to_line
+from induce.trees.brackets import read_trees, tree_to_line
+from induce.trees.ptb import TagCensus
 
 TRAIN = """( (S (NP-SBJ (DT The) (NN cat) ) (VP (VBD sat) (PP-LOC (IN on) (NP (DT the) (NN mat) ))) (. .) ))
 ( (S (NP-SBJ-1 (NNP Mary) ) (VP (VBD paid) (NP ($ $) (CD 3.5) (CD million) ) (NP (-NONE- *-1) )) (. .) ))
@@ -175,3 +178,44 @@ def test_full_nltk_sample_if_available(tmp_path):
     assert total == 3914  # SOURCES.md
     sources = [r["path"] for s in corpus.splits for r in corpus.meta["source"]["files"][s]]
     assert len(sources) == len(set(sources)) == 199
+
+
+KEYAKI = Path(__file__).parent / "data" / "keyaki" / "ted_talk_1.excerpt.psd"
+
+
+def test_a_treebank_with_another_tag_set_is_refused_naming_the_file_and_the_loss(tmp_path):
+    """The Keyaki Treebank (Japanese; tests/data/keyaki) was prepared without a word: only its VB and MD
+    words passed the word-tag filter, 78-80% of the text came out <unk>."""
+    files = make_files(tmp_path)
+    out = tmp_path / "corpora"
+    result = CliRunner().invoke(app, ["preprocess", "--out-dir", str(out), "--train", str(files["train"][0]),
+                                      "--valid", str(KEYAKI)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    message = " ".join(result.output.split())
+    assert f"error: {KEYAKI}: its POS tags are not the Penn Treebank's: 84% of its 83 tokens carry other tags (P, " \
+           in message
+    assert "would drop 87% of the tokens and keep 11 (tagged VB, MD)" in message
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_the_tag_check_lets_the_penn_treebank_through(tmp_path):
+    """Punctuation (dropped by the filter, every tag a PTB tag) and a stray tag among PTB tags pass."""
+    trees = [located.tree for located in read_trees(make_files(tmp_path)["train"][0])]
+    trees.append(nltk.Tree.fromstring("(S (NP (DT The) (XX thing)) (VP (VBD went)) (. .))"))
+    punctuation = [nltk.Tree.fromstring("(S (: --) (. .) (, ,) (NP (NN end)))")]
+    for checked in (trees, punctuation):
+        check_ptb_tags(tmp_path / "x.mrg", checked)
+    census = TagCensus()
+    for tree in trees:
+        census.add(tree)
+    assert census.foreign == {"XX": 1} and not census.not_ptb()
+
+
+def test_the_real_keyaki_treebank_is_refused_if_available(tmp_path):
+    root = os.environ.get("INDUCE_DATA")
+    folder = Path(root or "") / "ktb" / "treebank"
+    if not root or not folder.is_dir():
+        pytest.skip("INDUCE_DATA with ktb/ not available")
+    first, second = sorted(folder.glob("*.psd"))[:2]
+    with pytest.raises(InputError, match=rf"^{first}: its POS tags are not the Penn Treebank's"):
+        preprocess_tree_files({"train": [first, second]}, tmp_path / "corpora", "ktb")

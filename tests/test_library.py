@@ -88,3 +88,25 @@ def test_library_errors_are_induce_errors(run, tmp_path):
         run.score(max_length=0)
     with pytest.raises(InduceError, match="decoder"):
         run.parse(["a b"], decoder="span")
+
+
+@pytest.mark.parametrize("sentences, named", [
+    ([b"the cat sat"], r"sentence 1 is bytes b'the cat sat'.*decode"),  # was parsed as its numbers 116 104 ...
+    ([123], "sentence 1 is int 123"),  # was a TypeError
+    (["a b", None], "sentence 2 is NoneType None"),
+    ([["a", 5]], "sentence 1, token 2 is int 5"),
+    (b"the cat", "not bytes"),
+    (7, "not int 7"),
+])
+def test_parse_refuses_what_is_not_text_naming_the_item(run, sentences, named):
+    with pytest.raises(InduceError, match=named):
+        run.parse(sentences)
+
+
+def test_load_on_a_file_that_is_no_checkpoint_names_that_file_only(tmp_path):
+    text = tmp_path / "sentences.txt"
+    text.write_text("The cat sat .\n")
+    with pytest.raises(InduceError) as info:
+        induce.load(text)
+    message = str(info.value)
+    assert message.startswith(f"{text}: not a run folder or checkpoint") and "sentences.txt.json" not in message

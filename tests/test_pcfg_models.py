@@ -1,6 +1,7 @@
 """The neural PCFGs (npcfg, cpcfg, tnpcfg): losses against brute-force enumeration of every tree and every
-labelling, decoders against brute force, and each model through the CLI (train, resume exactly, parse with
-both decoders, eval, show the tree and the span marginals)."""
+labelling, decoders against brute force, sentences sampled from the grammar against its distribution, and each
+model through the CLI (train, resume exactly, parse with both decoders, generate, eval, show the tree and the span
+marginals)."""
 from __future__ import annotations
 
 import itertools
@@ -21,6 +22,7 @@ from induce.config import load_config
 from induce.data.corpus import Vocab
 from induce.inference.loading import LoadedRun
 from induce.inference.show import plot_structure, sentence_structure, structure_table
+from induce.models.pcfg import sample_sentence
 from induce.models.registry import get_model_class
 from induce.training import load_checkpoint
 from induce.training.trainer import TrainingInterrupted, resume, train
@@ -180,6 +182,67 @@ def test_a_one_word_sentence_is_refused_with_the_models_name():
         tiny_model("npcfg").sentence_loss(torch.tensor([[1, 2], [3, 0]]), torch.tensor([2, 1]))
 
 
+def test_the_sampler_draws_leftmost_first_and_stops_past_the_cap():
+    """``sample_sentence`` on hand-made tables: one rule ``A -> P0 P1`` gives the words in order; ``A -> A P0``
+    or ``A -> P0 P0`` (each 1/2) gives ``k`` words with probability ``2^-(k-1)``, None past the cap."""
+    generator = torch.Generator().manual_seed(0)
+    one_word_each = torch.zeros(2, VOCAB, dtype=torch.float64)
+    one_word_each[0, 3] = one_word_each[1, 5] = 1.0
+    root = torch.ones(1, dtype=torch.float64)
+    assert sample_sentence(root, lambda a: (1, 2), one_word_each, 1, generator, 10) == [3, 5]
+
+    def recursive(symbol):
+        return (0, 1) if torch.rand((), generator=generator) < 0.5 else (1, 1)
+
+    lengths = [sample_sentence(root, recursive, one_word_each, 1, generator, 3) for _ in range(4000)]
+    counts = {n: sum(1 for x in lengths if (x is None and n is None) or (x is not None and len(x) == n))
+              for n in (2, 3, None)}
+    for n, p in ((2, 0.5), (3, 0.25), (None, 0.25)):
+        assert abs(counts[n] / 4000 - p) < 4.5 * math.sqrt(p * (1 - p) / 4000), counts
+    assert all(x is None or x == [3] * len(x) for x in lengths)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("name", ["npcfg", "tnpcfg"])
+def test_sampled_sentences_follow_the_grammars_distribution(name):
+    """The two-word sentences drawn (1,500) against their probabilities by brute force over every derivation
+    (Pearson's statistic below 5 sigma of its 48 degrees of freedom), the low-rank rules drawn through the rank."""
+    model = tiny_model(name).eval()
+    drawn = model.sample_sentences(1500, torch.Generator().manual_seed(0), max_words=10_000)
+    assert drawn == model.sample_sentences(1500, torch.Generator().manual_seed(0), max_words=10_000)
+    probabilities = dense_grammar_probabilities(model) if name == "npcfg" else lowrank_probabilities(model)
+    exact = {pair: math.exp(torch.tensor([lp for lp, _ in derivations(list(pair), *probabilities)],
+                                         dtype=torch.float64).logsumexp(0).item())
+             for pair in itertools.product(range(VOCAB), repeat=2)}
+    counts = {pair: sum(1 for x in drawn if tuple(x) == pair) for pair in exact}
+    n = len(drawn)
+    pearson = sum((counts[pair] - n * p) ** 2 / (n * p) for pair, p in exact.items())
+    assert pearson < 48 + 5 * math.sqrt(2 * 48), pearson
+    two_words = sum(exact.values())
+    assert abs(sum(counts.values()) / n - two_words) < 4.5 * math.sqrt(two_words * (1 - two_words) / n)
+    assert all(len(x) >= 2 for x in drawn)  # no one-word derivation in CNF without unary rules
+    banned = model.sample_sentences(300, torch.Generator().manual_seed(1), banned=[0, 1])
+    assert banned and not any(w in (0, 1) for x in banned for w in x)
+
+
+@torch.no_grad()
+def test_the_compound_pcfg_draws_z_from_the_prior_for_each_sentence(monkeypatch):
+    model = tiny_model("cpcfg").eval()
+    seen = []
+    distributions = model.grammar.distributions
+
+    def recorded(batch, z):
+        seen.append(z)
+        return distributions(batch, z)
+
+    monkeypatch.setattr(model.grammar, "distributions", recorded)
+    drawn = model.sample_sentences(400, torch.Generator().manual_seed(0), max_words=30)
+    assert len(drawn) == 400 and all(2 <= len(x) <= 30 for x in drawn) and len(seen) >= 400
+    z = torch.cat(seen)
+    assert z.shape[1] == model.config.z_dim and z.dtype == torch.float64
+    assert abs(float(z.mean())) < 4.5 / math.sqrt(z.numel()) and abs(float(z.var()) - 1) < 0.15
+
+
 @torch.no_grad()
 @pytest.mark.parametrize("name", ["npcfg", "cpcfg", "tnpcfg"])
 def test_decoders_give_the_brute_force_trees(name):
@@ -317,6 +380,18 @@ def test_each_model_trains_parses_evaluates_and_shows_through_the_cli(tmp_path, 
         assert len(trees[0].treepositions()) == 5 + 4
     wrong = runner.invoke(app, ["parse", str(text), "--checkpoint", str(run), "--decoder", "peel"])
     assert wrong.exit_code == 2 and f"decoder 'peel' does not apply to model '{name}'" in wrong.output
+
+    # a grammar generates whole sentences (sampled top-down), each on its own line
+    generated = runner.invoke(app, ["generate", "--checkpoint", str(run), "--words", "30", "--seed", "4"])
+    assert generated.exit_code == 0, generated.output
+    lines = generated.stdout.splitlines()
+    vocabulary = set(json.loads((corpus / "vocab.json").read_text())["itos"])
+    assert sum(len(line.split()) + 1 for line in lines) >= 30 and all(len(line.split()) >= 2 for line in lines)
+    assert {word for line in lines for word in line.split()} <= vocabulary - {"<eos>"}
+    again = runner.invoke(app, ["generate", "--checkpoint", str(run), "--words", "30", "--seed", "4"])
+    assert again.stdout == generated.stdout
+    beam = runner.invoke(app, ["generate", "--checkpoint", str(run), "--beam", "2"])
+    assert beam.exit_code == 2 and f"--beam: {name} draws whole sentences" in beam.output
 
     evaluated = runner.invoke(app, ["eval", "--checkpoint", str(run), "--gold", str(corpus / "valid.gold.txt"),
                                     "--json"])

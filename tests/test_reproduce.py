@@ -208,6 +208,34 @@ def test_another_out_keeps_the_whole_reproduction_in_it(tmp_path, monkeypatch):
     assert f"corpus: {subset}" in (Path("exp") / "runs" / "palm-rb-seed1" / "config.yaml").read_text()
 
 
+def test_the_trees_files_hold_every_token_and_every_convention_scores_them(tmp_path, monkeypatch):
+    """`induce eval --convention li2020` (or `all`) on a reproduction's trees file failed ("21 leaves but 22
+    words"): it held the default convention's words only. Now every token (punctuation attached), which the
+    default convention projects back to the figures the reproduction reported."""
+    from induce.data.preprocess import preprocess_tree_files
+
+    gold = Path(__file__).parent / "data" / "conventions" / "gold.mrg"
+    corpus = preprocess_tree_files({"train": [gold], "valid": [gold]}, tmp_path / "corpora", "punct")
+    profile = toy_profile(tmp_path / "profile", models=["palm-rb"], random_init_seeds=0)
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["reproduce", "--profile", str(profile), "--corpus", str(corpus), "--out", "exp",
+                                 "--no-progress"])
+    assert result.exit_code == 0, result.output
+    trees = Path("exp") / "eval" / "palm-rb-seed1.valid.trees.txt"
+    tokens = [line.split()[-1] for line in (corpus / "valid.gold.txt").read_text().splitlines()]
+    assert [line.replace(")", " ").split()[-1] for line in trees.read_text().splitlines()] == [
+        token.rstrip(")") for token in tokens]  # the final period is there
+    reported = json.loads((Path("exp") / "eval" / "palm-rb-seed1.valid.json").read_text())["scores"]
+    valid = str(corpus / "valid.gold.txt")
+    for flags, name in (([], "all"), (["--wsj10"], "wsj10")):
+        scored = runner.invoke(app, ["eval", str(trees), "--gold", valid, "--json", "--no-progress", *flags])
+        assert scored.exit_code == 0, scored.output
+        assert json.loads(scored.stdout)["sentence_f1"] == pytest.approx(reported[name]["sentence_f1"])
+    every = runner.invoke(app, ["eval", str(trees), "--gold", valid, "--convention", "all", "--json", "--no-progress"])
+    assert every.exit_code == 0, every.output
+    assert {row["convention"] for row in json.loads(every.stdout)["results"]} >= {"li2020", "li2020-punct", "kim2019"}
+
+
 def test_missing_test_split_and_unknown_profile_are_clear_errors(pipeline, tmp_path):
     result = runner.invoke(app, ["reproduce", "--profile", "no-such-profile"])
     assert result.exit_code == 2

@@ -11,7 +11,7 @@ from typing import Callable, Iterator, Optional
 
 from rich.console import Console
 
-from induce.errors import InduceError
+from induce.errors import CountMismatchError, InduceError
 
 #: Where the commands look for a run without --checkpoint (see induce.inference.runs.DEFAULT_RUN_DIRS).
 LATEST_RUN_HELP = ("the newest finished run under runs/ or results/runs/ (where `make reproduce` puts its runs), "
@@ -69,3 +69,18 @@ def comma_ints(text: Optional[str], option: str, minimum: Optional[int] = None) 
     if minimum is not None and min(values) < minimum:
         raise InduceError(f"{option}: expected integers >= {minimum}, got {text!r}")
     return values
+
+
+@contextmanager
+def default_gold_hint(default: bool, gold: Callable[[], str]) -> Iterator[None]:
+    """Inside the block, predictions not one per gold sentence while the gold is the default one (``default``:
+    neither --gold nor --corpus given) get the hint that they were aligned to that gold (``gold()`` names
+    it) and how to name theirs: a file parsed from WSJ 23 is no mistake of its own."""
+    try:
+        yield
+    except CountMismatchError as err:
+        if not default:
+            raise
+        raise CountMismatchError(f"{err.reason}; with no --gold the predictions are aligned to the default gold, "
+                                 f"{gold()}, one tree per sentence: name the treebank they were parsed from with "
+                                 "--gold FILE (or its prepared corpus with --corpus DIR)", err.path, err.line) from None

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from induce.cli import DEVICE_HELP, PROGRESS_HELP, progress_steps
+from induce.cli import DEVICE_HELP, PROGRESS_HELP, default_gold_hint, progress_steps
 from induce.errors import InduceError
 
 
@@ -52,11 +52,13 @@ def ensemble_command(
     check_output_file(output, "--output")
     check_not_input(output, {"a source": [s for s in sources if s.is_file()]}, "--output")
     console = Console(stderr=True)
-    if gold is None and corpus is None:
+    default_gold = gold is None and corpus is None
+    if default_gold:
         corpus = _default_eval_corpus(None, data, console)
     with progress_steps(console, progress) as steps:
         gold_set, golds = load_full_gold(gold, corpus, split, steps.bar("reading gold trees"))
-        members = sources_of(sources, golds, gold_set, pred_format, batch_size, None, device, steps)
+        with default_gold_hint(default_gold, lambda: gold_set.label):
+            members = sources_of(sources, golds, gold_set, pred_format, batch_size, None, device, steps)
         trees, report = ensemble_report(members, golds, parsed, convention)
     for note in (note for member in members for note in member.notes):
         console.print(note, highlight=False, soft_wrap=True)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from induce.cli import DEVICE_HELP, LATEST_RUN_HELP, PROGRESS_HELP, progress_steps
+from induce.cli import DEVICE_HELP, LATEST_RUN_HELP, PROGRESS_HELP, default_gold_hint, progress_steps
 from induce.errors import InduceError
 from induce.trees.kinds import decoder_help
 
@@ -133,7 +133,8 @@ def eval_command(
         return
     if len(predicted) > 1:
         raise InduceError(f"{len(predicted)} prediction files: evaluate one at a time, or use --agreement / --compare")
-    with progress_steps(console, progress) as steps:
+    with progress_steps(console, progress) as steps, default_gold_hint(gold is None and corpus is None,
+                                                                     _default_gold(split)):
         outcome = run_eval(predicted=predicted[0] if predicted else None, pred_format=pred_format,
                            resamples=resamples, gold=gold, baseline=baseline, seed=seed, checkpoint=checkpoint,
                            untrained=untrained, inits=inits, sets=sets, lm=lm, decoder=decoder, batch_size=batch_size,
@@ -155,7 +156,8 @@ def _hub_eval(console: Console, progress: bool, as_json: bool, predicted: list, 
     """--convention, --gold-variant, --agreement, --compare: :func:`induce.evaluation.hub.run_hub_eval`, printed."""
     from induce.evaluation.hub import run_hub_eval
 
-    with progress_steps(console, progress) as steps:
+    default = options.get("gold") is None and options.get("corpus") is None
+    with progress_steps(console, progress) as steps, default_gold_hint(default, _default_gold(options["split"])):
         outcome = run_hub_eval(predicted, console=console, steps=steps, **options)
     for note in outcome.summary.get("notes", []):
         console.print(note, highlight=False, soft_wrap=True)
@@ -165,6 +167,10 @@ def _hub_eval(console: Console, progress: bool, as_json: bool, predicted: list, 
         from induce.cli.hub_tables import print_hub
 
         print_hub(outcome, Console())
+
+
+def _default_gold(split: str) -> Callable[[], str]:
+    return lambda: f"the {split} split of the corpus named above"
 
 
 def _fmt(value) -> str:

@@ -1,4 +1,4 @@
-"""`induce generate`: sample text or beam-search a sentence from a trained model."""
+"""`induce generate`: sample text or beam-search a sentence from a trained model (a grammar samples sentences)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,7 +25,9 @@ def generate_command(
 ) -> None:
     """Generate text: sampling with a temperature, or the most probable sentence with --beam K.
 
-    <eos> tokens are printed as line breaks.
+    <eos> tokens are printed as line breaks. A grammar (a neural PCFG) draws whole sentences top-down from
+    its rules instead (the compound PCFG draws its z from the prior for each): --words then counts up to
+    the last whole sentence; --beam and --prompt do not apply.
     """
     from induce.inference.language_model import generate
     from induce.inference.predict import tokenize

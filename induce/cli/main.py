@@ -8,6 +8,7 @@ and the models are imported inside the commands, so that ``induce --help`` stays
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import re
@@ -40,6 +41,7 @@ app = typer.Typer(
     ),
     no_args_is_help=True,
     add_completion=False,
+    add_help_option=False,  # ours (HELP_OPTION): Typer's own shows a `<bool>` label
     pretty_exceptions_show_locals=False,
 )
 
@@ -50,11 +52,25 @@ def _version_callback(value: bool) -> None:
         raise typer.Exit()
 
 
+def _help_callback(ctx: typer.Context, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        typer.echo(ctx.get_help(), color=ctx.color)
+        raise typer.Exit()
+
+
+def _help_option() -> typer.models.OptionInfo:
+    """``--help`` as Typer's, without the ``<bool>`` label Typer's help table gives every flag (an empty
+    metavar); each command gets its own (:func:`plain_flags`)."""
+    return typer.Option(False, "--help", is_eager=True, expose_value=False, callback=_help_callback, metavar="",
+                        help="Show this message and exit.")
+
+
 @app.callback()
 def _root(
     version: bool = typer.Option(
-        False, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."
+        False, "--version", callback=_version_callback, is_eager=True, metavar="", help="Print the version and exit."
     ),
+    show_help: bool = _help_option(),
 ) -> None:
     """Unsupervised grammar induction toolkit."""
 
@@ -100,6 +116,46 @@ def _reflow_help(typer_app: typer.Typer) -> None:
         _reflow_help(group.typer_instance)
 
 
+def plain_flags(typer_app: typer.Typer) -> None:
+    """No type label on the flags in ``--help`` (Typer's help table writes ``<bool>`` beside each one, as if it
+    took a value): every boolean option of every command and group (recursively) gets an empty metavar, and
+    ``--help`` is :func:`_help_option` (Typer's own is turned off: it has the label too)."""
+    for info in typer_app.registered_commands:
+        signature = inspect.signature(info.callback)
+        for parameter in signature.parameters.values():
+            default = parameter.default
+            if isinstance(default, typer.models.OptionInfo) and parameter.annotation in (bool, "bool") \
+                    and default.metavar is None:
+                default.metavar = ""
+        if "show_help" not in signature.parameters:
+            info.callback = _with_help_option(info.callback, signature)
+        info.add_help_option = False
+    for group in typer_app.registered_groups:
+        sub_app = group.typer_instance
+        if sub_app.registered_callback is None:
+            sub_app.callback()(_group_callback)
+        sub_app.info.add_help_option = False
+        group.add_help_option = False
+        plain_flags(sub_app)
+
+
+def _with_help_option(command, signature: inspect.Signature):
+    """``command`` with :func:`_help_option` added to its signature (Typer reads it); the value Typer passes
+    for it is dropped."""
+    @functools.wraps(command)
+    def with_help(*args, show_help: bool = False, **kwargs):
+        return command(*args, **kwargs)
+
+    help_parameter = inspect.Parameter("show_help", inspect.Parameter.KEYWORD_ONLY, default=_help_option(),
+                                       annotation=bool)
+    with_help.__signature__ = signature.replace(parameters=[*signature.parameters.values(), help_parameter])
+    return with_help
+
+
+def _group_callback(show_help: bool = _help_option()) -> None:
+    """A command group's own options: ``--help`` only (:func:`plain_flags`)."""
+
+
 def escape_markup(text: str) -> str:
     """``text`` as it should appear in ``--help``: Typer renders help with rich markup, which takes
     ``[i,j]`` or ``[bold]`` for a style tag and drops it; escaped, the brackets are printed as written."""
@@ -113,6 +169,7 @@ load_plugins_for_help()
 for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(app)
 _reflow_help(app)
+plain_flags(app)
 guard_commands(app)
 
 

@@ -43,7 +43,8 @@ def reproduce_command(
     ),
     out: Path = typer.Option(DEFAULT_OUT, "--out", "-o", help="Output folder: REPORT.md, results.json, figures/, "
                                                               "runs/, "
-                             "eval/ (and corpora/ unless it is the default, results)."),
+                             "eval/ (and corpora/ unless it is the default, results). An existing folder is "
+                             "continued when it holds a reproduction, refused when it holds other files."),
     split: str = typer.Option("valid", "--split", help="Evaluation split: valid (dev, WSJ 22) or test (when the "
                                                        "corpus has it)."),
     time_per_model: Optional[str] = typer.Option(

@@ -1,10 +1,11 @@
 """Where the treebank is, and the default prepared corpus.
 
 Where the default corpus comes from (:func:`default_corpus`), first found wins: explicit ``--data`` >
-the ``INDUCE_DATA`` environment variable > ``corpora/``: raw treebank files there, else a Penn
-Treebank corpus prepared there earlier (``ptb-wsj``, then ``ptb-sample``: what ``induce preprocess``
-and ``make reproduce`` leave behind, used as it is when its sources are nowhere to be found) > NLTK's
-data path (``nltk.data.path``, where ``python -m nltk.downloader treebank`` puts
+the ``INDUCE_DATA`` environment variable > ``corpora/``: raw treebank files there, else the treebank
+corpus prepared there earlier, whatever its name (what ``induce preprocess`` and ``make reproduce``
+leave behind, used as it is when its sources are nowhere to be found; several: ``ptb-wsj`` when they
+are the default names ``ptb-wsj`` and ``ptb-sample``, else an error naming them that asks for
+``--corpus``) > NLTK's data path (``nltk.data.path``, where ``python -m nltk.downloader treebank`` puts
 ``corpora/treebank/combined``) > the synthetic treebank, with a warning. The data roots alone are
 :func:`resolve_data_root`; the prepared corpora alone :func:`find_prepared`.
 
@@ -121,23 +122,49 @@ def resolve_data_root(data: Optional[Path], corpora_dir: Path = Path("corpora"))
     return None
 
 
-#: Prepared Penn Treebank corpora that stand in for the data root, best first (see :func:`find_prepared`).
-PREPARED_DEFAULTS = (("ptb-wsj", ("ldc", "wsj-files")), ("ptb-sample", ("nltk-sample",)))
+#: The default names of prepared Penn Treebank corpora, best first: when these two are the prepared corpora,
+#: the full treebank stands for the default (see :func:`find_prepared`).
+PREPARED_DEFAULTS = ("ptb-wsj", "ptb-sample")
+
+
+def prepared_treebanks(folder: Path) -> list[PreparedCorpus]:
+    """The prepared corpora in ``folder`` that may stand for the default corpus, by name: a readable
+    ``meta.json`` of a corpus with trees, not a subset (``induce reproduce`` cuts those for its own runs)
+    and not the synthetic treebank (the fallback of last resort prepares it when nothing else is found)."""
+    found = []
+    try:
+        children = sorted(Path(folder).iterdir())
+    except OSError:
+        return found
+    for child in children:
+        if child.name.startswith(".") or not (child / "meta.json").is_file():
+            continue
+        try:
+            corpus = PreparedCorpus(child)
+            usable = corpus.has_trees and not corpus.meta.get("subset") and corpus.source_kind != "synthetic"
+        except (InduceError, AttributeError):  # AttributeError: a meta.json that is not an object
+            continue
+        if usable:
+            found.append(corpus)
+    return found
 
 
 def find_prepared(corpora_dir: Path = Path("corpora"), also_in: Sequence[Path] = ()) -> Optional[PreparedCorpus]:
-    """The best prepared Penn Treebank corpus under ``corpora_dir`` (``ptb-wsj`` before ``ptb-sample``),
-    then under each of ``also_in``, or None: a folder with a readable ``meta.json`` of a treebank
-    corpus made from a source of that kind (a subset, or another corpus that happens to have the
-    name, does not count)."""
+    """The treebank corpus prepared under ``corpora_dir`` (else under the first of ``also_in`` that has one)
+    that stands for the default corpus (:func:`prepared_treebanks`): the only one, whatever its name, or
+    ``ptb-wsj`` when the two are ``ptb-wsj`` and ``ptb-sample`` (the full treebank before its sample); None
+    when there is none. Several others are an :class:`InduceError` naming them and asking for ``--corpus``."""
     for folder in dict.fromkeys([Path(corpora_dir), *map(Path, also_in)]):
-        for name, kinds in PREPARED_DEFAULTS:
-            try:
-                corpus = PreparedCorpus(folder / name)
-            except (InduceError, AttributeError):  # AttributeError: a meta.json that is not an object
-                continue
-            if corpus.has_trees and not corpus.meta.get("subset") and corpus.source_kind in kinds:
-                return corpus
+        found = prepared_treebanks(folder)
+        names = [corpus.path.name for corpus in found]
+        if len(found) == 1:
+            return found[0]
+        if found and set(names) <= set(PREPARED_DEFAULTS):
+            return found[names.index(PREPARED_DEFAULTS[0])]
+        if found:
+            raise InduceError(f"{len(found)} prepared corpora in {folder}/ ({', '.join(names)}) and no data root "
+                              f"named: choose one with --corpus {folder / names[0]} (or name the treebank with --data "
+                              "PATH or INDUCE_DATA)")
     return None
 
 
@@ -152,7 +179,7 @@ def default_corpus(
 
     Full WSJ if found, else the NLTK sample, else the synthetic treebank — in which case
     a warning saying so, and how to get the PTB, goes to stderr. A cached corpus whose
-    sources changed is rebuilt. Without a data root, a Penn Treebank corpus prepared earlier under
+    sources changed is rebuilt. Without a data root, the treebank corpus prepared earlier under
     ``corpora_dir``, else under one of ``also_prepared_in``, is used as it is (:func:`find_prepared`).
     """
     return _prepare_found_treebank(data, corpora_dir, None, None, max_vocab, False, console or Console(stderr=True),
@@ -172,13 +199,14 @@ def _prepare_found_treebank(
     custom_sections = sections is not None and sections != preprocess.DEFAULT_SECTIONS
     root = resolve_data_root(data, corpora_dir)
     if name is None and not custom_sections and (root is None or _from_nltk_path(data, root, corpora_dir)):
-        # No data root named and no raw treebank in corpora/: a PTB corpus prepared there earlier
+        # No data root named and no raw treebank in corpora/: a treebank corpus prepared there earlier
         # (by `make reproduce`, or with INDUCE_DATA set then) comes before NLTK's sample and the
         # synthetic fallback, as the README's order says.
         prepared = find_prepared(corpora_dir, also_prepared_in)
         if prepared is not None:
-            console.print(f"using the Penn Treebank corpus prepared in {prepared.path} ({prepared.source_kind}; "
-                          "to prepare another, pass --data PATH or set INDUCE_DATA)", highlight=False)
+            console.print(f"using the treebank corpus prepared in {prepared.path} ({prepared.source_kind}; another: "
+                          "--corpus DIR; to prepare the Penn Treebank, pass --data PATH or set INDUCE_DATA)",
+                          highlight=False)
             return prepared.path
     source = find_treebank(root, sections) if root is not None else None
     if source is None and data is not None:

@@ -44,7 +44,7 @@ from induce.files import (
     sha256_file,
 )
 from induce.trees.brackets import read_trees, tree_to_line
-from induce.trees.ptb import TRACE_TAG, clean_tree
+from induce.trees.ptb import TRACE_TAG, TagCensus, clean_tree
 
 #: Bumped when the output format or a convention changes (invalidates cached corpora).
 FORMAT_VERSION = 1
@@ -173,6 +173,18 @@ def check_tags_are_gold(path: Path, allow_predicted: bool = False) -> None:
             "gold tags. Use the .mrg trees instead, or pass --allow-predicted-tags to use it anyway",
             path,
         )
+
+
+def check_ptb_tags(path: Path, trees: Sequence[nltk.Tree]) -> None:
+    """Refuse a file whose trees are not tagged with the Penn Treebank's tag set (another treebank, e.g.
+    the Keyaki Treebank's ``P``, ``N``, ``AX``): the word-tag filter would keep only the few words whose
+    tags happen to be PTB word tags (Keyaki's ``VB``, ``MD``) and silently drop the rest
+    (:meth:`induce.trees.ptb.TagCensus.not_ptb`). An :class:`InputError` naming the file and what would be lost."""
+    census = TagCensus()
+    for tree in trees:
+        census.add(tree)
+    if census.not_ptb():
+        raise InputError(census.loss_message(), path)
 
 
 # ----------------------------------------------------------------------------- building
@@ -422,7 +434,9 @@ def _read_split_files(split_files: dict[str, list[Path]], progress: Progress) ->
             def report(done: int, count: int, base=done_bytes, size=size, task=task) -> None:
                 progress.update(task, completed=base + (size * done // max(count, 1)))
 
-            split_trees.extend(located.tree for located in read_trees(path, progress=report))
+            file_trees = [located.tree for located in read_trees(path, progress=report)]
+            check_ptb_tags(path, file_trees)
+            split_trees.extend(file_trees)
             done_bytes += size
         trees[split] = split_trees
     return trees

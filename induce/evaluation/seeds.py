@@ -2,7 +2,8 @@
 and what the ensemble of their trees scores against the seeds' mean and best.
 
 The trees are those ``induce reproduce`` writes per run (``eval/<model>-seed<S>.<split>.trees.txt``: one
-tree per gold sentence, over the words the default convention keeps).
+tree per gold sentence, over every token; files written before that hold the words the default convention
+keeps). Both are compared over the words the default convention keeps.
 """
 from __future__ import annotations
 
@@ -17,20 +18,31 @@ def seed_summary(tree_files: Sequence[Path], gold_trees: Sequence) -> dict:
     ensemble is :func:`induce.evaluation.ensemble.ensemble_tree` of the seeds' trees, equal weights."""
     import nltk
 
-    from induce.evaluation import evaluate
+    from induce.evaluation import EvalConvention, evaluate
+    from induce.evaluation.metrics import prepare_gold
     from induce.trees.brackets import read_trees
-    from induce.trees.nodes import from_nltk, tagged_leaves, to_nltk
+    from induce.trees.nodes import from_nltk, prune, tagged_leaves, to_nltk
+    from induce.trees.transforms import collapse_unary
 
     from .agreement import agreement_matrix, mean_off_diagonal
     from .ensemble import ensemble_tree
 
+    golds = [prepare_gold(tree, EvalConvention()) for tree in gold_trees]
+
+    def on_kept_words(tree, gold) -> tuple:
+        """``(node, words)`` of a tree over the words the default convention keeps (projected from every token)."""
+        node, words = from_nltk(tree), [leaf for leaf, _, _ in tagged_leaves(tree)]
+        if len(words) != len(gold.words) and len(words) == len(gold.all_words):
+            node, words = collapse_unary(prune(node, gold.keep)), list(gold.words)
+        return node, words
+
     trees = [[item.tree for item in read_trees(path)] for path in tree_files]
-    nodes = [[from_nltk(tree) for tree in seed] for seed in trees]
+    projected = [[on_kept_words(tree, gold) for tree, gold in zip(seed, golds)] for seed in trees]
+    nodes = [[node for node, _ in seed] for seed in projected]
     several = [i for i, node in enumerate(nodes[0]) if node.end - node.start >= 2]
     matrix = agreement_matrix([[seed[i] for i in several] for seed in nodes])
     ensemble = []
-    for i, tree in enumerate(trees[0]):
-        words = [leaf for leaf, _, _ in tagged_leaves(tree)]
+    for i, (_, words) in enumerate(projected[0]):
         members = [seed[i] for seed in nodes]
         ensemble.append(to_nltk(ensemble_tree(members), words) if len(words) >= 2 else nltk.Tree("S", words))
     figures = [evaluate(seed, gold_trees) for seed in trees]

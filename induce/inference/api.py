@@ -24,6 +24,7 @@ commands'.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
@@ -77,16 +78,15 @@ class Run:
         """One :class:`nltk.Tree` per sentence, its leaves the sentence's tokens as given.
 
         ``sentences``: raw strings (split as ``induce parse`` splits a line; ``pretokenized=True``: at
-        spaces) or token lists (taken as they are); a single string is one sentence. As in training,
+        spaces) or token lists (taken as they are); a single string is one sentence. Anything else (bytes, a
+        number, a token that is not a string) is an :class:`~induce.errors.InduceError` naming the item. As in training,
         punctuation is not shown to the model (``keep_punct=True``: it is) and is attached afterwards.
         ``decoder``: ``peel`` (default) or ``unbiased`` for distance models; ``max_length``: longer
         sentences are parsed in pieces (default 300 tokens).
         """
         from induce.inference.predict import DEFAULT_MAX_LENGTH, parse_texts
 
-        if isinstance(sentences, str):
-            sentences = [sentences]
-        return parse_texts(self._loaded, list(sentences), pretokenized=pretokenized, decoder=decoder,
+        return parse_texts(self._loaded, checked_sentences(sentences), pretokenized=pretokenized, decoder=decoder,
                            batch_size=batch_size, max_length=max_length or DEFAULT_MAX_LENGTH,
                            keep_punct=keep_punct, progress=progress)
 
@@ -135,6 +135,40 @@ class Run:
 
         return generate(self._loaded, n_words=n_words, temperature=temperature, beam=beam,
                         prompt=tokenize(prompt) if prompt else None, seed=seed)
+
+
+def _shown(item) -> str:
+    """``item`` for a message: its type and a short repr."""
+    text = repr(item)
+    return f"{type(item).__name__} {text[:60] + '...' if len(text) > 60 else text}"
+
+
+def checked_sentences(sentences) -> list:
+    """The sentences :meth:`Run.parse` takes, as a list: a ``str`` is one sentence; else each item is a ``str``
+    (a raw line) or a list or tuple of ``str`` (its tokens). Anything else (bytes, numbers, ``None``, a token
+    that is not a ``str``) is an :class:`InduceError` naming the item and where it is: bytes would be read as
+    their numbers (``b"the"`` as ``116 104 101``) and a number is no text."""
+    if isinstance(sentences, str):
+        return [sentences]
+    if isinstance(sentences, (bytes, bytearray, memoryview)) or not isinstance(sentences, Iterable) \
+            or isinstance(sentences, Mapping):
+        raise InduceError(f"parse: sentences must be a str or a list of str (or of token lists), not "
+                          f"{_shown(sentences)}" + (" (decode bytes first, e.g. data.decode('utf-8'))"
+                                                    if isinstance(sentences, (bytes, bytearray)) else ""))
+    out = list(sentences)
+    for number, item in enumerate(out, start=1):
+        if isinstance(item, str):
+            continue
+        if isinstance(item, (list, tuple)):
+            for position, token in enumerate(item, start=1):
+                if not isinstance(token, str):
+                    raise InduceError(f"parse: sentence {number}, token {position} is {_shown(token)}: a token "
+                                      "must be a str")
+            continue
+        hint = " (decode bytes first, e.g. line.decode('utf-8'))" if isinstance(item, (bytes, bytearray)) else ""
+        raise InduceError(f"parse: sentence {number} is {_shown(item)}: give a str (a raw line) or a list of str "
+                          f"(its tokens){hint}")
+    return out
 
 
 def load(path: PathLike, device: str = "auto") -> Run:

@@ -1,6 +1,6 @@
 """A trained run as a language model: perplexity of a prepared corpus split or of any sentences
 (:func:`lm_perplexity`, :func:`sentences_perplexity`, the run's eval batching), and text generation
-(:func:`generate`: sampling with a temperature, or beam search).
+(:func:`generate`: sampling with a temperature, or beam search; a grammar draws whole sentences).
 """
 from __future__ import annotations
 
@@ -13,9 +13,12 @@ import torch
 from induce.errors import InduceError
 from induce.inference.loading import LoadedRun, as_loaded
 from induce.inference.predict import normalize
-from induce.models.base import STREAM_LM
+from induce.models.base import STREAM_LM, samples_sentences
 from induce.training.trainer import map_state
 from induce.trees.kinds import resolve
+
+#: The longest sentence a model of sentences may draw for :func:`generate` (a longer one is drawn again).
+SAMPLED_SENTENCE_WORDS = 100
 
 
 def lm_perplexity(run: Union[str, Path, LoadedRun], corpus_dir: Union[str, Path], split: str = "valid",
@@ -67,6 +70,10 @@ def generate(
     Beam search (``beam=K``): the most probable continuation up to the first ``<eos>`` or
     ``n_words`` tokens, finished hypotheses ranked by mean log-probability per token (raw sums
     would favour the shortest sentence). The context is ``<eos>`` followed by the normalised prompt.
+
+    A generative model of whole sentences (a grammar: :func:`~induce.models.base.samples_sentences`) draws
+    sentences instead (:func:`_sampled_sentences`): until ``n_words`` tokens, the last sentence whole;
+    ``temperature`` divides the log-probability of each of its choices; no beam search and no prompt.
     """
     if math.isnan(temperature):
         raise InduceError(f"--temperature {temperature}: not a number; give a positive number (1 samples the "
@@ -77,13 +84,18 @@ def generate(
         raise InduceError("--beam must be at least 1")
     loaded = as_loaded(run, device)
     model, vocab = loaded.model, loaded.vocab
+    generator = torch.Generator(device="cpu")
+    generator.manual_seed(seed if seed is not None else torch.seed() % 2**63)
+    if samples_sentences(model):
+        return _sampled_sentences(loaded, n_words, temperature, beam, prompt, generator)
+    if model.objective is not STREAM_LM:
+        raise InduceError(f"{loaded.config['model_name']} generates no text: it reads no token stream and draws no "
+                          "sentence")
     dev = next(model.parameters()).device
     context = [vocab.eos_id] + vocab.encode(normalize(prompt or []))
     state = model.init_state(1, dev)
     out = model(torch.tensor([context], device=dev), state)
     log_probs = torch.log_softmax(model.logits(out.hidden[:, -1]).float(), -1)  # [1, V]
-    generator = torch.Generator(device="cpu")
-    generator.manual_seed(seed if seed is not None else torch.seed() % 2**63)
     if beam is None:
         tokens = []
         state = out.state
@@ -96,6 +108,27 @@ def generate(
             log_probs = torch.log_softmax(model.logits(out.hidden[:, -1]).float(), -1)
         return vocab.decode(tokens)
     return vocab.decode(_beam_search(model, out.state, log_probs, beam, n_words, vocab.eos_id, dev))
+
+
+def _sampled_sentences(loaded: LoadedRun, n_words: int, temperature: float, beam: Optional[int],
+                       prompt: Optional[Sequence[str]], generator: torch.Generator) -> list[str]:
+    """Whole sentences drawn from a model of sentences (:meth:`~induce.models.base.LanguageModel.sample_sentences`),
+    each followed by ``<eos>``, until ``n_words`` tokens are out (the last sentence is whole); each sentence
+    has at most :data:`SAMPLED_SENTENCE_WORDS` words."""
+    name = loaded.config["model_name"]
+    if beam is not None:
+        raise InduceError(f"--beam: {name} draws whole sentences from its distribution; beam search (the most "
+                          "probable continuation) is for the language models over token streams")
+    if prompt:
+        raise InduceError(f"--prompt: {name} draws whole sentences; it does not continue a prompt")
+    vocab = loaded.vocab
+    end = vocab.itos[vocab.eos_id]
+    tokens: list[str] = []
+    while len(tokens) < n_words:
+        [ids] = loaded.model.sample_sentences(1, generator, temperature=temperature,
+                                              max_words=SAMPLED_SENTENCE_WORDS, banned=[vocab.eos_id])
+        tokens += vocab.decode(ids) + [end]
+    return tokens
 
 
 def _beam_search(model, state, log_probs, beam: int, max_words: int, eos_id: int, device) -> list[int]:

@@ -12,7 +12,14 @@ import torch
 
 from induce.errors import InduceError
 from induce.inference.runs import read_run_sidecar
-from induce.training.checkpoint import CheckpointError, checkpoint_paths, load_checkpoint, prefixed
+from induce.training.checkpoint import (
+    SIDECAR_SUFFIX,
+    WEIGHTS_SUFFIX,
+    CheckpointError,
+    checkpoint_paths,
+    load_checkpoint,
+    prefixed,
+)
 from induce.training.run_folder import CONFIG_FILE
 
 
@@ -51,6 +58,10 @@ def load_run(path: Union[str, Path], device: Union[str, torch.device] = "auto") 
     weights, sidecar = checkpoint_paths(path)
     if not path.exists() and not any(p.exists() for p in (weights, sidecar)):
         raise InduceError(f"{path}: no such run folder or checkpoint")
+    if path.exists() and not path.is_dir() and path.suffix not in (WEIGHTS_SUFFIX, SIDECAR_SUFFIX):
+        # (not "PATH.json: missing": a file the user never named)
+        raise InduceError(f"{path}: not a run folder or checkpoint: give a run folder (runs/NAME) or a checkpoint "
+                          f"(runs/NAME/best, or its {WEIGHTS_SUFFIX} or {SIDECAR_SUFFIX} file)")
     read_run_sidecar(path)  # a run folder without `best` says what it holds instead
     tensors, meta = load_checkpoint(path, device="cpu")
     config = validate_config(stored_config(meta["config"]), source=str(sidecar))

@@ -138,6 +138,16 @@ def _attach_punctuation(words: Sequence[str], content_tree: Optional[nltk.Tree],
     return root
 
 
+def with_punctuation(tokens: Sequence[str], kept: Sequence[bool], tree: Optional[nltk.Tree]) -> nltk.Tree:
+    """The tree over every token of ``tokens`` from ``tree`` over the kept ones (``kept[i]``; None when none is
+    kept), the others attached as :func:`predict_trees` attaches punctuation (:func:`_attach_punctuation`):
+    removing them again (and the unary nodes that leaves) gives ``tree`` back."""
+    content = [i for i, keep in enumerate(kept) if keep]
+    if len(content) == len(tokens) and tree is not None:
+        return tree
+    return _attach_punctuation(list(tokens), tree if content else None, content)
+
+
 def predict_trees(
     run: Union[str, Path, LoadedRun],
     sentences: list[list[str]],

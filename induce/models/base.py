@@ -12,7 +12,7 @@ The model class declares what the rest asks of it: its parser kind (:mod:`induce
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Optional, Sequence
 
 import pydantic
 import torch
@@ -116,3 +116,18 @@ class LanguageModel(nn.Module):
         """:data:`SENTENCE_LEVEL` models: ``tokens [B, T]`` (the words of each sentence, right-padded with 0),
         ``lengths [B]`` -> ``[B]`` the loss of each sentence in nats (a negative log-likelihood or its bound)."""
         raise NotImplementedError
+
+    def sample_sentences(self, count: int, generator: torch.Generator, temperature: float = 1.0,
+                         max_words: int = 100, banned: Sequence[int] = ()) -> list[list[int]]:
+        """Generative models of whole sentences (e.g. a grammar): ``count`` sentences drawn from the model, each a
+        list of word ids (no end mark) of at most ``max_words`` words (a longer draw is drawn again, so the
+        sentences follow the model's distribution given that length). ``temperature`` divides the
+        log-probability of every choice the sampler makes; ``banned`` ids (e.g. the end mark) are never drawn;
+        ``generator`` (CPU) decides every draw. Models that do not sample sentences leave this out
+        (:func:`samples_sentences` tells); stream language models generate through ``forward``."""
+        raise NotImplementedError
+
+
+def samples_sentences(model: LanguageModel) -> bool:
+    """Whether ``model`` draws whole sentences (:meth:`LanguageModel.sample_sentences` is its own)."""
+    return type(model).sample_sentences is not LanguageModel.sample_sentences

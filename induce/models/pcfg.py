@@ -38,16 +38,20 @@ fidelity table says which one the configs use):
   ``CompPCFG.forward`` does (``[B, N, T, V]``): the same numbers, without the ``N``-fold memory.
 * One-word sentences have no binary derivation: the sentence-level objective leaves them out of training
   and validation (:attr:`shortest_sentence`), as compound-pcfg's ``train.py`` does; they parse as the word.
+
+Generation (``induce generate``): the grammar is a generative model of sentences; :meth:`sample_sentences`
+draws derivations top-down (:func:`sample_sentence`), the compound PCFG's ``z`` from its prior.
 """
 from __future__ import annotations
 
-from typing import ClassVar, Literal, Optional
+from typing import ClassVar, Literal, Optional, Sequence
 
 import pydantic
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from induce.errors import InduceError
 from induce.kernels import inside, span_marginals
 from induce.kernels.span_decode import score_and_span_gradient
 from induce.trees.kinds import GRAMMAR
@@ -130,8 +134,9 @@ class DenseGrammar(nn.Module):
             return emb.unsqueeze(0).expand(batch, *emb.shape)
         return torch.cat([emb.unsqueeze(0).expand(batch, *emb.shape), z.unsqueeze(1).expand(-1, emb.size(0), -1)], -1)
 
-    def forward(self, tokens: torch.Tensor, z: Optional[torch.Tensor]):
-        batch, n = tokens.shape
+    def distributions(self, batch: int, z: Optional[torch.Tensor]):
+        """``(roots [B, NT], rules [B, NT, S, S], emissions [B, T, V])``, log space: the grammar of each of
+        ``batch`` sentences (one grammar expanded over the batch when there is no ``z``)."""
         if z is None:
             # One grammar for every sentence: computed once, expanded over the batch (stride 0).
             roots = self.root_mlp(self.root_emb).log_softmax(-1).expand(batch, self.nt)
@@ -143,6 +148,11 @@ class DenseGrammar(nn.Module):
             rules = self.rule_mlp(self._with_z(self.nt_emb, z, batch)).log_softmax(-1)
             rules = rules.view(batch, self.nt, self.symbols, self.symbols)
             emissions = self.vocab_mlp(self._with_z(self.t_emb, z, batch)).log_softmax(-1)  # [B, T, V]
+        return roots, rules, emissions
+
+    def forward(self, tokens: torch.Tensor, z: Optional[torch.Tensor]):
+        batch, n = tokens.shape
+        roots, rules, emissions = self.distributions(batch, z)
         terms = emissions.gather(2, tokens.unsqueeze(1).expand(batch, self.t, n)).transpose(1, 2)  # [B, N, T]
         return terms, rules, roots
 
@@ -170,6 +180,68 @@ class InferenceNetwork(nn.Module):
 def gaussian_kl(mean: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
     """``KL(N(mean, exp(logvar)) || N(0, I))`` summed over the last dimension: ``[B, z] -> [B]``."""
     return (-0.5 * (logvar - mean.pow(2) - logvar.exp() + 1)).sum(-1)
+
+
+#: Derivations drawn at most for one sentence before :func:`sample_sentence` gives up (every one ran past the
+#: length cap: a grammar whose sentences are far longer than the cap).
+MAX_DRAWS = 1000
+
+
+def sampling_probabilities(log_probs: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``softmax(log_probs / temperature)`` over the last dimension, in float64 on the CPU (what the sampler
+    draws from): ``[..., K] -> [..., K]``."""
+    return torch.softmax(log_probs.detach().double().cpu() / temperature, -1)
+
+
+def without_words(emissions: torch.Tensor, banned) -> torch.Tensor:
+    """Emission probabilities ``[T, V]`` with the ``banned`` word ids at zero, each row summing to one again."""
+    banned = list(banned)
+    if not banned:
+        return emissions
+    emissions = emissions.clone()
+    emissions[:, banned] = 0.0
+    return emissions / emissions.sum(-1, keepdim=True)
+
+
+def sample_sentence(roots: torch.Tensor, children, emissions: torch.Tensor, nt: int, generator: torch.Generator,
+                    max_words: int) -> Optional[list[int]]:
+    """One derivation of a grammar in Chomsky normal form drawn top-down, leftmost symbol first: a root
+    nonterminal from ``roots [NT]``; a nonterminal ``A`` rewritten as ``children(A) -> (B, C)`` (symbols
+    ``0 .. NT-1`` nonterminals, ``NT ..`` preterminals); a preterminal ``P`` emits a word from
+    ``emissions[P - NT] [V]`` (probabilities, float64). The word ids, or None as soon as the derivation
+    holds more than ``max_words`` words (every pending symbol yields one word at least)."""
+    def draw(probabilities: torch.Tensor) -> int:
+        return int(torch.multinomial(probabilities, 1, generator=generator))
+
+    pending, words = [draw(roots)], []
+    while pending:
+        symbol = pending.pop()
+        if symbol >= nt:
+            words.append(draw(emissions[symbol - nt]))
+        else:
+            left, right = children(symbol)
+            pending += [right, left]
+        if len(words) + len(pending) > max_words:
+            return None
+    return words
+
+
+def draw_sentences(count: int, tables, generator: torch.Generator, max_words: int, model_name: str) -> list[list[int]]:
+    """``count`` sentences of :func:`sample_sentence`, each from the ``(roots, children, emissions, nt)`` that
+    ``tables()`` returns for it (a compound PCFG draws a new ``z`` there), drawn again while longer than
+    ``max_words`` (at most :data:`MAX_DRAWS` times; then an :class:`InduceError`)."""
+    out = []
+    for _ in range(count):
+        for _ in range(MAX_DRAWS):
+            roots, children, emissions, nt = tables()
+            words = sample_sentence(roots, children, emissions, nt, generator, max_words)
+            if words is not None:
+                out.append(words)
+                break
+        else:
+            raise InduceError(f"{model_name}: {MAX_DRAWS} sentences drawn in a row were longer than {max_words} "
+                              "words: this grammar's sentences are far longer than the cap")
+    return out
 
 
 def grammar_structure(log_partition, like: torch.Tensor, lengths: torch.Tensor,
@@ -237,6 +309,32 @@ class CompoundPCFG(LanguageModel):
         return {"span_posteriors": grammar_structure(
             lambda s: inside(terms, rules, roots, lengths, span_scores=s), terms, lengths,
             best=lambda s: inside(terms, rules, roots, lengths, span_scores=s, semiring="max"))}
+
+    @torch.no_grad()
+    def sample_sentences(self, count: int, generator: torch.Generator, temperature: float = 1.0,
+                         max_words: int = 100, banned: Sequence[int] = ()) -> list[list[int]]:
+        """Sentences drawn from the grammar top-down (:func:`sample_sentence`): the compound PCFG draws its ``z``
+        from the prior ``N(0, I)`` for each sentence (and each draw again), the N-PCFG has one grammar. See
+        :meth:`LanguageModel.sample_sentences`."""
+        parameter = next(self.parameters())
+        symbols = self.grammar.symbols
+
+        def grammar_tables(z: Optional[torch.Tensor]):
+            roots, rules, emissions = (x[0] for x in self.grammar.distributions(1, z))
+            rules = sampling_probabilities(rules.reshape(self.grammar.nt, symbols * symbols), temperature)
+            return (sampling_probabilities(roots, temperature),
+                    lambda a: divmod(int(torch.multinomial(rules[a], 1, generator=generator)), symbols),
+                    without_words(sampling_probabilities(emissions, temperature), banned), self.grammar.nt)
+
+        if self.config.z_dim == 0:
+            fixed = grammar_tables(None)
+            return draw_sentences(count, lambda: fixed, generator, max_words, self.name)
+
+        def compound_tables():
+            z = torch.randn(1, self.config.z_dim, generator=generator, dtype=torch.float64)
+            return grammar_tables(z.to(parameter.device, parameter.dtype))
+
+        return draw_sentences(count, compound_tables, generator, max_words, self.name)
 
     def forward(self, tokens, state, gold_spans=None) -> LMOutput:
         raise NotImplementedError(f"{self.name} is trained sentence by sentence (sentence_loss)")

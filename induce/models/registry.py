@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 
+from induce.errors import InvalidValueError
+
 from .base import LanguageModel
 from .plugins import load_plugins
 
@@ -21,8 +23,10 @@ _BUILTIN_MODULES = (
 
 def register(cls: type[LanguageModel]) -> type[LanguageModel]:
     """Class decorator: make ``cls`` available under ``cls.name``."""
-    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
-        raise ValueError(f"model name {cls.name!r} is registered twice")
+    existing = _REGISTRY.get(cls.name)
+    if existing is not None and existing is not cls:
+        raise InvalidValueError(f"model name {cls.name!r} of {cls.__module__}.{cls.__qualname__} is taken by "
+                                f"{existing.__module__}.{existing.__qualname__}: give the model another name")
     _REGISTRY[cls.name] = cls
     return cls
 

@@ -29,10 +29,12 @@ the rank, so there is no ``viterbi`` here (TN-PCFG's ``evaluate`` has none eithe
 * TN-PCFG's ``word_emb_size`` is unused by the model (no inference network): it has no field here.
 * One-word sentences have no binary derivation: left out of training and validation
   (:attr:`shortest_sentence`) and parsed as the word.
+
+Generation: :meth:`TNPCFG.sample_sentences` draws derivations top-down, each binary rule through the rank.
 """
 from __future__ import annotations
 
-from typing import ClassVar, Literal, Optional
+from typing import ClassVar, Literal, Optional, Sequence
 
 import pydantic
 import torch
@@ -42,7 +44,15 @@ from induce.kernels import inside_lowrank
 from induce.trees.kinds import GRAMMAR
 
 from .base import SENTENCE_LEVEL, LanguageModel, LMOutput, ModelConfig
-from .pcfg import grammar_structure, lengths_at_least_two, symbol_mlp, xavier_init_
+from .pcfg import (
+    draw_sentences,
+    grammar_structure,
+    lengths_at_least_two,
+    sampling_probabilities,
+    symbol_mlp,
+    without_words,
+    xavier_init_,
+)
 from .registry import register
 
 
@@ -117,6 +127,30 @@ class TNPCFG(LanguageModel):
         structure = grammar_structure(
             lambda s: inside_lowrank(terms, roots, head, left, right, lengths, span_scores=s), terms, lengths)
         return {"span_posteriors": structure}
+
+    @torch.no_grad()
+    def sample_sentences(self, count: int, generator: torch.Generator, temperature: float = 1.0,
+                         max_words: int = 100, banned: Sequence[int] = ()) -> list[list[int]]:
+        """Sentences drawn from the grammar top-down (:func:`induce.models.pcfg.sample_sentence`), a binary rule
+        through its rank: ``r ~ head[A]``, then ``B ~ left[:, r]`` and ``C ~ right[:, r]`` (the decomposition
+        is that mixture), so the rule tensor is never built; ``temperature`` divides each of these
+        log-probabilities. See :meth:`LanguageModel.sample_sentences`."""
+        roots = sampling_probabilities(self.root_mlp(self.root_emb).log_softmax(-1)[0], temperature)
+        emissions = without_words(sampling_probabilities(self.term_mlp(self.term_emb).log_softmax(-1), temperature),
+                                  banned)
+        head = sampling_probabilities(self.parent_mlp(self.rule_state_emb[: self.nt]).log_softmax(-1), temperature)
+        left = sampling_probabilities(self.left_mlp(self.rule_state_emb).log_softmax(-2).t(), temperature)  # [r, S]
+        right = sampling_probabilities(self.right_mlp(self.rule_state_emb).log_softmax(-2).t(), temperature)
+
+        def draw(probabilities: torch.Tensor) -> int:
+            return int(torch.multinomial(probabilities, 1, generator=generator))
+
+        def children(symbol: int) -> tuple[int, int]:
+            rank = draw(head[symbol])
+            return draw(left[rank]), draw(right[rank])
+
+        tables = (roots, children, emissions, self.nt)
+        return draw_sentences(count, lambda: tables, generator, max_words, self.name)
 
     def forward(self, tokens, state, gold_spans=None) -> LMOutput:
         raise NotImplementedError(f"{self.name} is trained sentence by sentence (sentence_loss)")

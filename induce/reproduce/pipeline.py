@@ -19,7 +19,8 @@ where it stopped):
    ``OUT/eval/init-<model>.<split>.json``.
 4. **baselines** — left, right, balanced, random trees; ``OUT/eval/baseline-<kind>.<split>.json``.
 5. **evaluate** each run: LM perplexity of the split, and its trees (parsed once) scored on all
-   sentences, WSJ10 and WSJ40; ``OUT/eval/<model>-seed<seed>.<split>.json`` (+ ``.trees.txt``),
+   sentences, WSJ10 and WSJ40; ``OUT/eval/<model>-seed<seed>.<split>.json`` (+ ``.trees.txt``, over every
+   token, punctuation attached: what any ``induce eval --convention`` reads),
    skipped while it was made from the run's current ``best`` checkpoint (its sha256, verified).
    The report shows a run's figures only when this file was made from the current checkpoint and
    neither its training nor its evaluation failed in this invocation (:meth:`Reproduction.current_evaluation`);
@@ -109,6 +110,7 @@ class Reproduction(PipelineSteps):
             raise InduceError(f"--split {options.split!r}: use valid (dev) or test")
         self.out = Path(options.out)
         check_output_folder(self.out, "--out")  # before hours of training, not when the report is written
+        check_reproduction_folder(self.out)
         try:
             self.out.mkdir(parents=True, exist_ok=True)
         except OSError as err:
@@ -262,11 +264,28 @@ class Reproduction(PipelineSteps):
             torch.set_num_threads(old_threads)
 
 
+def check_reproduction_folder(out: Path) -> None:
+    """Refuse an existing ``--out`` folder that holds files and no reproduction (its ``REPORT.md``,
+    ``results.json`` and ``figures/`` would be replaced), as ``induce train --out`` refuses a folder that is
+    not a run. A reproduction's folder (``steps.json``: written once its first step is done) is continued;
+    a folder holding only ``corpora/`` (a reproduction stopped while preparing them) is one too."""
+    out = Path(out)
+    if not out.is_dir() or read_json(out / STEPS_FILE):
+        return
+    others = sorted(path.name for path in out.iterdir() if path.name != "corpora")
+    if others:
+        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        raise InduceError(f"--out {out} is not empty and holds no reproduction ({shown}): its REPORT.md, "
+                          "results.json and figures/ would be replaced; choose another --out (a new or empty "
+                          "folder, or a reproduction's, which is continued)")
+
+
 def check_out_folder(out: Path, corpus: Optional[Path] = None, data: Optional[Path] = None,
                      lm_text: Optional[Path] = None, corpora_dir: Optional[Path] = None) -> None:
     """Refuse an output folder that would replace an input: the same folder as ``--corpus``, ``--data`` or
     ``--lm-text``, or one inside a prepared corpus (``--corpus`` or any under ``corpora_dir``), which a
-    rebuild replaces as a whole, results and all (:func:`induce.files.check_not_input`)."""
+    rebuild replaces as a whole, results and all (:func:`induce.files.check_not_input`); and a folder of
+    other files (:func:`check_reproduction_folder`)."""
     from induce.files import check_not_input
 
     check_not_input(out, {"--corpus": corpus, "the data root --data": data, "--lm-text": lm_text}, "--out")
@@ -274,6 +293,7 @@ def check_out_folder(out: Path, corpus: Optional[Path] = None, data: Optional[Pa
     if corpora_dir is not None and Path(corpora_dir).is_dir():
         prepared += sorted(folder for folder in Path(corpora_dir).iterdir() if (folder / "meta.json").is_file())
     check_not_input(out, {"the prepared corpus": prepared}, "--out", within=True)
+    check_reproduction_folder(out)
 
 
 def reproduce(options: ReproduceOptions, console: Optional[Console] = None, **kwargs) -> dict:

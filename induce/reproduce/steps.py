@@ -23,8 +23,8 @@ from .results import SCORE_SETS, convention, read_json, run_summary
 from .subset import subset_corpus
 
 RUN_STAMP = "reproduce.json"
-#: Bumped when the content of the evaluation JSON files changes (forces re-evaluation).
-EVAL_VERSION = 2
+#: Bumped when the content of the evaluation JSON files or of the trees files changes (forces re-evaluation).
+EVAL_VERSION = 3
 #: Config keys that may differ without making a finished run stale.
 VOLATILE_TRAIN_KEYS = ("device", "kernels", "log_interval", "tensorboard")
 
@@ -282,7 +282,7 @@ class PipelineSteps:
         from induce.evaluation import EvalConvention
         from induce.inference.language_model import lm_perplexity, sentences_perplexity
         from induce.inference.loading import load_run
-        from induce.inference.predict import format_tree
+        from induce.inference.predict import format_tree, with_punctuation
         from induce.inference.scoring import parse_gold
         from induce.training.checkpoint import verify_checkpoint
         from induce.training.trainer import read_status
@@ -303,7 +303,6 @@ class PipelineSteps:
             return "skipped", f"{path} is newer than {checkpoint}"
         started = time.monotonic()
         gold, prepared = self._gold()
-        kept = [sentence.words for sentence in prepared]
         loaded = load_run(run_dir, self.eval_device)
         # The default convention's sentences (two words or more: the word-tag-filtered words the LM was
         # trained on); one-word sentences are scored only where they count (ON-LSTM's convention).
@@ -318,9 +317,11 @@ class PipelineSteps:
         trees_path = path.with_suffix(".trees.txt")
         from induce.files import write_output
 
+        # Over every token (punctuation attached as `induce parse` attaches it), so that each convention of
+        # `induce eval --convention` finds its own tokens there; the default one projects them away again.
         write_output(trees_path, "".join(
-            (format_tree(tree) if tree is not None else "(S " + " ".join(words) + ")") + "\n"
-            for tree, words in zip(predictions, kept)))
+            format_tree(with_punctuation(sentence.all_words, sentence.keep, tree)) + "\n"
+            for tree, sentence in zip(predictions, prepared)))
         payload = {"key": key, "model": model, "seed": seed, "perplexity": ppl, "mikolov_perplexity": mikolov_ppl,
                    "scores": scores,
                    "run": run_summary(run_dir, loaded.model), "trees": str(trees_path),

@@ -8,6 +8,8 @@ and that profile's time budget.
 """
 from __future__ import annotations
 
+import json
+import shlex
 from pathlib import Path
 from typing import Optional
 
@@ -35,7 +37,7 @@ def _flatten(prefix: str, value, out: list[str]) -> None:
         for key, item in value.items():
             _flatten(f"{prefix}.{key}" if prefix else str(key), item, out)
     else:
-        out.append(f"{prefix}={value}")
+        out.append(shlex.quote(f"{prefix}={value if isinstance(value, str) else json.dumps(value)}"))  # None as null
 
 
 def cpu_sized_command(model_name: str, config_dir: Optional[Path] = None) -> Optional[str]:

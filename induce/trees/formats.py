@@ -26,7 +26,7 @@ from pathlib import Path
 
 import nltk
 
-from induce.errors import InputError, InvalidValueError
+from induce.errors import CountMismatchError, InputError, InvalidValueError
 from induce.files import os_error_reason
 from induce.trees.brackets import LocatedTree, read_trees
 from induce.trees.nodes import Node, fold, tagged_leaves, to_nltk
@@ -293,12 +293,12 @@ def fill_one_word_sentences(located: Sequence[LocatedTree], gold_lengths: Sequen
                 repeat = ""
                 if position and _leaves(located[position - 1].tree) == _leaves(item.tree):
                     repeat = f"; it has the words of line {located[position - 1].line} (a repeated line?)"
-                raise InputError(f"{counts}: the first tree whose words are not those of its gold sentence "
-                                 f"(sentence {gold + 1}){repeat}{hint}", item.path, item.line)
+                raise CountMismatchError(f"{counts}: the first tree whose words are not those of its gold sentence "
+                                         f"(sentence {gold + 1}){repeat}{hint}", item.path, item.line)
     where = located[len(gold_lengths)] if len(located) > len(gold_lengths) else None
     first = min(len(located), len(gold_lengths)) + 1
-    raise InputError(f"{counts} (first unmatched sentence: {first}){hint}",
-                     where.path if where else str(path), where.line if where else None)
+    raise CountMismatchError(f"{counts} (first unmatched sentence: {first}){hint}",
+                             where.path if where else str(path), where.line if where else None)
 
 
 def _leaves(tree: nltk.Tree) -> list:

@@ -7,6 +7,8 @@ else (punctuation, ``$``, ``#``, ``-NONE-`` traces) is removed before spans are 
 from __future__ import annotations
 
 import re
+from collections import Counter
+from dataclasses import dataclass, field
 
 import nltk
 
@@ -23,6 +25,55 @@ PUNCT_TAGS = frozenset(["''", "``", ".", ":", ",", "-LRB-", "-RRB-", "#", "$"])
 TRACE_TAG = "-NONE-"
 #: Label given to the (usually empty) outermost bracket of a treebank tree.
 ROOT_LABEL = "ROOT"
+#: Every POS tag of the Penn Treebank: the words', the punctuation's and that of the empty elements.
+PTB_TAGS = WORD_TAGS | PUNCT_TAGS | {TRACE_TAG}
+
+
+@dataclass
+class TagCensus:
+    """The POS tags of some trees against the Penn Treebank's: ``tokens`` (leaves that are not empty elements
+    ``-NONE-``), ``kept`` (those the word-tag filter keeps: tagged with a :data:`WORD_TAGS` tag, counted by tag
+    in ``kept_tags``) and ``foreign`` (tag -> tokens, for tags outside :data:`PTB_TAGS`)."""
+
+    tokens: int = 0
+    kept: int = 0
+    kept_tags: Counter = field(default_factory=Counter)
+    foreign: Counter = field(default_factory=Counter)
+
+    def add(self, tree: nltk.Tree) -> None:
+        for _, tag in tree.pos():
+            if tag == TRACE_TAG:
+                continue
+            self.tokens += 1
+            if tag in WORD_TAGS:
+                self.kept += 1
+                self.kept_tags[tag] += 1
+            elif tag not in PTB_TAGS:
+                self.foreign[tag] += 1
+
+    @property
+    def foreign_tokens(self) -> int:
+        return sum(self.foreign.values())
+
+    def not_ptb(self) -> bool:
+        """Whether these are not Penn Treebank tags: tags outside the PTB's on more than half the tokens, or on
+        some tokens while the word-tag filter would drop more than half of them. (A PTB file has no foreign
+        tag at all; its punctuation, which the filter drops, is some 12% of its tokens.)"""
+        foreign = self.foreign_tokens
+        return bool(foreign) and (2 * foreign > self.tokens or 2 * self.kept < self.tokens)
+
+    def loss_message(self) -> str:
+        """What the word-tag filter would do to these trees, for the error that refuses them."""
+        def share(count: int) -> str:
+            return f"{100 * count / max(self.tokens, 1):.0f}%"
+
+        shown = ", ".join(tag for tag, _ in self.foreign.most_common(6))
+        kept = ", ".join(tag for tag, _ in self.kept_tags.most_common(4))
+        return (f"its POS tags are not the Penn Treebank's: {share(self.foreign_tokens)} of its {self.tokens:,} tokens "
+                f"carry other tags ({shown}{', ...' if len(self.foreign) > 6 else ''}); the word-tag filter keeps only "
+                f"words with PTB word tags, so preprocessing would drop {share(self.tokens - self.kept)} of the "
+                f"tokens and keep {self.kept:,}" + (f" (tagged {kept})" if kept else "")
+                + ". induce preprocess reads Penn Treebank trees only")
 
 _FUNCTION_TAG = re.compile(r"^([^-=]+)[-=].*$")
 
