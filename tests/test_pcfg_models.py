@@ -275,7 +275,8 @@ def test_each_model_resumes_exactly_and_leaves_one_word_sentences_out(tmp_path, 
     lengths_seen: list = []
 
     def record(trainer, epoch, batch):
-        lengths_seen.extend(len(trainer.train_sentences[i]) for i in trainer.epoch_batches[batch - 1])
+        objective = trainer.parts.objective
+        lengths_seen.extend(len(objective.train_sentences[i]) for i in objective.epoch_batches(epoch)[batch - 1])
 
     straight = tmp_path / "straight"
     train(cfg, straight, console=QUIET, progress=False, on_batch=record)

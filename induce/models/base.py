@@ -18,7 +18,7 @@ import pydantic
 import torch
 from torch import nn
 
-from induce.trees.kinds import NO_PARSER, ParserKind, Reference
+from induce.trees.kinds import NO_PARSER, ParserKind
 
 
 class ModelConfig(pydantic.BaseModel):
@@ -58,18 +58,19 @@ class LMOutput:
 
 @dataclass(frozen=True)
 class TrainingObjective:
-    """How the trainer trains a model class: ``name`` for messages, ``implementation`` the
-    :class:`induce.training.objectives.Objective` subclass (``"module:Class"``, imported when training starts,
-    so that models never import the trainer)."""
+    """How the trainer trains a model class, as the class declares it (``objective = ...``); ``name``
+    identifies it and is shown in messages. The trainer finds the implementation, an
+    ``induce.training.objectives.Objective`` subclass, by this declaration: the training package registers
+    one for each (``register_objective``; the built-in ones there, a family's own in its plugin module), so
+    that models never import the trainer."""
 
     name: str
-    implementation: Reference
 
 
 #: Token streams in BPTT segments, cross-entropy + AR/TAR (ON-LSTM, PRPN, PaLM, the relevancy LMs).
-STREAM_LM = TrainingObjective("language model over BPTT streams", "induce.training.objectives:StreamLM")
+STREAM_LM = TrainingObjective("language model over BPTT streams")
 #: Whole sentences, a loss per sentence from :meth:`LanguageModel.sentence_loss` (e.g. a PCFG's negative ELBO).
-SENTENCE_LEVEL = TrainingObjective("loss per sentence", "induce.training.objectives:SentenceLevel")
+SENTENCE_LEVEL = TrainingObjective("loss per sentence")
 
 
 class LanguageModel(nn.Module):
