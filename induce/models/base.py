@@ -73,6 +73,26 @@ STREAM_LM = TrainingObjective("language model over BPTT streams")
 SENTENCE_LEVEL = TrainingObjective("loss per sentence")
 
 
+@dataclass(frozen=True)
+class StepTensor:
+    """One of the largest tensors a training step holds at once (:meth:`LanguageModel.step_tensors`), for
+    the memory check before the first step: ``name`` (said in the message), ``shape``, ``keys`` (the config
+    keys that set its size, named in the message as what to shrink: ``data.batch_size``, ``model.nt_states``,
+    ...) and the bytes of an entry (float32: 4)."""
+
+    name: str
+    shape: tuple[int, ...]
+    keys: tuple[str, ...]
+    entry_bytes: int = 4
+
+    @property
+    def bytes(self) -> int:
+        count = 1
+        for size in self.shape:
+            count *= size
+        return count * self.entry_bytes
+
+
 class LanguageModel(nn.Module):
     """Base class. Subclasses set ``name``, ``description``, ``parser_kind``, ``objective`` and ``Config``."""
 
@@ -91,6 +111,9 @@ class LanguageModel(nn.Module):
     #: :data:`SENTENCE_LEVEL` models: sentences of fewer words are left out of training and validation (a
     #: grammar in Chomsky normal form without unary rules derives no one-word sentence).
     shortest_sentence: ClassVar[int] = 1
+    #: The keys of :attr:`Config` that set the number of parameters, named (with the largest values that fit)
+    #: when the parameters alone do not fit the memory.
+    size_keys: ClassVar[tuple[str, ...]] = ("emb_size", "hidden_size")
 
     def init_state(self, batch_size: int, device: torch.device | str = "cpu") -> Any:
         """A fresh recurrent state for ``batch_size`` sequences."""
@@ -117,3 +140,10 @@ class LanguageModel(nn.Module):
         """:data:`SENTENCE_LEVEL` models: ``tokens [B, T]`` (the words of each sentence, right-padded with 0),
         ``lengths [B]`` -> ``[B]`` the loss of each sentence in nats (a negative log-likelihood or its bound)."""
         raise NotImplementedError
+
+    def step_tensors(self, batch_size: int, length: int) -> list[StepTensor]:
+        """The largest tensors a training step on ``batch_size`` sentences of up to ``length`` words holds at
+        once (those that decide whether a step fits the memory; their sum is a lower bound of its need), for
+        the check before the first step. Empty (the default): not declared, nothing is checked this way
+        (the BPTT streams' steps are measured instead)."""
+        return []

@@ -31,7 +31,9 @@ objective reads and advances and the trainer checkpoints; state an objective nee
   end (``n + 1``, the stream's count, so that perplexities compare with the language models'; compound-pcfg
   counts its implicit ``</s>`` the same way); validation reads every valid sentence, without the cap.
   Sentences shorter than the model's ``shortest_sentence`` (a PCFG without unary rules: one word) are left
-  out of both, as compound-pcfg's ``train.py`` skips them.
+  out of both, as compound-pcfg's ``train.py`` skips them. A model that declares its largest step tensors
+  (:meth:`~induce.models.base.LanguageModel.step_tensors`) is checked against the free memory before the
+  first step (:func:`~induce.training.fits.check_declared_step_fits`).
 
 **Exact resume (sentences).** The epoch's batches are a function of ``train.seed``, the epoch and the
 corpus: the shuffle is drawn from ``numpy.random.default_rng([seed, epoch])``, so restoring the epoch and
@@ -108,6 +110,9 @@ class Objective(ABC):
     #: Whether ``train.cuda_graphs`` can capture its steps: its ``loss_module`` is an
     #: :class:`~induce.training.lm.LMLoss` and its batches' ``args`` are ``(inputs, targets, state, gold)``.
     uses_graphs: ClassVar[bool] = False
+    #: The config key of the length of what a step reads (``data.bptt``, ``data.max_length``), named by the
+    #: out-of-memory message.
+    length_key: ClassVar[str] = "data.max_length"
 
     #: ``forward(*batch.args) -> (loss [], ...)``: what DDP wraps and every step calls.
     loss_module: nn.Module
@@ -228,6 +233,7 @@ class StreamLM(Objective):
     ``valid_data [B', L']`` and, for a supervised model (PaLM-S), ``train_gold [B/W, L, m]``."""
 
     uses_graphs = True
+    length_key = "data.bptt"
 
     def __init__(self, data: RunData):
         cfg, ctx = data.config, data.ctx
@@ -350,6 +356,10 @@ class SentenceLevel(Objective):
         if not self.train_sentences or not self.valid_sentences:
             raise InduceError(f"{data.corpus.path}: the train or valid split has no sentence")
         self._batches: tuple[int, list[list[int]], list[int]] = (0, [], [])  # (epoch, shards, whole sizes)
+        final_cap = length_cap(self.config, self.config.train.epochs)
+        longest = max((len(s) for s in self.train_sentences if final_cap is None or len(s) <= final_cap), default=0)
+        if longest:
+            fits.check_declared_step_fits(self.model, self.config, self.device, longest, self.ctx.world_size)
         self.loss_module = SentenceLoss(self.model)
 
     def _epoch(self, epoch: int) -> tuple[list[list[int]], list[int]]:

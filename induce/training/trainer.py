@@ -598,8 +598,10 @@ class Trainer:
                     self._write_status("failed", failed_at=now(), error=f"{type(err).__name__}: {err}")
                 except OSError:  # e.g. the disk that is full: the error to report is still err
                     pass
-            message = failures.user_error(err, self.run_dir, self.config, started=self._started(),
-                                          world_size=self.ctx.world_size if self.ctx is not None else 1)
+            message = failures.user_error(
+                err, self.run_dir, self.config, started=self._started(),
+                world_size=self.ctx.world_size if self.ctx is not None else 1,
+                length_key=self.parts.objective.length_key if self.parts is not None else None)
             if message is not None:  # a full disk, no memory: one line, not a traceback
                 raise message from err
             raise
