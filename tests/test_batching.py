@@ -118,7 +118,7 @@ def test_trainer_reads_bucketed_segments(tmp_path):
     ])
     positions = [0]
     train(config, tmp_path / "run", console=Console(quiet=True), progress=False,
-          on_batch=lambda trainer, epoch, batch: positions.append(trainer.loop.position))
+          on_batch=lambda trainer, epoch, batch: positions.append(trainer.parts.loop.position))
     lengths = np.diff(positions)
     assert len(lengths) > 5 and all(length % 4 == 0 for length in lengths[:-1])
     assert len(set(lengths[:-1].tolist())) > 1  # still random lengths, only bucketed

@@ -201,7 +201,8 @@ def test_sentence_batches_follow_the_curriculum_and_resume_exactly(tmp_path, cor
     seen: list = []
 
     def record(trainer, epoch, batch):
-        sentences = [trainer.train_sentences[i] for i in trainer.epoch_batches[batch - 1]]
+        objective = trainer.parts.objective
+        sentences = [objective.train_sentences[i] for i in objective.epoch_batches(epoch)[batch - 1]]
         seen.append((epoch, max(len(s) for s in sentences), len(sentences)))
 
     train(cfg, straight, console=QUIET, progress=False, on_batch=record)

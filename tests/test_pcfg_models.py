@@ -8,6 +8,7 @@ import itertools
 import json
 import math
 import os
+import re
 import signal
 
 import nltk
@@ -338,7 +339,8 @@ def test_each_model_resumes_exactly_and_leaves_one_word_sentences_out(tmp_path, 
     lengths_seen: list = []
 
     def record(trainer, epoch, batch):
-        lengths_seen.extend(len(trainer.train_sentences[i]) for i in trainer.epoch_batches[batch - 1])
+        objective = trainer.parts.objective
+        lengths_seen.extend(len(objective.train_sentences[i]) for i in objective.epoch_batches(epoch)[batch - 1])
 
     straight = tmp_path / "straight"
     train(cfg, straight, console=QUIET, progress=False, on_batch=record)
@@ -406,3 +408,121 @@ def test_each_model_trains_parses_evaluates_and_shows_through_the_cli(tmp_path, 
     assert figure.stat().st_size > 0 and f"{name}: span marginals" in drawn.stdout
     # the whole sentence is in every tree (marginal 1), the period is not read, nor is any end mark
     assert "0-5" in drawn.stdout and "1.000" in drawn.stdout and "<eos>" not in drawn.stdout
+
+
+# ---------------------------------------------------------------------------------- memory, before the first step
+
+
+def refusal(result) -> str:
+    """The one-line message of a command refused with exit status 2 (no traceback)."""
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    return " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("name,z_dim", [("cpcfg", 64), ("npcfg", 0)])
+def test_the_declared_step_tensors_are_the_rule_tensors_the_step_holds(monkeypatch, name, z_dim):
+    """The inside pass returns the rules' gradient at ``[B, NT, S, S]`` (a grammar per sentence or one
+    expanded over the batch); the compound PCFG's rule log-probabilities are that size too, one per sentence."""
+    import induce.models.pcfg as pcfg
+
+    cls = get_model_class(name)
+    sizes = {**TINY["cpcfg"], "z_dim": z_dim} if z_dim else TINY["npcfg"]
+    model = cls(VOCAB, cls.Config(**sizes))
+    seen = []
+    inside = pcfg.inside
+
+    def watched(terms, rules, roots, lengths, **kwargs):
+        seen.append((tuple(rules.shape), rules.stride(0) != 0))  # stride 0: one grammar expanded over the batch
+        rules.register_hook(lambda grad: seen.append(tuple(grad.shape)))
+        return inside(terms, rules, roots, lengths, **kwargs)
+
+    monkeypatch.setattr(pcfg, "inside", watched)
+    tokens = torch.randint(0, VOCAB, (3, 4))
+    model.sentence_loss(tokens, torch.tensor([4, 3, 2])).sum().backward()
+    declared = model.step_tensors(3, 4)
+    rules = (3, 2, 5, 5)
+    assert [t.shape for t in declared] == [rules] * (2 if z_dim else 1)
+    assert seen == [(rules, bool(z_dim)), rules]  # per-sentence log-probabilities only with z; the gradient always
+
+
+def test_a_paper_size_grammar_whose_step_cannot_fit_is_refused_naming_the_keys_to_shrink():
+    """300 nonterminals, 600 preterminals, 8 sentences: one rule tensor ``[8, 300, 900, 900]`` is 7.8 GB,
+    and a compound PCFG's step holds two. The model is built on the meta device (nothing allocated)."""
+    from induce.training import fits
+
+    cfg = load_config("cpcfg", overrides=["model.nt_states=300", "model.t_states=600", "data.batch_size=8"])
+    cls = get_model_class("cpcfg")
+    with torch.device("meta"):
+        model = cls(10_000, cfg.model_config_object())
+    tensors = model.step_tensors(8, 40)
+    assert [t.shape for t in tensors] == [(8, 300, 900, 900)] * 2 and tensors[0].bytes == 8 * 300 * 900 * 900 * 4
+    free = 16 * 1024**3
+    cpu = torch.device("cpu")
+    with pytest.raises(fits.DoesNotFit) as refused:
+        fits.check_declared_step_fits(model, cfg, cpu, 40, available=free)
+    message = str(refused.value)
+    assert message.startswith("data.batch_size=8: a training step of cpcfg on 8 sentences of up to 40 words holds "
+                              "the rule log-probabilities [8, 300, 900, 900] (7.2 GiB), the rules' gradient")
+    assert "smaller model.nt_states, model.t_states" in message and "data.bptt" not in message
+    largest = int(message.split("; data.batch_size=")[1].split()[0])
+
+    def with_batch(size):
+        return cfg.model_copy(update={"data": cfg.data.model_copy(update={"batch_size": size})})
+
+    fits.check_declared_step_fits(model, with_batch(largest), cpu, 40, available=free)  # the size it names fits
+    with pytest.raises(fits.DoesNotFit):
+        fits.check_declared_step_fits(model, with_batch(largest + 1), cpu, 40, available=free)
+
+
+def grammar_args(corpus, run, *extra) -> list[str]:
+    return ["train", "--model", "cpcfg", "--out", str(run), "--no-progress", *overrides("cpcfg", corpus),
+            "model.nt_states=20", "model.t_states=40", "train.epochs=1", "train.dev_f1=false", *extra]
+
+
+def test_training_a_grammar_whose_step_does_not_fit_is_refused_before_the_first_step(tmp_path, corpus, monkeypatch):
+    """The free memory is what the weights, their gradients and optimiser state and the rule tensors of a
+    step on 2 sentences take: a batch of 4 is refused with the sizes that fit, before anything is written."""
+    from induce.training import fits
+
+    cfg = load_config("cpcfg", overrides=grammar_args(corpus, tmp_path / "x")[6:])
+    vocab = len(json.loads((corpus / "vocab.json").read_text())["itos"])
+    model = get_model_class("cpcfg")(vocab, cfg.model_config_object())
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    free = weights * (fits.state_copies(cfg) - 1) + sum(t.bytes for t in model.step_tensors(2, 8)) + 1
+    monkeypatch.setattr(fits, "available_bytes", lambda device: free)
+    runner = CliRunner()
+    out = refusal(runner.invoke(app, grammar_args(corpus, tmp_path / "run")))
+    assert "data.batch_size=4: a training step of cpcfg on 4 sentences of up to" in out
+    assert "the rule log-probabilities [4, 20, 60, 60]" in out and "; data.batch_size=2 fits" in out
+    assert "model.nt_states, model.t_states" in out and "data.bptt" not in out
+    assert not (tmp_path / "run").exists()
+    done = runner.invoke(app, grammar_args(corpus, tmp_path / "ok", "data.batch_size=2"))
+    assert done.exit_code == 0, done.output
+
+
+def test_a_grammar_too_large_for_the_memory_names_its_own_sizes(tmp_path, corpus, monkeypatch):
+    """The parameter count's message names the grammar's size keys (not an empty list of LSTM sizes)."""
+    from induce.training import fits
+
+    monkeypatch.setattr(fits, "available_bytes", lambda device: 256 * 1024)
+    out = refusal(CliRunner().invoke(app, grammar_args(corpus, tmp_path / "run")))
+    assert "cpcfg with model.nt_states=20, model.t_states=40, model.state_dim=8 has" in out and "data.bptt" not in out
+    hints = re.findall(r"(model\.(?:nt_states|t_states|state_dim)=\d+)", out.split("; ", 1)[1])
+    assert hints and "at most fits" in out
+    vocab = len(json.loads((corpus / "vocab.json").read_text())["itos"])
+    for hint in hints:  # each size named fits
+        cfg = load_config("cpcfg", overrides=[*grammar_args(corpus, tmp_path / "x")[6:], hint])
+        assert fits.check_parameters_fit(get_model_class("cpcfg"), vocab, cfg, torch.device("cpu")) <= 256 * 1024
+
+
+def test_running_out_of_memory_in_a_grammar_step_names_the_grammars_settings(tmp_path, corpus, monkeypatch):
+    cls = get_model_class("cpcfg")
+
+    def allocation_fails(self, tokens, lengths):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 7776000000 bytes")
+
+    monkeypatch.setattr(cls, "sentence_loss", allocation_fails)
+    out = refusal(CliRunner().invoke(app, grammar_args(corpus, tmp_path / "run")))
+    assert "out of memory" in out and "lower data.batch_size (now 4), data.max_length (now 8) or the model sizes" in out
+    assert "data.bptt" not in out

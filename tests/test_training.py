@@ -243,8 +243,8 @@ def test_training_writes_a_run_and_learns(tmp_path, corpus):
     trainer = Trainer(cfg, tmp_path / "unused", console=QUIET, progress=False)
     trainer._setup()
     tensors, _ = load_checkpoint(run / "best")
-    trainer.model.load_state_dict(checkpoint.prefixed(tensors, "model"))
-    loss = evaluate_lm(trainer.model, trainer.valid_data, cfg.data.bptt, torch.device("cpu"))
+    trainer.parts.model.load_state_dict(checkpoint.prefixed(tensors, "model"))
+    loss = evaluate_lm(trainer.parts.model, trainer.parts.objective.valid_data, cfg.data.bptt, torch.device("cpu"))
     assert math.isclose(math.exp(loss), best["valid_ppl"], rel_tol=1e-9)
 
 

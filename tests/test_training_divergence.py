@@ -74,7 +74,7 @@ def train_poisoned(run: Path, corpus: Path, when) -> None:
     def poison(trainer, epoch, batch):
         if when(trainer, epoch, batch):
             with torch.no_grad():
-                next(trainer.model.parameters()).fill_(math.nan)
+                next(trainer.parts.model.parameters()).fill_(math.nan)
 
     with pytest.raises(TrainingDiverged):
         train(tiny(corpus, "train.log_interval=1000"), run, console=Console(quiet=True), progress=False,
@@ -91,7 +91,7 @@ def test_nan_after_the_early_log_points_is_caught_at_the_epoch_end(tmp_path, cor
 
 def test_nan_weights_after_the_last_batch_are_caught_by_the_validation_loss(tmp_path, corpus):
     def last_batch_of_epoch_2(trainer, epoch, batch):
-        return epoch == 2 and trainer.loop.position >= trainer.train_data.size(1) - 2
+        return epoch == 2 and trainer.parts.loop.position >= trainer.parts.objective.train_data.size(1) - 2
 
     run = tmp_path / "run"
     train_poisoned(run, corpus, last_batch_of_epoch_2)

@@ -22,7 +22,6 @@ from rich.console import Console
 from induce.config import ConfigError, load_config, load_config_file
 from induce.training import batching, load_checkpoint
 from induce.training.graphs import StaticSteps, capture_plan, graphs_enabled, state_signature
-from induce.training.optim import build_optimizer, clip_gradients
 from induce.training.state import detach_state
 from induce.training.trainer import Trainer
 
@@ -54,38 +53,36 @@ def config(model, corpus, *extra):
 
 
 def set_up(cfg, folder):
+    """The components of a run (:class:`~induce.training.setup.RunParts`), the model in training mode."""
     trainer = Trainer(cfg, folder, console=QUIET, progress=False)
     trainer._setup()
-    trainer.model.train()
-    return trainer
+    trainer.parts.model.train()
+    return trainer.parts
 
 
-def eager_step(trainer, inputs, targets, state, gold=None):
-    """The trainer's eager step (``Trainer._train_epoch`` without the flag), for step-by-step checks."""
-    trainer.optimizer.zero_grad(set_to_none=True)
-    loss, cross_entropy, new_state = trainer.loss_module(inputs, targets, state, gold)
-    loss.backward()
-    clip_gradients(trainer.optimizer, trainer._params, trainer.config.optim.clip)
-    trainer.optimizer.step()
+def eager_step(parts, inputs, targets, state, gold=None):
+    """The trainer's eager step (the run's one optimiser step, without the flag), for step-by-step checks."""
+    loss, cross_entropy, new_state = parts.optimisation.step(lambda: parts.loss_module(inputs, targets, state, gold))
     return loss.detach(), cross_entropy, new_state
 
 
-def segments(trainer, n):
+def segments(parts, n):
     """``n`` (inputs, targets, gold) segments as the trainer draws them (its BPTT-length generator)."""
-    cfg, data, position = trainer.config, trainer.train_data, 0
+    cfg, data, position = parts.config, parts.objective.train_data, 0
     for _ in range(n):
-        length = batching.next_segment_length(trainer.loop.bptt_rng, cfg.data.bptt, cfg.data.bptt_std,
+        length = batching.next_segment_length(parts.loop.bptt_rng, cfg.data.bptt, cfg.data.bptt_std,
                                               cfg.data.min_bptt, cfg.data.max_bptt_extra, bucket=cfg.data.bptt_bucket)
         if position + length >= data.size(1) - 1:
             position = 0
         inputs, targets = batching.segment(data, position, length)
-        gold = None if trainer.train_gold is None else trainer.train_gold[:, position : position + inputs.size(1)]
+        gold = parts.objective.train_gold
+        gold = None if gold is None else gold[:, position : position + inputs.size(1)]
         yield inputs, targets, gold
         position += inputs.size(1)
 
 
 def assert_same(a, b):
-    """Losses, every weight and every gradient of two trainers: equal bit for bit."""
+    """Losses, every weight and every gradient of two runs: equal bit for bit."""
     for (name, pa), pb in zip(a.model.named_parameters(), b.model.parameters()):
         assert torch.equal(pa, pb), name
         assert (pa.grad is None) == (pb.grad is None), name
@@ -94,7 +91,7 @@ def assert_same(a, b):
 
 
 def assert_close(a, b):
-    """Losses, weights and gradients of two trainers close (CUDA: capturable Adam rounds differently)."""
+    """Losses, weights and gradients of two runs close (CUDA: capturable Adam rounds differently)."""
     for (name, pa), pb in zip(a.model.named_parameters(), b.model.parameters()):
         torch.testing.assert_close(pa, pb, rtol=1e-4, atol=1e-5, msg=name)
         assert (pa.grad is None) == (pb.grad is None), name
@@ -118,26 +115,25 @@ def run_pair(corpus, tmp_path, model, n, *extra, capture_fn=None, warmup=None, m
     cfg = config(model, corpus, *extra, "train.cuda_graphs=false")  # plain trainers: the StaticSteps are made here
     a, b = set_up(cfg, tmp_path / "a"), set_up(cfg, tmp_path / "b")
     notes = []
-    steps = StaticSteps(b.loss_module, b.model, cfg.optim.clip, b.device, note=notes.append)
+    steps = StaticSteps(b.loss_module, b.model, cfg.optim.clip, b.ctx.device, note=notes.append)
     if capture_fn is not None:
         steps.capture, steps.capture_fn = True, capture_fn
     if warmup is not None:
         steps.warmup = warmup
     if max_graphs is not None:
         steps.max_graphs = max_graphs
-    for trainer in (a, b):
-        trainer._params = [p for p in trainer.model.parameters() if p.requires_grad]
-        trainer.loop.hidden = trainer.model.init_state(trainer.train_data.size(0), trainer.device)
+    for parts in (a, b):
+        parts.loop.hidden = parts.model.init_state(parts.objective.train_data.size(0), parts.ctx.device)
     lengths = []
     for inputs, targets, gold in segments(a, n):
         lengths.append(inputs.size(1))
-        for trainer in (a, b):
-            trainer.loop.schedule.step_lr(trainer.optimizer, inputs.size(1) / cfg.data.bptt)
-        rng = rng_states(a.device)
+        for parts in (a, b):
+            parts.loop.schedule.step_lr(parts.optimisation.optimizer, inputs.size(1) / cfg.data.bptt)
+        rng = rng_states(a.ctx.device)
         loss_a, ce_a, a.loop.hidden = eager_step(a, inputs, targets, detach_state(a.loop.hidden), gold)
-        rng_after_a = rng_states(a.device)[1]
-        set_rng_states(b.device, rng)
-        loss_b, ce_b, b.loop.hidden = steps.step(b.optimizer, b._params, inputs, targets,
+        rng_after_a = rng_states(a.ctx.device)[1]
+        set_rng_states(b.ctx.device, rng)
+        loss_b, ce_b, b.loop.hidden = steps.step(b.optimisation.optimizer, b.optimisation.params, inputs, targets,
                                                  detach_state(b.loop.hidden), gold)
         if exact:
             assert torch.equal(loss_a, loss_b) and torch.equal(ce_a, ce_b)
@@ -146,9 +142,9 @@ def run_pair(corpus, tmp_path, model, n, *extra, capture_fn=None, warmup=None, m
             torch.testing.assert_close(loss_b, loss_a, rtol=1e-4, atol=1e-6)
             assert_close(a, b)
         assert state_signature(a.loop.hidden) == state_signature(b.loop.hidden)
-        if b.device.type == "cuda":
+        if b.ctx.device.type == "cuda":
             # the CUDA generator advanced as in the eager step (a replay moves it by its graph's draws)
-            assert torch.equal(torch.cuda.get_rng_state(b.device), rng_after_a), "CUDA generator offset differs"
+            assert torch.equal(torch.cuda.get_rng_state(b.ctx.device), rng_after_a), "CUDA generator offset differs"
     return a, b, steps, lengths, notes
 
 
@@ -209,15 +205,15 @@ def test_static_steps_equal_the_eager_step_bit_for_bit(corpus, tmp_path, model):
 
 def test_buffers_are_reused_and_a_new_length_gets_its_own_step(corpus, tmp_path):
     cfg = config("onlstm", corpus, "data.variable_bptt=false")
-    trainer = set_up(cfg, tmp_path / "t")
-    steps = StaticSteps(trainer.loss_module, trainer.model, cfg.optim.clip, trainer.device, note=lambda m: None)
-    params = [p for p in trainer.model.parameters() if p.requires_grad]
-    state = trainer.model.init_state(3, trainer.device)
-    data = trainer.train_data
+    parts = set_up(cfg, tmp_path / "t")
+    steps = StaticSteps(parts.loss_module, parts.model, cfg.optim.clip, parts.ctx.device, note=lambda m: None)
+    params = parts.optimisation.params
+    state = parts.model.init_state(3, parts.ctx.device)
+    data = parts.objective.train_data
     pointers = None
     for start in (0, 6, 12):
         inputs, targets = batching.segment(data, start, 6)
-        _, _, state = steps.step(trainer.optimizer, params, inputs, targets, detach_state(state))
+        _, _, state = steps.step(parts.optimisation.optimizer, params, inputs, targets, detach_state(state))
         (static,) = steps.steps.values()
         now = [static.inputs.data_ptr(), static.targets.data_ptr(), *(t.data_ptr() for hc in static.state for t in hc)]
         assert pointers is None or now == pointers
@@ -225,32 +221,34 @@ def test_buffers_are_reused_and_a_new_length_gets_its_own_step(corpus, tmp_path)
         assert torch.equal(static.inputs, inputs)  # the batch was copied in
     assert steps.builds == 1
     inputs, targets = batching.segment(data, 18, 4)
-    steps.step(trainer.optimizer, params, inputs, targets, detach_state(state))
+    steps.step(parts.optimisation.optimizer, params, inputs, targets, detach_state(state))
     assert steps.builds == 2 and len(steps.steps) == 2
     assert {key[0] for key in steps.steps} == {(3, 6), (3, 4)}
 
 
 def test_a_new_optimizer_or_lr_rebuilds_the_steps(corpus, tmp_path):
     cfg = config("onlstm", corpus, "data.variable_bptt=false")
-    trainer = set_up(cfg, tmp_path / "t")
-    steps = StaticSteps(trainer.loss_module, trainer.model, cfg.optim.clip, trainer.device, note=lambda m: None)
-    params = [p for p in trainer.model.parameters() if p.requires_grad]
-    state = trainer.model.init_state(3, trainer.device)
-    inputs, targets = batching.segment(trainer.train_data, 0, 6)
-    steps.step(trainer.optimizer, params, inputs, targets, state)
+    parts = set_up(cfg, tmp_path / "t")
+    steps = StaticSteps(parts.loss_module, parts.model, cfg.optim.clip, parts.ctx.device, note=lambda m: None)
+    params, optimizer = parts.optimisation.params, parts.optimisation.optimizer
+    state = parts.model.init_state(3, parts.ctx.device)
+    inputs, targets = batching.segment(parts.objective.train_data, 0, 6)
+    steps.step(optimizer, params, inputs, targets, state)
     first = next(iter(steps.steps.values()))
-    steps.step(trainer.optimizer, params, inputs, targets, state)
+    steps.step(optimizer, params, inputs, targets, state)
     assert steps.builds == 1 and next(iter(steps.steps.values())) is first
     # a plateau lowers the lr: the shape's step is rebuilt (a graph bakes the lr in)
-    for group in trainer.optimizer.param_groups:
+    for group in optimizer.param_groups:
         group["lr"] *= 0.5
-    steps.step(trainer.optimizer, params, inputs, targets, state)
+    steps.step(optimizer, params, inputs, targets, state)
     assert steps.builds == 2 and len(steps.steps) == 1 and next(iter(steps.steps.values())) is not first
     # the switch to ASGD builds a new optimiser: every cached step goes
-    other_inputs, other_targets = batching.segment(trainer.train_data, 6, 4)
-    steps.step(trainer.optimizer, params, other_inputs, other_targets, state)
+    other_inputs, other_targets = batching.segment(parts.objective.train_data, 6, 4)
+    steps.step(optimizer, params, other_inputs, other_targets, state)
     assert len(steps.steps) == 2
-    asgd = build_optimizer(trainer.model.parameters(), cfg.optim, asgd=True)
+    parts.optimisation.switch_to_asgd()
+    asgd = parts.optimisation.optimizer
+    assert isinstance(asgd, torch.optim.ASGD)
     steps.step(asgd, params, inputs, targets, state)
     assert len(steps.steps) == 1 and steps.builds == 4
     assert next(iter(steps.steps.values())).optimizer is asgd
@@ -369,7 +367,7 @@ def test_the_default_on_cpu_is_the_plain_eager_step(corpus, tmp_path):
     assert default.train.cuda_graphs == "auto" and default.data.bptt_bucket is None
     trainer = Trainer(default, tmp_path / "auto", console=QUIET, progress=False)
     trainer.run()
-    assert trainer.static_steps is None and trainer.config.data.bptt_bucket == 0
+    assert trainer.parts.static_steps is None and trainer.config.data.bptt_bucket == 0
     saved = load_config_file(tmp_path / "auto" / "config.yaml")
     assert saved.train.cuda_graphs == "auto" and saved.data.bptt_bucket == 0
     off = config("onlstm", corpus, "data.bptt_bucket=0", "train.epochs=1", "train.cuda_graphs=false")
@@ -395,7 +393,7 @@ def test_graphs_on_choose_and_store_a_bucket_and_say_so(corpus, tmp_path):
     assert load_config_file(tmp_path / "run" / "config.yaml").data.bptt_bucket == bucket
     text = out.getvalue()
     assert f"data.bptt_bucket={bucket} (automatic)" in text and "3, 6, 9" in text
-    shapes = {key[0][1] for key in trainer.static_steps.steps}
+    shapes = {key[0][1] for key in trainer.parts.static_steps.steps}
     assert shapes and all(length % bucket == 0 for length in shapes)
     resumed = resume(tmp_path / "run", {"epochs": 2}, console=QUIET, progress=False)
     assert resumed.epochs_done == 2
@@ -410,21 +408,21 @@ def test_the_clipped_last_segment_takes_the_eager_step(corpus, tmp_path):
     cfg = config("onlstm", corpus, "train.cuda_graphs=true", "train.epochs=1", "train.seed=1")  # a clipped end
     trainer = Trainer(cfg, tmp_path / "run", console=QUIET, progress=False)
     static_lengths = []
-    original_setup = trainer._set_up_graphs
+    original_setup = trainer._setup
 
     def spy_setup():
         original_setup()
-        step = trainer.static_steps.step
+        step = trainer.parts.static_steps.step
 
         def spy(optimizer, params, inputs, *rest):
             static_lengths.append(inputs.size(1))
             return step(optimizer, params, inputs, *rest)
 
-        trainer.static_steps.step = spy
+        trainer.parts.static_steps.step = spy
 
-    trainer._set_up_graphs = spy_setup
+    trainer._setup = spy_setup
     trainer.run()
-    rng, position, length = np.random.default_rng(cfg.train.seed), 0, trainer.train_data.size(1)
+    rng, position, length = np.random.default_rng(cfg.train.seed), 0, trainer.parts.objective.train_data.size(1)
     expected, clipped = [], 0
     while position < length - 2:
         drawn = batching.next_segment_length(rng, cfg.data.bptt, cfg.data.bptt_std, cfg.data.min_bptt,
@@ -457,9 +455,10 @@ def test_a_run_with_the_flag_equals_a_run_without(corpus, tmp_path):
     metrics = {flag: [{k: v for k, v in json.loads(line).items() if k not in timing}
                       for line in (tmp_path / flag / "metrics.jsonl").read_text().splitlines()] for flag in runs}
     assert metrics["false"] == metrics["true"] and metrics["true"][-1]["optimizer"] == "ASGD"
-    assert runs["false"].static_steps is None
-    assert isinstance(runs["true"].optimizer, torch.optim.ASGD)
-    assert runs["true"].static_steps.optimizer is runs["true"].optimizer  # rebuilt for the ASGD phase
+    assert runs["false"].parts.static_steps is None
+    graphed = runs["true"].parts
+    assert isinstance(graphed.optimisation.optimizer, torch.optim.ASGD)
+    assert graphed.static_steps.optimizer is graphed.optimisation.optimizer  # rebuilt for the ASGD phase
 
 
 # ------------------------------------------------------------------------------------------ CUDA only
@@ -528,8 +527,9 @@ def test_the_default_captures_on_cuda_and_matches_eager(corpus, tmp_path):
                           console=QUIET, progress=False)
         runs[flag] = trainer.run()
         if flag == "auto":
-            assert trainer.static_steps is not None and trainer.static_steps.capture, "capture fell back to eager"
-            assert trainer.static_steps.graphs >= 1
+            static_steps = trainer.parts.static_steps
+            assert static_steps is not None and static_steps.capture, "capture fell back to eager"
+            assert static_steps.graphs >= 1
     for eager, graphed in zip(runs["false"].history, runs["auto"].history):
         assert graphed["train_loss"] == pytest.approx(eager["train_loss"], rel=1e-4)
         assert graphed["valid_loss"] == pytest.approx(eager["valid_loss"], rel=1e-4)

@@ -149,7 +149,7 @@ def test_sigint_during_the_end_of_epoch_evaluation(tmp_path, corpus, monkeypatch
     evaluate = trainer_module.Trainer._evaluate
 
     def interrupted_evaluation(self):
-        if self.loop.epoch == 1:
+        if self.parts.loop.epoch == 1:
             os.kill(os.getpid(), signal.SIGINT)
         return evaluate(self)
 

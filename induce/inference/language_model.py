@@ -14,8 +14,7 @@ from induce.errors import InduceError
 from induce.inference.loading import LoadedRun, as_loaded
 from induce.inference.predict import normalize
 from induce.models.base import STREAM_LM, samples_sentences
-from induce.training.trainer import map_state
-from induce.trees.kinds import resolve
+from induce.training.state import map_state
 
 #: The longest sentence a model of sentences may draw for :func:`generate` (a longer one is drawn again).
 SAMPLED_SENTENCE_WORDS = 100
@@ -37,14 +36,15 @@ def sentences_perplexity(run: Union[str, Path, LoadedRun], sentences: Sequence[S
     sentence-level objective reads whole sentences (``data.eval_batch_size`` at a time): the exponential of its
     loss per token, e.g. a PCFG's bound (:meth:`induce.training.objectives.SentenceLevel.loss_per_token`)."""
     from induce.training.batching import batchify, stream_ids
-    from induce.training.trainer import evaluate_lm
+    from induce.training.lm import evaluate_lm
+    from induce.training.objectives import objective_class
 
     loaded = as_loaded(run, device)
     data_cfg = loaded.config["data"]
     model = loaded.model
     if model.objective is not STREAM_LM:
         # A sentence-level model (e.g. a PCFG): its loss per token over whole sentences, as its validation.
-        objective = resolve(model.objective.implementation)()
+        objective = objective_class(model.objective)
         ids = [loaded.vocab.encode(list(sentence)) for sentence in sentences if sentence]
         return math.exp(objective.loss_per_token(model, ids, data_cfg["eval_batch_size"],
                                                  next(model.parameters()).device))

@@ -18,7 +18,7 @@ import pydantic
 import torch
 from torch import nn
 
-from induce.trees.kinds import NO_PARSER, ParserKind, Reference
+from induce.trees.kinds import NO_PARSER, ParserKind
 
 
 class ModelConfig(pydantic.BaseModel):
@@ -58,18 +58,39 @@ class LMOutput:
 
 @dataclass(frozen=True)
 class TrainingObjective:
-    """How the trainer trains a model class: ``name`` for messages, ``implementation`` the
-    :class:`induce.training.objectives.Objective` subclass (``"module:Class"``, imported when training starts,
-    so that models never import the trainer)."""
+    """How the trainer trains a model class, as the class declares it (``objective = ...``); ``name``
+    identifies it and is shown in messages. The trainer finds the implementation, an
+    ``induce.training.objectives.Objective`` subclass, by this declaration: the training package registers
+    one for each (``register_objective``; the built-in ones there, a family's own in its plugin module), so
+    that models never import the trainer."""
 
     name: str
-    implementation: Reference
 
 
 #: Token streams in BPTT segments, cross-entropy + AR/TAR (ON-LSTM, PRPN, PaLM, the relevancy LMs).
-STREAM_LM = TrainingObjective("language model over BPTT streams", "induce.training.objectives:StreamLM")
+STREAM_LM = TrainingObjective("language model over BPTT streams")
 #: Whole sentences, a loss per sentence from :meth:`LanguageModel.sentence_loss` (e.g. a PCFG's negative ELBO).
-SENTENCE_LEVEL = TrainingObjective("loss per sentence", "induce.training.objectives:SentenceLevel")
+SENTENCE_LEVEL = TrainingObjective("loss per sentence")
+
+
+@dataclass(frozen=True)
+class StepTensor:
+    """One of the largest tensors a training step holds at once (:meth:`LanguageModel.step_tensors`), for
+    the memory check before the first step: ``name`` (said in the message), ``shape``, ``keys`` (the config
+    keys that set its size, named in the message as what to shrink: ``data.batch_size``, ``model.nt_states``,
+    ...) and the bytes of an entry (float32: 4)."""
+
+    name: str
+    shape: tuple[int, ...]
+    keys: tuple[str, ...]
+    entry_bytes: int = 4
+
+    @property
+    def bytes(self) -> int:
+        count = 1
+        for size in self.shape:
+            count *= size
+        return count * self.entry_bytes
 
 
 class LanguageModel(nn.Module):
@@ -90,6 +111,9 @@ class LanguageModel(nn.Module):
     #: :data:`SENTENCE_LEVEL` models: sentences of fewer words are left out of training and validation (a
     #: grammar in Chomsky normal form without unary rules derives no one-word sentence).
     shortest_sentence: ClassVar[int] = 1
+    #: The keys of :attr:`Config` that set the number of parameters, named (with the largest values that fit)
+    #: when the parameters alone do not fit the memory.
+    size_keys: ClassVar[tuple[str, ...]] = ("emb_size", "hidden_size")
 
     def init_state(self, batch_size: int, device: torch.device | str = "cpu") -> Any:
         """A fresh recurrent state for ``batch_size`` sequences."""
@@ -116,6 +140,13 @@ class LanguageModel(nn.Module):
         """:data:`SENTENCE_LEVEL` models: ``tokens [B, T]`` (the words of each sentence, right-padded with 0),
         ``lengths [B]`` -> ``[B]`` the loss of each sentence in nats (a negative log-likelihood or its bound)."""
         raise NotImplementedError
+
+    def step_tensors(self, batch_size: int, length: int) -> list[StepTensor]:
+        """The largest tensors a training step on ``batch_size`` sentences of up to ``length`` words holds at
+        once (those that decide whether a step fits the memory; their sum is a lower bound of its need), for
+        the check before the first step. Empty (the default): not declared, nothing is checked this way
+        (the BPTT streams' steps are measured instead)."""
+        return []
 
     def sample_sentences(self, count: int, generator: torch.Generator, temperature: float = 1.0,
                          max_words: int = 100, banned: Sequence[int] = ()) -> list[list[int]]:

@@ -43,7 +43,7 @@ from torch import nn
 from induce.kernels import inside_lowrank
 from induce.trees.kinds import GRAMMAR
 
-from .base import SENTENCE_LEVEL, LanguageModel, LMOutput, ModelConfig
+from .base import SENTENCE_LEVEL, LanguageModel, LMOutput, ModelConfig, StepTensor
 from .pcfg import (
     draw_sentences,
     grammar_structure,
@@ -83,6 +83,8 @@ class TNPCFG(LanguageModel):
     objective = SENTENCE_LEVEL
     Config = TNPCFGConfig
     shortest_sentence: ClassVar[int] = 2
+    #: The emission network's last layer (``state_dim`` x vocabulary) and the rank factors dominate the count.
+    size_keys: ClassVar[tuple[str, ...]] = ("state_dim", "rank", "t_states")
 
     def __init__(self, vocab_size: int, config: Optional[TNPCFGConfig] = None):
         super().__init__()
@@ -118,6 +120,16 @@ class TNPCFG(LanguageModel):
         """``-log p(x)`` of each sentence ``[B]`` (nats)."""
         lengths_at_least_two(self.name, lengths)
         return -inside_lowrank(*self.grammar(tokens), lengths)
+
+    def step_tensors(self, batch_size: int, length: int) -> list[StepTensor]:
+        """The rank-space inside pass keeps its two charts ``[B, N, N, r]`` (left and right children) for the
+        outside pass (:mod:`induce.kernels.inside_lowrank_torch`), and the emissions ``[T, V]`` are kept
+        for ``log_softmax``'s backward pass; no ``[NT, S, S]`` tensor exists."""
+        chart = (batch_size, length, length, self.config.rank)
+        keys = ("data.batch_size", "data.max_length", "model.rank")
+        return [StepTensor("the inside pass's left-child chart", chart, keys),
+                StepTensor("the inside pass's right-child chart", chart, keys),
+                StepTensor("the emission log-probabilities", (self.t, self.vocab_size), ("model.t_states",))]
 
     @torch.no_grad()
     def parse_structure(self, tokens: torch.Tensor, lengths: torch.Tensor) -> dict:

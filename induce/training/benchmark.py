@@ -1,5 +1,6 @@
 """Overhead of the training loop: tokens/s of the full :class:`~induce.training.trainer.Trainer` vs
-the bare model step (forward, tied output, loss with AR/TAR, backward, clipping, optimiser step).
+the bare model step (the trainer's :func:`~induce.training.optim.optimiser_step`: forward, tied output,
+loss with AR/TAR, backward, clipping, optimiser step).
 
     python -m induce.training.benchmark --model onlstm --corpus corpora/ptb-lm --seconds 60 \\
         model.hidden_size=400 data.variable_bptt=false
@@ -14,6 +15,7 @@ import argparse
 import json
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -21,8 +23,10 @@ from rich.console import Console
 
 from induce.config import RunConfig, load_config
 
-from .optim import build_optimizer
-from .trainer import LMLoss, detach_state, train
+from .lm import LMLoss
+from .optim import Optimisation
+from .state import detach_state
+from .trainer import train
 
 
 def _sync(device: torch.device) -> None:
@@ -41,7 +45,7 @@ def raw_step_tokens_per_s(config: RunConfig, vocab_size: int, seconds: float = 1
     torch.manual_seed(config.train.seed)
     model = get_model_class(config.model_name)(vocab_size, config.model_config_object()).to(device).train()
     loss_module = LMLoss(model, config.train.alpha, config.train.beta)
-    optimizer = build_optimizer(model.parameters(), config.optim)
+    optimisation = Optimisation(model, config.optim, device, config.train.amp)
     batch, steps = config.data.batch_size, config.data.bptt
     gold = None
     if getattr(model, "supervised", False):
@@ -55,13 +59,7 @@ def raw_step_tokens_per_s(config: RunConfig, vocab_size: int, seconds: float = 1
             started, tokens_done = time.perf_counter(), 0
         tokens = torch.randint(0, vocab_size, (batch, steps + 1), device=device)
         state = detach_state(state)
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.train.amp and device.type == "cuda"):
-            loss, _, state = loss_module(tokens[:, :-1], tokens[:, 1:], state, gold)
-        loss.backward()
-        if config.optim.clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.clip)
-        optimizer.step()
+        _, _, state = optimisation.step(partial(loss_module, tokens[:, :-1], tokens[:, 1:], state, gold))
         tokens_done += batch * steps
         step += 1
         if started is not None and step % 5 == 0:

@@ -17,7 +17,7 @@ only then renamed (weights first, then the sidecar that vouches for them), so a 
 half-way (a full disk) leaves the previous checkpoint whole. Loading checks the format,
 version and the hashes before reading a single tensor, so a damaged (truncated, edited) or foreign
 file is refused with a :class:`CheckpointError` instead of being half-loaded. Version 1 sidecars
-(before ``model_sha256``) are still read, with the weights hash only.
+(without ``model_sha256``) are still read, with the weights hash only.
 """
 from __future__ import annotations
 

@@ -87,11 +87,11 @@ def unwrap(module: torch.nn.Module) -> torch.nn.Module:
 def shutdown(ctx: DistContext, meet_first: bool = False) -> None:
     """Destroy the process group. ``meet_first``: every process ended the run by the same decision, so they
     meet at a barrier first, so that no process tears its gloo connections down while its peer is still
-    finishing (rank 0 writes the last checkpoint). Twice, in full test-suite runs on a busy 2-core machine, a
-    non-main process aborted at exit ("terminate called without an active exception", SIGABRT) after a
-    resumed run that had finished; it never happened when the test ran alone, so this barrier is the usual
-    remedy for a teardown race rather than a confirmed cure. A process whose peer has already failed gets an
-    error from the barrier, not a hang: that error is not the one to report."""
+    finishing (rank 0 writes the last checkpoint): on a loaded machine that teardown race can abort a
+    non-main process at exit ("terminate called without an active exception", SIGABRT). The barrier is the
+    usual remedy for such a race, not a proven cure (the abort was rare and never reproduced in isolation).
+    A process whose peer has already failed gets an error from the barrier, not a hang: that error is not
+    the one to report."""
     if ctx.distributed and dist.is_initialized():
         if meet_first:
             try:

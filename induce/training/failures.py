@@ -24,18 +24,19 @@ class TrainingFailed(InduceError):
     """The run stopped on an error of the machine (disk, memory); its folder is marked failed."""
 
 
-def user_error(err: BaseException, run_dir: Path, config, started: bool = True,
-               world_size: int = 1) -> Optional[TrainingFailed]:
+def user_error(err: BaseException, run_dir: Path, config, started: bool = True, world_size: int = 1,
+               length_key: Optional[str] = None) -> Optional[TrainingFailed]:
     """A one-line :class:`TrainingFailed` for ``err`` when it is a failed file operation or an
     out-of-memory error; None for anything else (a bug: its traceback is wanted). ``started``: the
-    run folder was written (and is now marked failed)."""
+    run folder was written (and is now marked failed); ``length_key``: the config key of the length a
+    step reads, named among the settings to lower (the objective's ``length_key``; None: not named)."""
     fix = "fix that"
     if isinstance(err, OSError):
         what = os_error_message(err)
         if err.errno in (errno.ENOSPC, errno.EDQUOT):
             fix = "free some space"
     else:
-        what = out_of_memory_message(err, config)
+        what = out_of_memory_message(err, config, length_key)
         if what is None:
             return None
     if not started:

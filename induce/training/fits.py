@@ -7,15 +7,20 @@ overcommitted: an allocation larger than what is free succeeds and the process d
   tokens each (:func:`induce.training.batching.batchify`), or a message with the largest that fits;
 * :func:`check_parameters_fit` — the memory, before the model is built: its parameters counted on
   PyTorch's ``meta`` device (no memory used), times what training keeps per parameter (weights,
-  gradients, optimiser state), against the free memory; the message gives the largest
-  ``model.emb_size`` / ``model.hidden_size`` that fit with the other settings as they are;
-* :func:`check_step_fits` — the memory of a training step: what a step keeps for the backward pass
-  (measured on steps of 1 and 2 rows of the longest segment, counted with
+  gradients, optimiser state), against the free memory; the message gives the largest value of each
+  of the model's size keys (:attr:`~induce.models.base.LanguageModel.size_keys`, e.g. ``model.emb_size``
+  / ``model.hidden_size``) that fits with the other settings as they are;
+* :func:`check_step_fits` — the memory of a training step on token streams: what a step keeps for the
+  backward pass (measured on steps of 1 and 2 rows of the longest segment, counted with
   ``torch.autograd.graph.saved_tensors_hooks``: a part per step and a part per row), for this
   run's rows, beside the model, its gradients and optimiser state; the message gives the largest
-  ``data.batch_size`` that fits.
+  ``data.batch_size`` that fits;
+* :func:`check_declared_step_fits` — the memory of a training step on whole sentences, from the tensors
+  the model declares (:meth:`~induce.models.base.LanguageModel.step_tensors`: a neural PCFG's rule
+  tensor, whose memory is held inside its inside kernel, out of the hooks' sight); the message names
+  those tensors, the largest ``data.batch_size`` that fits and the config keys that set their size.
 
-Both memory checks count less than a run needs (temporary buffers, and what custom autograd
+The memory checks count less than a run needs (temporary buffers, and what custom autograd
 functions keep outside the saved tensors, are not counted): a run they refuse cannot fit, and one
 they accept may still run out (then PyTorch's own error is turned into a message by
 :func:`out_of_memory_message` and :mod:`induce.training.failures`).
@@ -152,17 +157,18 @@ def check_parameters_fit(model_cls, vocab_size: int, config, device: torch.devic
     available = available_bytes(device) if available is None else available
     if available is None or needed <= available:
         return needed
+    keys = [key for key in model_cls.size_keys if isinstance(config.model.get(key), int)]
     hints = []
-    for key in ("emb_size", "hidden_size"):
+    for key in keys:
         value = _size_that_fits(model_cls, vocab_size, config.model, available, copies, key)
         if value is not None:
             hints.append(f"model.{key}={value}")
     fits = (" or ".join(hints) + " at most fits, the other settings as they are") if hints else \
         "smaller model sizes are needed"
     where = "GPU memory" if device.type == "cuda" else "memory"
+    sizes = ", ".join(f"model.{key}={config.model[key]}" for key in keys)
     raise DoesNotFit(
-        f"{config.model_name} with " + ", ".join(f"model.{k}={config.model[k]}" for k in ("emb_size", "hidden_size")
-                                                  if isinstance(config.model.get(k), int))
+        f"{config.model_name}" + (f" with {sizes}" if sizes else "")
         + f" has {n_params:,} parameters: {_gib(needed)} for their weights, gradients and optimiser state, more than "
         f"the {_gib(available)} of free {where}; {fits}")
 
@@ -262,14 +268,54 @@ def check_step_fits(loss_module, model, config, device: torch.device, rows: int,
         f"left beside the model; {fits} (or shorter segments: data.bptt)")
 
 
-def out_of_memory_message(err: BaseException, config) -> Optional[str]:
+def check_declared_step_fits(model, config, device: torch.device, length: int, processes: int = 1,
+                             available: Optional[int] = None) -> None:
+    """Refuse a run whose training step on ``data.batch_size / processes`` sentences of up to ``length`` words
+    holds more than the free memory beside the model (built: its weights are in memory; its gradients and
+    optimiser state are still to come), counted from the tensors the model declares
+    (:meth:`~induce.models.base.LanguageModel.step_tensors`; nothing is checked when it declares none). The
+    :class:`DoesNotFit` names the tensors, the largest ``data.batch_size`` that fits and the keys that set
+    the tensors' sizes."""
+    rows = config.data.batch_size // processes
+    tensors = model.step_tensors(rows, length)
+    if not tensors:
+        return
+    available = available_bytes(device) if available is None else available
+    if available is None:
+        return
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    budget = available - weights * (state_copies(config) - 1)
+    needed = sum(tensor.bytes for tensor in tensors)
+    if needed <= budget:
+        return
+    largest = next((b for b in range(config.data.batch_size - processes, 0, -processes)
+                    if sum(t.bytes for t in model.step_tensors(b // processes, length)) <= budget), 0)
+    keys = list(dict.fromkeys(key for tensor in tensors for key in tensor.keys if key != "data.batch_size"))
+    shrink = f"smaller {', '.join(keys)}" if keys else "a smaller model"
+    fits = (f"data.batch_size={largest} fits, or {shrink}" if largest >= 1
+            else f"not even one sentence per step fits: {shrink}")
+    held = ", ".join(f"{tensor.name} {list(tensor.shape)} ({_gib(tensor.bytes)})" for tensor in tensors)
+    where = "GPU memory" if device.type == "cuda" else "memory"
+    raise DoesNotFit(
+        f"data.batch_size={config.data.batch_size}: a training step of {config.model_name} on {rows:,} sentences of "
+        f"up to {length} words holds {held}: {_gib(needed)}, more than the {_gib(max(budget, 0))} of {where} left "
+        f"beside the model; {fits}")
+
+
+def out_of_memory_message(err: BaseException, config, length_key: Optional[str] = "data.bptt") -> Optional[str]:
     """A one-line message for PyTorch's out-of-memory error (GPU) or failed allocation (CPU), naming
-    the settings to lower; None for any other error."""
+    the settings to lower: ``data.batch_size``, ``length_key`` (the length of what a step reads: the
+    objective's :attr:`~induce.training.objectives.Objective.length_key`; None: not named) and the model
+    sizes; None for any other error."""
     text = str(err)
     if not (isinstance(err, torch.cuda.OutOfMemoryError) or "out of memory" in text.lower()
             or "can't allocate memory" in text or "not enough memory" in text.lower()):
         return None
     where = "GPU memory" if isinstance(err, torch.cuda.OutOfMemoryError) or "CUDA" in text else "memory"
     first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
-    return (f"out of {where} ({first[:160]}); lower data.batch_size (now {config.data.batch_size:,}), data.bptt "
-            f"(now {config.data.bptt}) or the model sizes")
+    settings = [f"data.batch_size (now {config.data.batch_size:,})"]
+    if length_key is not None:
+        section, _, key = length_key.partition(".")
+        value = getattr(getattr(config, section), key, None)
+        settings.append(length_key + (f" (now {value})" if value is not None else ""))
+    return f"out of {where} ({first[:160]}); lower {', '.join(settings)} or the model sizes"

@@ -17,11 +17,12 @@ per *static shape* — the segment length ``T``, the layout of the carried state
 
 * preallocated buffers for the inputs ``[B, T]``, targets ``[B, T]``, gold spans ``[B, T, m]`` and the
   carried recurrent state; each call copies the batch and the state into them (device copies, no sync);
-* the step body, free of host syncs: ``zero_grad(set_to_none=True)``, forward + loss (:class:`LMLoss`),
-  backward, gradient clipping (:func:`~induce.training.optim.clip_gradients`: torch's
-  ``clip_grad_norm_`` with ``error_if_nonfinite=False`` multiplies by the clamped coefficient on the
-  device instead of testing it — no sync), ``optimizer.step()``; the losses and the new state come
-  back as tensors (the trainer reads the running loss only at its log intervals, as before).
+* the step body, free of host syncs: the trainer's one optimiser step
+  (:func:`~induce.training.optim.optimiser_step`: ``zero_grad(set_to_none=True)``, forward + loss
+  (:class:`LMLoss`), backward, gradient clipping — torch's ``clip_grad_norm_`` with
+  ``error_if_nonfinite=False`` multiplies by the clamped coefficient on the device instead of testing
+  it, no sync — and ``optimizer.step()``); the losses and the new state come back as tensors (the
+  trainer reads the running loss only at its log intervals).
 
 On CUDA the body runs eagerly for ``warmup`` calls (3, as in torch's notes on CUDA graphs: lazy
 initialisation — cuBLAS handles, Triton compilation, the optimiser's state — must not happen during
@@ -78,7 +79,7 @@ eager, for that step and every later one, with the process as an eager run would
   steps; the only Python-visible leftovers are the gradients the capture assigned, which the eager
   body's ``zero_grad(set_to_none=True)`` drops.
 
-**Decisions and constraints** (the capture itself is not verified on a GPU yet; see the tests):
+**Decisions and constraints** (the capture itself is tested only where CUDA is available: see the tests):
 
 * The lr is a constant of each graph, not a device tensor: with variable BPTT the lr of a step is
   ``base_lr * T / bptt`` (:meth:`Schedule.step_lr`), a function of the segment length, i.e. of the
@@ -114,7 +115,7 @@ from typing import Any, Callable, Optional, Union
 import torch
 from torch import nn
 
-from .optim import clip_gradients
+from .optim import optimiser_step
 from .state import detach_state, map_state
 
 #: Eager calls of a new step before it is captured (torch's notes use 3; DDP would need 11).
@@ -229,16 +230,13 @@ class StaticStep:
     # ----------------------------------------------------------------------------------------- body
 
     def body(self) -> tuple[torch.Tensor, torch.Tensor, Any]:
-        """One optimiser step on the buffers, without a host sync: what the graph records. The same
-        operations, in the same order, as the trainer's eager step."""
+        """One optimiser step on the buffers, without a host sync: what the graph records. The trainer's
+        eager step (:func:`~induce.training.optim.optimiser_step`), on the static buffers."""
         owner = self.owner
-        self.optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(owner.device.type, dtype=torch.bfloat16, enabled=owner.autocast,
-                            cache_enabled=False if self.capture else None):
-            loss, cross_entropy, new_state = owner.loss_module(self.inputs, self.targets, self.state, self.gold)
-        loss.backward()
-        clip_gradients(self.optimizer, self.params, owner.clip)
-        self.optimizer.step()
+        loss, cross_entropy, new_state = optimiser_step(
+            self.optimizer, self.params, owner.clip,
+            lambda: owner.loss_module(self.inputs, self.targets, self.state, self.gold),
+            owner.device.type, owner.autocast, cast_cache=not self.capture)
         return loss.detach(), cross_entropy, detach_state(new_state)
 
     def copy_in(self, inputs, targets, state, gold) -> None:

@@ -95,12 +95,9 @@ def dev_parse_metrics(model, words: list[list[str]], ids: list[list[int]], gold_
     ``words`` (original words without punctuation), ``ids`` (their LM ids) and ``gold_trees``
     (treebank trees with POS tags) are aligned lists. Returns ``dev_f1`` (all parsed sentences),
     ``dev_f1_wsj10``, ``dev_f1_wsj40``, ``dev_corpus_f1`` and the predicted trees' left/right split
-    percentages (``dev_left_split_pct``, ``dev_right_split_pct``); ``{}`` without the evaluator.
+    percentages (``dev_left_split_pct``, ``dev_right_split_pct``); ``{}`` without sentences.
     """
-    try:
-        from induce.evaluation import EvalConvention, evaluate
-    except ImportError:
-        return {}
+    from induce.evaluation import EvalConvention, evaluate
     from induce.trees.decoders import parse_batch
 
     if not ids:

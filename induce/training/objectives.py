@@ -1,9 +1,21 @@
-"""Training objectives: how the trainer reads the corpus, what one step minimises, and the validation loss.
+"""Training objectives: what a model family trains on, how an epoch is cut into batches, what one step
+minimises, the validation loss, and what the objective keeps in a checkpoint.
 
-A model class declares its objective (:attr:`induce.models.base.LanguageModel.objective`, a
-:class:`~induce.models.base.TrainingObjective` naming one of these classes); the trainer builds it and asks
-it for the data, each step and the validation loss, and owns everything else: the optimiser and its
-schedule, the running sums, checkpoints and exact resume, early stopping, the dev-F1 hook, DDP.
+**The interface.** A model class declares its objective (:attr:`induce.models.base.LanguageModel.objective`,
+a :class:`~induce.models.base.TrainingObjective`); :func:`register_objective` ties that declaration to an
+:class:`Objective` subclass (the two built-in ones below; a family with its own objective, e.g. URNNG or
+DIORA, registers its subclass in its plugin module). The trainer builds one objective per run from
+:class:`RunData` (config, corpus, vocabulary, model, device, process) and, per step, asks it for the next
+batch (:meth:`Objective.next_batch`), runs the one optimiser step
+(:func:`~induce.training.optim.optimiser_step`) on ``objective.loss_module(*batch.args)`` and hands the
+outputs back (:meth:`Objective.after_step`). The objective owns its data, its batching state and its loss;
+it never reads or writes the trainer. What the trainer owns: the optimiser and its schedule, the running
+sums, checkpoints and exact resume, early stopping, the dev-F1 hook, DDP, CUDA graphs.
+
+The position in the epoch is the loop's (:class:`~induce.training.state.LoopState`: ``epoch``,
+``position``, the carried recurrent state ``hidden`` and the BPTT-length generator ``bptt_rng``), which the
+objective reads and advances and the trainer checkpoints; state an objective needs beyond it goes in
+``last`` through :meth:`Objective.state_dict` / :meth:`Objective.load_state_dict`.
 
 * :class:`StreamLM` — the language-model objective of AWD-LSTM, ON-LSTM, PRPN and PaLM: the corpus as
   ``data.batch_size`` token streams read in variable-length BPTT segments with the recurrent state carried,
@@ -19,7 +31,9 @@ schedule, the running sums, checkpoints and exact resume, early stopping, the de
   end (``n + 1``, the stream's count, so that perplexities compare with the language models'; compound-pcfg
   counts its implicit ``</s>`` the same way); validation reads every valid sentence, without the cap.
   Sentences shorter than the model's ``shortest_sentence`` (a PCFG without unary rules: one word) are left
-  out of both, as compound-pcfg's ``train.py`` skips them.
+  out of both, as compound-pcfg's ``train.py`` skips them. A model that declares its largest step tensors
+  (:meth:`~induce.models.base.LanguageModel.step_tensors`) is checked against the free memory before the
+  first step (:func:`~induce.training.fits.check_declared_step_fits`).
 
 **Exact resume (sentences).** The epoch's batches are a function of ``train.seed``, the epoch and the
 corpus: the shuffle is drawn from ``numpy.random.default_rng([seed, epoch])``, so restoring the epoch and
@@ -32,142 +46,261 @@ paper's intent, and this module, is ``min``: one more word per epoch up to the f
 """
 from __future__ import annotations
 
-from typing import Optional
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, ClassVar, Optional
 
 import numpy as np
 import torch
 from torch import nn
 
 from induce.errors import InduceError
+from induce.models.base import SENTENCE_LEVEL, STREAM_LM, TrainingObjective
 
 from . import batching, fits
 from .lm import LMLoss, evaluate_lm
-from .optim import clip_gradients
-from .state import detach_state
+from .state import LoopState, detach_state
+
+if TYPE_CHECKING:
+    from induce.config import RunConfig
+    from induce.data.corpus import PreparedCorpus, Vocab
+
+    from .ddp import DistContext
 
 
-class Objective:
-    """What the trainer asks of an objective; ``t`` is the :class:`~induce.training.trainer.Trainer`, whose
-    ``config``, ``corpus``, ``vocab``, ``model``, ``device``, ``ctx``, ``optimizer`` and ``loop`` are set."""
+@dataclass(frozen=True)
+class RunData:
+    """What an objective is built from: the run's resolved ``config``, its prepared ``corpus`` and
+    ``vocab``, the ``model`` (built, on ``device``) and this process's ``ctx`` (rank and world size)."""
 
-    #: Whether the steps carry a recurrent state (``LoopState.hidden``) from one batch to the next.
-    carries_state = False
-    #: Whether ``train.cuda_graphs`` can capture its step (:mod:`induce.training.graphs`).
-    uses_graphs = False
+    config: RunConfig
+    corpus: PreparedCorpus
+    vocab: Vocab
+    model: nn.Module
+    device: torch.device
+    ctx: DistContext
 
-    def prepare(self, t) -> nn.Module:
-        """Build the training and validation data on ``t``; return the loss module (what DDP wraps)."""
+
+@dataclass
+class Batch:
+    """One training step's input.
+
+    ``args``: the arguments of ``objective.loss_module`` (whose outputs are ``(loss [], ...)``); ``tokens``:
+    the tokens its summed loss counts; ``lr_scale``: the step's lr is ``base_lr * lr_scale``; ``static``:
+    its tensors have the shapes the graph-captured step is kept for (:mod:`induce.training.graphs`; only
+    read when :attr:`Objective.uses_graphs`)."""
+
+    args: tuple
+    tokens: int
+    lr_scale: float = 1.0
+    static: bool = False
+
+
+class Objective(ABC):
+    """How a model family is trained (see the module docstring). A subclass builds its data in
+    ``__init__(data: RunData)`` (errors that name the corpus or the config key that does not fit are raised
+    there, before the first step), sets :attr:`loss_module` and implements the abstract methods; the trainer
+    calls them. :meth:`state_dict` / :meth:`load_state_dict` (state beyond the loop's) and
+    :meth:`loss_per_token` (``induce eval --lm``) are optional.
+
+    A batch is produced, stepped and accounted for in this order, with no other draw from the random
+    generators in between (exact resume): ``batch = next_batch(loop)``; the trainer sets the lr and runs
+    the optimiser step on ``loss_module(*batch.args)``; ``after_step(loop, batch, outputs)``."""
+
+    #: Whether ``train.cuda_graphs`` can capture its steps: its ``loss_module`` is an
+    #: :class:`~induce.training.lm.LMLoss` and its batches' ``args`` are ``(inputs, targets, state, gold)``.
+    uses_graphs: ClassVar[bool] = False
+    #: The config key of the length of what a step reads (``data.bptt``, ``data.max_length``), named by the
+    #: out-of-memory message.
+    length_key: ClassVar[str] = "data.max_length"
+
+    #: ``forward(*batch.args) -> (loss [], ...)``: what DDP wraps and every step calls.
+    loss_module: nn.Module
+
+    @abstractmethod
+    def next_batch(self, loop: LoopState) -> Optional[Batch]:
+        """The batch at ``loop.position`` of epoch ``loop.epoch``, the position advanced past it; None when
+        the epoch has no batch left (nothing is drawn then)."""
         raise NotImplementedError
 
-    def probe_loss(self, t) -> torch.Tensor:
-        """The loss of one small batch (eval mode, no RNG draws): DDP's unused-parameter probe."""
+    @abstractmethod
+    def after_step(self, loop: LoopState, batch: Batch, outputs: tuple) -> torch.Tensor:
+        """After the optimiser step on ``batch`` (``outputs``: the loss module's): carry what the next
+        batch needs (e.g. the recurrent state into ``loop.hidden``); returns the batch's summed loss over
+        ``batch.tokens`` (a detached ``[]`` float64 tensor on the device: no host sync)."""
         raise NotImplementedError
 
-    def batches_per_epoch(self, t) -> int:
+    @abstractmethod
+    def batches_per_epoch(self, epoch: int) -> int:
+        """Optimiser steps in epoch ``epoch`` (the progress bar, the time estimate)."""
         raise NotImplementedError
 
-    def has_next(self, t) -> bool:
-        """Whether the epoch has a batch left at ``t.loop.position``."""
+    @abstractmethod
+    def probe_loss(self) -> torch.Tensor:
+        """The loss of one small batch (eval mode, no draw from the random generators): DDP's
+        unused-parameter probe."""
         raise NotImplementedError
 
-    def step(self, t) -> tuple[torch.Tensor, int]:
-        """One optimiser step on the next batch (advancing ``t.loop.position``); returns the batch's summed
-        loss (a detached ``[]`` tensor on the device: no host sync) and the tokens it counts."""
-        raise NotImplementedError
-
-    def validate(self, t) -> float:
+    @abstractmethod
+    def validate(self) -> float:
         """The validation loss in nats per token (eval mode)."""
         raise NotImplementedError
 
-    def describe(self, t) -> str:
+    @abstractmethod
+    def describe(self, epoch: int) -> str:
         """The training data in one phrase for the start-up line."""
         raise NotImplementedError
 
-    def tokens_per_epoch(self, t) -> int:
+    @abstractmethod
+    def tokens_per_epoch(self) -> int:
         """Tokens an epoch reads (the run-size advice)."""
         raise NotImplementedError
 
+    def state_dict(self) -> tuple[dict[str, torch.Tensor], dict]:
+        """``(tensors, JSON-able dict)`` the objective needs in ``last`` beyond the loop state, to continue
+        exactly (``({}, {})``: nothing, as for the built-in objectives, whose batching follows from the
+        loop state and the seed). Stored under ``objective.*`` and the sidecar key ``objective``; under DDP
+        rank 0's is written and every process gets it back."""
+        return {}, {}
 
-class StreamLM(Objective):
-    """BPTT over token streams (see the module docstring); the data stays on the trainer as ``train_data
-    [B/W, L]``, ``valid_data [B', L']`` and ``train_gold`` (PaLM-S)."""
+    def load_state_dict(self, tensors: dict[str, torch.Tensor], state: dict) -> None:
+        """Take back what :meth:`state_dict` gave (tensors with the ``objective.`` prefix removed)."""
+        return None
 
-    carries_state = True
-    uses_graphs = True
+    @staticmethod
+    def loss_per_token(model: nn.Module, sentences: list[list[int]], batch_size: int, device) -> float:
+        """The model's loss in nats per token (a sentence counts its words and its end) of ``sentences`` (id
+        lists, words only), in eval mode: ``induce eval --lm`` and the library's perplexity of a model that
+        is not read as token streams (:func:`induce.inference.language_model.sentences_perplexity`)."""
+        raise InduceError(f"{getattr(model, 'name', type(model).__name__)}: its training objective gives no "
+                          f"loss per token of a text")
 
-    def prepare(self, t) -> nn.Module:
-        cfg, ctx = t.config, t.ctx
-        train_stream = batching.stream_ids(t.corpus.lm_sentences("train"), t.vocab)
-        t.train_data = batching.shard_rows(
-            fits.batch_rows(train_stream, cfg.data.batch_size, "data.batch_size", "train"), ctx.rank, ctx.world_size
-        ).to(t.device)
-        valid_stream = batching.stream_ids(t.corpus.lm_sentences("valid"), t.vocab)
-        t.valid_data = fits.batch_rows(valid_stream, cfg.data.eval_batch_size, "data.eval_batch_size", "valid")
-        t.train_gold = None
-        if getattr(t.model_cls, "supervised", False):
-            t.train_gold = t._gold_spans(train_stream.numel())
-        fits.check_step_fits(LMLoss(t.model, cfg.train.alpha, cfg.train.beta), t.model, cfg, t.device,
-                             t.train_data.size(0), t.train_data.size(1),
-                             None if t.train_gold is None else t.train_gold.size(-1))
-        return LMLoss(t.model, cfg.train.alpha, cfg.train.beta)
 
-    def probe_loss(self, t) -> torch.Tensor:
-        inputs, targets = batching.segment(t.train_data, 0, min(4, t.train_data.size(1) - 1))
-        gold = None if t.train_gold is None else t.train_gold[:, : inputs.size(1)]
-        probe = LMLoss(t.model, t.config.train.alpha, t.config.train.beta)
-        loss, _, _ = probe(inputs, targets, t.model.init_state(inputs.size(0), t.device), gold)
-        return loss
+_OBJECTIVES: dict[TrainingObjective, type[Objective]] = {}
 
-    def batches_per_epoch(self, t) -> int:
-        return max(1, (t.train_data.size(1) - 1) // t.config.data.bptt)
 
-    def has_next(self, t) -> bool:
-        return t.loop.position < t.train_data.size(1) - 2
+def register_objective(declared: TrainingObjective) -> Callable[[type[Objective]], type[Objective]]:
+    """Class decorator: the :class:`Objective` subclass trains the models whose class declares
+    ``objective = declared``. A declaration takes one implementation (registering another is an error)."""
 
-    def step(self, t) -> tuple[torch.Tensor, int]:
-        cfg, loop = t.config, t.loop
-        if loop.hidden is None:
-            loop.hidden = t.model.init_state(t.train_data.size(0), t.device)
-        seq_len = batching.next_segment_length(
-            loop.bptt_rng, cfg.data.bptt, cfg.data.bptt_std, cfg.data.min_bptt, cfg.data.max_bptt_extra,
-            bucket=cfg.data.bptt_bucket,
+    def add(cls: type[Objective]) -> type[Objective]:
+        existing = _OBJECTIVES.get(declared)
+        if existing is not None and existing is not cls:
+            raise InduceError(f"training objective {declared.name!r}: {existing.__module__}.{existing.__qualname__} "
+                              f"is registered for it already (not {cls.__module__}.{cls.__qualname__})")
+        _OBJECTIVES[declared] = cls
+        return cls
+
+    return add
+
+
+def objective_class(declared: TrainingObjective) -> type[Objective]:
+    """The :class:`Objective` subclass registered for ``declared``."""
+    try:
+        return _OBJECTIVES[declared]
+    except KeyError:
+        raise InduceError(
+            f"training objective {declared.name!r}: no implementation is registered; a family with its own "
+            f"objective registers its Objective subclass with induce.training.objectives.register_objective "
+            f"(in the module INDUCE_PLUGINS names)"
+        ) from None
+
+
+# ------------------------------------------------------------------------------------------- streams
+
+
+def gold_span_rows(data: RunData, n_tokens: int) -> torch.Tensor:
+    """PaLM-S's gold-span targets ``[B/W, L, m]``, aligned with the training rows (``n_tokens``: the
+    training stream's length, which the trees must match)."""
+    from induce.trees.decoders import gold_span_targets
+
+    corpus, config = data.corpus, data.config
+    if not corpus.has_trees:
+        raise InduceError(f"{corpus.path}: {config.model_name} needs a corpus with trees (gold spans)")
+    targets = gold_span_targets(corpus.nopunct_trees("train"), config.model["max_span_length"])
+    if targets.size(0) != n_tokens:
+        raise InduceError(
+            f"{corpus.path}: train trees give {targets.size(0)} gold-span rows but the LM text has "
+            f"{n_tokens} tokens"
         )
-        inputs, targets = batching.segment(t.train_data, loop.position, seq_len)
+    rows = batching.batchify(targets, config.data.batch_size)
+    return batching.shard_rows(rows, data.ctx.rank, data.ctx.world_size).to(data.device)
+
+
+@register_objective(STREAM_LM)
+class StreamLM(Objective):
+    """BPTT over token streams (see the module docstring): ``train_data [B/W, L]`` (this process's rows),
+    ``valid_data [B', L']`` and, for a supervised model (PaLM-S), ``train_gold [B/W, L, m]``."""
+
+    uses_graphs = True
+    length_key = "data.bptt"
+
+    def __init__(self, data: RunData):
+        cfg, ctx = data.config, data.ctx
+        self.config, self.model, self.device = cfg, data.model, data.device
+        self.train_sentences = data.corpus.lm_sentences("train")
+        train_stream = batching.stream_ids(self.train_sentences, data.vocab)
+        self.train_data = batching.shard_rows(
+            fits.batch_rows(train_stream, cfg.data.batch_size, "data.batch_size", "train"), ctx.rank, ctx.world_size
+        ).to(data.device)
+        valid_stream = batching.stream_ids(data.corpus.lm_sentences("valid"), data.vocab)
+        self.valid_data = fits.batch_rows(valid_stream, cfg.data.eval_batch_size, "data.eval_batch_size", "valid")
+        self.train_gold: Optional[torch.Tensor] = None
+        if getattr(type(data.model), "supervised", False):
+            self.train_gold = gold_span_rows(data, train_stream.numel())
+        fits.check_step_fits(LMLoss(self.model, cfg.train.alpha, cfg.train.beta), self.model, cfg, data.device,
+                             self.train_data.size(0), self.train_data.size(1),
+                             None if self.train_gold is None else self.train_gold.size(-1))
+        self.loss_module = LMLoss(self.model, cfg.train.alpha, cfg.train.beta)
+
+    def next_batch(self, loop: LoopState) -> Optional[Batch]:
+        if loop.position >= self.train_data.size(1) - 2:
+            return None
+        cfg = self.config.data
+        if loop.hidden is None:
+            loop.hidden = self.model.init_state(self.train_data.size(0), self.device)
+        drawn = batching.next_segment_length(loop.bptt_rng, cfg.bptt, cfg.bptt_std, cfg.min_bptt, cfg.max_bptt_extra,
+                                             bucket=cfg.bptt_bucket)
+        inputs, targets = batching.segment(self.train_data, loop.position, drawn)
         steps = inputs.size(1)
         gold = None
-        if t.train_gold is not None:
-            gold = t.train_gold[:, loop.position : loop.position + steps]
+        if self.train_gold is not None:
+            gold = self.train_gold[:, loop.position : loop.position + steps]
         loop.hidden = detach_state(loop.hidden)
-        loop.schedule.step_lr(t.optimizer, steps / cfg.data.bptt)
-        params = [p for p in t.model.parameters() if p.requires_grad]
-        if t.static_steps is not None and steps == seq_len:
-            # train.cuda_graphs: the same step on static buffers, captured per shape on CUDA (graphs.py);
-            # not the epoch's last segment, clipped at the end of the rows (a one-off length).
-            _, cross_entropy, loop.hidden = t.static_steps.step(t.optimizer, params, inputs, targets, loop.hidden, gold)
-        else:
-            t.optimizer.zero_grad(set_to_none=True)
-            autocast = cfg.train.amp and t.device.type == "cuda"
-            with torch.autocast(t.device.type, dtype=torch.bfloat16, enabled=autocast):
-                loss, cross_entropy, loop.hidden = t.loss_module(inputs, targets, loop.hidden, gold)
-            loss.backward()
-            clip_gradients(t.optimizer, params, cfg.optim.clip)  # per part for optim.scorer_optimizer=adam
-            t.optimizer.step()
         loop.position += steps
-        return cross_entropy.double() * targets.numel(), targets.numel()
+        # Each epoch's last segment, clipped at the end of the rows, has a one-off length: not static.
+        return Batch((inputs, targets, loop.hidden, gold), targets.numel(), lr_scale=steps / cfg.bptt,
+                     static=steps == drawn)
 
-    def validate(self, t) -> float:
-        return evaluate_lm(t.model, t.valid_data, t.config.data.bptt, t.device)
+    def after_step(self, loop: LoopState, batch: Batch, outputs: tuple) -> torch.Tensor:
+        _, cross_entropy, loop.hidden = outputs
+        return cross_entropy.double() * batch.tokens
 
-    def describe(self, t) -> str:
+    def batches_per_epoch(self, epoch: int) -> int:
+        return max(1, (self.train_data.size(1) - 1) // self.config.data.bptt)
+
+    def probe_loss(self) -> torch.Tensor:
+        inputs, targets = batching.segment(self.train_data, 0, min(4, self.train_data.size(1) - 1))
+        gold = None if self.train_gold is None else self.train_gold[:, : inputs.size(1)]
+        probe = LMLoss(self.model, self.config.train.alpha, self.config.train.beta)
+        loss, _, _ = probe(inputs, targets, self.model.init_state(inputs.size(0), self.device), gold)
+        return loss
+
+    def validate(self) -> float:
+        return evaluate_lm(self.model, self.valid_data, self.config.data.bptt, self.device)
+
+    def describe(self, epoch: int) -> str:
         # The tokens an epoch predicts (metrics.jsonl's train_tokens, the report's "tokens trained"): the
         # first of each row and the tail that does not fill the rows are not.
-        sentences = t.corpus.lm_sentences("train")
-        tokens = sum(len(sentence) + 1 for sentence in sentences)
-        predicted = batching.predicted_per_epoch(tokens, t.config.data.batch_size)
-        return f"an epoch predicts up to {predicted:,} of them in {t.config.data.batch_size} streams"
+        tokens = sum(len(sentence) + 1 for sentence in self.train_sentences)
+        predicted = batching.predicted_per_epoch(tokens, self.config.data.batch_size)
+        return f"an epoch predicts up to {predicted:,} of them in {self.config.data.batch_size} streams"
 
-    def tokens_per_epoch(self, t) -> int:
-        return t.train_data.size(1) * t.config.data.batch_size
+    def tokens_per_epoch(self) -> int:
+        return self.train_data.size(1) * self.config.data.batch_size
+
+
+# ----------------------------------------------------------------------------------------- sentences
 
 
 class SentenceLoss(nn.Module):
@@ -187,97 +320,104 @@ class SentenceLoss(nn.Module):
         return per_sentence.sum() / (share if share is not None else per_sentence.shape[0]), per_sentence.detach().sum()
 
 
-class SentenceLevel(Objective):
-    """Batches of whole sentences (see the module docstring); ``t.train_sentences`` / ``t.valid_sentences``
-    hold the id lists (words only), ``t.epoch_batches`` this epoch's batches (sentence indices)."""
+def sentence_tensors(sentences: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(tokens [B, T], lengths [B])`` of id lists, right-padded with 0."""
+    lengths = torch.tensor([len(s) for s in sentences])
+    tokens = torch.zeros(len(sentences), int(lengths.max()), dtype=torch.long)
+    for row, sentence in enumerate(sentences):
+        tokens[row, : len(sentence)] = torch.as_tensor(sentence)
+    return tokens.to(device), lengths.to(device)
 
-    def prepare(self, t) -> nn.Module:
-        shortest = max(1, t.model_cls.shortest_sentence)
+
+def length_cap(config, epoch: int) -> Optional[int]:
+    """The longest sentence trained on in ``epoch`` (None: no cap): ``data.max_length`` and the curriculum's
+    ``data.curriculum_start + (epoch - 1) * data.curriculum_step``, the smaller."""
+    data = config.data
+    caps = [cap for cap in (data.max_length,) if cap is not None]
+    if data.curriculum_start is not None:
+        caps.append(data.curriculum_start + (epoch - 1) * data.curriculum_step)
+    return min(caps) if caps else None
+
+
+@register_objective(SENTENCE_LEVEL)
+class SentenceLevel(Objective):
+    """Batches of whole sentences (see the module docstring): ``train_sentences`` / ``valid_sentences``
+    hold the id lists (words only); :meth:`epoch_batches` an epoch's batches (sentence indices)."""
+
+    def __init__(self, data: RunData):
+        self.config, self.model, self.device, self.ctx = data.config, data.model, data.device, data.ctx
+        shortest = max(1, type(data.model).shortest_sentence)
 
         def encode(split: str) -> list[list[int]]:
-            return [t.vocab.encode(sentence) for sentence in t.corpus.lm_sentences(split) if len(sentence) >= shortest]
+            return [data.vocab.encode(sentence) for sentence in data.corpus.lm_sentences(split)
+                    if len(sentence) >= shortest]
 
-        t.train_sentences, t.valid_sentences = encode("train"), encode("valid")
-        if not t.train_sentences or not t.valid_sentences:
-            raise InduceError(f"{t.corpus.path}: the train or valid split has no sentence")
-        t.epoch_batches, t.epoch_batch_sizes, t.batches_epoch = [], [], None
-        return SentenceLoss(t.model)
+        self.train_sentences, self.valid_sentences = encode("train"), encode("valid")
+        if not self.train_sentences or not self.valid_sentences:
+            raise InduceError(f"{data.corpus.path}: the train or valid split has no sentence")
+        self._batches: tuple[int, list[list[int]], list[int]] = (0, [], [])  # (epoch, shards, whole sizes)
+        final_cap = length_cap(self.config, self.config.train.epochs)
+        longest = max((len(s) for s in self.train_sentences if final_cap is None or len(s) <= final_cap), default=0)
+        if longest:
+            fits.check_declared_step_fits(self.model, self.config, self.device, longest, self.ctx.world_size)
+        self.loss_module = SentenceLoss(self.model)
 
-    def length_cap(self, config, epoch: int) -> Optional[int]:
-        """The longest sentence trained on in ``epoch`` (None: no cap)."""
-        data = config.data
-        caps = [cap for cap in (data.max_length,) if cap is not None]
-        if data.curriculum_start is not None:
-            caps.append(data.curriculum_start + (epoch - 1) * data.curriculum_step)
-        return min(caps) if caps else None
-
-    def batches(self, t, epoch: int) -> list[list[int]]:
+    def _epoch(self, epoch: int) -> tuple[list[list[int]], list[int]]:
         """Epoch ``epoch``'s batches: the sentences under the cap sorted by length (ties by position), cut
         into ``data.batch_size``, in an order drawn from ``default_rng([train.seed, epoch])``; under DDP each
         process takes every ``W``-th sentence of each batch (batches of fewer than ``W`` sentences dropped).
-        The whole batches' sizes go to ``t.epoch_batch_sizes`` (each step's loss divides by its share)."""
-        cfg, ctx = t.config, t.ctx
-        cap = self.length_cap(cfg, epoch)
-        lengths = [len(s) for s in t.train_sentences]
+        Returns this process's shards and the whole batches' sizes (each step's loss divides by its share)."""
+        if self._batches[0] == epoch:
+            return self._batches[1], self._batches[2]
+        cfg, ctx = self.config, self.ctx
+        cap = length_cap(cfg, epoch)
+        lengths = [len(s) for s in self.train_sentences]
         keep = sorted((i for i, n in enumerate(lengths) if cap is None or n <= cap), key=lambda i: (lengths[i], i))
         size = cfg.data.batch_size
         batches = [keep[start : start + size] for start in range(0, len(keep), size)]
         order = np.random.default_rng([cfg.train.seed, epoch]).permutation(len(batches))
         kept = [i for i in order if len(batches[i]) >= ctx.world_size]
         shards = [batches[i][ctx.rank :: ctx.world_size] for i in kept]
-        t.epoch_batch_sizes = [len(batches[i]) for i in kept]
         if not shards:
             raise InduceError(f"epoch {epoch}: no training sentence of at most {cap} words "
                               f"(data.max_length / data.curriculum_start)")
-        return shards
+        self._batches = (epoch, shards, [len(batches[i]) for i in kept])
+        return shards, self._batches[2]
 
-    def _epoch_batches(self, t) -> list[list[int]]:
-        if t.batches_epoch != t.loop.epoch:
-            t.epoch_batches, t.batches_epoch = self.batches(t, t.loop.epoch), t.loop.epoch
-        return t.epoch_batches
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        """This process's batches of epoch ``epoch``, in order: lists of indices into ``train_sentences``."""
+        return self._epoch(epoch)[0]
 
-    def _tensors(self, sentences: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor]:
-        lengths = torch.tensor([len(s) for s in sentences])
-        tokens = torch.zeros(len(sentences), int(lengths.max()), dtype=torch.long)
-        for row, sentence in enumerate(sentences):
-            tokens[row, : len(sentence)] = torch.as_tensor(sentence)
-        return tokens.to(device), lengths.to(device)
-
-    def probe_loss(self, t) -> torch.Tensor:
-        tokens, lengths = self._tensors(t.train_sentences[:2], t.device)
-        return SentenceLoss(t.model)(tokens, lengths)[0]
-
-    def batches_per_epoch(self, t) -> int:
-        return len(self._epoch_batches(t))
-
-    def has_next(self, t) -> bool:
-        return t.loop.position < len(self._epoch_batches(t))
-
-    def step(self, t) -> tuple[torch.Tensor, int]:
-        cfg, loop = t.config, t.loop
-        sentences = [t.train_sentences[i] for i in self._epoch_batches(t)[loop.position]]
-        tokens, lengths = self._tensors(sentences, t.device)
-        loop.schedule.step_lr(t.optimizer)
-        params = [p for p in t.model.parameters() if p.requires_grad]
-        t.optimizer.zero_grad(set_to_none=True)
-        autocast = cfg.train.amp and t.device.type == "cuda"
-        with torch.autocast(t.device.type, dtype=torch.bfloat16, enabled=autocast):
-            loss, summed = t.loss_module(tokens, lengths, t.epoch_batch_sizes[loop.position] / t.ctx.world_size)
-        loss.backward()
-        clip_gradients(t.optimizer, params, cfg.optim.clip)
-        t.optimizer.step()
+    def next_batch(self, loop: LoopState) -> Optional[Batch]:
+        shards, sizes = self._epoch(loop.epoch)
+        if loop.position >= len(shards):
+            return None
+        sentences = [self.train_sentences[i] for i in shards[loop.position]]
+        tokens, lengths = sentence_tensors(sentences, self.device)
+        share = sizes[loop.position] / self.ctx.world_size
         loop.position += 1
-        return summed.double(), sum(len(s) + 1 for s in sentences)
+        return Batch((tokens, lengths, share), sum(len(s) + 1 for s in sentences))
 
-    def validate(self, t) -> float:
-        return self.loss_per_token(t.model, t.valid_sentences, t.config.data.eval_batch_size, t.device)
+    def after_step(self, loop: LoopState, batch: Batch, outputs: tuple) -> torch.Tensor:
+        return outputs[1].double()
 
+    def batches_per_epoch(self, epoch: int) -> int:
+        return len(self.epoch_batches(epoch))
+
+    def probe_loss(self) -> torch.Tensor:
+        tokens, lengths = sentence_tensors(self.train_sentences[:2], self.device)
+        return SentenceLoss(self.model)(tokens, lengths)[0]
+
+    def validate(self) -> float:
+        return self.loss_per_token(self.model, self.valid_sentences, self.config.data.eval_batch_size, self.device)
+
+    @staticmethod
     @torch.no_grad()
-    def loss_per_token(self, model: nn.Module, sentences: list[list[int]], batch_size: int, device) -> float:
+    def loss_per_token(model: nn.Module, sentences: list[list[int]], batch_size: int, device) -> float:
         """The mean loss in nats per token (a sentence counts its words and its end) of ``sentences`` (id lists,
         words only; those shorter than the model's ``shortest_sentence`` left out), in eval mode, in batches
         of ``batch_size`` sentences sorted by length: the validation loss, and ``induce eval --lm``'s."""
-        shortest = max(1, getattr(model, "shortest_sentence", 1))
+        shortest = max(1, type(model).shortest_sentence)
         sentences = [s for s in sentences if len(s) >= shortest]
         was_training = model.training
         model.eval()
@@ -287,17 +427,18 @@ class SentenceLevel(Objective):
         try:
             for start in range(0, len(order), batch_size):
                 chunk = [sentences[i] for i in order[start : start + batch_size]]
-                tokens, lengths = self._tensors(chunk, device)
+                tokens, lengths = sentence_tensors(chunk, device)
                 total += model.sentence_loss(tokens, lengths).double().sum()
                 count += sum(len(s) + 1 for s in chunk)
         finally:
             model.train(was_training)
         return total.item() / max(count, 1)
 
-    def describe(self, t) -> str:
-        cap = self.length_cap(t.config, t.loop.epoch)
-        return (f"an epoch reads them in batches of {t.config.data.batch_size} whole sentences"
+    def describe(self, epoch: int) -> str:
+        cap = length_cap(self.config, epoch)
+        return (f"an epoch reads them in batches of {self.config.data.batch_size} whole sentences"
                 + (f" of at most {cap} words" if cap is not None else ""))
 
-    def tokens_per_epoch(self, t) -> int:
-        return sum(len(s) + 1 for s in t.train_sentences)
+    def tokens_per_epoch(self) -> int:
+        return sum(len(s) + 1 for s in self.train_sentences)
+

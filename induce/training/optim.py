@@ -27,7 +27,7 @@ take proportionally smaller steps.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 import torch
 
@@ -244,3 +244,49 @@ def clip_gradients(optimizer, params: list[torch.nn.Parameter], clip: Optional[f
         optimizer.clip()
     elif clip is not None:
         torch.nn.utils.clip_grad_norm_(params, clip)
+
+
+# --- The training step ------------------------------------------------------------------------------
+
+
+def optimiser_step(optimizer, params: list[torch.nn.Parameter], clip: Optional[float],
+                   forward: Callable[[], tuple], device_type: str, bf16: bool = False,
+                   cast_cache: bool = True) -> tuple:
+    """One optimiser step, the one every training path runs (the trainer's eager step, the graph-captured
+    step of :mod:`induce.training.graphs` and :mod:`induce.training.benchmark`'s bare step): gradients set
+    to ``None``, ``forward()`` under bf16 autocast when ``bf16`` (``cast_cache=False`` inside a CUDA graph
+    capture, whose lifetime autocast's weight-cast cache must not outlive), backward of its first output
+    (the loss, a ``[]`` tensor), :func:`clip_gradients`, ``optimizer.step()``. Returns what ``forward``
+    returned. No host synchronisation: the graph-captured step records exactly these operations.
+
+    bf16 needs no loss scaling (its exponent range is float32's); an fp16 mode would add its gradient
+    scaler here, around the backward and the step."""
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16, cache_enabled=None if cast_cache else False):
+        outputs = forward()
+    outputs[0].backward()
+    clip_gradients(optimizer, params, clip)
+    optimizer.step()
+    return outputs
+
+
+class Optimisation:
+    """A run's optimiser and its step: ``optimizer`` (``config.optimizer`` until :meth:`switch_to_asgd`
+    replaces it), ``params`` (the trained parameters, in the model's order: what is clipped), and
+    :meth:`step`, :func:`optimiser_step` with the run's clipping and autocast (``train.amp``: bf16 on CUDA)."""
+
+    def __init__(self, model: torch.nn.Module, config: OptimConfig, device: torch.device, amp: bool = False):
+        self.model, self.config = model, config
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = build_optimizer(model.parameters(), config)
+        self.device_type = device.type
+        self.bf16 = amp and device.type == "cuda"
+
+    def switch_to_asgd(self) -> None:
+        """The switch to averaged SGD (or its restart): a fresh ASGD over the model's parameters, its
+        running average starting from their current values (:meth:`Schedule.after_evaluation` says when)."""
+        self.optimizer = build_optimizer(self.model.parameters(), self.config, asgd=True)
+
+    def step(self, forward: Callable[[], tuple]) -> tuple:
+        """One optimiser step on the loss ``forward()[0]``; returns ``forward()``'s outputs."""
+        return optimiser_step(self.optimizer, self.params, self.config.clip, forward, self.device_type, self.bf16)

@@ -1,184 +1,176 @@
-"""Building a run before its first step: process group, corpus and vocabulary, model, the model's training
-objective (:mod:`induce.training.objectives`: its data, e.g. training rows sharded per process and PaLM-S's
-gold spans, and its loss module, DDP-wrapped under torchrun), dev sentences for the per-epoch F1, schedule,
-optimiser, BPTT-length generator, and the trainer state (restored from ``last`` when resuming).
-
-:class:`TrainerSetup` is the :class:`~induce.training.trainer.Trainer`'s setup half (a mixin that
-fills the trainer's attributes); the loop is in :mod:`induce.training.trainer`.
+"""Building a run before its first step, in one pass (:func:`build_run`): the corpus and vocabulary, the
+model, the model's training objective (:mod:`induce.training.objectives`: its data, e.g. training rows
+sharded per process and PaLM-S's gold spans, and its loss module, DDP-wrapped under torchrun), dev sentences
+for the per-epoch F1, the graph-captured steps, the optimiser and the loop state (restored from ``last``
+when resuming). What it builds is a :class:`~induce.training.parts.RunParts`; the loop that uses them is
+:mod:`induce.training.trainer`.
 """
 from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Optional
 
 import torch
 from rich.console import Console
 from torch import nn
 
+from induce.config import RunConfig
 from induce.errors import InduceError
-from induce.trees.kinds import resolve
 
 from . import batching, ddp, fits
 from .checkpoint import CheckpointError
+from .ddp import DistContext
 from .lm import DEV_LENGTHS, resolve_corpus
-from .optim import build_optimizer
+from .objectives import Objective, RunData, objective_class
+from .optim import Optimisation
+from .parts import DevSet, RunParts, restore_last
 from .state import LoopState, seed_everything
 
+if TYPE_CHECKING:
+    from induce.data.corpus import PreparedCorpus, Vocab
 
-class TrainerSetup:
-    """Mixin of :class:`~induce.training.trainer.Trainer`: everything :meth:`_setup` builds."""
 
-    def _setup(self) -> None:
-        from induce.data.corpus import PreparedCorpus
-        from induce.kernels import set_backend
-        from induce.models.registry import get_model_class
+def build_run(config: RunConfig, ctx: DistContext, *, corpora_dir: Path, console: Console, log: Callable[[str], None],
+              run_dir: Path, resume: Optional[tuple[dict, dict]] = None) -> RunParts:
+    """Every component of a run of ``config`` in this process (``ctx``); ``resume``: the tensors and sidecar
+    of ``last`` to continue from. The random generators are seeded here (``train.seed``) before the model
+    is built, which draws its initial weights from them; the rest of the build draws nothing (a resumed
+    run then restores every generator from ``last``)."""
+    from induce.kernels import set_backend
+    from induce.models.registry import get_model_class
 
-        cfg = self.config
-        self.ctx = ddp.init_distributed(cfg.train.device)
-        ctx = self.ctx
-        set_backend(cfg.train.kernels)
-        if cfg.data.batch_size % ctx.world_size:
-            raise InduceError(
-                f"data.batch_size={cfg.data.batch_size} is not divisible by {ctx.world_size} processes"
-            )
-        # Rank 0 prepares the default corpus first (a cache on disk); the others then just read it.
-        if ctx.is_main:
-            corpus_path = resolve_corpus(cfg.data.corpus, self.corpora_dir, self.console)
-        ddp.barrier(ctx)
-        if not ctx.is_main:
-            corpus_path = resolve_corpus(cfg.data.corpus, self.corpora_dir, Console(quiet=True))
-        if cfg.data.corpus is None:
-            cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"corpus": str(corpus_path)})})
-            self.config = cfg
-        self.corpus = PreparedCorpus(corpus_path)
-        vocab = self.corpus.vocab
-        if self.resume_meta is not None and self.resume_meta.get("vocab", {}).get("itos") != vocab.itos:
-            raise CheckpointError(f"{self.run_dir}: the corpus vocabulary changed since the checkpoint was written")
-        self.vocab = vocab
-        self.model_cls = get_model_class(cfg.model_name)
-        if "valid" not in self.corpus.splits:
-            raise InduceError(f"{corpus_path}: the corpus has no valid split (needed for model selection)")
+    set_backend(config.train.kernels)
+    if config.data.batch_size % ctx.world_size:
+        raise InduceError(f"data.batch_size={config.data.batch_size} is not divisible by {ctx.world_size} processes")
+    config, corpus = open_corpus(config, ctx, corpora_dir, console)
+    if resume is not None and resume[1].get("vocab", {}).get("itos") != corpus.vocab.itos:
+        raise CheckpointError(f"{run_dir}: the corpus vocabulary changed since the checkpoint was written")
+    vocab = corpus.vocab
+    model_cls = get_model_class(config.model_name)
+    if "valid" not in corpus.splits:
+        raise InduceError(f"{corpus.path}: the corpus has no valid split (needed for model selection)")
 
-        seed_everything(cfg.train.seed)
-        self.device = ctx.device
-        fits.check_parameters_fit(self.model_cls, len(vocab), cfg, self.device)  # before any memory is taken
-        self.model = self.model_cls(len(vocab), cfg.model_config_object()).to(self.device)
-        if ctx.distributed:
-            # Same initial weights everywhere (seeded above); different dropout masks per process.
-            torch.manual_seed(cfg.train.seed + 1_000_003 * ctx.rank)
+    seed_everything(config.train.seed)
+    fits.check_parameters_fit(model_cls, len(vocab), config, ctx.device)  # before any memory is taken
+    model = model_cls(len(vocab), config.model_config_object()).to(ctx.device)
+    if ctx.distributed:
+        # Same initial weights everywhere (seeded above); different dropout masks per process.
+        torch.manual_seed(config.train.seed + 1_000_003 * ctx.rank)
+    objective_type = objective_class(model_cls.objective)
+    graphs = False
+    if objective_type.uses_graphs:
+        from .graphs import graphs_enabled
 
-        # The model's objective builds the data and the loss (induce.training.objectives).
-        self.objective = resolve(self.model_cls.objective.implementation)()
-        self.loss_module: nn.Module = self.objective.prepare(self)
-        self._prepare_dev()
-        if cfg.train.select_by == "dev_f1" and not self._model_parses():
-            raise InduceError(
-                f"train.select_by=dev_f1: model {cfg.model_name!r} has no syntactic structure (parser_kind 'none'), "
-                f"so there is no dev F1; use train.select_by=valid_ppl"
-            )
-        if cfg.train.select_by == "dev_f1" and self.dev is None:
-            raise InduceError(
-                "train.select_by=dev_f1 needs dev trees (a corpus with trees, train.dev_f1=true and induce.evaluation)"
-            )
+        graphs = graphs_enabled(config.train.cuda_graphs, model, ctx.device, ctx.distributed)
+        config = with_bptt_bucket(config, graphs, announce=log if resume is None else None)
+    objective = objective_type(RunData(config, corpus, vocab, model, ctx.device, ctx))
+    dev = dev_set(config, corpus, vocab, model_cls, log)
+    check_selection(config, model_cls, dev)
+    loss_module = objective.loss_module
+    if ctx.distributed:
+        from torch.nn.parallel import DistributedDataParallel
 
-        if ctx.distributed:
-            from torch.nn.parallel import DistributedDataParallel
+        loss_module = DistributedDataParallel(
+            loss_module, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+            find_unused_parameters=bool(unused_parameters(model, objective)),
+        )
+    static_steps = None
+    if graphs:
+        from .graphs import StaticSteps
 
-            self.loss_module = DistributedDataParallel(
-                self.loss_module, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
-                find_unused_parameters=bool(self._unused_parameters()),
-            )
-        self.static_steps = None
-        if self.objective.uses_graphs:
-            self._set_up_graphs()
-        cfg = self.config
-        self.optimizer = build_optimizer(self.model.parameters(), cfg.optim)
-        self.loop = LoopState.fresh(cfg, self.device)
-        if self.resume_meta is not None:
-            self._restore()
+        static_steps = StaticSteps(loss_module, model, config.optim.clip, ctx.device,
+                                   autocast=config.train.amp and ctx.device.type == "cuda",
+                                   distributed=ctx.distributed, note=lambda message: log(f"[yellow]note:[/] {message}"))
+    parts = RunParts(config, ctx, corpus, vocab, model, objective, loss_module, dev, static_steps,
+                     Optimisation(model, config.optim, ctx.device, config.train.amp),
+                     LoopState.fresh(config, ctx.device))
+    if resume is not None:
+        note = restore_last(parts, *resume, run_dir)
+        if note is not None:
+            log(f"[yellow]note:[/] {note}")
+    return parts
 
-    def _set_up_graphs(self) -> None:
-        """``train.cuda_graphs`` (:func:`~induce.training.graphs.graphs_enabled`) and, with graphs on, the
-        segment-length bucket of an unset ``data.bptt_bucket`` (:func:`~induce.training.batching.auto_bucket`),
-        stored in the config (a resumed run keeps it) and stated once with the lengths it gives."""
-        from .graphs import StaticSteps, graphs_enabled
 
-        cfg, ctx = self.config, self.ctx
-        enabled = graphs_enabled(cfg.train.cuda_graphs, self.model, self.device, ctx.distributed)
-        if cfg.data.bptt_bucket is None:
-            bucket = batching.auto_bucket(cfg.data.bptt, cfg.data.bptt_std) if enabled and cfg.data.variable_bptt else 0
-            self.config = cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"bptt_bucket": bucket})})
-            if bucket and self.resume_meta is None:
-                lengths = batching.segment_length_distribution(cfg.data.bptt, cfg.data.bptt_std, cfg.data.min_bptt,
-                                                               cfg.data.max_bptt_extra, bucket)
-                common = ", ".join(str(length) for length, p in lengths.items() if p >= 0.005)
-                self._log(f"[yellow]note:[/] train.cuda_graphs: one captured step per segment length; "
-                          f"data.bptt_bucket={bucket} (automatic) rounds the random lengths to {common} "
-                          f"(and rarely other multiples of {bucket}); the lr follows each length")
-        self.static_steps = None
-        if enabled:
-            self.static_steps = StaticSteps(
-                self.loss_module, self.model, cfg.optim.clip, self.device,
-                autocast=cfg.train.amp and self.device.type == "cuda", distributed=ctx.distributed,
-                note=lambda message: self._log(f"[yellow]note:[/] {message}"),
-            )
+def open_corpus(config: RunConfig, ctx: DistContext, corpora_dir: Path,
+                console: Console) -> tuple[RunConfig, PreparedCorpus]:
+    """The prepared corpus of ``data.corpus`` (rank 0 prepares the default corpus first, a cache on disk; the
+    other processes then just read it), and the config with its path when ``data.corpus`` was unset."""
+    from induce.data.corpus import PreparedCorpus
 
-    def _unused_parameters(self) -> list[str]:
-        """Parameters the training loss does not reach (e.g. PaLM-RB's span scorer), found with one
-        probe step in eval mode (no dropout RNG draws, no batch-norm updates); DDP must be told."""
-        model = self.model
-        was_training = model.training
-        model.eval()
-        try:
-            self.objective.probe_loss(self).backward()
-            unused = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
-        finally:
-            model.zero_grad(set_to_none=True)
-            model.train(was_training)
-        return unused
+    if ctx.is_main:
+        corpus_path = resolve_corpus(config.data.corpus, corpora_dir, console)
+    ddp.barrier(ctx)
+    if not ctx.is_main:
+        corpus_path = resolve_corpus(config.data.corpus, corpora_dir, Console(quiet=True))
+    if config.data.corpus is None:
+        config = config.model_copy(update={"data": config.data.model_copy(update={"corpus": str(corpus_path)})})
+    return config, PreparedCorpus(corpus_path)
 
-    def _gold_spans(self, n_tokens: int) -> torch.Tensor:
-        """PaLM-S targets ``[B/W, L, m]`` aligned with the training rows."""
-        from induce.trees.decoders import gold_span_targets
 
-        if not self.corpus.has_trees:
-            raise InduceError(f"{self.corpus.path}: {self.config.model_name} needs a corpus with trees (gold spans)")
-        targets = gold_span_targets(self.corpus.nopunct_trees("train"), self.config.model["max_span_length"])
-        if targets.size(0) != n_tokens:
-            raise InduceError(
-                f"{self.corpus.path}: train trees give {targets.size(0)} gold-span rows but the LM text has "
-                f"{n_tokens} tokens"
-            )
-        rows = batching.batchify(targets, self.config.data.batch_size)
-        return batching.shard_rows(rows, self.ctx.rank, self.ctx.world_size).to(self.device)
+def with_bptt_bucket(config: RunConfig, graphs: bool, announce: Optional[Callable[[str], None]]) -> RunConfig:
+    """``config`` with an unset ``data.bptt_bucket`` resolved: with the graph-captured steps on (``graphs``)
+    and random segment lengths, :func:`~induce.training.batching.auto_bucket`; else 0. Stored in the run's
+    config (a resumed run keeps it); ``announce`` (a new run) says once which lengths it gives."""
+    data = config.data
+    if data.bptt_bucket is not None:
+        return config
+    bucket = batching.auto_bucket(data.bptt, data.bptt_std) if graphs and data.variable_bptt else 0
+    if bucket and announce is not None:
+        lengths = batching.segment_length_distribution(data.bptt, data.bptt_std, data.min_bptt, data.max_bptt_extra,
+                                                       bucket)
+        common = ", ".join(str(length) for length, p in lengths.items() if p >= 0.005)
+        announce(f"[yellow]note:[/] train.cuda_graphs: one captured step per segment length; "
+                 f"data.bptt_bucket={bucket} (automatic) rounds the random lengths to {common} "
+                 f"(and rarely other multiples of {bucket}); the lr follows each length")
+    return config.model_copy(update={"data": data.model_copy(update={"bptt_bucket": bucket})})
 
-    def _model_parses(self) -> bool:
-        """Whether the model has a parser (its ``parser_kind`` parses: not rellstm's ``NO_PARSER``)."""
-        return self.model_cls.parser_kind.parses
 
-    def _prepare_dev(self) -> None:
-        """Dev sentences for the per-epoch F1 (valid trees without punctuation, 2..40 words); none for a
-        model that does not parse (``parser_kind = NO_PARSER``)."""
-        self.dev = None
-        cfg = self.config.train
-        if not (cfg.dev_f1 and self.corpus.has_trees):
-            return
-        if not self._model_parses():
-            self._log(f"note: {self.config.model_name} has no syntactic structure (parser_kind 'none'): no dev F1")
-            return
-        try:
-            import induce.evaluation  # noqa: F401
-        except ImportError:
-            return
-        # Line i of every file of a split is the same sentence: the no-punctuation tree gives the
-        # original words, the LM text their ids, the gold tree (with POS tags) the reference.
-        nopunct = self.corpus.nopunct_trees("valid")
-        gold_trees = self.corpus.gold_trees("valid")
-        sentences = self.corpus.lm_sentences("valid")
-        words, ids, gold = [], [], []
-        for tree, gold_tree, tokens in zip(nopunct, gold_trees, sentences):
-            if 2 <= len(tokens) <= max(DEV_LENGTHS.values()) and len(tree.leaves()) == len(tokens):
-                words.append(tree.leaves())
-                ids.append(self.vocab.encode(tokens))
-                gold.append(gold_tree)
-            if len(ids) >= cfg.dev_f1_max_sentences:
-                break
-        self.dev = (words, ids, gold)
+def unused_parameters(model: nn.Module, objective: Objective) -> list[str]:
+    """Parameters the training loss does not reach (e.g. PaLM-RB's span scorer), found with one probe step
+    in eval mode (no dropout RNG draws, no batch-norm updates); DDP must be told."""
+    was_training = model.training
+    model.eval()
+    try:
+        objective.probe_loss().backward()
+        unused = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    finally:
+        model.zero_grad(set_to_none=True)
+        model.train(was_training)
+    return unused
 
+
+def dev_set(config: RunConfig, corpus: PreparedCorpus, vocab: Vocab, model_cls,
+            log: Callable[[str], None]) -> Optional[DevSet]:
+    """Dev sentences for the per-epoch F1 (valid trees without punctuation, 2..40 words); None without
+    ``train.dev_f1``, trees, or a model that parses (``parser_kind = NO_PARSER``: said once)."""
+    train = config.train
+    if not (train.dev_f1 and corpus.has_trees):
+        return None
+    if not model_cls.parser_kind.parses:
+        log(f"note: {config.model_name} has no syntactic structure (parser_kind 'none'): no dev F1")
+        return None
+    # Line i of every file of a split is the same sentence: the no-punctuation tree gives the
+    # original words, the LM text their ids, the gold tree (with POS tags) the reference.
+    words, ids, gold = [], [], []
+    for tree, gold_tree, tokens in zip(corpus.nopunct_trees("valid"), corpus.gold_trees("valid"),
+                                       corpus.lm_sentences("valid")):
+        if 2 <= len(tokens) <= max(DEV_LENGTHS.values()) and len(tree.leaves()) == len(tokens):
+            words.append(tree.leaves())
+            ids.append(vocab.encode(tokens))
+            gold.append(gold_tree)
+        if len(ids) >= train.dev_f1_max_sentences:
+            break
+    return DevSet(words, ids, gold)
+
+
+def check_selection(config: RunConfig, model_cls, dev: Optional[DevSet]) -> None:
+    """``train.select_by=dev_f1`` needs a model that parses and dev trees."""
+    if config.train.select_by != "dev_f1":
+        return
+    if not model_cls.parser_kind.parses:
+        raise InduceError(
+            f"train.select_by=dev_f1: model {config.model_name!r} has no syntactic structure (parser_kind 'none'), "
+            f"so there is no dev F1; use train.select_by=valid_ppl"
+        )
+    if dev is None:
+        raise InduceError("train.select_by=dev_f1 needs dev trees (a corpus with trees and train.dev_f1=true)")

@@ -11,9 +11,8 @@ process), in ``last``'s tensors and sidecar keys (``trainer``, ``schedule``, ``r
 draw that happens only once per process, e.g. a lazy probe inside the first forward, would make a
 resumed process drift from the uninterrupted one).
 
-:class:`CheckpointState` is the :class:`~induce.training.trainer.Trainer`'s checkpoint half (a mixin:
-it adds the weights, the optimiser and the run's identity to the loop state); the loop is in
-:mod:`induce.training.trainer`.
+What ``last`` and ``best`` hold beyond the loop state (the weights, the optimiser, the objective's own
+state, the run's identity) is written and read by :mod:`induce.training.parts`.
 """
 from __future__ import annotations
 
@@ -28,18 +27,9 @@ import torch
 from induce.config import RunConfig
 
 from . import batching, ddp
-from .checkpoint import (
-    CheckpointError,
-    flatten_state,
-    join_optimizer_state,
-    prefixed,
-    save_checkpoint,
-    split_optimizer_state,
-    unflatten_state,
-)
+from .checkpoint import flatten_state, unflatten_state
 from .ddp import DistContext
-from .optim import Schedule, averaged_parameters, build_optimizer
-from .run_folder import BEST, LAST, now
+from .optim import Schedule
 
 
 def detach_state(state: Any) -> Any:
@@ -216,63 +206,3 @@ class LoopState:
             return (f"checkpoint written by {state.get('world_size')} processes, resuming with {ctx.world_size}: "
                     f"dropout masks will differ from an uninterrupted run")
         return None
-
-
-class CheckpointState:
-    """Mixin of :class:`~induce.training.trainer.Trainer`: the ``last`` / ``best`` checkpoints
-    (``self.loop`` plus the weights, the optimiser and the run's identity)."""
-
-    def _save_last(self) -> None:
-        """The resumable checkpoint (a collective under DDP: every rank must call it)."""
-        tensors = {f"model.{k}": v for k, v in self.model.state_dict().items()}
-        optim_tensors, optim_json = split_optimizer_state(self.optimizer.state_dict())
-        tensors.update(optim_tensors)
-        loop_tensors, loop_meta = self.loop.checkpoint(self.ctx)
-        tensors.update(loop_tensors)
-        if not self.ctx.is_main:
-            return
-        meta = self._meta("last")
-        meta.update(optimizer=optim_json, optimizer_kind=type(self.optimizer).__name__, **loop_meta)
-        save_checkpoint(self.run_dir / LAST, tensors, meta)
-
-    def _save_best(self, metrics: dict) -> None:
-        if not self.ctx.is_main:
-            return
-        with averaged_parameters(self.model, self.optimizer):
-            tensors = {f"model.{k}": v.detach().clone() for k, v in self.model.state_dict().items()}
-        meta = self._meta("best")
-        meta["metrics"] = metrics
-        save_checkpoint(self.run_dir / BEST, tensors, meta)
-
-    def _meta(self, kind: str) -> dict:
-        return {
-            "kind": kind,
-            "model_name": self.config.model_name,
-            "config": self.config.to_dict(),
-            "vocab": self.vocab.to_json(),
-            "epoch": self.loop.epoch,
-            "written_at": now(),
-        }
-
-    def _restore(self) -> None:
-        tensors, meta = self.resume_tensors, self.resume_meta
-        self.model.load_state_dict(prefixed(tensors, "model"))
-        # The loop state first: its schedule says whether the optimiser is ASGD by now.
-        note = self.loop.restore(tensors, meta, self.ctx)
-        if self.loop.schedule.asgd_active:
-            self.optimizer = build_optimizer(self.model.parameters(), self.config.optim, asgd=True)
-        if meta.get("optimizer_kind") != type(self.optimizer).__name__:
-            raise CheckpointError(
-                f"{self.run_dir}: checkpoint optimiser {meta.get('optimizer_kind')} does not match "
-                f"{type(self.optimizer).__name__}"
-            )
-        optim_state = join_optimizer_state(tensors, meta["optimizer"])
-        # Fresh (aligned) copies, not views into the file's buffer: see the recurrent state in LoopState.restore.
-        optim_state["state"] = {
-            i: {k: v.to(self.device, copy=True) if isinstance(v, torch.Tensor) and v.dim() > 0 else v
-                for k, v in s.items()}
-            for i, s in optim_state["state"].items()
-        }
-        self.optimizer.load_state_dict(optim_state)
-        if note is not None:
-            self._log(f"[yellow]note:[/] {note}")

@@ -12,9 +12,12 @@ A run folder ``runs/RUN/`` holds::
     status.json        {"state": "running" | "interrupted" | "failed" | "diverged" | "finished", "stop_reason", ...}
     train.lock         the PID of the training writing into the folder (while it runs)
 
-The folder's own files (status, metrics, lock, overwrite refusal) are :mod:`induce.training.run_folder`;
-what ``last`` holds and how it is restored is :mod:`induce.training.state`; the loss and evaluation
-are :mod:`induce.training.lm`.
+The run's components (corpus, model, objective, optimiser, loop state) are built in one pass by
+:func:`induce.training.setup.build_run`; what one step reads and minimises is the model's objective
+(:mod:`induce.training.objectives`), and the step itself is :func:`induce.training.optim.optimiser_step`
+(through :mod:`induce.training.graphs` where the step is graph-captured). The folder's own files (status,
+metrics, lock, overwrite refusal) are :mod:`induce.training.run_folder`; what ``last`` holds and how it is
+restored is :mod:`induce.training.state`; the language-model loss and the dev F1 are :mod:`induce.training.lm`.
 
 **Exact resume.** ``last`` is written at every epoch end, every ``train.checkpoint_every`` batches
 and when SIGINT (Ctrl-C) or SIGTERM stops the run (after the batch in progress). Resuming from it replays the
@@ -39,6 +42,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -58,14 +62,14 @@ from induce.errors import InduceError
 
 from . import advice, ddp, failures
 from .checkpoint import load_checkpoint
-from .lm import DEV_LENGTHS, LMLoss, dev_parse_metrics, evaluate_lm, resolve_corpus  # noqa: F401 (re-exported)
-from .optim import averaged_parameters, build_optimizer
+from .ddp import DistContext
+from .lm import LMLoss, dev_parse_metrics, evaluate_lm
+from .objectives import Batch
+from .optim import averaged_parameters
+from .parts import RunParts, save_best, save_last
 from .run_folder import (
-    BEST,
     CONFIG_FILE,
     LAST,
-    METRICS_FILE,
-    STATUS_FILE,
     RunLock,
     claim_for_new_run,
     now,
@@ -74,15 +78,14 @@ from .run_folder import (
     write_metrics,
     write_status,
 )
-from .setup import TrainerSetup
-from .state import CheckpointState, detach_state, map_state
+from .setup import build_run
+from .state import detach_state
 from .tensorboard import TensorBoardLog, require_tensorboard
 
-__all__ = [
-    "BEST", "CONFIG_FILE", "DEV_LENGTHS", "LAST", "LMLoss", "METRICS_FILE", "STATUS_FILE", "TrainResult",
-    "Trainer", "TrainingDiverged", "TrainingInterrupted", "detach_state", "dev_parse_metrics", "evaluate_lm",
-    "map_state", "read_status", "resolve_corpus", "resume", "train",
-]
+#: The loop's names, and the helpers that callers of the trainer read with it (the run's status, the
+#: language-model loss and its evaluation, the truncation of a carried state).
+__all__ = ["LMLoss", "TrainResult", "Trainer", "TrainingDiverged", "TrainingInterrupted", "detach_state",
+           "evaluate_lm", "read_status", "resume", "train"]
 
 
 # ---------------------------------------------------------------------------------------------- trainer
@@ -118,13 +121,14 @@ class TrainingDiverged(InduceError):
     """The training loss or the validation loss became NaN or infinite; ``status.json`` says ``diverged``."""
 
 
-class Trainer(TrainerSetup, CheckpointState):
+class Trainer:
     """Trains ``config`` into ``run_dir``.
 
     ``resume=True`` continues from ``run_dir/last.*`` (the config stored there wins over
     ``config`` except ``train.epochs``, ``train.time_budget``, ``train.device``, ``train.kernels``,
     ``train.log_interval``, ``train.tensorboard``). ``on_batch(trainer, epoch, batch)`` is called after every optimiser
-    step (tests use it to kill a run). ``progress=False`` hides the progress bars.
+    step (tests use it to kill a run; ``trainer.parts`` holds the run's components). ``progress=False`` hides the
+    progress bars.
 
     A new run refuses a ``run_dir`` that already holds a run unless ``force`` (which removes the old
     run's files first); ``allow_foreign=False`` also refuses a non-empty folder that is not a run
@@ -133,6 +137,10 @@ class Trainer(TrainerSetup, CheckpointState):
     ``STOP_CHECK_BATCHES`` batches, all processes at the same step): ``last`` is written there, the status says
     ``interrupted``, the ``--resume`` command is printed and :class:`TrainingInterrupted` raised; a
     second SIGINT stops at once (``KeyboardInterrupt``, no new checkpoint).
+
+    :meth:`run` joins the process group (``ctx``), builds every component in one pass
+    (:func:`~induce.training.setup.build_run` -> ``parts``) and runs the loop; everything else the trainer
+    holds is set here and only tracks the loop's progress in this invocation.
     """
 
     def __init__(
@@ -152,33 +160,48 @@ class Trainer(TrainerSetup, CheckpointState):
         self.resume = resume
         self.force = force
         self.allow_foreign = allow_foreign
-        self.interrupt_requested = False
-        #: What became non-finite and where (set once; the run then stops as diverged).
-        self.diverged: Optional[str] = None
         self.console = console or Console(stderr=True)
         self.show_progress = progress
         self.on_batch = on_batch
         self.corpora_dir = Path(corpora_dir)
-        self.resume_meta: Optional[dict] = None
-        self.resume_tensors: Optional[dict] = None
+        #: ``(tensors, sidecar)`` of ``last`` when resuming.
+        self.checkpoint: Optional[tuple[dict, dict]] = None
         if resume:
             if ddp.env_is_main():
                 RunLock(self.run_dir).check_free()  # "in use" says more than a missing checkpoint would
-            self.resume_tensors, self.resume_meta = load_checkpoint(self.run_dir / LAST)
-            stored = validate_config(stored_config(self.resume_meta["config"]),
+            self.checkpoint = load_checkpoint(self.run_dir / LAST)
+            stored = validate_config(stored_config(self.checkpoint[1]["config"]),
                                      source=str(self.run_dir / (LAST + ".json")))
             keep = {"epochs", "time_budget", "device", "kernels", "log_interval", "tensorboard"}
             updates = {k: getattr(config.train, k) for k in keep}
             config = stored.model_copy(update={"train": stored.train.model_copy(update=updates)})
+        #: The run's config: as given (or stored, when resuming) until :meth:`run` resolves it.
         self.config = config
-        self.tensorboard: Optional[TensorBoardLog] = None
         if config.train.tensorboard:
             require_tensorboard()  # the missing package is an error before anything is done
+        #: This process in the process group (None until :meth:`run` joins it).
+        self.ctx: Optional[DistContext] = None
+        #: The run's components (None until :meth:`run` has built them).
+        self.parts: Optional[RunParts] = None
+        self.tensorboard: Optional[TensorBoardLog] = None
+        self.progress: Optional[Progress] = None
+        self.interrupt_requested = False
+        #: What became non-finite and where (set once; the run then stops as diverged).
+        self.diverged: Optional[str] = None
+        #: When this invocation's training started (``time.monotonic()``, for ``train.time_budget``).
+        self.started = 0.0
+        #: Optimiser steps of this invocation (the early log points and the time estimate count them).
+        self.batches_this_run = 0
+        #: Tokens of the current epoch before this invocation (a resumed epoch's speed counts the rest).
+        self.epoch_tokens_at_start = 0
+        #: A run large for a CPU: the time of batches 2-4 is measured and extrapolated.
+        self.warn_large = False
+        self.timing_started = 0.0
 
-    # ---------------------------------------------------------------------------------------- setup
+    # ---------------------------------------------------------------------------------------- output
 
     def _log(self, message: str) -> None:
-        if self.ctx.is_main:
+        if self.ctx is None or self.ctx.is_main:
             self.console.print(message, highlight=False, soft_wrap=True)
 
     def _write_status(self, state: str, **extra) -> None:
@@ -187,7 +210,7 @@ class Trainer(TrainerSetup, CheckpointState):
 
     def _write_metrics_file(self) -> None:
         if self.ctx.is_main:
-            write_metrics(self.run_dir, self.loop.history)
+            write_metrics(self.run_dir, self.parts.loop.history)
 
     # ------------------------------------------------------------------------------------- interrupt
 
@@ -212,7 +235,8 @@ class Trainer(TrainerSetup, CheckpointState):
         """``"diverged"`` (a non-finite running loss seen by :meth:`_show_loss`), ``"interrupted"``
         (SIGINT), ``"time_budget"`` or None. Under DDP rank 0's flags decide (one broadcast), so that all
         processes stop after the same step (a NaN reaches every process's weights through the gradient
-        all-reduce, so rank 0 sees it too)."""
+        all-reduce, so rank 0 sees it too). A budget of steps or tokens would be one more flag here, read
+        from ``parts.loop`` (``steps_total``, ``epoch_tokens``): the loop state a resume restores."""
         flags = [float(self.interrupt_requested), float(check_time and self._time_over()),
                  float(self.diverged is not None)]
         if self.ctx.distributed:
@@ -223,15 +247,30 @@ class Trainer(TrainerSetup, CheckpointState):
             return "interrupted"
         return "time_budget" if flags[1] else None
 
+    # ------------------------------------------------------------------------------------------ loop
+
     def _show_loss(self, task, interval_start: float, interval_tokens: int) -> None:
-        mean = self.loop.epoch_loss_sum.item() / max(self.loop.epoch_tokens, 1)  # a host sync
+        loop = self.parts.loop
+        mean = loop.epoch_loss_sum.item() / max(loop.epoch_tokens, 1)  # a host sync
         if not math.isfinite(mean) and self.diverged is None:
-            self.diverged = f"training loss {mean} at epoch {self.loop.epoch}, batch {self.loop.batch}"
+            self.diverged = f"training loss {mean} at epoch {loop.epoch}, batch {loop.batch}"
         speed = interval_tokens * self.ctx.world_size / max(time.monotonic() - interval_start, 1e-9)
         if task is not None:
             self.progress.update(task, loss=f"loss {mean:.3f} ppl {math.exp(min(mean, 50)):.1f} {speed:,.0f} tok/s")
         if self.tensorboard is not None:
-            self.tensorboard.interval(mean, self.loop.steps_total)
+            self.tensorboard.interval(mean, loop.steps_total)
+
+    def _step(self, batch: Batch) -> torch.Tensor:
+        """One optimiser step on ``batch`` at its lr (graph-captured where enabled and the batch's shapes are
+        static); returns its summed loss (the objective's account of the step's outputs)."""
+        parts = self.parts
+        optimisation = parts.optimisation
+        parts.loop.schedule.step_lr(optimisation.optimizer, batch.lr_scale)
+        if parts.static_steps is not None and batch.static:
+            outputs = parts.static_steps.step(optimisation.optimizer, optimisation.params, *batch.args)
+        else:
+            outputs = optimisation.step(partial(parts.loss_module, *batch.args))
+        return parts.objective.after_step(parts.loop, batch, outputs)
 
     def _train_epoch(self, progress: Optional[Progress]) -> Optional[str]:
         """Run (the rest of) the current epoch; returns None when it is complete, else why it stopped
@@ -241,33 +280,32 @@ class Trainer(TrainerSetup, CheckpointState):
         Long because the step, the running sums, the host syncs (loss shown, stop checks under DDP) and the
         periodic checkpoint happen in one order per batch that exact resume and DDP's agreement on the
         stopping step depend on; it reads best as one loop."""
-        cfg = self.config
-        self.model.train()
-        batches_per_epoch = self.objective.batches_per_epoch(self)
+        cfg, ctx, loop, objective = self.config, self.ctx, self.parts.loop, self.parts.objective
+        self.parts.model.train()
+        batches_per_epoch = objective.batches_per_epoch(loop.epoch)
         task = None
         self.progress = progress
         if progress is not None:
-            task = progress.add_task(f"epoch {self.loop.epoch}", total=batches_per_epoch, loss="")
-            progress.update(task, completed=self.loop.batch)
+            task = progress.add_task(f"epoch {loop.epoch}", total=batches_per_epoch, loss="")
+            progress.update(task, completed=loop.batch)
         interval_start, interval_tokens = time.monotonic(), 0
-        while self.objective.has_next(self):
-            loss_sum, tokens = self.objective.step(self)  # the model's objective: one optimiser step
-            self.loop.epoch_loss_sum += loss_sum
-            self.loop.epoch_tokens += tokens
-            interval_tokens += tokens
-            self.loop.batch += 1
-            self.loop.steps_total += 1
+        while (batch := objective.next_batch(loop)) is not None:
+            loop.epoch_loss_sum += self._step(batch)
+            loop.epoch_tokens += batch.tokens
+            interval_tokens += batch.tokens
+            loop.batch += 1
+            loop.steps_total += 1
             self.batches_this_run += 1
             if task is not None:
                 progress.update(task, advance=1)
-            at_check = self.loop.batch % STOP_CHECK_BATCHES == 0 and self.loop.batch % cfg.train.log_interval
-            if self.ctx.distributed and at_check:
+            at_check = loop.batch % STOP_CHECK_BATCHES == 0 and loop.batch % cfg.train.log_interval
+            if ctx.distributed and at_check:
                 # Under DDP the processes agree on stopping through a broadcast (a host sync), so it
                 # is checked every few batches rather than every batch.
                 reason = self._stop_reason()
                 if reason:
                     return reason
-            if self.loop.batch % cfg.train.log_interval == 0:
+            if loop.batch % cfg.train.log_interval == 0:
                 # The loop's host syncs: the running loss every log_interval batches ...
                 self._show_loss(task, interval_start, interval_tokens)
                 interval_start, interval_tokens = time.monotonic(), 0
@@ -278,7 +316,7 @@ class Trainer(TrainerSetup, CheckpointState):
                 # ... and after batches 1, 2, 4, ... of this invocation, so that the bar shows a loss
                 # (and the ETA a rate) from the start.
                 self._show_loss(task, interval_start, interval_tokens)
-                if self.diverged is not None and not self.ctx.distributed:  # (DDP: at the next broadcast)
+                if self.diverged is not None and not ctx.distributed:  # (DDP: at the next broadcast)
                     return "diverged"
             if self.warn_large and self.batches_this_run in (1, 4):
                 # Timed on batches 2-4 (the first one pays for warm-up); both ends follow a host sync.
@@ -286,32 +324,29 @@ class Trainer(TrainerSetup, CheckpointState):
                     self.timing_started = time.monotonic()
                 else:
                     seconds = (time.monotonic() - self.timing_started) / 3
-                    epochs_left = cfg.train.epochs - self.loop.epoch + 1
+                    epochs_left = cfg.train.epochs - loop.epoch + 1
                     self._log(advice.estimate_message(seconds, batches_per_epoch, epochs_left, "2-4"))
-            if cfg.train.checkpoint_every and self.loop.batch % cfg.train.checkpoint_every == 0:
-                self._save_last()
+            if cfg.train.checkpoint_every and loop.batch % cfg.train.checkpoint_every == 0:
+                save_last(self.run_dir, self.parts)
             if self.on_batch is not None:
-                self.on_batch(self, self.loop.epoch, self.loop.batch)
-            if self.interrupt_requested and not self.ctx.distributed:
+                self.on_batch(self, loop.epoch, loop.batch)
+            if self.interrupt_requested and not ctx.distributed:
                 return "interrupted"
         # The epoch's batches are done; an interrupt now is handled after its evaluation and checkpoint.
         return "time_budget" if self._stop_reason() == "time_budget" else None
 
+    # ------------------------------------------------------------------------------------ evaluation
+
     def _evaluate(self) -> dict:
         """Validation loss/perplexity (and dev F1) on rank 0, shared with the other ranks."""
+        parts = self.parts
         metrics: dict = {}
         values = [math.nan, math.nan]
         if self.ctx.is_main:
-            with averaged_parameters(self.model, self.optimizer):
-                valid_loss = self.objective.validate(self)
-                if self.dev is not None:
-                    try:
-                        metrics.update(dev_parse_metrics(self.model, *self.dev, eos_id=self.vocab.eos_id))
-                    except (TypeError, ValueError, KeyError, AttributeError) as err:
-                        # An evaluator API mismatch must not kill a long training run: report, go on.
-                        self._log(f"[yellow]warning:[/] dev F1 skipped ({type(err).__name__}: {err})")
-                        if self.config.train.select_by != "dev_f1":
-                            self.dev = None
+            with averaged_parameters(parts.model, parts.optimisation.optimizer):
+                valid_loss = parts.objective.validate()
+                if parts.dev is not None:
+                    metrics.update(dev_parse_metrics(parts.model, *parts.dev, eos_id=parts.vocab.eos_id))
             values = [valid_loss, metrics.get("dev_f1", math.nan)]
         valid_loss, dev_f1 = ddp.broadcast_floats(self.ctx, values)
         metrics["valid_loss"] = valid_loss
@@ -329,47 +364,49 @@ class Trainer(TrainerSetup, CheckpointState):
     def _end_of_epoch(self, complete: bool, epoch_started: float) -> dict:
         """Evaluate, select, log the epoch; ``{}`` (nothing saved or recorded) when the training or
         validation loss is not finite (``self.diverged`` says which)."""
-        cfg = self.config
-        loss_sum = ddp.all_reduce_sum(self.ctx, self.loop.epoch_loss_sum).item()  # (waits for the device)
-        tokens = ddp.all_reduce_sum(self.ctx, torch.tensor(float(self.loop.epoch_tokens))).item()
+        loop, optimisation = self.parts.loop, self.parts.optimisation
+        loss_sum = ddp.all_reduce_sum(self.ctx, loop.epoch_loss_sum).item()  # (waits for the device)
+        tokens = ddp.all_reduce_sum(self.ctx, torch.tensor(float(loop.epoch_tokens))).item()
         # Tokens of this invocation only (a resumed epoch counts from the resume point).
         new_tokens = tokens - self.epoch_tokens_at_start
         train_seconds = time.monotonic() - epoch_started
         train_loss = loss_sum / max(tokens, 1)
         if not math.isfinite(train_loss):  # the same value on every process (all-reduced)
-            self.diverged = f"training loss {train_loss} in epoch {self.loop.epoch}"
+            self.diverged = f"training loss {train_loss} in epoch {loop.epoch}"
             return {}
-        metrics = {"epoch": self.loop.epoch}
+        metrics = {"epoch": loop.epoch}
         if not complete:
             metrics["partial"] = True
         metrics.update(train_loss=train_loss, train_ppl=math.exp(min(train_loss, 50.0)), train_tokens=int(tokens))
         metrics.update(self._evaluate())
         if not math.isfinite(metrics["valid_loss"]):  # broadcast from rank 0: the same everywhere
-            self.diverged = f"validation loss {metrics['valid_loss']} after epoch {self.loop.epoch}"
+            self.diverged = f"validation loss {metrics['valid_loss']} after epoch {loop.epoch}"
             return {}
         metrics.update(
-            lr=self.loop.schedule.base_lr,
-            optimizer=type(self.optimizer).__name__,
-            steps=self.loop.steps_total,
+            lr=loop.schedule.base_lr,
+            optimizer=type(optimisation.optimizer).__name__,
+            steps=loop.steps_total,
             train_seconds=round(train_seconds, 3),
             epoch_seconds=round(time.monotonic() - epoch_started, 3),
             tokens_per_s=round(new_tokens / max(train_seconds, 1e-9), 1),
         )
         value = self._selection_value(metrics)
-        improved = value is not None and (self.loop.best_metric is None or value > self.loop.best_metric)
+        improved = value is not None and (loop.best_metric is None or value > loop.best_metric)
         if improved:
-            self.loop.best_metric = value
-            self.loop.bad_epochs = 0
-            self._save_best(metrics)
+            loop.best_metric = value
+            loop.bad_epochs = 0
+            save_best(self.run_dir, self.parts, metrics)
         elif complete:
-            self.loop.bad_epochs += 1
-        self.loop.best_valid_ppl = min(self.loop.best_valid_ppl, metrics["valid_ppl"])
+            loop.bad_epochs += 1
+        loop.best_valid_ppl = min(loop.best_valid_ppl, metrics["valid_ppl"])
         metrics["best"] = improved
-        if complete and self.loop.schedule.after_evaluation(self.loop.epoch, metrics["valid_loss"]):
-            self._log(f"epoch {self.loop.epoch}: switching to ASGD")
-            self.optimizer = build_optimizer(self.model.parameters(), cfg.optim, asgd=True)
-        self.loop.history.append(metrics)
+        if complete and loop.schedule.after_evaluation(loop.epoch, metrics["valid_loss"]):
+            self._log(f"epoch {loop.epoch}: switching to ASGD")
+            optimisation.switch_to_asgd()
+        loop.history.append(metrics)
         return metrics
+
+    # ---------------------------------------------------------------------------------------- the run
 
     def _claim_folder(self) -> Optional[RunLock]:
         """Rank 0 takes the folder's lock and checks that a new run may write there."""
@@ -393,24 +430,24 @@ class Trainer(TrainerSetup, CheckpointState):
         return {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def _announce(self) -> None:
-        cfg, ctx = self.config, self.ctx
-        n_params = sum(p.numel() for p in self.model.parameters())
-        tokens_per_epoch = self.objective.tokens_per_epoch(self)
-        sentences = self.corpus.lm_sentences("train")
+        cfg, ctx, parts = self.config, self.ctx, self.parts
+        n_params = sum(p.numel() for p in parts.model.parameters())
+        tokens_per_epoch = parts.objective.tokens_per_epoch()
+        sentences = parts.corpus.lm_sentences("train")
         words = sum(len(sentence) for sentence in sentences)
         # One count, said what it counts: the words, the tokens with the sentence ends (what the model
         # reads), and what an epoch reads of them (the objective says).
         self._log(
-            f"{cfg.model_name}: {n_params:,} parameters, {self.corpus.name} ({len(self.vocab)} types; train text: "
+            f"{cfg.model_name}: {n_params:,} parameters, {parts.corpus.name} ({len(parts.vocab)} types; train text: "
             f"{words:,} words + {len(sentences):,} sentence ends = {words + len(sentences):,} tokens, "
-            f"{self.objective.describe(self)}), device {self.device}"
+            f"{parts.objective.describe(parts.loop.epoch)}), device {ctx.device}"
             + (f", {ctx.world_size} processes" if ctx.distributed else "")
-            + (f", resuming epoch {self.loop.epoch} at batch {self.loop.batch}" if self.resume else "")
+            + (f", resuming epoch {parts.loop.epoch} at batch {parts.loop.batch}" if self.resume else "")
         )
-        self.warn_large = self.device.type == "cpu" and advice.is_large_run(n_params, tokens_per_epoch)
+        self.warn_large = ctx.device.type == "cpu" and advice.is_large_run(n_params, tokens_per_epoch)
         if self.warn_large:
             self._log(advice.size_message(cfg.model_name, n_params, tokens_per_epoch, cfg.train.epochs,
-                                          self.device.type))
+                                          ctx.device.type))
 
     def _make_progress(self) -> Progress:
         """The epoch bar: batches, elapsed time, ETA and the running loss (shown from the first batch)."""
@@ -423,11 +460,12 @@ class Trainer(TrainerSetup, CheckpointState):
     def _stop_interrupted(self) -> None:
         """After SIGINT: write ``last`` at this exact position (again, after an epoch end: the same
         state), mark the run interrupted and say how to continue."""
-        self._save_last()
+        loop = self.parts.loop
+        save_last(self.run_dir, self.parts)
         self._write_metrics_file()
         self._write_status("interrupted", interrupted_at=now(), stop_reason="interrupted",
-                           epoch=self.loop.epoch, batch=self.loop.batch)
-        self._log(f"interrupted at epoch {self.loop.epoch}, batch {self.loop.batch}: checkpoint written to "
+                           epoch=loop.epoch, batch=loop.batch)
+        self._log(f"interrupted at epoch {loop.epoch}, batch {loop.batch}: checkpoint written to "
                   f"{self.run_dir / LAST}.safetensors\ncontinue with: "
                   f"{resume_command(self.run_dir, self.ctx.world_size)}")
 
@@ -435,8 +473,8 @@ class Trainer(TrainerSetup, CheckpointState):
         """A non-finite loss: mark the run diverged (``best`` and ``last`` keep what they held before)
         and raise :class:`TrainingDiverged` with what to do."""
         self._write_metrics_file()
-        self._write_status("diverged", diverged_at=now(), stop_reason="diverged", epoch=self.loop.epoch,
-                           batch=self.loop.batch, error=f"non-finite {self.diverged}")
+        self._write_status("diverged", diverged_at=now(), stop_reason="diverged", epoch=self.parts.loop.epoch,
+                           batch=self.parts.loop.batch, error=f"non-finite {self.diverged}")
         lr = f"optim.lr={self.config.optim.lr}"
         raise TrainingDiverged(
             f"{self.run_dir}: training diverged (non-finite {self.diverged}); the run is marked diverged "
@@ -446,17 +484,15 @@ class Trainer(TrainerSetup, CheckpointState):
 
     def _started(self) -> bool:
         """Whether this run has written its folder (config and status), i.e. there is a run to report on."""
-        return hasattr(self, "ctx") and self.ctx.is_main and (self.run_dir / CONFIG_FILE).is_file()
+        return self.ctx is not None and self.ctx.is_main and (self.run_dir / CONFIG_FILE).is_file()
 
     def _run_epochs(self, progress: Optional[Progress]) -> str:
         """Train, evaluate and checkpoint epoch after epoch; returns why it stopped (``"epochs"``: all done,
         ``"early_stopping"``, ``"time_budget"``, ``"interrupted"``, ``"diverged"``)."""
-        cfg, ctx = self.config, self.ctx
-        while self.loop.epoch <= cfg.train.epochs:
+        cfg, ctx, loop = self.config, self.ctx, self.parts.loop
+        while loop.epoch <= cfg.train.epochs:
             epoch_started = time.monotonic()
-            self.epoch_tokens_at_start = int(
-                ddp.all_reduce_sum(ctx, torch.tensor(float(self.loop.epoch_tokens))).item()
-            )
+            self.epoch_tokens_at_start = int(ddp.all_reduce_sum(ctx, torch.tensor(float(loop.epoch_tokens))).item())
             reason = self._train_epoch(progress)
             if reason in ("interrupted", "diverged"):
                 # No evaluation of a partial epoch: the resumed run must see what an uninterrupted one sees.
@@ -464,7 +500,7 @@ class Trainer(TrainerSetup, CheckpointState):
             complete = reason is None
             metrics = self._end_of_epoch(complete, epoch_started)
             if self.tensorboard is not None:
-                self.tensorboard.epoch(metrics, self.loop.steps_total)
+                self.tensorboard.epoch(metrics, loop.steps_total)
             if self.diverged is not None:
                 return "diverged"
             self._log(
@@ -474,18 +510,54 @@ class Trainer(TrainerSetup, CheckpointState):
                 + f" | {metrics['tokens_per_s']:,.0f} tok/s" + (" *" if metrics["best"] else "")
             )
             if complete:
-                self.loop.next_epoch()
-            self._save_last()
+                loop.next_epoch()
+            save_last(self.run_dir, self.parts)
             self._write_metrics_file()
             if not complete:
                 return "time_budget"
-            if cfg.train.patience is not None and self.loop.bad_epochs >= cfg.train.patience:
+            if cfg.train.patience is not None and loop.bad_epochs >= cfg.train.patience:
                 return "early_stopping"
-            if self.loop.epoch <= cfg.train.epochs:
+            if loop.epoch <= cfg.train.epochs:
                 reason = self._stop_reason()
                 if reason:
                     return reason
         return "epochs"
+
+    def _setup(self) -> None:
+        """Join the process group and build the run's components (:func:`~induce.training.setup.build_run`)."""
+        self.ctx = ddp.init_distributed(self.config.train.device)
+        self.parts = build_run(self.config, self.ctx, corpora_dir=self.corpora_dir, console=self.console,
+                               log=self._log, run_dir=self.run_dir, resume=self.checkpoint)
+        self.config = self.parts.config
+
+    def _open_folder(self) -> None:
+        """Rank 0 writes the run's config, metrics and ``running`` status (and opens the TensorBoard log)."""
+        ctx, cfg = self.ctx, self.config
+        if not ctx.is_main:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, self.run_dir / CONFIG_FILE)
+        self._write_metrics_file()
+        status = {"started_at": now()} if not self.resume else {"resumed_at": now()}
+        self._write_status("running", world_size=ctx.world_size, pid=os.getpid(), **status)
+        if cfg.train.tensorboard:
+            self.tensorboard = TensorBoardLog(self.run_dir, self.parts.loop.steps_total if self.resume else None)
+
+    def _finish(self, stop_reason: str) -> TrainResult:
+        """The run's end: its status (or the interrupted / diverged handling) and its result."""
+        loop = self.parts.loop
+        if stop_reason == "diverged":
+            self._stop_diverged()
+        if stop_reason == "interrupted":
+            self._stop_interrupted()
+        else:
+            self._write_status("finished", finished_at=now(), stop_reason=stop_reason, epochs_done=len(loop.history),
+                               best_valid_ppl=loop.best_valid_ppl)
+        result = TrainResult(self.run_dir, len(loop.history), stop_reason, loop.best_valid_ppl,
+                             loop.best_metric if loop.best_metric is not None else math.nan, list(loop.history))
+        if stop_reason == "interrupted":
+            raise TrainingInterrupted(result, loop.epoch, loop.batch)
+        return result
 
     def run(self) -> TrainResult:
         created = not self.run_dir.exists()
@@ -496,19 +568,11 @@ class Trainer(TrainerSetup, CheckpointState):
             self._setup()
             # From here Ctrl-C means "stop after this batch" (during setup it stops at once).
             previous_handlers = self._install_signal_handlers()
-            ctx, cfg = self.ctx, self.config
-            if ctx.is_main:
-                self.run_dir.mkdir(parents=True, exist_ok=True)
-                save_config(cfg, self.run_dir / CONFIG_FILE)
-                self._write_metrics_file()
-                status = {"started_at": now()} if not self.resume else {"resumed_at": now()}
-                self._write_status("running", world_size=ctx.world_size, pid=os.getpid(), **status)
-                if cfg.train.tensorboard:
-                    self.tensorboard = TensorBoardLog(self.run_dir, self.loop.steps_total if self.resume else None)
+            self._open_folder()
             self._announce()
             self.started = time.monotonic()
             self.batches_this_run = 0
-            progress = self._make_progress() if self.show_progress and ctx.is_main else None
+            progress = self._make_progress() if self.show_progress and self.ctx.is_main else None
             if progress is not None:
                 progress.start()
             try:
@@ -517,21 +581,7 @@ class Trainer(TrainerSetup, CheckpointState):
                 if progress is not None:
                     progress.stop()
             ranks_agree = True  # every process took the same stop decision (a broadcast): they can meet once more
-            if stop_reason == "diverged":
-                self._stop_diverged()
-            if stop_reason == "interrupted":
-                self._stop_interrupted()
-            else:
-                self._write_status(
-                    "finished", finished_at=now(), stop_reason=stop_reason, epochs_done=len(self.loop.history),
-                    best_valid_ppl=self.loop.best_valid_ppl,
-                )
-            loop = self.loop
-            result = TrainResult(self.run_dir, len(loop.history), stop_reason, loop.best_valid_ppl,
-                                 loop.best_metric if loop.best_metric is not None else math.nan, list(loop.history))
-            if stop_reason == "interrupted":
-                raise TrainingInterrupted(result, self.loop.epoch, self.loop.batch)
-            return result
+            return self._finish(stop_reason)
         except (TrainingInterrupted, TrainingDiverged):
             raise
         except KeyboardInterrupt:
@@ -548,8 +598,10 @@ class Trainer(TrainerSetup, CheckpointState):
                     self._write_status("failed", failed_at=now(), error=f"{type(err).__name__}: {err}")
                 except OSError:  # e.g. the disk that is full: the error to report is still err
                     pass
-            message = failures.user_error(err, self.run_dir, self.config, started=self._started(),
-                                          world_size=getattr(getattr(self, "ctx", None), "world_size", 1))
+            message = failures.user_error(
+                err, self.run_dir, self.config, started=self._started(),
+                world_size=self.ctx.world_size if self.ctx is not None else 1,
+                length_key=self.parts.objective.length_key if self.parts is not None else None)
             if message is not None:  # a full disk, no memory: one line, not a traceback
                 raise message from err
             raise
@@ -558,9 +610,9 @@ class Trainer(TrainerSetup, CheckpointState):
                 self.tensorboard.close()
             for sig, handler in previous_handlers.items():
                 signal.signal(sig, handler)
-            if hasattr(self, "ctx"):
-                if hasattr(self, "loss_module"):
-                    self.loss_module = ddp.unwrap(self.loss_module)
+            if self.parts is not None:
+                self.parts.loss_module = ddp.unwrap(self.parts.loss_module)
+            if self.ctx is not None:
                 ddp.shutdown(self.ctx, meet_first=ranks_agree)
             if lock is not None:
                 lock.release()
