@@ -196,7 +196,7 @@ def test_torch_tier_matches_reference(B, T, NT, P, lengths, semiring, chart):
 def test_max_mode_in_chunks_of_one_span(monkeypatch):
     """The max mode's sums in chunks of one span (forward) and of one cell (backward), more splits than
     nonterminals: the same values and gradients as the reference."""
-    from induce.kernels import inside_torch
+    from induce.kernels.pcfg import dense_torch as inside_torch
 
     monkeypatch.setattr(inside_torch, "_MAX_SCRATCH", 1)
     inp = pcfg_inputs(2, 9, 2, 3, lengths=[9, 6], seed=12)

@@ -1,4 +1,4 @@
-"""The compiled max-product path of the torch tier (``induce.kernels.inside_native``) against its eager
+"""The compiled max-product path of the torch tier (``induce.kernels.pcfg.native``) against its eager
 twin: word tables, chart and Viterbi trees equal bit for bit, gradients of the chart to float rounding,
 on shapes below and above the vector width, with padding, ``-inf`` rules and two threads; and the
 eager fallback when no compiler works."""
@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import induce.kernels as K
-from induce.kernels import inside_native
-from induce.kernels.inside_torch import _max_forward
-from induce.kernels.inside_words import max_tables, rule_blocks
+from induce.kernels.pcfg import native as inside_native
+from induce.kernels.pcfg.dense_torch import _max_forward
+from induce.kernels.pcfg.words import max_tables, rule_blocks
 from induce.kernels.testing import pcfg_inputs
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler: the compiled path is off")

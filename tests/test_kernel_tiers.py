@@ -160,7 +160,7 @@ def test_the_check_finds_missing_ops_differing_signatures_and_undeclared_functio
 
 
 def test_an_op_without_a_triton_tier_runs_on_torch_under_auto_and_says_why_when_asked_for(monkeypatch):
-    from induce.kernels import torch_impl
+    from induce.kernels.recurrent import torch_impl
 
     monkeypatch.setattr(_dispatch, "NO_TRITON_TIER", {"cumax": "no kernel written yet"})
     monkeypatch.setattr(_dispatch, "resolve", lambda backend, *tensors: "triton")

@@ -34,8 +34,8 @@ from ._dispatch import (
     triton_unavailable_reason,
     use_backend,
 )
-from .inside_reference import InsideInputError
-from .span_decode import mbr_trees, score_and_span_gradient, span_marginals, tree_of_spans
+from .pcfg.dense_reference import InsideInputError
+from .pcfg.marginals import mbr_trees, score_and_span_gradient, span_marginals, tree_of_spans
 
 #: Public functions built on other kernel ops (no tier of their own): the Viterbi tree is the gradient of
 #: :func:`inside`'s max-product score with respect to its span scores.
@@ -265,7 +265,7 @@ def inside(
     (differentiable). Computed in float32 or better; outputs take ``terms``' dtype.
 
     Tiers: ``reference`` (Kim et al.'s loops, sentence by sentence), ``torch`` (one batched step
-    per width, hand-written outside pass; :mod:`induce.kernels.inside_torch`), ``triton``.
+    per width, hand-written outside pass; :mod:`induce.kernels.pcfg.dense_torch`), ``triton``.
     """
     _check_inside(terms, rules, roots, lengths, span_scores, semiring)
     impl = kernel("inside", backend, terms, rules, roots, span_scores)

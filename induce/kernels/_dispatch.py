@@ -13,7 +13,7 @@ CUDA tensors go to Triton if it imports and everything else goes to the torch ti
 
 Triton is imported lazily, only when the Triton tier is first needed, so that a test module can set
 ``TRITON_INTERPRET=1`` (Triton's CPU interpreter) before Triton reads it: Triton reads that variable
-when a kernel is decorated, i.e. when :mod:`induce.kernels.triton_impl` is imported.
+when a kernel is decorated, i.e. when :mod:`induce.kernels.recurrent.triton_impl` is imported.
 """
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ BACKENDS = ("auto", "reference", "torch", "triton")
 #: The module implementing each tier; every op of :mod:`induce.kernels` is a function of the same name and
 #: signature (less ``backend``) in each of them (``tests/test_kernel_tiers.py`` checks it by introspection).
 TIER_MODULES = {
-    "reference": "induce.kernels.reference",
-    "torch": "induce.kernels.torch_impl",
-    "triton": "induce.kernels.triton_impl",
+    "reference": "induce.kernels.recurrent.reference",
+    "torch": "induce.kernels.recurrent.torch_impl",
+    "triton": "induce.kernels.recurrent.triton_impl",
 }
 #: Ops deliberately left out of the Triton tier, ``{op: why}``: the one place such a gap is declared (the
 #: reference and torch tiers implement every op: one is the tests' ground truth, the other the CPU

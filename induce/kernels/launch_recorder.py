@@ -223,7 +223,7 @@ def intercept(recorder: Recorder) -> Iterator[None]:
     impl = _dispatch._load_triton()
     if impl is None:
         raise KernelBackendError(f"the Triton tier cannot be imported: {_dispatch.triton_unavailable_reason()}")
-    from induce.kernels import triton_span
+    from induce.kernels.recurrent import triton_span
 
     if _interpreted(impl) or _interpreted(triton_span):
         raise KernelBackendError("the Triton tier was imported under TRITON_INTERPRET=1 in this process: its kernels "

@@ -1,5 +1,6 @@
-"""Shared pieces of the Triton tier (:mod:`induce.kernels.triton_impl`, :mod:`induce.kernels.triton_span`):
-launch-size helpers, the length-free ``triton.jit`` and jit helpers used by several kernels."""
+"""Shared pieces of the Triton tier (:mod:`induce.kernels.recurrent.triton_impl`,
+:mod:`induce.kernels.recurrent.triton_span`, the inside kernels of :mod:`induce.kernels.pcfg`): launch-size
+helpers, the length-free ``triton.jit`` and jit helpers used by several kernels."""
 from __future__ import annotations
 
 import triton

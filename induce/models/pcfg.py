@@ -49,7 +49,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from induce.kernels import inside, span_marginals
-from induce.kernels.span_decode import score_and_span_gradient
+from induce.kernels.pcfg.marginals import score_and_span_gradient
 from induce.trees.kinds import GRAMMAR
 
 from .base import SENTENCE_LEVEL, LanguageModel, LMOutput, ModelConfig

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from induce.errors import InvalidValueError
-from induce.kernels.span_decode import mbr_trees, tree_of_spans
+from induce.kernels.pcfg.marginals import mbr_trees, tree_of_spans
 from induce.trees.nodes import IndexTree
 
 

@@ -27,7 +27,7 @@ from typing import NamedTuple, Tuple
 
 import torch
 
-from induce.kernels import inside_native
+from induce.kernels.pcfg import native as inside_native
 
 #: Rule-tensor entries processed per chunk of sentences (a chunk's exp of the blocks: ~4 MB in float32).
 CHUNK_ENTRIES = 1 << 20

@@ -1,8 +1,8 @@
 """The max-product (Viterbi) inside pass on the CPU as compiled loops: the fused path of the torch tier.
 
-PyTorch has no fused "add, then maximum" reduction: its max mode (:func:`~induce.kernels.inside_torch.
+PyTorch has no fused "add, then maximum" reduction: its max mode (:func:`~induce.kernels.pcfg.dense_torch.
 _max_forward`, the eager twin) writes every sum to memory before reducing it, ~7 G elements a second
-on one thread, where the sum mode's matrix products run several times faster. ``inside_native.cpp``
+on one thread, where the sum mode's matrix products run several times faster. ``native.cpp``
 keeps the sums in registers. It is built at first use with the machine's C++ compiler (``$CXX``, else
 ``c++``; ``-O3 -march=native``, OpenMP when the compiler has it), into
 ``$INDUCE_CACHE_DIR`` (default ``$XDG_CACHE_HOME/induce``, else ``~/.cache/induce``), keyed by the
@@ -28,7 +28,7 @@ from typing import Iterator, Optional
 
 import torch
 
-SOURCE = Path(__file__).with_name("inside_native.cpp")
+SOURCE = Path(__file__).with_name("native.cpp")
 #: Flag sets tried in order: the first that compiles is used.
 FLAG_SETS = (
     ["-O3", "-march=native", "-fopenmp"],
@@ -164,7 +164,7 @@ def max_chart(y: torch.Tensor, z: torch.Tensor, w2: torch.Tensor, r_nn: torch.Te
               spans: torch.Tensor) -> torch.Tensor:
     """The max mode's chart ``[B, T(start), T(width - 1), NT]`` from the word tables ``y, z [B, T, A,
     child]``, ``w2 [B, T - 1, A]``, the NN rules ``[B, A, NT, NT]`` and ``spans [B, T, T]``: what the
-    eager :func:`~induce.kernels.inside_torch._max_forward` returns."""
+    eager :func:`~induce.kernels.pcfg.dense_torch._max_forward` returns."""
     B, T, NT, _ = y.shape
     y_t, z_t = y.transpose(-1, -2).contiguous(), z.transpose(-1, -2).contiguous()  # [B, T, child, A]
     w2, rules, spans = w2.contiguous(), r_nn.contiguous(), spans.contiguous()
@@ -176,7 +176,7 @@ def max_chart(y: torch.Tensor, z: torch.Tensor, w2: torch.Tensor, r_nn: torch.Te
 
 def max_backward(grad_chart: torch.Tensor, chart_sw: torch.Tensor, y: torch.Tensor, z: torch.Tensor,
                  r_nn: torch.Tensor, spans: torch.Tensor):
-    """What :func:`~induce.kernels.inside_torch.max_backward` returns, ``(d_y, d_z, d_w2, d_r, d_spans)``,
+    """What :func:`~induce.kernels.pcfg.dense_torch.max_backward` returns, ``(d_y, d_z, d_w2, d_r, d_spans)``,
     from the chart of :func:`max_chart` and its gradient ``grad_chart [B, T, T, NT]``."""
     B, T, NT, _ = y.shape
     y, z = y.contiguous(), z.contiguous()  # [b, t, a, c], the layout a cell's argmax reads rows of

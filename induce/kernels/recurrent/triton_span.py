@@ -1,6 +1,6 @@
 """Triton tier, PaLM's span kernels: span representations (Alg. 1) and the whole span-attention step.
 
-Split from :mod:`induce.kernels.triton_impl` (which re-exports :func:`span_representations` and
+Split from :mod:`induce.kernels.recurrent.triton_impl` (which re-exports :func:`span_representations` and
 :func:`span_attention`, the names the dispatcher looks up); the same conventions hold: float32
 compute, hand-written backward passes, float32 atomic adds where several positions contribute.
 """

@@ -5,7 +5,7 @@ rules), so a split draws on one of four blocks of ``rules [B, NT, S, S]`` (``S =
 ``< NT`` nonterminals): NN (both children longer than a word), PN (a word on the left), NP (a word
 on the right) and PP (a span of two words). The parts that touch a word are contracted with the
 word's preterminal scores once per position, before the chart is filled (the word tables ``y, z,
-w2`` of :mod:`induce.kernels.inside_words`).
+w2`` of :mod:`induce.kernels.pcfg.words`).
 
 The chart of longer spans is filled by :class:`InsideSum` (``semiring="sum"``, word tables and
 chart in one autograd Function) or :class:`_InsideMax` (``"max"``), whose backward passes are
@@ -24,7 +24,7 @@ recomputes the argmax of just the cells that receive a gradient: for ``log Z`` t
 nonterminal per span (Kim et al.'s ``_viterbi`` keeps backpointers for every cell; TN-PCFG takes the
 gradient of the max). The gradient of the best score is the best tree either way
 (:func:`induce.kernels.viterbi`). On float32 CPU tensors without a graph (a Viterbi parse) the max
-mode's word tables, chart and backward run as compiled loops (:mod:`induce.kernels.inside_native`, ~3x
+mode's word tables, chart and backward run as compiled loops (:mod:`induce.kernels.pcfg.native`, ~3x
 faster; same values bit for bit); the loops here are their eager twin, and the only path elsewhere.
 
 The chart is computed over the padded length ``T`` (as TN-PCFG's ``s[arange(B), 0, lens]``);
@@ -48,8 +48,8 @@ from typing import Optional, Tuple, Union
 import torch
 from torch.autograd.function import once_differentiable
 
-from induce.kernels import inside_native
-from induce.kernels.inside_words import (
+from induce.kernels.pcfg import native as inside_native
+from induce.kernels.pcfg.words import (
     _max_out,
     _safe_log,
     max_tables,
@@ -121,7 +121,7 @@ def _width_spans(spans: torch.Tensor, w: int) -> torch.Tensor:
 def _sum_forward(ey, y_max, ez, z_max, w2, r_nn, spans):
     """Fill the chart width by width: each span's nonterminals from its three kinds of splits. The word
     tables come scaled, ``ey [B, T, NT, NT]`` with its rows' shifts ``y_max [B, T, NT]`` (``y = log(ey) +
-    y_max``), the same for ``z`` (:class:`~induce.kernels.inside_words.SumTables`, position-major storage:
+    y_max``), the same for ``z`` (:class:`~induce.kernels.pcfg.words.SumTables`, position-major storage:
     read here through ``[T, B, ...]`` views)."""
     B, T, NT, _ = ey.shape
     chart = _Chart(B, T, NT, ey)
@@ -216,10 +216,10 @@ class InsideSum(torch.autograd.Function):
     """``(terms [B, T, P], rules [B, NT, S, S], spans [B, T, T], chart) -> chart [B, T(start), T(width-1), NT]``
     (``spans[b, i, j]``: the words ``i .. j``, the chart's own layout; :func:`run_inside` converts the fenceposts).
 
-    Word tables (:func:`~induce.kernels.inside_words.sum_tables`), then ``chart = (forward, backward)``:
+    Word tables (:func:`~induce.kernels.pcfg.words.sum_tables`), then ``chart = (forward, backward)``:
     ``forward(ey, y_max, ez, z_max, w2, r_nn, spans) -> (chart, state)`` fills the chart from the scaled
     tables, ``backward(state, grad_chart)`` returns the gradients of ``(ey, ez, w2, r_nn, spans)``:
-    :data:`TORCH_CHART` here, the Triton kernels in :mod:`induce.kernels.inside_triton`. The rules'
+    :data:`TORCH_CHART` here, the Triton kernels in :mod:`induce.kernels.pcfg.dense_triton`. The rules'
     gradient is one tensor, its four blocks written in place."""
 
     @staticmethod

@@ -7,7 +7,7 @@ positions contribute to (span attention, span representations) are accumulated w
 adds, so their summation order, and their last bits, may vary from run to run on a GPU.
 
 Here: cumax, the ON-LSTM cell step, stick-breaking gates and linear scans; PaLM's span kernels are in
-:mod:`induce.kernels.triton_span` (re-exported here, where the dispatcher looks them up) and the
+:mod:`induce.kernels.recurrent.triton_span` (re-exported here, where the dispatcher looks them up) and the
 helpers both use in :mod:`induce.kernels.triton_base`.
 """
 from __future__ import annotations
@@ -19,10 +19,10 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from induce.kernels.inside_lowrank_triton import inside_lowrank  # noqa: F401 (dispatch)
-from induce.kernels.inside_triton import inside  # noqa: F401 (dispatch)
+from induce.kernels.pcfg.dense_triton import inside  # noqa: F401 (dispatch)
+from induce.kernels.pcfg.lowrank_triton import inside_lowrank  # noqa: F401 (dispatch)
+from induce.kernels.recurrent.triton_span import span_attention, span_representations  # noqa: F401 (dispatch)
 from induce.kernels.triton_base import _length_free_jit, _pow2, _tanh
-from induce.kernels.triton_span import span_attention, span_representations  # noqa: F401 (dispatch)
 
 
 # ========================================================================================= cumax
@@ -106,7 +106,7 @@ class _Cumax(torch.autograd.Function):
 def cumax(x: torch.Tensor, dim: int = -1, reverse: bool = False) -> torch.Tensor:
     """Fused softmax + running sum over rows of ``x`` moved to ``[..., N]``, several rows per program."""
     if x.shape[dim] > _CUMAX_MAX_ROW:
-        from induce.kernels import torch_impl  # one block per row; longer rows are not worth a kernel
+        from induce.kernels.recurrent import torch_impl  # one block per row; longer rows are not worth a kernel
 
         return torch_impl.cumax(x, dim=dim, reverse=reverse)
     moved = x.movedim(dim, -1)

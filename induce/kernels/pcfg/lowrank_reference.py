@@ -23,7 +23,7 @@ from typing import Optional
 
 import torch
 
-from induce.kernels.inside_reference import InsideInputError
+from induce.kernels.pcfg.dense_reference import InsideInputError
 
 
 def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
