@@ -449,7 +449,7 @@ def _span_dw_kernel(
 
 # tile sizes: MLP kernel (rows x A block, D walked in blocks), gradient kernel (rows x D block,
 # A walked in blocks), context kernel (positions x D block). Register use per tile decides them as
-# much as speed: compiled for sm_90 (python3 -m induce.kernels.compile_check), the backward tiles
+# much as speed: compiled for sm_90 (python3 -m induce.devtools.compile_check), the backward tiles
 # of the H100 tuning (gradient 128 x 64, dW 64 x 128, the MLP backward's A block of 128) spilled
 # 0.8-1.1 KB per thread (gradient, dW) and ~100 B (MLP backward); the tiles below spill nothing
 # but dW's ~60 B in fp32 (bench/RESULTS.md, "H100 compile check"). Their speed is not measured

@@ -7,14 +7,14 @@ specialisation (argument types, alignment and integer classes, constexprs, warps
 :class:`Variant` and returns True, so that nothing compiles and nothing runs (the kernels' outputs
 stay uninitialised). The tier's launchers (``cumax``, ``span_attention``, ...) are wrapped too: their
 calls are kept as :class:`LauncherCall` (tensor arguments as shapes and dtypes), for
-:mod:`induce.kernels.compile_workloads` to call again at other sizes.
+:mod:`induce.devtools.compile_workloads` to call again at other sizes.
 
-Unlike :mod:`induce.kernels.launches` (which counts launches, through the interpreter on a CPU),
+Unlike :mod:`induce.devtools.launches` (which counts launches, through the interpreter on a CPU),
 this goes through Triton's real JIT path up to the point where it would compile, so a variant here
 is exactly what a GPU would compile. The hook's arguments and the driver methods used are the same
 in Triton 3.6 and 3.9. Kernels that
 were decorated under ``TRITON_INTERPRET=1`` (the interpreter tests set it when pytest imports them)
-cannot be recorded: use a fresh process (:mod:`induce.kernels.compile_check` does).
+cannot be recorded: use a fresh process (:mod:`induce.devtools.compile_check` does).
 """
 from __future__ import annotations
 

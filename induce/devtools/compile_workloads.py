@@ -1,7 +1,7 @@
 """What the H100 compile check drives: the models of every shipped config, the parse lengths, cumax.
 
-:func:`record` returns a :class:`~induce.kernels.launch_recorder.Recorder` holding every distinct
-kernel variant these launch (see :mod:`induce.kernels.launch_recorder` for how launches are
+:func:`record` returns a :class:`~induce.devtools.launch_recorder.Recorder` holding every distinct
+kernel variant these launch (see :mod:`induce.devtools.launch_recorder` for how launches are
 recorded without a GPU):
 
 1. **Models.** Every shipped config: ``configs/*.yaml`` (each file also with every sibling model
@@ -40,7 +40,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from induce.kernels.launch_recorder import Recorder, TensorArg, intercept
+from induce.devtools.launch_recorder import Recorder, TensorArg, intercept
 
 #: Parse lengths run through every model: one and two tokens, the dev-F1 sentences (<= 40 words
 #: between two ``<eos>``) and the parse CLI's default ``--max-length 300`` plus its two ``<eos>``.
