@@ -220,8 +220,6 @@ def sweep_span_counts(recorder: Recorder, counts: Sequence[int] = SPAN_COUNT_SWE
 
     from induce.kernels import _dispatch
 
-    impl = _dispatch._load_triton()
-
     def resized(arg: TensorArg, recorded_m: int, m: int, steps: int):
         if len(arg.shape) >= 2:
             return arg.make((1, steps) + arg.shape[2:])
@@ -232,7 +230,7 @@ def sweep_span_counts(recorder: Recorder, counts: Sequence[int] = SPAN_COUNT_SWE
     recorder.label, recorder.kind, recorder.order = "span-count sweep", "parse", (number, 0)
     with torch.no_grad():
         for call in _sweep_templates(recorder):
-            launcher = getattr(impl, call.name)
+            launcher = _dispatch.implementation(call.name, "triton")
             recorded_m = call.arguments["max_len"]
             for m in counts:
                 for steps in sorted({max(m - 1, 1), m}):
@@ -250,7 +248,7 @@ def drive_cumax(recorder: Recorder, number: int = 0) -> None:
 
     from induce.kernels import _dispatch
 
-    impl = _dispatch._load_triton()
+    cumax = _dispatch.implementation("cumax", "triton")
     shapes = sorted({(c.arguments["c"].shape[0], c.arguments["n_chunks"]) for c in list(recorder.calls.values())
                      if c.name == "onlstm_cell"})
     recorder.label, recorder.kind, recorder.order = "cumax", "on ON-LSTM gate shapes", (number, 0)
@@ -258,7 +256,7 @@ def drive_cumax(recorder: Recorder, number: int = 0) -> None:
         for dtype in (torch.float32, torch.bfloat16):
             for reverse in (False, True):
                 x = torch.zeros(shape, dtype=dtype, requires_grad=True)
-                impl.cumax(x, reverse=reverse).sum().backward()
+                cumax(x, reverse=reverse).sum().backward()
 
 
 def drive_inside_lowrank(recorder: Recorder, number: int = 0) -> None:

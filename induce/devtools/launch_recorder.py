@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import inspect
 from typing import Any, Callable, Iterator, Optional
 
@@ -217,19 +218,16 @@ def intercept(recorder: Recorder) -> Iterator[None]:
     from triton.backends.compiler import GPUTarget
     from triton.runtime import driver
 
-    import induce.kernels as kernels
     from induce.kernels import _dispatch
 
-    impl = _dispatch._load_triton()
-    if impl is None:
+    if _dispatch.triton_unavailable_reason() is not None:
         raise KernelBackendError(f"the Triton tier cannot be imported: {_dispatch.triton_unavailable_reason()}")
-    from induce.kernels.recurrent import triton_span
-
-    if _interpreted(impl) or _interpreted(triton_span):
+    if any(_interpreted(importlib.import_module(name)) for name in _dispatch.triton_modules()):
         raise KernelBackendError("the Triton tier was imported under TRITON_INTERPRET=1 in this process: its kernels "
                                  "cannot be compiled here (record launches in a fresh process)")
-    launchers = {name: getattr(impl, name) for name in kernels.__all__
-                 if callable(getattr(impl, name, None)) and hasattr(kernels, name)}
+    # {op: (the module the dispatcher takes it from, the launcher)}
+    launchers = {op: (importlib.import_module(tiers["triton"]), _dispatch.implementation(op, "triton"))
+                 for op, tiers in _dispatch.TIER_MODULES.items()}
     saved_hook = knobs.runtime.jit_cache_hook
     saved_interpreting = _dispatch.triton_interpreting
     saved_backend = _dispatch.get_backend()
@@ -238,13 +236,13 @@ def intercept(recorder: Recorder) -> Iterator[None]:
     knobs.runtime.jit_cache_hook = recorder.hook
     _dispatch.triton_interpreting = lambda: True  # resolve() then accepts CPU tensors for the Triton tier
     _dispatch.set_backend("triton")
-    for name, launcher in launchers.items():
-        setattr(impl, name, recorder.wrap(name, launcher))
+    for op, (module, launcher) in launchers.items():
+        setattr(module, op, recorder.wrap(op, launcher))
     try:
         yield
     finally:
-        for name, launcher in launchers.items():
-            setattr(impl, name, launcher)
+        for op, (module, launcher) in launchers.items():
+            setattr(module, op, launcher)
         _dispatch.set_backend(saved_backend)
         _dispatch.triton_interpreting = saved_interpreting
         knobs.runtime.jit_cache_hook = saved_hook

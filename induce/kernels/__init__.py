@@ -2,6 +2,11 @@
 linear-recurrence scans, PaLM span attention, the dense-PCFG inside algorithm and TN-PCFG's low-rank one,
 each in three tiers (``reference``, ``torch``, ``triton``).
 
+This module is the public API: one function per op, which states the op's conventions, picks a tier
+(:func:`induce.kernels._dispatch.kernel`) and calls it. The tiers live by op: the recurrent models' ops in
+:mod:`induce.kernels.recurrent`, the PCFGs' inside algorithms in :mod:`induce.kernels.pcfg`, a module per
+tier each (:data:`induce.kernels._dispatch.TIER_MODULES`).
+
 Every function takes ``backend: str = "auto"``; see :mod:`induce.kernels._dispatch` for how
 ``"auto"`` is resolved and :func:`set_backend` / :func:`get_backend` / :func:`use_backend` for the
 process-wide switch behind the CLI's ``--kernels``. Asking for ``"triton"`` where it cannot run

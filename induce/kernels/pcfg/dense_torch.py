@@ -59,6 +59,10 @@ from induce.kernels.pcfg.words import (
     sum_tables_backward,
 )
 
+#: Public functions here that are not kernel ops: :func:`run_inside`, the driver the Triton tier runs too (with
+#: its own chart functions), and the steps it is made of, :func:`max_backward` and :func:`finish`.
+TIER_HELPERS = ("finish", "max_backward", "run_inside")
+
 
 def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
     return x if x.dtype == torch.float64 else x.float()

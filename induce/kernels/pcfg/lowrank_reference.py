@@ -25,6 +25,9 @@ import torch
 
 from induce.kernels.pcfg.dense_reference import InsideInputError
 
+#: Public functions here that are not kernel ops: the input check the other tiers run too.
+TIER_HELPERS = ("check_inputs",)
+
 
 def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
     return x if x.dtype == torch.float64 else x.float()

@@ -38,6 +38,11 @@ from torch.autograd.function import once_differentiable
 
 from induce.kernels.pcfg.lowrank_reference import check_inputs
 
+#: Public functions here that are not kernel ops: :func:`inside_lowrank_with`, the autograd function the Triton
+#: tier runs with its fused split sums, the eager split sums it takes here (:func:`merge_forward`,
+#: :func:`merge_backward`) and :func:`log_matmul` (``bench/inside_lowrank.py`` times it).
+TIER_HELPERS = ("inside_lowrank_with", "log_matmul", "merge_backward", "merge_forward")
+
 #: ``log`` of the smallest normal float32: products below it are clamped (see the module docstring).
 _TINY = torch.finfo(torch.float32).tiny
 

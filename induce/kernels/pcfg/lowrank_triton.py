@@ -20,6 +20,10 @@ import triton.language as tl
 from induce.kernels.pcfg.lowrank_torch import inside_lowrank_with
 from induce.kernels.triton_base import _length_free_jit, _pow2
 
+#: Public functions here that are not kernel ops: the fused split sums (the tests compare them with the torch
+#: tier's).
+TIER_HELPERS = ("merge_backward", "merge_forward")
+
 #: Ranks per program: a power of two up to 128 (the rank axis is the only vector axis).
 _MAX_BLOCK_R = 128
 

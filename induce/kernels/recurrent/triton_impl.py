@@ -7,8 +7,7 @@ positions contribute to (span attention, span representations) are accumulated w
 adds, so their summation order, and their last bits, may vary from run to run on a GPU.
 
 Here: cumax, the ON-LSTM cell step, stick-breaking gates and linear scans; PaLM's span kernels are in
-:mod:`induce.kernels.recurrent.triton_span` (re-exported here, where the dispatcher looks them up) and the
-helpers both use in :mod:`induce.kernels.triton_base`.
+:mod:`induce.kernels.recurrent.triton_span` and the helpers both use in :mod:`induce.kernels.triton_base`.
 """
 from __future__ import annotations
 
@@ -19,9 +18,6 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from induce.kernels.pcfg.dense_triton import inside  # noqa: F401 (dispatch)
-from induce.kernels.pcfg.lowrank_triton import inside_lowrank  # noqa: F401 (dispatch)
-from induce.kernels.recurrent.triton_span import span_attention, span_representations  # noqa: F401 (dispatch)
 from induce.kernels.triton_base import _length_free_jit, _pow2, _tanh
 
 

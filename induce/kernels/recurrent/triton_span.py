@@ -1,8 +1,7 @@
 """Triton tier, PaLM's span kernels: span representations (Alg. 1) and the whole span-attention step.
 
-Split from :mod:`induce.kernels.recurrent.triton_impl` (which re-exports :func:`span_representations` and
-:func:`span_attention`, the names the dispatcher looks up); the same conventions hold: float32
-compute, hand-written backward passes, float32 atomic adds where several positions contribute.
+The same conventions as :mod:`induce.kernels.recurrent.triton_impl` (the rest of the recurrent ops' Triton
+tier): float32 compute, hand-written backward passes, float32 atomic adds where several positions contribute.
 """
 from __future__ import annotations
 
