@@ -134,6 +134,20 @@ def test_no_module_reexports_an_op():
     assert reexports(module_source, kernel_modules()) == []
 
 
+def test_the_trees_import_no_kernel():
+    """Kernels build on trees (:mod:`induce.trees.nodes`, the decoders' tree building), never the reverse:
+    no module of :mod:`induce.trees` imports one of :mod:`induce.kernels` or names one in a string."""
+    trees = Path(importlib.util.find_spec("induce.trees").origin).parent
+    found = []
+    for path in sorted(trees.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [node.value] if isinstance(node, ast.Constant) and isinstance(node.value, str) else [])
+            found += [f"{path.name}:{node.lineno} {name}" for name in names if name.startswith(PACKAGE)]
+    assert found == []
+
+
 def test_the_dispatcher_returns_the_function_its_module_defines():
     """At run time too: each op and CPU tier resolves to the function of the module named for it."""
     x = torch.zeros(2, 3)
