@@ -82,6 +82,15 @@ def test_every_kernel_is_covered(report):
     assert trained and trained <= autocast, f"not driven under bf16 autocast: {sorted(trained - autocast)}"
 
 
+def test_every_shipped_config_is_driven(report):
+    """Every shipped config, the neural PCFGs (no stream, no state: a path of their own) included."""
+    from induce.devtools.compile_workloads import shipped_configs
+
+    labels = [label for label, _ in shipped_configs()]
+    assert any(cfg.model_name.endswith("pcfg") for _, cfg in shipped_configs())
+    assert report["driven"] == labels
+
+
 def test_the_parse_lengths_are_covered(report):
     """The span kernels of parsing were driven at every span count up to the default --max-length's."""
     from induce.devtools.compile_workloads import SPAN_COUNT_SWEEP

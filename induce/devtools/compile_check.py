@@ -229,8 +229,9 @@ def _run(args, only) -> int:
     print(f"drive {driven:.1f} s, compile {total - driven:.1f} s ({args.jobs} processes)")
     if args.json is not None:
         args.json.write_text(json.dumps({"target": list(TARGET), "shared_limit": SHARED_LIMIT, "variants": results,
-                                         "launches": recorder.launches, "drive_seconds": round(driven, 1),
-                                         "total_seconds": round(total, 1)}, indent=1, default=str))
+                                         "launches": recorder.launches, "driven": recorder.driven,
+                                         "drive_seconds": round(driven, 1), "total_seconds": round(total, 1)},
+                                        indent=1, default=str))
     return 1 if any(problems(r) for r in results) else 0
 
 

@@ -15,6 +15,9 @@ recorded without a GPU):
    one modulo 16 (kept >= 2 unless it is 1, :func:`drive_batch`): every byte offset and every
    multiple of the batch stays in its class of divisibility by 16, the only batch property Triton
    specialises on, at a fraction of the CPU time. The vocabulary is tiny (it reaches no kernel).
+   Sentence-level models (the neural PCFGs: no stream, no state) take their own path instead
+   (:func:`drive_sentence_model`: their sentence loss in training and validation, then parses). Every
+   config driven is listed in the recorder's ``driven`` (the test checks that none is left out).
 2. **Span counts.** A parse scores every span of a sentence, so PaLM's span count ``m`` grows with
    it: ``<eos> words <eos>`` of at most ``--max-length`` words (default 300; the option has no upper
    bound). Every launcher with a ``max_len`` argument is called again, with the dtypes and feature
@@ -22,7 +25,7 @@ recorded without a GPU):
    default's 302 and over a whole period of 16) and the powers of two up to 4096 with their
    neighbours (tile choices change at powers of two, Triton's integer specialisation at multiples of 16).
 3. **cumax**, public but called by no model, on the ON-LSTM master-gate shapes (:func:`drive_cumax`).
-4. **inside_lowrank** (TN-PCFG), which no shipped config uses yet: forward and backward at the ranks of
+4. **inside_lowrank** (TN-PCFG) beyond the shipped config's rank: forward and backward at the ranks of
    :data:`LOWRANK_RANKS` (:func:`drive_inside_lowrank`).
 5. **The dense-PCFG inside algorithm** (:func:`drive_inside`) at the grammar sizes of
    :data:`PCFG_GRAMMARS`, both semirings, forward and backward. Its kernels specialise on the number
@@ -121,6 +124,7 @@ def drive_config(label: str, cfg, recorder: Recorder, number: int = 0) -> None:
     cls = get_model_class(cfg.model_name)
     torch.manual_seed(0)
     model = cls(VOCAB_SIZE, cfg.model_config_object())
+    recorder.driven.append(label)
     if cls.objective is not STREAM_LM:
         drive_sentence_model(label, cfg, model, recorder, number)
         return

@@ -145,7 +145,8 @@ class LauncherCall:
 class Recorder:
     """Collects the kernel variants (from Triton's hook) and the launcher calls (from wrappers).
 
-    ``label`` / ``kind`` / ``order`` say what is being driven (e.g. ``"onlstm.yaml"``, ``"train bf16"``).
+    ``label`` / ``kind`` / ``order`` say what is being driven (e.g. ``"onlstm.yaml"``, ``"train bf16"``);
+    ``driven`` lists the labels of the configs driven so far.
     """
 
     def __init__(self):
@@ -153,6 +154,7 @@ class Recorder:
         self.calls: dict = {}
         self.label, self.kind, self.order = "", "", ()
         self.launches = 0
+        self.driven: list = []
 
     def hook(self, *, key, fn, compile, **_ignored) -> bool:
         self.launches += 1
@@ -170,8 +172,9 @@ class Recorder:
         return True  # skip the compilation and the launch: nothing runs
 
     def merge(self, other: Recorder) -> None:
-        """Add ``other``'s variants and calls (a variant keeps its earliest sighting)."""
+        """Add ``other``'s variants, calls and driven configs (a variant keeps its earliest sighting)."""
         self.launches += other.launches
+        self.driven += other.driven
         for ident, variant in other.variants.items():
             mine = self.variants.get(ident)
             if mine is None:
