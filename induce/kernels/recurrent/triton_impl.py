@@ -24,7 +24,8 @@ from induce.kernels.triton_base import _length_free_jit, _pow2, _tanh
 # ========================================================================================= cumax
 # Several rows per program (``ROWS`` x ``BLOCK`` tile, one warp per row where the row fits): the
 # max/sum reductions and the running sum then stay inside a warp, and each program moves enough
-# bytes to keep the memory system busy (one 400-wide row per program reached ~47% of copy bandwidth).
+# bytes to keep the memory system busy (one 400-wide row per program reaches ~47% of an H100's copy
+# bandwidth, bench/gpu_notes.md).
 @_length_free_jit('R')
 def _cumax_fwd_kernel(x_ptr, y_ptr, R, N, BLOCK: tl.constexpr, ROWS: tl.constexpr, REVERSE: tl.constexpr):
     rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)[:, None]
@@ -218,8 +219,9 @@ def _onlstm_cell_bwd_kernel(
 def _onlstm_cell_launch(P: int, C: int):
     """``(BP, BC, num_warps)``: the ``[BP, BC]`` unit tile (powers of two) and warps for it.
 
-    A warp per 256 units (8 per thread): with one per 512 the backward of the paper's layers
-    (``[128, 16]`` tiles) spilled at 255 registers; at 8 warps it needs ~156 (compiled for sm_90).
+    A warp per 256 units (8 per thread): compiled for sm_90, the backward of the paper's layers
+    (``[128, 16]`` tiles) needs ~156 registers per thread at 8 warps, and spills at 255 with a warp per
+    512 units.
     """
     bp, bc = _pow2(P, 2), _pow2(C, 2)
     return bp, bc, min(8, max(1, bp * bc // 256))
