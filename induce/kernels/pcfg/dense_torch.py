@@ -48,7 +48,7 @@ from typing import Optional, Tuple, Union
 import torch
 from torch.autograd.function import once_differentiable
 
-from induce.kernels.pcfg import native as inside_native
+from induce.kernels.pcfg import native
 from induce.kernels.pcfg.words import (
     _max_out,
     _safe_log,
@@ -260,8 +260,8 @@ def _max_forward(y, z, w2, r_nn, spans):
     cells that get a gradient). Returns ``chart_sw [B, T(start), T(width - 1), NT]``. The sums before
     each ``max`` go to buffers allocated once per pass (a fresh tensor per width costs its page faults
     again)."""
-    if inside_native.usable(y, z, w2, r_nn, spans):
-        return inside_native.max_chart(y, z, w2, r_nn, spans)
+    if native.usable(y, z, w2, r_nn, spans):
+        return native.max_chart(y, z, w2, r_nn, spans)
     B, T, NT, _ = y.shape
     chart_sw = y.new_zeros(B, T, T, NT)
     chart_ew = y.new_zeros(B, T, T, NT)
@@ -372,8 +372,8 @@ def max_backward(grad_chart, chart_sw, y, z, r_nn, spans):
     nonterminal per span of it), their argmax recomputed from the chart (:func:`_argmax_cells`), in
     chunks that keep the ``[cells, splits, NT, NT]`` sums small. Shared by the torch and Triton tiers.
     Returns the gradients of ``(y, z, w2, r_nn, spans)``; ``chart_sw`` as :func:`_max_forward` returns it."""
-    if inside_native.usable(grad_chart, chart_sw, y, z, r_nn, spans):
-        return inside_native.max_backward(grad_chart, chart_sw, y, z, r_nn, spans)
+    if native.usable(grad_chart, chart_sw, y, z, r_nn, spans):
+        return native.max_backward(grad_chart, chart_sw, y, z, r_nn, spans)
     B, T, _, NT = chart_sw.shape
     chart_ew = torch.zeros_like(chart_sw)  # the end-indexed layout, for the right children
     for w in range(2, T + 1):
