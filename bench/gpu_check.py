@@ -77,8 +77,8 @@ SUMMARY, LOG, TRAINING_JSON, BENCH_JSON = "summary.json", "gpu-check.log", "gpu_
 #: modules every step needs (the device image lacks nltk and pydantic: they come as wheels)
 REQUIRED_MODULES = ("torch", "triton", "numpy", "rich", "typer", "yaml", "safetensors", "nltk", "pydantic", "pytest",
                     "hypothesis")
-PROJECT_MODULES = ("induce.config", "induce.data.locate", "induce.training.trainer", "induce.kernels.triton_impl",
-                   "induce.cli.main")
+PROJECT_MODULES = ("induce.config", "induce.data.locate", "induce.training.trainer",
+                   "induce.kernels.recurrent.triton_impl", "induce.cli.main")
 COMPILE_TEST = "tests/test_triton_compile_h100.py"
 KERNEL_TESTS = ("tests/test_kernels_triton.py", "tests/test_onlstm_cell.py", "tests/test_batching.py",
                 "tests/test_weight_drop_lstm.py")

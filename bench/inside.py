@@ -10,7 +10,7 @@ At ``B`` sentences of ``T`` words (all of length ``T``), ``--nonterminals`` / ``
 * ``inside forward``: ``log Z`` alone under ``torch.no_grad()``;
 * ``viterbi``: :func:`induce.kernels.viterbi`, the best tree's score and the tree (max-product
   forward and the walk back down the best tree), what ``--decoder viterbi`` needs: on the compiled
-  loops of :mod:`induce.kernels.inside_native` where they build (the header line says), and
+  loops of :mod:`induce.kernels.pcfg.native` where they build (the header line says), and
   ``viterbi, eager`` the same on the torch tier's eager loops (their twin);
 * ``marginals``: :func:`induce.kernels.span_marginals`, what MBR decoding needs.
 
@@ -53,7 +53,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 import induce.kernels as K  # noqa: E402
-from induce.kernels import inside_native  # noqa: E402
+from induce.kernels.pcfg import native as inside_native  # noqa: E402
 
 
 def make_inputs(B: int, T: int, NT: int, P: int, seed: int = 0) -> Dict[str, torch.Tensor]:

@@ -37,7 +37,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import induce.kernels as K  # noqa: E402
-from induce.kernels.inside_lowrank_torch import log_matmul  # noqa: E402
+from induce.kernels.pcfg.lowrank_torch import log_matmul  # noqa: E402
 
 
 def autograd_inside(terms, roots, head, left, right, lengths):

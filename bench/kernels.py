@@ -43,8 +43,8 @@ from rich.console import Console
 from rich.table import Table
 
 import induce.kernels as K
+from induce.kernels.recurrent.torch_impl import attend_over_spans
 from induce.kernels.testing import onlstm_cell_inputs, random_scan_inputs, span_attention_inputs
-from induce.kernels.torch_impl import attend_over_spans
 
 SIZES = {  # name: (B, T, D, A, m, window)
     "paper": (20, 70, 400, 400, 20, 15),

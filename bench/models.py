@@ -37,7 +37,7 @@ interleaved with the eager step; captured in a CUDA graph after its warm-up on C
 
 **Kernel launches per training step** (a second table; ``launches_torch`` / ``launches_triton`` in
 ``--json``; ``--no-launches`` skips it): each model with the torch tier and with the Triton tier, and
-each ``--external``, counted at dispatch by :mod:`induce.kernels.launches` — every aten operator that
+each ``--external``, counted at dispatch by :mod:`induce.devtools.launches` — every aten operator that
 launches a kernel (not views, allocations, scalar reads) plus every Triton kernel launch, forward,
 backward and optimiser, on the step after one uncounted step, on a fresh trainer. On a GPU the step
 runs as usual. On a CPU the same counting follows the choices made on CUDA (``as_on_cuda``: foreach
@@ -70,8 +70,8 @@ import torch.nn.functional as F
 from rich.console import Console
 from rich.table import Table
 
+from induce.devtools.launches import LaunchCount, as_on_cuda, count_launches
 from induce.kernels import triton_unavailable_reason, use_backend
-from induce.kernels.launches import LaunchCount, as_on_cuda, count_launches
 from induce.models.awd import RecurrentProjection, WeightDropLSTM
 from induce.models.registry import get_model_class
 from induce.training.graphs import WARMUP_STEPS
@@ -345,13 +345,13 @@ def _triton_tier_on_cpu():
 
 
 def step_launches(make_trainer, tier: str | None, device: str, uncounted: int = 1) -> LaunchCount:
-    """Kernel launches of one training step (:mod:`induce.kernels.launches`: aten operators that launch
+    """Kernel launches of one training step (:mod:`induce.devtools.launches`: aten operators that launch
     a kernel + Triton launches, counted at dispatch).
 
     A fresh trainer from ``make_trainer()`` takes ``uncounted`` steps (lazy state: the optimiser's
     moments, PaLM's first span memory), then the counted one, with kernel tier ``tier`` (None: an
     external's own code). On a GPU the step runs as usual. On a CPU it follows the choices made on
-    CUDA (:func:`~induce.kernels.launches.as_on_cuda`) and Triton kernels are counted without running
+    CUDA (:func:`~induce.devtools.launches.as_on_cuda`) and Triton kernels are counted without running
     (the interpreter would take hours at the papers' sizes); their outputs, and so the weights, are
     garbage, which is why the trainer is a fresh one, used for nothing else.
     """

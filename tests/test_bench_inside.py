@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from induce.kernels import inside_native
+from induce.kernels.pcfg import native as inside_native
 
 from helpers import script_module
 

@@ -14,8 +14,8 @@ if not torch.cuda.is_available():
 
 import pytest  # noqa: E402
 
+from induce.devtools.launches import as_on_cuda, count_launches  # noqa: E402
 from induce.kernels import triton_unavailable_reason, use_backend  # noqa: E402
-from induce.kernels.launches import as_on_cuda, count_launches  # noqa: E402
 
 from helpers import script_module  # noqa: E402
 
@@ -106,7 +106,7 @@ def test_cpu_run_refuses_the_gpu_file(bench_models, capsys):
 
 def test_launches_are_counted_by_hand_worked_rules():
     """Views, allocations, scalar reads and empty outputs launch nothing; every other operator, forward
-    and backward, is one launch (the rules of induce.kernels.launches, on a step counted by hand)."""
+    and backward, is one launch (the rules of induce.devtools.launches, on a step counted by hand)."""
     x = torch.randn(2, 3, requires_grad=True)
     with count_launches() as count:
         y = x.t()  # a view: 0

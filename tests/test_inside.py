@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import induce.kernels as K
 from induce.kernels.testing import compare_with_reference, pcfg_inputs
+from induce.trees.grammar_decoders import mbr_trees, tree_of_spans
 from induce.trees.nodes import tree_spans
 
 TIER = "torch"
@@ -95,7 +96,7 @@ def test_log_partition_viterbi_and_marginals_match_brute_force(n, pad, NT, P, se
             best_with_these_spans = max(s for s, spans in plain if spans == got)
             assert math.isclose(best_with_these_spans, float(p_scores.max()), rel_tol=1e-9, abs_tol=1e-9), got
             assert math.isclose(float(score[b]), float(p_scores.max()), rel_tol=1e-9, abs_tol=1e-9)
-        (mbr,) = K.mbr_trees(marginals[b:b + 1], inp["lengths"][b:b + 1])
+        (mbr,) = mbr_trees(marginals[b:b + 1], inp["lengths"][b:b + 1])
         expected_count = {spans: sum(float(expected[i, j]) for i, j in spans) for _, spans in plain}
         assert math.isclose(expected_count[frozenset(tree_spans(mbr, min_length=1))], max(expected_count.values()),
                             rel_tol=1e-6, abs_tol=1e-6)
@@ -138,7 +139,7 @@ def test_hand_worked_three_words_two_splits():
         score, trees = K.viterbi(terms, rules, roots, torch.tensor([3]), backend=tier)
         assert score.item() == pytest.approx(math.log(right), abs=1e-6)
         assert trees == [(0, (1, 2))]
-        assert K.mbr_trees(m[None], torch.tensor([3])) == [(0, (1, 2))]
+        assert mbr_trees(m[None], torch.tensor([3])) == [(0, (1, 2))]
 
 
 # ---------------------------------------------------------------------------- finite differences
@@ -196,7 +197,7 @@ def test_torch_tier_matches_reference(B, T, NT, P, lengths, semiring, chart):
 def test_max_mode_in_chunks_of_one_span(monkeypatch):
     """The max mode's sums in chunks of one span (forward) and of one cell (backward), more splits than
     nonterminals: the same values and gradients as the reference."""
-    from induce.kernels import inside_torch
+    from induce.kernels.pcfg import dense_torch as inside_torch
 
     monkeypatch.setattr(inside_torch, "_MAX_SCRATCH", 1)
     inp = pcfg_inputs(2, 9, 2, 3, lengths=[9, 6], seed=12)
@@ -248,7 +249,7 @@ def test_one_word_sentences_score_minus_inf_without_gradient():
     score, trees = K.viterbi(**no_spans, backend=TIER)
     assert score[0].item() == float("-inf") and trees[0] == 0
     marginals = K.span_marginals(lambda s: K.inside(**no_spans, span_scores=s, backend=TIER), inp["terms"])
-    assert marginals[0].abs().sum() == 0 and K.mbr_trees(marginals, inp["lengths"])[0] == 0
+    assert marginals[0].abs().sum() == 0 and mbr_trees(marginals, inp["lengths"])[0] == 0
 
 
 def test_marginals_sum_to_the_tree_size():
@@ -288,13 +289,13 @@ def test_tree_of_spans_reads_an_indicator_and_refuses_non_trees():
     marks = torch.zeros(5, 5)
     for i, j in [(0, 4), (1, 4), (1, 3)]:
         marks[i, j] = 1.0
-    assert K.tree_of_spans(marks, 4) == (0, ((1, 2), 3))
-    assert K.tree_of_spans(marks, 1) == 0
+    assert tree_of_spans(marks, 4) == (0, ((1, 2), 3))
+    assert tree_of_spans(marks, 1) == 0
     marks[0, 2] = 1.0  # crosses (1, 3)
     with pytest.raises(ValueError, match="not a binary tree"):
-        K.tree_of_spans(marks, 4)
+        tree_of_spans(marks, 4)
     with pytest.raises(ValueError, match=r"span \(0, 3\) is not marked"):
-        K.tree_of_spans(marks, 3)
+        tree_of_spans(marks, 3)
 
 
 def test_viterbi_names_a_sentence_without_a_derivation():

@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 
 import induce.kernels as K
 from induce.errors import InduceError
-from induce.kernels.span_decode import mbr_trees, span_marginals
+from induce.kernels.pcfg.marginals import span_marginals
 from induce.kernels.testing import compare_with_reference
+from induce.trees.grammar_decoders import mbr_trees
 from induce.trees.nodes import tree_spans
 
 

@@ -50,8 +50,8 @@ def test_triton_tier_against_reference(B, N, NT, T, r, lengths, spans):
 
 def test_triton_merges_equal_the_eager_twin():
     """The fused split sums against the torch tier's eager ones on random charts (forward and backward)."""
-    from induce.kernels import inside_lowrank_torch as eager
-    from induce.kernels import inside_lowrank_triton as fused
+    from induce.kernels.pcfg import lowrank_torch as eager
+    from induce.kernels.pcfg import lowrank_triton as fused
 
     gen = torch.Generator().manual_seed(0)
     B, N, r = 2, 6, 19

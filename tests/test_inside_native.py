@@ -1,10 +1,16 @@
-"""The compiled max-product path of the torch tier (``induce.kernels.inside_native``) against its eager
+"""The compiled max-product path of the torch tier (``induce.kernels.pcfg.native``) against its eager
 twin: word tables, chart and Viterbi trees equal bit for bit, gradients of the chart to float rounding,
-on shapes below and above the vector width, with padding, ``-inf`` rules and two threads; and the
-eager fallback when no compiler works."""
+on shapes below and above the vector width, with padding, ``-inf`` rules and two threads; the eager
+fallback when no compiler works; and a damaged cached library built again, never loaded."""
 from __future__ import annotations
 
+import _ctypes
+import json
+import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import induce.kernels as K
-from induce.kernels import inside_native
-from induce.kernels.inside_torch import _max_forward
-from induce.kernels.inside_words import max_tables, rule_blocks
+from induce.kernels.pcfg import native as inside_native
+from induce.kernels.pcfg.dense_torch import _max_forward
+from induce.kernels.pcfg.words import max_tables, rule_blocks
 from induce.kernels.testing import pcfg_inputs
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler: the compiled path is off")
@@ -160,6 +166,8 @@ def test_a_build_is_kept_in_the_cache_and_loaded_from_it(fresh_build):
     stamp = built.stat().st_mtime_ns
     assert inside_native.library() is not None
     assert [p.stat().st_mtime_ns for p in fresh_build.rglob("*.so")] == [stamp]  # loaded, not rebuilt
+    record = json.loads(inside_native.record_path(built).read_text())
+    assert record["size"] == built.stat().st_size and len(record["sha256"]) == 64
 
 
 def test_an_unwritable_cache_is_named_and_viterbi_still_runs(fresh_build, monkeypatch):
@@ -170,3 +178,81 @@ def test_an_unwritable_cache_is_named_and_viterbi_still_runs(fresh_build, monkey
     inp = pcfg_inputs(2, 5, 3, 4, seed=2, span_scores=False)
     score, trees = K.viterbi(**inp, backend="torch")
     assert torch.isfinite(score).all() and len(trees) == 2
+
+
+#: Viterbi parses against the caches ``sys.argv[1]`` (JSON ``[[folder, may build], ...]``), in a process of
+#: their own (loading a truncated library kills the process): what each parse gives, as JSON. Builds at
+#: ``-O0`` (a second, where ``-O3`` takes ten).
+PARSE = """
+import json, os, sys
+import induce.kernels as K
+from induce.kernels.pcfg import native
+from induce.kernels.testing import pcfg_inputs
+native.FLAG_SETS = (["-O0"],)
+build, results = native._compile, []
+for cache, may_build in json.loads(sys.argv[1]):
+    os.environ["INDUCE_CACHE_DIR"] = cache
+    native._compile = build if may_build else (lambda *args: "the test forbids building")
+    native.library.cache_clear()
+    score, trees = K.viterbi(**pcfg_inputs(2, 6, 4, 5, seed=1, span_scores=False), backend="torch")
+    results.append({"trees": trees, "native": native.library() is not None, "reason": native.unavailable_reason()})
+print(json.dumps(results))
+"""
+
+#: How the cached library is damaged: cut to half its size, replaced by another shared library (without our
+#: entry points), left without its build record; and cut in half where it cannot be built again.
+DAMAGES = ("truncated", "foreign", "unrecorded", "truncated, cannot build")
+
+
+@pytest.fixture(scope="module")
+def damaged(tmp_path_factory) -> dict:
+    """``{damage: (the library, its size as built, what the parse gave)}``: one cache built here at ``-O0``,
+    copied and damaged once per :data:`DAMAGES`, the copies parsed in one subprocess."""
+    root = tmp_path_factory.mktemp("native")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("INDUCE_CACHE_DIR", str(root / "built"))
+        patch.setattr(inside_native, "FLAG_SETS", (["-O0"],))
+        inside_native.library.cache_clear()
+        assert inside_native.unavailable_reason() is None
+    inside_native.library.cache_clear()
+    (built,) = (root / "built").rglob("*.so")
+    libraries = []
+    for number, damage in enumerate(DAMAGES):
+        shutil.copytree(root / "built", root / str(number))
+        library = root / str(number) / built.relative_to(root / "built")
+        if damage.startswith("truncated"):
+            os.truncate(library, built.stat().st_size // 2)
+        elif damage == "foreign":
+            shutil.copyfile(_ctypes.__file__, library)
+        else:
+            inside_native.record_path(library).unlink()
+        libraries.append(library)
+    caches = [[str(root / str(number)), "cannot build" not in damage] for number, damage in enumerate(DAMAGES)]
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "INDUCE_NATIVE_KERNELS": "1",
+           "PYTHONPATH": os.pathsep.join([repo, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    done = subprocess.run([sys.executable, "-c", PARSE, json.dumps(caches)], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, f"exit status {done.returncode} (-7: SIGBUS):\n{done.stderr[-3000:]}"
+    return {damage: (library, built.stat().st_size, result)
+            for damage, library, result in zip(DAMAGES, libraries, json.loads(done.stdout))}
+
+
+def eager_trees() -> list:
+    with inside_native.use_native(False):
+        _, trees = K.viterbi(**pcfg_inputs(2, 6, 4, 5, seed=1, span_scores=False), backend="torch")
+    return json.loads(json.dumps(trees))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "foreign", "unrecorded"])
+def test_a_damaged_cached_library_is_built_again_not_loaded(damaged, damage):
+    library, _, result = damaged[damage]
+    assert result == {"trees": eager_trees(), "native": True, "reason": None}
+    assert inside_native._mismatch(library) is None
+
+
+def test_a_damaged_cached_library_that_cannot_be_built_again_leaves_the_eager_loops_saying_why(damaged):
+    library, size, result = damaged["truncated, cannot build"]
+    assert result["trees"] == eager_trees() and not result["native"]
+    assert result["reason"] == (f"{library}: not loaded, it has {size // 2:,} bytes where its build wrote {size:,}; "
+                                "building it again failed: the test forbids building")

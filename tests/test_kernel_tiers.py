@@ -1,11 +1,11 @@
-"""Every kernel op exists in every tier with one signature.
+"""Every kernel op exists in every tier with one signature, defined where the dispatcher looks for it.
 
-The ops are the functions of :mod:`induce.kernels` (its ``__all__``) that take ``backend``; the tiers are
-``induce.kernels._dispatch.TIER_MODULES``. Each tier module must define (or re-export from another
-``induce.kernels`` module) a function of each op's name with the op's parameters (names, kinds, order,
-defaults) less ``backend``. The only gaps allowed are the ops declared in ``_dispatch.NO_TRITON_TIER``;
-a tier's other public functions must be declared in its ``TIER_HELPERS``, so a kernel added to one tier
-cannot go missing from the others unnoticed. A new op or tier is covered without editing this file.
+The ops are the functions of :mod:`induce.kernels` (its ``__all__``) that take ``backend``; where each op lives
+in each tier is ``induce.kernels._dispatch.TIER_MODULES``. That module must define (not import: no module
+re-exports another's op) a function of the op's name with the op's parameters (names, kinds, order,
+defaults) less ``backend``, and no module of the package may import an op from another one. A tier module's
+other public functions must be declared in its ``TIER_HELPERS``, so a kernel added to one tier cannot go
+missing from the others unnoticed. A new op or tier is covered without editing this file.
 
 The modules are read as source (``ast``), not imported: importing the Triton tier decorates its kernels,
 which fixes ``TRITON_INTERPRET`` for the whole test process (``test_kernels_triton.py`` sets it first).
@@ -13,13 +13,15 @@ which fixes ``TRITON_INTERPRET`` for the whole test process (``test_kernels_trit
 from __future__ import annotations
 
 import ast
+import importlib
 import importlib.util
+import pkgutil
 from pathlib import Path
 from typing import Callable
 
-import pytest
 import torch
 
+import induce.kernels
 from induce.kernels import _dispatch
 
 PACKAGE = "induce.kernels"
@@ -47,16 +49,17 @@ def signature(function: ast.FunctionDef) -> list[tuple[str, str, str | None]]:
 
 
 def public_functions(module: str, read: Callable[[str], str]) -> dict[str, ast.FunctionDef]:
-    """The public functions a module defines or re-exports from another module of the package."""
-    found = {}
-    for node in ast.parse(read(module)).body:
-        if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
-            found[node.name] = node
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(PACKAGE + "."):
-            exported = public_functions(node.module, read)
-            found.update({alias.asname or alias.name: exported[alias.name] for alias in node.names
-                          if alias.name in exported and not (alias.asname or alias.name).startswith("_")})
-    return found
+    """The public functions a module defines itself (imported names do not count)."""
+    return {node.name: node for node in ast.parse(read(module)).body
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")}
+
+
+def imported_names(module: str, read: Callable[[str], str]) -> dict[str, str]:
+    """``{name bound here: module it comes from}`` of the ``from induce.kernels... import name`` statements
+    anywhere in a module."""
+    return {alias.asname or alias.name: node.module for node in ast.walk(ast.parse(read(module)))
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(PACKAGE)
+            for alias in node.names}
 
 
 def declared_names(module: str, read: Callable[[str], str], name: str) -> set[str]:
@@ -82,31 +85,76 @@ def ops(read: Callable[[str], str]) -> dict[str, list[tuple[str, str, str | None
     return found
 
 
-def tier_problems(read: Callable[[str], str], tiers: dict[str, str], no_triton: dict[str, str]) -> list[str]:
-    """Every op missing from a tier, every signature that differs from the op's, every stale declaration
-    and every public tier function that is neither an op nor a declared helper."""
-    problems = [f"NO_TRITON_TIER names {name!r}, which is not a kernel op" for name in no_triton
-                if name not in ops(read)]
-    for tier, module in tiers.items():
-        functions = public_functions(module, read)
-        for name, params in ops(read).items():
-            exempt = tier == "triton" and name in no_triton
-            if name not in functions and not exempt:
-                problems.append(f"{module}: no {name}() (declare it in NO_TRITON_TIER if that is deliberate)")
-            elif name in functions and exempt:
-                problems.append(f"{module}: defines {name}(), which NO_TRITON_TIER says it lacks")
-            elif name in functions and signature(functions[name]) != params:
+def tier_problems(read: Callable[[str], str], tier_modules: dict[str, dict[str, str]],
+                  tiers: tuple[str, ...] = _dispatch.TIERS) -> list[str]:
+    """Every op without a module in a tier, every module that does not define its op or defines it with
+    another signature, every entry for a name that is not an op, and every public function of a tier module
+    that is neither one of its ops nor a declared helper."""
+    found = ops(read)
+    problems = [f"TIER_MODULES names {name!r}, which is not a kernel op" for name in tier_modules if name not in found]
+    own: dict[str, set[str]] = {}  # module -> the ops it is named for
+    for name, params in found.items():
+        for tier in tiers:
+            module = tier_modules.get(name, {}).get(tier)
+            if module is None:
+                problems.append(f"{name}: no {tier} module in TIER_MODULES")
+                continue
+            own.setdefault(module, set()).add(name)
+            functions = public_functions(module, read)
+            if name not in functions:
+                problems.append(f"{module}: defines no {name}() (a re-exported one does not count)")
+            elif signature(functions[name]) != params:
                 problems.append(f"{module}.{name}{signature(functions[name])} differs from the op's {params}")
-        helpers = declared_names(module, read, "TIER_HELPERS")
-        problems += [f"{module}.{name}() is public but neither a kernel op nor in its TIER_HELPERS"
-                     for name in sorted(set(functions) - set(ops(read)) - helpers)]
+    for module, names in sorted(own.items()):
+        extra = set(public_functions(module, read)) - names - declared_names(module, read, "TIER_HELPERS")
+        problems += [f"{module}.{name}() is public but neither its op nor in its TIER_HELPERS"
+                     for name in sorted(extra)]
     return problems
+
+
+def reexports(read: Callable[[str], str], modules: list[str]) -> list[str]:
+    """``module: imports op from other`` for every op that a module other than the package imports by name."""
+    names = set(ops(read))
+    return [f"{module}: imports {name} from {source}" for module in modules if module != PACKAGE
+            for name, source in imported_names(module, read).items() if name in names]
+
+
+def kernel_modules() -> list[str]:
+    """Every module of :mod:`induce.kernels`, the package included."""
+    return [PACKAGE] + [info.name for info in pkgutil.walk_packages(induce.kernels.__path__, PACKAGE + ".")]
 
 
 def test_every_op_is_in_every_tier_with_one_signature():
     assert ops(module_source), "no kernel ops found: has induce.kernels changed how it declares them?"
-    assert set(_dispatch.TIER_MODULES) == set(_dispatch.BACKENDS) - {"auto"}
-    assert tier_problems(module_source, _dispatch.TIER_MODULES, _dispatch.NO_TRITON_TIER) == []
+    assert _dispatch.TIERS == tuple(b for b in _dispatch.BACKENDS if b != "auto")
+    assert tier_problems(module_source, _dispatch.TIER_MODULES) == []
+
+
+def test_no_module_reexports_an_op():
+    assert reexports(module_source, kernel_modules()) == []
+
+
+def test_the_trees_import_no_kernel():
+    """Kernels build on trees (:mod:`induce.trees.nodes`, the decoders' tree building), never the reverse:
+    no module of :mod:`induce.trees` imports one of :mod:`induce.kernels` or names one in a string."""
+    trees = Path(importlib.util.find_spec("induce.trees").origin).parent
+    found = []
+    for path in sorted(trees.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [node.value] if isinstance(node, ast.Constant) and isinstance(node.value, str) else [])
+            found += [f"{path.name}:{node.lineno} {name}" for name in names if name.startswith(PACKAGE)]
+    assert found == []
+
+
+def test_the_dispatcher_returns_the_function_its_module_defines():
+    """At run time too: each op and CPU tier resolves to the function of the module named for it."""
+    x = torch.zeros(2, 3)
+    for name, tiers in _dispatch.TIER_MODULES.items():
+        for tier in ("reference", "torch"):
+            function = _dispatch.kernel(name, tier, x)
+            assert (function.__module__, function.__name__) == (tiers[tier], name)
 
 
 def test_composite_ops_dispatch_through_other_ops_only():
@@ -143,28 +191,21 @@ FAKE = {
 }
 
 
-def test_the_check_finds_missing_ops_differing_signatures_and_undeclared_functions():
-    tiers = {"reference": f"{PACKAGE}.ref", "torch": f"{PACKAGE}.fast", "triton": f"{PACKAGE}.gpu"}
-    problems = tier_problems(FAKE.__getitem__, tiers, {})
-    assert len(problems) == 4, problems
-    assert "induce.kernels.fast.scan[('x', 'positional', None)" in problems[0]  # re-exported, default dropped
-    assert "induce.kernels.fast.gate" in problems[1] and "'20.0'" in problems[1]
-    assert "induce.kernels.fast.extra() is public but neither" in problems[2]
-    assert problems[3].startswith("induce.kernels.gpu: no gate()")
+def test_the_check_finds_missing_ops_differing_signatures_reexports_and_undeclared_functions():
+    ref, fast, span, gpu = (f"{PACKAGE}.{name}" for name in ("ref", "fast", "fast_span", "gpu"))
+    modules = {"scan": {"reference": ref, "torch": fast, "triton": gpu},
+               "gate": {"reference": ref, "torch": fast}, "nothing": {"reference": ref}}
+    problems = tier_problems(FAKE.__getitem__, modules, ("reference", "torch", "triton"))
+    assert problems == [
+        "TIER_MODULES names 'nothing', which is not a kernel op",
+        f"{fast}: defines no scan() (a re-exported one does not count)",
+        f"{fast}.gate[('d', 'positional', None), ('window', 'positional', None), ('tau', 'positional', '10.0')] "
+        "differs from the op's [('d', 'positional', None), ('window', 'positional', None), "
+        "('tau', 'positional', '20.0')]",
+        "gate: no triton module in TIER_MODULES",
+        f"{fast}.extra() is public but neither its op nor in its TIER_HELPERS",
+    ], problems
     assert "tools" not in " ".join(problems)  # no backend: not an op
-
-    declared = tier_problems(FAKE.__getitem__, tiers, {"gate": "why", "scan": "why", "nothing": "why"})
-    assert "NO_TRITON_TIER names 'nothing', which is not a kernel op" in declared
-    assert "induce.kernels.gpu: defines scan(), which NO_TRITON_TIER says it lacks" in declared
-    assert not any("gpu: no gate()" in p for p in declared)
-
-
-def test_an_op_without_a_triton_tier_runs_on_torch_under_auto_and_says_why_when_asked_for(monkeypatch):
-    from induce.kernels import torch_impl
-
-    monkeypatch.setattr(_dispatch, "NO_TRITON_TIER", {"cumax": "no kernel written yet"})
-    monkeypatch.setattr(_dispatch, "resolve", lambda backend, *tensors: "triton")
-    x = torch.zeros(2, 3)
-    assert _dispatch.kernel("cumax", "auto", x) is torch_impl.cumax
-    with pytest.raises(_dispatch.KernelBackendError, match="'cumax' has no Triton tier .no kernel written yet."):
-        _dispatch.kernel("cumax", "triton", x)
+    modules["scan"]["torch"] = span  # defined there, with another signature
+    assert any(p.startswith(f"{span}.scan[") for p in tier_problems(FAKE.__getitem__, modules))
+    assert reexports(FAKE.__getitem__, list(FAKE)) == [f"{fast}: imports scan from {span}"]

@@ -1,7 +1,7 @@
 """Triton tier against the reference tier, through Triton's CPU interpreter (small shapes).
 
 ``TRITON_INTERPRET=1`` must be in the environment before Triton decorates the kernels, i.e. before
-``induce.kernels.triton_impl`` is imported. ``induce.kernels`` imports Triton lazily (only when the
+``induce.kernels.recurrent.triton_impl`` is imported. ``induce.kernels`` imports Triton lazily (only when the
 Triton tier is first used), and pytest imports every test module before running any test, so setting
 the variable here at module import is early enough as long as no other test module imports Triton
 at import time. Run these alone with ``pytest -m triton``. On a machine with a GPU the compiled
@@ -135,7 +135,7 @@ def test_linear_scan_prefetch_many_chunks():
 def test_span_attention_small_tiles_and_chunks(monkeypatch, fixed, split_dw):
     """Many row tiles (positions of several sequences in one tile), a backward in several chunks,
     dW by the split-K kernel (several row tiles per program) or fused into the gradient kernel."""
-    from induce.kernels import triton_span
+    from induce.kernels.recurrent import triton_span
 
     monkeypatch.setattr(triton_span, "_MLP_R", 16)
     monkeypatch.setattr(triton_span, "_GRAD_R", 16)
@@ -157,7 +157,7 @@ def test_span_attention_max_len_over_tile(monkeypatch, max_len, split_dw, fixed)
     """max_len above the row tile (a parse scores every span of a sentence): each position's spans are
     split over several tiles, the last one partly filled, in every kernel (scores, dh, gradient, dW);
     rows before the sequence start too (t < k), and a second sequence."""
-    from induce.kernels import triton_span
+    from induce.kernels.recurrent import triton_span
 
     for name in ("_MLP_R", "_GRAD_R", "_DW_R"):
         monkeypatch.setattr(triton_span, name, 4)
@@ -290,7 +290,7 @@ def test_kernels_do_not_specialise_on_the_segment_length():
     specialisation, so that variable-length segments reuse one compiled kernel."""
     import inspect
 
-    from induce.kernels import triton_impl, triton_span
+    from induce.kernels.recurrent import triton_impl, triton_span
 
     kernels = {name: obj for module in (triton_impl, triton_span) for name, obj in vars(module).items()
                if name.endswith("_kernel")}

@@ -1,6 +1,6 @@
 """Every Triton kernel variant the project can launch compiles for an H100 (sm_90) and fits its limits.
 
-No GPU needed: :mod:`induce.kernels.compile_check` drives the models of the shipped configs (training in
+No GPU needed: :mod:`induce.devtools.compile_check` drives the models of the shipped configs (training in
 fp32 and bf16 autocast, validation, parsing) and the span-count sweep of the parse lengths through the
 Triton tier with a stand-in driver that records each launch instead of running it, then compiles the
 distinct variants with ``triton.compile`` for ``GPUTarget("cuda", 90, 32)`` and reads their resources
@@ -9,7 +9,7 @@ imports them, and kernels decorated under the interpreter cannot be compiled. Tr
 (``TRITON_CACHE_DIR``, default ``~/.triton/cache``) keeps a second run to the driving and the lookups.
 
 ``pytest -s`` (or ``-rA``) shows the table: registers, stack frame (spills) and shared memory per variant.
-The same table: ``python3 -m induce.kernels.compile_check``.
+The same table: ``python3 -m induce.devtools.compile_check``.
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def report(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
     done = subprocess.run(
-        [sys.executable, "-m", "induce.kernels.compile_check", "--json", str(out), "--quiet"],
+        [sys.executable, "-m", "induce.devtools.compile_check", "--json", str(out), "--quiet"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=1500,
     )
     print(done.stdout)  # the table (pytest -s / -rA)
@@ -56,7 +56,7 @@ def report(tmp_path_factory):
 
 
 def test_every_variant_compiles_for_sm90_within_the_h100_limits(report):
-    from induce.kernels.compile_check import problems
+    from induce.devtools.compile_check import problems
 
     failing = [f"{r['kernel']} [{r['constexprs']}; {r['dtypes']}] from {r['seen_in']}: {'; '.join(problems(r))}"
                for r in report["variants"] if problems(r)]
@@ -70,7 +70,8 @@ def test_every_kernel_is_covered(report):
     import ast
 
     names = set()
-    for module in ("triton_impl.py", "triton_span.py", "inside_lowrank_triton.py", "inside_triton.py"):
+    for module in ("recurrent/triton_impl.py", "recurrent/triton_span.py", "pcfg/lowrank_triton.py",
+                   "pcfg/dense_triton.py"):
         tree = ast.parse((REPO / "induce" / "kernels" / module).read_text())
         names |= {node.name for node in tree.body
                   if isinstance(node, ast.FunctionDef) and node.name.endswith("_kernel")}
@@ -81,10 +82,19 @@ def test_every_kernel_is_covered(report):
     assert trained and trained <= autocast, f"not driven under bf16 autocast: {sorted(trained - autocast)}"
 
 
+def test_every_shipped_config_is_driven(report):
+    """Every shipped config, the neural PCFGs (no stream, no state: a path of their own) included."""
+    from induce.devtools.compile_workloads import shipped_configs
+
+    labels = [label for label, _ in shipped_configs()]
+    assert any(cfg.model_name.endswith("pcfg") for _, cfg in shipped_configs())
+    assert report["driven"] == labels
+
+
 def test_the_parse_lengths_are_covered(report):
     """The span kernels of parsing were driven at every span count up to the default --max-length's."""
+    from induce.devtools.compile_workloads import SPAN_COUNT_SWEEP
     from induce.inference.predict import DEFAULT_MAX_LENGTH
-    from induce.kernels.compile_workloads import SPAN_COUNT_SWEEP
 
     assert set(range(1, DEFAULT_MAX_LENGTH + 3)) <= set(SPAN_COUNT_SWEEP)
     assert any(r["seen_in"].startswith("span-count sweep") for r in report["variants"])

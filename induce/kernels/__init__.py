@@ -2,19 +2,25 @@
 linear-recurrence scans, PaLM span attention, the dense-PCFG inside algorithm and TN-PCFG's low-rank one,
 each in three tiers (``reference``, ``torch``, ``triton``).
 
+This module is the public API: one function per op, which states the op's conventions, picks a tier
+(:func:`induce.kernels._dispatch.kernel`) and calls it. The tiers live by op: the recurrent models' ops in
+:mod:`induce.kernels.recurrent`, the PCFGs' inside algorithms in :mod:`induce.kernels.pcfg`, a module per
+tier each (:data:`induce.kernels._dispatch.TIER_MODULES`).
+
 Every function takes ``backend: str = "auto"``; see :mod:`induce.kernels._dispatch` for how
 ``"auto"`` is resolved and :func:`set_backend` / :func:`get_backend` / :func:`use_backend` for the
 process-wide switch behind the CLI's ``--kernels``. Asking for ``"triton"`` where it cannot run
 raises :class:`KernelBackendError` (an :class:`induce.errors.InduceError`).
 
 **Spans of the inside ops** (:func:`inside`, :func:`inside_lowrank`, :func:`span_marginals`,
-:func:`mbr_trees`, :func:`viterbi`) follow :mod:`induce.trees`: fenceposts, ``(i, j)`` is the words
+:func:`viterbi`) follow :mod:`induce.trees`: fenceposts, ``(i, j)`` is the words
 ``i .. j-1``, ``0 <= i < j <= length``, and a tensor over the spans of sentences padded to ``N`` words is
 ``[B, N + 1, N + 1]`` with ``[b, i, j]`` the span ``(i, j)`` of sentence ``b``. Every span takes part,
 the one-word spans and the whole sentence included (their marginals are 1); entries with ``j <= i`` or
-``j > length`` are ignored on input and 0 on output. Decoders return trees as
-:data:`induce.trees.nodes.IndexTree`. (PaLM's span scores are indexed by last word and length instead:
-:mod:`induce.trees.decoders` converts those.)
+``j > length`` are ignored on input and 0 on output. :func:`viterbi` returns trees as
+:data:`induce.trees.nodes.IndexTree`; :mod:`induce.trees.grammar_decoders` builds them from span tables
+(MBR over the marginals, the Viterbi tree from its span indicator). (PaLM's span scores are indexed by
+last word and length instead: :mod:`induce.trees.decoders` converts those.)
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ from typing import List, Optional, Tuple, Union
 
 import torch
 
+from induce.trees.grammar_decoders import tree_of_spans
 from induce.trees.nodes import IndexTree
 
 from ._dispatch import (
@@ -34,8 +41,8 @@ from ._dispatch import (
     triton_unavailable_reason,
     use_backend,
 )
-from .inside_reference import InsideInputError
-from .span_decode import mbr_trees, score_and_span_gradient, span_marginals, tree_of_spans
+from .pcfg.dense_reference import InsideInputError
+from .pcfg.marginals import score_and_span_gradient, span_marginals
 
 #: Public functions built on other kernel ops (no tier of their own): the Viterbi tree is the gradient of
 #: :func:`inside`'s max-product score with respect to its span scores.
@@ -49,7 +56,6 @@ __all__ = [
     "inside",
     "inside_lowrank",
     "linear_scan",
-    "mbr_trees",
     "onlstm_cell",
     "resolve",
     "set_backend",
@@ -57,7 +63,6 @@ __all__ = [
     "span_marginals",
     "span_representations",
     "stick_breaking_gates",
-    "tree_of_spans",
     "triton_unavailable_reason",
     "use_backend",
     "viterbi",
@@ -228,7 +233,7 @@ def inside_lowrank(
 
     Max-product (Viterbi) has no low-rank form: ``max_{b,c} sum_r U V W`` does not factor through
     the rank, so an exact Viterbi parse needs the ``[NT, S, S]`` rule tensor. Decode with MBR over
-    the marginals instead (:func:`mbr_trees`), as TN-PCFG does.
+    the marginals instead (:func:`induce.trees.grammar_decoders.mbr_trees`), as TN-PCFG does.
     """
     impl = kernel("inside_lowrank", backend, terms, roots, head, left, right, span_scores)
     return impl(terms, roots, head, left, right, lengths, span_scores=span_scores)
@@ -265,7 +270,7 @@ def inside(
     (differentiable). Computed in float32 or better; outputs take ``terms``' dtype.
 
     Tiers: ``reference`` (Kim et al.'s loops, sentence by sentence), ``torch`` (one batched step
-    per width, hand-written outside pass; :mod:`induce.kernels.inside_torch`), ``triton``.
+    per width, hand-written outside pass; :mod:`induce.kernels.pcfg.dense_torch`), ``triton``.
     """
     _check_inside(terms, rules, roots, lengths, span_scores, semiring)
     impl = kernel("inside", backend, terms, rules, roots, span_scores)
@@ -305,9 +310,10 @@ def viterbi(
 
     The max-product :func:`inside` and its gradient with respect to ``span_scores`` (the tiers'
     backward passes follow the argmax), the 0/1 indicator of the best tree's spans, read as an
-    :data:`~induce.trees.nodes.IndexTree` per sentence (:func:`tree_of_spans`). Of tied trees, one. A
-    one-word sentence has no binary derivation: it scores ``-inf`` and its tree is the word, ``0``. A longer
-    sentence without a derivation (every tree scored ``-inf``) raises :class:`InsideInputError`.
+    :data:`~induce.trees.nodes.IndexTree` per sentence (:func:`~induce.trees.grammar_decoders.tree_of_spans`).
+    Of tied trees, one. A one-word sentence has no binary derivation: it scores ``-inf`` and its tree is the
+    word, ``0``. A longer sentence without a derivation (every tree scored ``-inf``) raises
+    :class:`InsideInputError`.
     """
     def best(spans: torch.Tensor) -> torch.Tensor:
         return inside(terms.detach(), rules.detach(), roots.detach(), lengths, span_scores=spans, semiring="max",

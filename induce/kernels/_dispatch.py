@@ -1,11 +1,15 @@
 """Backend selection for :mod:`induce.kernels`.
 
-Three tiers implement every kernel:
+Three tiers implement every kernel op:
 
 * ``"reference"``: plain PyTorch loops in (at least) float32, obviously correct, slow; the tests'
   ground truth.
 * ``"torch"``: vectorised PyTorch, differentiable by autograd; the default on CPU.
 * ``"triton"``: Triton kernels with hand-written backward passes; the default on CUDA tensors.
+
+Each op is a function of the op's name in one module per tier of its op package (:data:`TIER_MODULES`):
+the recurrent models' ops in :mod:`induce.kernels.recurrent`, the PCFGs' inside algorithms in
+:mod:`induce.kernels.pcfg`. The dispatcher imports that module itself; no module re-exports another's op.
 
 ``backend="auto"`` (every kernel's default) defers to the process-wide choice made with
 :func:`set_backend` / :func:`use_backend` (the CLI's ``--kernels``); when that is ``"auto"`` too,
@@ -13,36 +17,47 @@ CUDA tensors go to Triton if it imports and everything else goes to the torch ti
 
 Triton is imported lazily, only when the Triton tier is first needed, so that a test module can set
 ``TRITON_INTERPRET=1`` (Triton's CPU interpreter) before Triton reads it: Triton reads that variable
-when a kernel is decorated, i.e. when :mod:`induce.kernels.triton_impl` is imported.
+when a kernel is decorated, i.e. when a Triton module is imported. The first need imports every
+Triton module of :data:`TIER_MODULES` at once, so that all kernels are decorated under one setting.
 """
 from __future__ import annotations
 
 import contextlib
 import importlib
 import os
-from types import ModuleType
-from typing import Callable, Iterator, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 import torch
 
 from induce.errors import InduceError
 
 BACKENDS = ("auto", "reference", "torch", "triton")
-#: The module implementing each tier; every op of :mod:`induce.kernels` is a function of the same name and
-#: signature (less ``backend``) in each of them (``tests/test_kernel_tiers.py`` checks it by introspection).
-TIER_MODULES = {
-    "reference": "induce.kernels.reference",
-    "torch": "induce.kernels.torch_impl",
-    "triton": "induce.kernels.triton_impl",
+#: The concrete tiers (every backend but ``"auto"``).
+TIERS = ("reference", "torch", "triton")
+
+_RECURRENT = "induce.kernels.recurrent"
+_PCFG = "induce.kernels.pcfg"
+_RECURRENT_TIERS = {"reference": f"{_RECURRENT}.reference", "torch": f"{_RECURRENT}.torch_impl",
+                    "triton": f"{_RECURRENT}.triton_impl"}
+_SPAN_TIERS = {**_RECURRENT_TIERS, "triton": f"{_RECURRENT}.triton_span"}
+
+#: ``{op: {tier: module}}``: the module defining each op of :mod:`induce.kernels` in each tier, as a function
+#: of the op's name and signature (less ``backend``); ``tests/test_kernel_tiers.py`` checks it by introspection.
+TIER_MODULES: Dict[str, Dict[str, str]] = {
+    "cumax": _RECURRENT_TIERS,
+    "onlstm_cell": _RECURRENT_TIERS,
+    "stick_breaking_gates": _RECURRENT_TIERS,
+    "linear_scan": _RECURRENT_TIERS,
+    "span_representations": _SPAN_TIERS,
+    "span_attention": _SPAN_TIERS,
+    "inside": {"reference": f"{_PCFG}.dense_reference", "torch": f"{_PCFG}.dense_torch",
+               "triton": f"{_PCFG}.dense_triton"},
+    "inside_lowrank": {"reference": f"{_PCFG}.lowrank_reference", "torch": f"{_PCFG}.lowrank_torch",
+                       "triton": f"{_PCFG}.lowrank_triton"},
 }
-#: Ops deliberately left out of the Triton tier, ``{op: why}``: the one place such a gap is declared (the
-#: reference and torch tiers implement every op: one is the tests' ground truth, the other the CPU
-#: default). Under ``backend="auto"`` such an op runs on the torch tier; asking for ``"triton"`` by
-#: name raises :class:`KernelBackendError` with the reason. Empty: every op has a Triton kernel.
-NO_TRITON_TIER: dict[str, str] = {}
 
 _global_backend = "auto"
-_triton_module: Optional[ModuleType] = None
+_triton_loaded = False
 _triton_import_error: Optional[str] = None
 
 
@@ -89,14 +104,23 @@ def triton_unavailable_reason() -> Optional[str]:
     return _triton_import_error
 
 
-def _load_triton() -> Optional[ModuleType]:
-    global _triton_module, _triton_import_error
-    if _triton_module is None and _triton_import_error is None:
+def triton_modules() -> List[str]:
+    """The modules of the Triton tier, each once."""
+    return sorted({tiers["triton"] for tiers in TIER_MODULES.values()})
+
+
+def _load_triton() -> bool:
+    """Import every module of the Triton tier (on the first call); whether they all imported."""
+    global _triton_loaded, _triton_import_error
+    if not _triton_loaded and _triton_import_error is None:
         try:
-            _triton_module = importlib.import_module(TIER_MODULES["triton"])
+            for module in triton_modules():
+                importlib.import_module(module)
         except Exception as error:  # ImportError, or a Triton that fails to initialise
             _triton_import_error = f"{type(error).__name__}: {error}"
-    return _triton_module
+        else:
+            _triton_loaded = True
+    return _triton_loaded
 
 
 def resolve(backend: str, *tensors: Optional[torch.Tensor]) -> str:
@@ -106,11 +130,11 @@ def resolve(backend: str, *tensors: Optional[torch.Tensor]) -> str:
         name = _global_backend
     on_cuda = any(t is not None and t.is_cuda for t in tensors)
     if name == "auto":
-        if on_cuda and _load_triton() is not None:
+        if on_cuda and _load_triton():
             return "triton"
         return "torch"
     if name == "triton":
-        if _load_triton() is None:
+        if not _load_triton():
             raise KernelBackendError(f"kernel backend 'triton' is unavailable: {_triton_import_error}")
         if not on_cuda and not triton_interpreting():
             raise KernelBackendError(
@@ -120,16 +144,14 @@ def resolve(backend: str, *tensors: Optional[torch.Tensor]) -> str:
     return name
 
 
-def kernel(op: str, backend: str, *tensors: Optional[torch.Tensor]) -> Callable:
-    """The function implementing ``op`` in the tier chosen by :func:`resolve` for ``tensors``.
+def implementation(op: str, tier: str) -> Callable:
+    """The function implementing ``op`` in ``tier`` (``reference``, ``torch`` or ``triton``), from the module
+    :data:`TIER_MODULES` names for it (imported on first use)."""
+    if tier == "triton" and not _load_triton():
+        raise KernelBackendError(f"kernel backend 'triton' is unavailable: {_triton_import_error}")
+    return getattr(importlib.import_module(TIER_MODULES[op][tier]), op)
 
-    An op declared in :data:`NO_TRITON_TIER` runs on the torch tier where ``"auto"`` chose Triton.
-    """
-    name = resolve(backend, *tensors)
-    if name == "triton" and op in NO_TRITON_TIER:
-        if _check_name(backend) == "auto" and _global_backend == "auto":
-            name = "torch"
-        else:
-            raise KernelBackendError(f"kernel {op!r} has no Triton tier ({NO_TRITON_TIER[op]}); use --kernels torch")
-    module = _load_triton() if name == "triton" else importlib.import_module(TIER_MODULES[name])
-    return getattr(module, op)
+
+def kernel(op: str, backend: str, *tensors: Optional[torch.Tensor]) -> Callable:
+    """The function implementing ``op`` in the tier chosen by :func:`resolve` for ``tensors``."""
+    return implementation(op, resolve(backend, *tensors))

@@ -1,5 +1,6 @@
-"""Shared pieces of the Triton tier (:mod:`induce.kernels.triton_impl`, :mod:`induce.kernels.triton_span`):
-launch-size helpers, the length-free ``triton.jit`` and jit helpers used by several kernels."""
+"""Shared pieces of the Triton tier (:mod:`induce.kernels.recurrent.triton_impl`,
+:mod:`induce.kernels.recurrent.triton_span`, the inside kernels of :mod:`induce.kernels.pcfg`): launch-size
+helpers, the length-free ``triton.jit`` and jit helpers used by several kernels."""
 from __future__ import annotations
 
 import triton
@@ -11,11 +12,11 @@ def _pow2(n: int, minimum: int = 16) -> int:
 
 
 # Arguments that change with the segment length (T, and the row / position counts derived from it)
-# are not specialised on: Triton otherwise compiles a kernel again for each new value class of an
-# integer argument (divisible by 16 or not, equal to 1), so AWD-LSTM's random BPTT lengths made
-# epoch 1 stall on recompilations. Nor is the span tiling that follows the span count (positions
-# per tile P, tiles per position): a parse's span count is its sentence length, and P as a constexpr
-# made ~15 compiled variants of the scores kernel for the lengths of one dev set. Feature sizes
+# are not specialised on: Triton compiles a kernel again for each new value class of an integer
+# argument (divisible by 16 or not, equal to 1), and AWD-LSTM's random BPTT lengths would stall the
+# first epoch on recompilations. Nor is the span tiling that follows the span count (positions per
+# tile P, tiles per position): a parse's span count is its sentence length, and P as a constexpr
+# gives ~15 compiled variants of the scores kernel for the lengths of one dev set. Feature sizes
 # (D, A, N) stay specialised: they never change; so does the span count M (three classes: 1, a
 # multiple of 16, other), which changes only when parsing.
 

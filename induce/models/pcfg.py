@@ -53,7 +53,7 @@ from torch import nn
 
 from induce.errors import InduceError
 from induce.kernels import inside, span_marginals
-from induce.kernels.span_decode import score_and_span_gradient
+from induce.kernels.pcfg.marginals import score_and_span_gradient
 from induce.trees.kinds import GRAMMAR
 
 from .base import SENTENCE_LEVEL, LanguageModel, LMOutput, ModelConfig, StepTensor

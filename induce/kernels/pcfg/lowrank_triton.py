@@ -1,6 +1,6 @@
 """Triton tier of :func:`induce.kernels.inside_lowrank`: fused split sums, the rest as in the torch tier.
 
-The torch tier (:mod:`induce.kernels.inside_lowrank_torch`, this tier's eager twin) materialises, for
+The torch tier (:mod:`induce.kernels.pcfg.lowrank_torch`, this tier's eager twin) materialises, for
 every width ``w``, the ``[B, N - w + 1, w - 1, r]`` tensor of its children's pairs, twice (forward and
 backward): at T = 30 that is most of its memory traffic. Here one program per span and block of ranks
 walks the splits instead, with an online ``logsumexp`` forward (:func:`_merge_fwd_kernel`) and the
@@ -17,8 +17,12 @@ import torch
 import triton
 import triton.language as tl
 
-from induce.kernels.inside_lowrank_torch import inside_lowrank_with
+from induce.kernels.pcfg.lowrank_torch import inside_lowrank_with
 from induce.kernels.triton_base import _length_free_jit, _pow2
+
+#: Public functions here that are not kernel ops: the fused split sums (the tests compare them with the torch
+#: tier's).
+TIER_HELPERS = ("merge_backward", "merge_forward")
 
 #: Ranks per program: a power of two up to 128 (the rank axis is the only vector axis).
 _MAX_BLOCK_R = 128
@@ -72,7 +76,7 @@ def _launch(B: int, n: int, R: int):
 
 
 def merge_forward(left_chart: torch.Tensor, right_chart: torch.Tensor, width: int) -> torch.Tensor:
-    """:func:`induce.kernels.inside_lowrank_torch.merge_forward`, fused (float32 charts)."""
+    """:func:`induce.kernels.pcfg.lowrank_torch.merge_forward`, fused (float32 charts)."""
     B, N, _, R = left_chart.shape
     n = N - width + 1
     z = left_chart.new_empty(B, n, R)
@@ -83,7 +87,7 @@ def merge_forward(left_chart: torch.Tensor, right_chart: torch.Tensor, width: in
 
 def merge_backward(left_chart: torch.Tensor, right_chart: torch.Tensor, z: torch.Tensor, grad_z: torch.Tensor,
                    grad_left: torch.Tensor, grad_right: torch.Tensor, width: int) -> None:
-    """:func:`induce.kernels.inside_lowrank_torch.merge_backward`, fused (float32 charts)."""
+    """:func:`induce.kernels.pcfg.lowrank_torch.merge_backward`, fused (float32 charts)."""
     B, N, _, R = left_chart.shape
     n = N - width + 1
     grid, block = _launch(B, n, R)

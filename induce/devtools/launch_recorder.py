@@ -7,19 +7,20 @@ specialisation (argument types, alignment and integer classes, constexprs, warps
 :class:`Variant` and returns True, so that nothing compiles and nothing runs (the kernels' outputs
 stay uninitialised). The tier's launchers (``cumax``, ``span_attention``, ...) are wrapped too: their
 calls are kept as :class:`LauncherCall` (tensor arguments as shapes and dtypes), for
-:mod:`induce.kernels.compile_workloads` to call again at other sizes.
+:mod:`induce.devtools.compile_workloads` to call again at other sizes.
 
-Unlike :mod:`induce.kernels.launches` (which counts launches, through the interpreter on a CPU),
+Unlike :mod:`induce.devtools.launches` (which counts launches, through the interpreter on a CPU),
 this goes through Triton's real JIT path up to the point where it would compile, so a variant here
 is exactly what a GPU would compile. The hook's arguments and the driver methods used are the same
 in Triton 3.6 and 3.9. Kernels that
 were decorated under ``TRITON_INTERPRET=1`` (the interpreter tests set it when pytest imports them)
-cannot be recorded: use a fresh process (:mod:`induce.kernels.compile_check` does).
+cannot be recorded: use a fresh process (:mod:`induce.devtools.compile_check` does).
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import inspect
 from typing import Any, Callable, Iterator, Optional
 
@@ -144,7 +145,8 @@ class LauncherCall:
 class Recorder:
     """Collects the kernel variants (from Triton's hook) and the launcher calls (from wrappers).
 
-    ``label`` / ``kind`` / ``order`` say what is being driven (e.g. ``"onlstm.yaml"``, ``"train bf16"``).
+    ``label`` / ``kind`` / ``order`` say what is being driven (e.g. ``"onlstm.yaml"``, ``"train bf16"``);
+    ``driven`` lists the labels of the configs driven so far.
     """
 
     def __init__(self):
@@ -152,6 +154,7 @@ class Recorder:
         self.calls: dict = {}
         self.label, self.kind, self.order = "", "", ()
         self.launches = 0
+        self.driven: list = []
 
     def hook(self, *, key, fn, compile, **_ignored) -> bool:
         self.launches += 1
@@ -169,8 +172,9 @@ class Recorder:
         return True  # skip the compilation and the launch: nothing runs
 
     def merge(self, other: Recorder) -> None:
-        """Add ``other``'s variants and calls (a variant keeps its earliest sighting)."""
+        """Add ``other``'s variants, calls and driven configs (a variant keeps its earliest sighting)."""
         self.launches += other.launches
+        self.driven += other.driven
         for ident, variant in other.variants.items():
             mine = self.variants.get(ident)
             if mine is None:
@@ -217,19 +221,16 @@ def intercept(recorder: Recorder) -> Iterator[None]:
     from triton.backends.compiler import GPUTarget
     from triton.runtime import driver
 
-    import induce.kernels as kernels
     from induce.kernels import _dispatch
 
-    impl = _dispatch._load_triton()
-    if impl is None:
+    if _dispatch.triton_unavailable_reason() is not None:
         raise KernelBackendError(f"the Triton tier cannot be imported: {_dispatch.triton_unavailable_reason()}")
-    from induce.kernels import triton_span
-
-    if _interpreted(impl) or _interpreted(triton_span):
+    if any(_interpreted(importlib.import_module(name)) for name in _dispatch.triton_modules()):
         raise KernelBackendError("the Triton tier was imported under TRITON_INTERPRET=1 in this process: its kernels "
                                  "cannot be compiled here (record launches in a fresh process)")
-    launchers = {name: getattr(impl, name) for name in kernels.__all__
-                 if callable(getattr(impl, name, None)) and hasattr(kernels, name)}
+    # {op: (the module the dispatcher takes it from, the launcher)}
+    launchers = {op: (importlib.import_module(tiers["triton"]), _dispatch.implementation(op, "triton"))
+                 for op, tiers in _dispatch.TIER_MODULES.items()}
     saved_hook = knobs.runtime.jit_cache_hook
     saved_interpreting = _dispatch.triton_interpreting
     saved_backend = _dispatch.get_backend()
@@ -238,13 +239,13 @@ def intercept(recorder: Recorder) -> Iterator[None]:
     knobs.runtime.jit_cache_hook = recorder.hook
     _dispatch.triton_interpreting = lambda: True  # resolve() then accepts CPU tensors for the Triton tier
     _dispatch.set_backend("triton")
-    for name, launcher in launchers.items():
-        setattr(impl, name, recorder.wrap(name, launcher))
+    for op, (module, launcher) in launchers.items():
+        setattr(module, op, recorder.wrap(op, launcher))
     try:
         yield
     finally:
-        for name, launcher in launchers.items():
-            setattr(impl, name, launcher)
+        for op, (module, launcher) in launchers.items():
+            setattr(module, op, launcher)
         _dispatch.set_backend(saved_backend)
         _dispatch.triton_interpreting = saved_interpreting
         knobs.runtime.jit_cache_hook = saved_hook

@@ -2,10 +2,10 @@
 
 Triton's CPU interpreter (``TRITON_INTERPRET=1``, what the CPU tests run) accepts kernels that the real
 compiler rejects or that an H100 refuses at launch (more shared memory than a block may have). This
-check finds them on a CPU: :mod:`induce.kernels.compile_workloads` drives the models of every shipped
+check finds them on a CPU: :mod:`induce.devtools.compile_workloads` drives the models of every shipped
 config (training in fp32 and bf16 autocast, validation, parsing) and the parse lengths' span counts
 through the Triton tier, recording each launch instead of running it
-(:mod:`induce.kernels.launch_recorder`); each distinct variant is then compiled with ``triton.compile``
+(:mod:`induce.devtools.launch_recorder`); each distinct variant is then compiled with ``triton.compile``
 for ``GPUTarget("cuda", 90, 32)`` (Triton's on-disk cache, ``TRITON_CACHE_DIR``, makes a second run
 cheap) and its resources read from the cubin with ``cuobjdump -res-usage`` (shipped with Triton):
 registers per thread, the stack frame per thread (the local memory register spills use; what Triton
@@ -14,7 +14,7 @@ reports as ``n_spills`` on a GPU) and the shared memory Triton asks for at launc
 A variant fails when it does not compile, needs more than :data:`SHARED_LIMIT` bytes of shared memory
 per block, or more registers than a block of its warps may hold.
 
-``python3 -m induce.kernels.compile_check`` (``--help``) prints the table; exit status 1 when a variant
+``python3 -m induce.devtools.compile_check`` (``--help``) prints the table; exit status 1 when a variant
 fails. It must run in a process where the Triton tier was not imported under ``TRITON_INTERPRET=1``;
 the test suite (``tests/test_triton_compile_h100.py``) runs it in a subprocess. Triton 3.6 and 3.9.
 """
@@ -34,8 +34,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from induce.devtools.launch_recorder import TARGET, Variant
 from induce.errors import InduceError
-from induce.kernels.launch_recorder import TARGET, Variant
 
 #: Shared memory a block may use on an H100 (``cudaDevAttrMaxSharedMemoryPerBlockOptin``: 227 KiB);
 #: Triton refuses to launch a kernel that asks for more.
@@ -171,7 +171,7 @@ def summary(results: Sequence[dict]) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python3 -m induce.kernels.compile_check",
+        prog="python3 -m induce.devtools.compile_check",
         description="Compile every Triton kernel variant that the shipped configs, bf16 autocast and parsing can "
         "launch for an H100 (sm_90), without a GPU, and print registers, spills (stack bytes per thread) and "
         "shared memory per variant. Exit status 1 when a variant does not compile or exceeds the H100's "
@@ -204,7 +204,7 @@ def _run(args, only) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from induce.kernels.compile_workloads import record
+    from induce.devtools.compile_workloads import record
 
     console = Console(stderr=True, quiet=args.quiet)
     started = time.perf_counter()
@@ -229,8 +229,9 @@ def _run(args, only) -> int:
     print(f"drive {driven:.1f} s, compile {total - driven:.1f} s ({args.jobs} processes)")
     if args.json is not None:
         args.json.write_text(json.dumps({"target": list(TARGET), "shared_limit": SHARED_LIMIT, "variants": results,
-                                         "launches": recorder.launches, "drive_seconds": round(driven, 1),
-                                         "total_seconds": round(total, 1)}, indent=1, default=str))
+                                         "launches": recorder.launches, "driven": recorder.driven,
+                                         "drive_seconds": round(driven, 1), "total_seconds": round(total, 1)},
+                                        indent=1, default=str))
     return 1 if any(problems(r) for r in results) else 0
 
 

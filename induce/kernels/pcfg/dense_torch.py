@@ -5,7 +5,7 @@ rules), so a split draws on one of four blocks of ``rules [B, NT, S, S]`` (``S =
 ``< NT`` nonterminals): NN (both children longer than a word), PN (a word on the left), NP (a word
 on the right) and PP (a span of two words). The parts that touch a word are contracted with the
 word's preterminal scores once per position, before the chart is filled (the word tables ``y, z,
-w2`` of :mod:`induce.kernels.inside_words`).
+w2`` of :mod:`induce.kernels.pcfg.words`).
 
 The chart of longer spans is filled by :class:`InsideSum` (``semiring="sum"``, word tables and
 chart in one autograd Function) or :class:`_InsideMax` (``"max"``), whose backward passes are
@@ -24,7 +24,7 @@ recomputes the argmax of just the cells that receive a gradient: for ``log Z`` t
 nonterminal per span (Kim et al.'s ``_viterbi`` keeps backpointers for every cell; TN-PCFG takes the
 gradient of the max). The gradient of the best score is the best tree either way
 (:func:`induce.kernels.viterbi`). On float32 CPU tensors without a graph (a Viterbi parse) the max
-mode's word tables, chart and backward run as compiled loops (:mod:`induce.kernels.inside_native`, ~3x
+mode's word tables, chart and backward run as compiled loops (:mod:`induce.kernels.pcfg.native`, ~3x
 faster; same values bit for bit); the loops here are their eager twin, and the only path elsewhere.
 
 The chart is computed over the padded length ``T`` (as TN-PCFG's ``s[arange(B), 0, lens]``);
@@ -48,8 +48,8 @@ from typing import Optional, Tuple, Union
 import torch
 from torch.autograd.function import once_differentiable
 
-from induce.kernels import inside_native
-from induce.kernels.inside_words import (
+from induce.kernels.pcfg import native
+from induce.kernels.pcfg.words import (
     _max_out,
     _safe_log,
     max_tables,
@@ -58,6 +58,10 @@ from induce.kernels.inside_words import (
     sum_tables,
     sum_tables_backward,
 )
+
+#: Public functions here that are not kernel ops: :func:`run_inside`, the driver the Triton tier runs too (with
+#: its own chart functions), and the steps it is made of, :func:`max_backward` and :func:`finish`.
+TIER_HELPERS = ("finish", "max_backward", "run_inside")
 
 
 def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
@@ -121,7 +125,7 @@ def _width_spans(spans: torch.Tensor, w: int) -> torch.Tensor:
 def _sum_forward(ey, y_max, ez, z_max, w2, r_nn, spans):
     """Fill the chart width by width: each span's nonterminals from its three kinds of splits. The word
     tables come scaled, ``ey [B, T, NT, NT]`` with its rows' shifts ``y_max [B, T, NT]`` (``y = log(ey) +
-    y_max``), the same for ``z`` (:class:`~induce.kernels.inside_words.SumTables`, position-major storage:
+    y_max``), the same for ``z`` (:class:`~induce.kernels.pcfg.words.SumTables`, position-major storage:
     read here through ``[T, B, ...]`` views)."""
     B, T, NT, _ = ey.shape
     chart = _Chart(B, T, NT, ey)
@@ -216,10 +220,10 @@ class InsideSum(torch.autograd.Function):
     """``(terms [B, T, P], rules [B, NT, S, S], spans [B, T, T], chart) -> chart [B, T(start), T(width-1), NT]``
     (``spans[b, i, j]``: the words ``i .. j``, the chart's own layout; :func:`run_inside` converts the fenceposts).
 
-    Word tables (:func:`~induce.kernels.inside_words.sum_tables`), then ``chart = (forward, backward)``:
+    Word tables (:func:`~induce.kernels.pcfg.words.sum_tables`), then ``chart = (forward, backward)``:
     ``forward(ey, y_max, ez, z_max, w2, r_nn, spans) -> (chart, state)`` fills the chart from the scaled
     tables, ``backward(state, grad_chart)`` returns the gradients of ``(ey, ez, w2, r_nn, spans)``:
-    :data:`TORCH_CHART` here, the Triton kernels in :mod:`induce.kernels.inside_triton`. The rules'
+    :data:`TORCH_CHART` here, the Triton kernels in :mod:`induce.kernels.pcfg.dense_triton`. The rules'
     gradient is one tensor, its four blocks written in place."""
 
     @staticmethod
@@ -256,8 +260,8 @@ def _max_forward(y, z, w2, r_nn, spans):
     cells that get a gradient). Returns ``chart_sw [B, T(start), T(width - 1), NT]``. The sums before
     each ``max`` go to buffers allocated once per pass (a fresh tensor per width costs its page faults
     again)."""
-    if inside_native.usable(y, z, w2, r_nn, spans):
-        return inside_native.max_chart(y, z, w2, r_nn, spans)
+    if native.usable(y, z, w2, r_nn, spans):
+        return native.max_chart(y, z, w2, r_nn, spans)
     B, T, NT, _ = y.shape
     chart_sw = y.new_zeros(B, T, T, NT)
     chart_ew = y.new_zeros(B, T, T, NT)
@@ -368,8 +372,8 @@ def max_backward(grad_chart, chart_sw, y, z, r_nn, spans):
     nonterminal per span of it), their argmax recomputed from the chart (:func:`_argmax_cells`), in
     chunks that keep the ``[cells, splits, NT, NT]`` sums small. Shared by the torch and Triton tiers.
     Returns the gradients of ``(y, z, w2, r_nn, spans)``; ``chart_sw`` as :func:`_max_forward` returns it."""
-    if inside_native.usable(grad_chart, chart_sw, y, z, r_nn, spans):
-        return inside_native.max_backward(grad_chart, chart_sw, y, z, r_nn, spans)
+    if native.usable(grad_chart, chart_sw, y, z, r_nn, spans):
+        return native.max_backward(grad_chart, chart_sw, y, z, r_nn, spans)
     B, T, _, NT = chart_sw.shape
     chart_ew = torch.zeros_like(chart_sw)  # the end-indexed layout, for the right children
     for w in range(2, T + 1):

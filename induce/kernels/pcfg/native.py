@@ -1,14 +1,19 @@
 """The max-product (Viterbi) inside pass on the CPU as compiled loops: the fused path of the torch tier.
 
-PyTorch has no fused "add, then maximum" reduction: its max mode (:func:`~induce.kernels.inside_torch.
+PyTorch has no fused "add, then maximum" reduction: its max mode (:func:`~induce.kernels.pcfg.dense_torch.
 _max_forward`, the eager twin) writes every sum to memory before reducing it, ~7 G elements a second
-on one thread, where the sum mode's matrix products run several times faster. ``inside_native.cpp``
+on one thread, where the sum mode's matrix products run several times faster. ``native.cpp``
 keeps the sums in registers. It is built at first use with the machine's C++ compiler (``$CXX``, else
 ``c++``; ``-O3 -march=native``, OpenMP when the compiler has it), into
 ``$INDUCE_CACHE_DIR`` (default ``$XDG_CACHE_HOME/induce``, else ``~/.cache/induce``), keyed by the
 source, the compiler and the CPU, and loaded through :mod:`ctypes`. Where no compiler works the torch
 tier keeps its eager loops (:func:`unavailable_reason` says why); ``INDUCE_NATIVE_KERNELS=0`` or
 :func:`use_native` turns the path off. Values equal the eager twin's bit for bit (the tests compare them).
+
+A build records the library's size and sha256 beside it (``inside_native-KEY.json``), and a cached library
+is loaded only when it matches that record: loading a truncated library kills the process with SIGBUS,
+and a foreign one under the cached name lacks the entry points. One that does not match (or has no
+record) is built again; where that fails too, the eager loops run and :func:`unavailable_reason` says why.
 
 Only float32 CPU tensors without a graph take this path (the Viterbi parse's); anything else stays eager.
 """
@@ -18,6 +23,7 @@ import contextlib
 import ctypes
 import functools
 import hashlib
+import json
 import os
 import platform
 import shutil
@@ -28,7 +34,7 @@ from typing import Iterator, Optional
 
 import torch
 
-SOURCE = Path(__file__).with_name("inside_native.cpp")
+SOURCE = Path(__file__).with_name("native.cpp")
 #: Flag sets tried in order: the first that compiles is used.
 FLAG_SETS = (
     ["-O3", "-march=native", "-fopenmp"],
@@ -57,27 +63,80 @@ def _machine_key() -> str:
     return f"{platform.machine()} {platform.processor()} {flags}"
 
 
+def record_path(target: Path) -> Path:
+    """The build record of the library ``target``: ``{"size": bytes, "sha256": hex digest}`` (JSON)."""
+    return target.with_suffix(".json")
+
+
+def _fingerprint(path: Path) -> dict:
+    data = Path(path).read_bytes()
+    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def _mismatch(target: Path) -> Optional[str]:
+    """Why the library at ``target`` is not the one its build recorded (None when it is)."""
+    record = record_path(target)
+    try:
+        wanted = json.loads(record.read_text(encoding="utf-8"))
+        size, digest = int(wanted["size"]), str(wanted["sha256"])
+    except FileNotFoundError:
+        return "it has no build record"
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return f"its build record {record.name} cannot be read ({type(err).__name__}: {err})"
+    try:
+        found = _fingerprint(target)
+    except OSError as err:
+        return f"it cannot be read ({err})"
+    if found["size"] != size:
+        return f"it has {found['size']:,} bytes where its build wrote {size:,}"
+    if found["sha256"] != digest:
+        return "its sha256 differs from the one its build recorded"
+    return None
+
+
 def _compile(compiler: str, flags: list, target: Path) -> Optional[str]:
-    """Builds the library at ``target`` (written whole: a temporary file renamed); the error, or None."""
+    """Builds the library at ``target`` and its build record (each written whole: a temporary file renamed);
+    the error, or None."""
+    temporary = []
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
-        os.close(fd)
+        for suffix in (".so", ".json"):
+            fd, name = tempfile.mkstemp(suffix=suffix, dir=target.parent)
+            os.close(fd)
+            temporary.append(name)
     except OSError as err:
         return f"cannot write the build cache {target.parent} ({err}; set INDUCE_CACHE_DIR)"
+    tmp, tmp_record = temporary
     cmd = [compiler, *flags, "-std=c++17", "-shared", "-fPIC", str(SOURCE), "-o", tmp]
     try:
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if run.returncode != 0:
             return f"{' '.join(cmd[:-2])} failed: {run.stderr.strip()[-400:]}"
-        os.chmod(tmp, 0o755)  # mkstemp's file is the owner's alone; a library others may share is not
+        Path(tmp_record).write_text(json.dumps(_fingerprint(Path(tmp))), encoding="utf-8")
+        # mkstemp's files are the owner's alone; a library others may share is not
+        os.chmod(tmp, 0o755)
+        os.chmod(tmp_record, 0o644)
         os.replace(tmp, target)
+        os.replace(tmp_record, record_path(target))
         return None
     except (OSError, subprocess.SubprocessError) as err:
         return f"{compiler}: {err}"
     finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        for name in temporary:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+
+
+def _ready(compiler: str, flags: list, target: Path) -> Optional[str]:
+    """Makes sure ``target`` holds the library its build recorded, building it where it is missing or does not
+    match; the error, or None."""
+    if not target.exists():
+        return _compile(compiler, flags, target)
+    problem = _mismatch(target)
+    if problem is None:
+        return None
+    error = _compile(compiler, flags, target)
+    return None if error is None else f"{target}: not loaded, {problem}; building it again failed: {error}"
 
 
 @functools.cache
@@ -99,12 +158,14 @@ def library() -> Optional[ctypes.CDLL]:
         key = hashlib.sha256("\n".join([SOURCE.read_text(), compiler, version, " ".join(flags),
                                         _machine_key()]).encode()).hexdigest()[:16]
         target = cache_dir() / "native" / f"inside_native-{key}.so"
-        error = None if target.exists() else _compile(compiler, flags, target)
+        error = _ready(compiler, flags, target)
         if error is None:
             try:
                 return _declare(ctypes.CDLL(str(target)))
             except OSError as err:
                 error = f"{target}: {err}"
+            except AttributeError as err:  # matches its record, yet lacks an entry point: not this source's build
+                error = f"{target}: not a build of {SOURCE.name} ({err})"
         errors.append(error)
     _failure = errors[0]
     return None
@@ -164,7 +225,7 @@ def max_chart(y: torch.Tensor, z: torch.Tensor, w2: torch.Tensor, r_nn: torch.Te
               spans: torch.Tensor) -> torch.Tensor:
     """The max mode's chart ``[B, T(start), T(width - 1), NT]`` from the word tables ``y, z [B, T, A,
     child]``, ``w2 [B, T - 1, A]``, the NN rules ``[B, A, NT, NT]`` and ``spans [B, T, T]``: what the
-    eager :func:`~induce.kernels.inside_torch._max_forward` returns."""
+    eager :func:`~induce.kernels.pcfg.dense_torch._max_forward` returns."""
     B, T, NT, _ = y.shape
     y_t, z_t = y.transpose(-1, -2).contiguous(), z.transpose(-1, -2).contiguous()  # [B, T, child, A]
     w2, rules, spans = w2.contiguous(), r_nn.contiguous(), spans.contiguous()
@@ -176,7 +237,7 @@ def max_chart(y: torch.Tensor, z: torch.Tensor, w2: torch.Tensor, r_nn: torch.Te
 
 def max_backward(grad_chart: torch.Tensor, chart_sw: torch.Tensor, y: torch.Tensor, z: torch.Tensor,
                  r_nn: torch.Tensor, spans: torch.Tensor):
-    """What :func:`~induce.kernels.inside_torch.max_backward` returns, ``(d_y, d_z, d_w2, d_r, d_spans)``,
+    """What :func:`~induce.kernels.pcfg.dense_torch.max_backward` returns, ``(d_y, d_z, d_w2, d_r, d_spans)``,
     from the chart of :func:`max_chart` and its gradient ``grad_chart [B, T, T, NT]``."""
     B, T, NT, _ = y.shape
     y, z = y.contiguous(), z.contiguous()  # [b, t, a, c], the layout a cell's argmax reads rows of

@@ -1,7 +1,7 @@
 """What the H100 compile check drives: the models of every shipped config, the parse lengths, cumax.
 
-:func:`record` returns a :class:`~induce.kernels.launch_recorder.Recorder` holding every distinct
-kernel variant these launch (see :mod:`induce.kernels.launch_recorder` for how launches are
+:func:`record` returns a :class:`~induce.devtools.launch_recorder.Recorder` holding every distinct
+kernel variant these launch (see :mod:`induce.devtools.launch_recorder` for how launches are
 recorded without a GPU):
 
 1. **Models.** Every shipped config: ``configs/*.yaml`` (each file also with every sibling model
@@ -15,6 +15,9 @@ recorded without a GPU):
    one modulo 16 (kept >= 2 unless it is 1, :func:`drive_batch`): every byte offset and every
    multiple of the batch stays in its class of divisibility by 16, the only batch property Triton
    specialises on, at a fraction of the CPU time. The vocabulary is tiny (it reaches no kernel).
+   Sentence-level models (the neural PCFGs: no stream, no state) take their own path instead
+   (:func:`drive_sentence_model`: their sentence loss in training and validation, then parses). Every
+   config driven is listed in the recorder's ``driven`` (the test checks that none is left out).
 2. **Span counts.** A parse scores every span of a sentence, so PaLM's span count ``m`` grows with
    it: ``<eos> words <eos>`` of at most ``--max-length`` words (default 300; the option has no upper
    bound). Every launcher with a ``max_len`` argument is called again, with the dtypes and feature
@@ -22,7 +25,7 @@ recorded without a GPU):
    default's 302 and over a whole period of 16) and the powers of two up to 4096 with their
    neighbours (tile choices change at powers of two, Triton's integer specialisation at multiples of 16).
 3. **cumax**, public but called by no model, on the ON-LSTM master-gate shapes (:func:`drive_cumax`).
-4. **inside_lowrank** (TN-PCFG), which no shipped config uses yet: forward and backward at the ranks of
+4. **inside_lowrank** (TN-PCFG) beyond the shipped config's rank: forward and backward at the ranks of
    :data:`LOWRANK_RANKS` (:func:`drive_inside_lowrank`).
 5. **The dense-PCFG inside algorithm** (:func:`drive_inside`) at the grammar sizes of
    :data:`PCFG_GRAMMARS`, both semirings, forward and backward. Its kernels specialise on the number
@@ -40,7 +43,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from induce.kernels.launch_recorder import Recorder, TensorArg, intercept
+from induce.devtools.launch_recorder import Recorder, TensorArg, intercept
 
 #: Parse lengths run through every model: one and two tokens, the dev-F1 sentences (<= 40 words
 #: between two ``<eos>``) and the parse CLI's default ``--max-length 300`` plus its two ``<eos>``.
@@ -121,6 +124,7 @@ def drive_config(label: str, cfg, recorder: Recorder, number: int = 0) -> None:
     cls = get_model_class(cfg.model_name)
     torch.manual_seed(0)
     model = cls(VOCAB_SIZE, cfg.model_config_object())
+    recorder.driven.append(label)
     if cls.objective is not STREAM_LM:
         drive_sentence_model(label, cfg, model, recorder, number)
         return
@@ -220,8 +224,6 @@ def sweep_span_counts(recorder: Recorder, counts: Sequence[int] = SPAN_COUNT_SWE
 
     from induce.kernels import _dispatch
 
-    impl = _dispatch._load_triton()
-
     def resized(arg: TensorArg, recorded_m: int, m: int, steps: int):
         if len(arg.shape) >= 2:
             return arg.make((1, steps) + arg.shape[2:])
@@ -232,7 +234,7 @@ def sweep_span_counts(recorder: Recorder, counts: Sequence[int] = SPAN_COUNT_SWE
     recorder.label, recorder.kind, recorder.order = "span-count sweep", "parse", (number, 0)
     with torch.no_grad():
         for call in _sweep_templates(recorder):
-            launcher = getattr(impl, call.name)
+            launcher = _dispatch.implementation(call.name, "triton")
             recorded_m = call.arguments["max_len"]
             for m in counts:
                 for steps in sorted({max(m - 1, 1), m}):
@@ -250,7 +252,7 @@ def drive_cumax(recorder: Recorder, number: int = 0) -> None:
 
     from induce.kernels import _dispatch
 
-    impl = _dispatch._load_triton()
+    cumax = _dispatch.implementation("cumax", "triton")
     shapes = sorted({(c.arguments["c"].shape[0], c.arguments["n_chunks"]) for c in list(recorder.calls.values())
                      if c.name == "onlstm_cell"})
     recorder.label, recorder.kind, recorder.order = "cumax", "on ON-LSTM gate shapes", (number, 0)
@@ -258,7 +260,7 @@ def drive_cumax(recorder: Recorder, number: int = 0) -> None:
         for dtype in (torch.float32, torch.bfloat16):
             for reverse in (False, True):
                 x = torch.zeros(shape, dtype=dtype, requires_grad=True)
-                impl.cumax(x, reverse=reverse).sum().backward()
+                cumax(x, reverse=reverse).sum().backward()
 
 
 def drive_inside_lowrank(recorder: Recorder, number: int = 0) -> None:

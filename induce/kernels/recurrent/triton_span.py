@@ -1,8 +1,7 @@
 """Triton tier, PaLM's span kernels: span representations (Alg. 1) and the whole span-attention step.
 
-Split from :mod:`induce.kernels.triton_impl` (which re-exports :func:`span_representations` and
-:func:`span_attention`, the names the dispatcher looks up); the same conventions hold: float32
-compute, hand-written backward passes, float32 atomic adds where several positions contribute.
+The same conventions as :mod:`induce.kernels.recurrent.triton_impl` (the rest of the recurrent ops' Triton
+tier): float32 compute, hand-written backward passes, float32 atomic adds where several positions contribute.
 """
 from __future__ import annotations
 
@@ -449,11 +448,11 @@ def _span_dw_kernel(
 
 # tile sizes: MLP kernel (rows x A block, D walked in blocks), gradient kernel (rows x D block,
 # A walked in blocks), context kernel (positions x D block). Register use per tile decides them as
-# much as speed: compiled for sm_90 (python3 -m induce.kernels.compile_check), the backward tiles
-# of the H100 tuning (gradient 128 x 64, dW 64 x 128, the MLP backward's A block of 128) spilled
-# 0.8-1.1 KB per thread (gradient, dW) and ~100 B (MLP backward); the tiles below spill nothing
-# but dW's ~60 B in fp32 (bench/RESULTS.md, "H100 compile check"). Their speed is not measured
-# yet: the first GPU session should time them against the old values (bench/gpu_notes.md).
+# much as speed: compiled for sm_90 (python3 -m induce.devtools.compile_check), the tiles below spill
+# nothing but dW's ~60 B per thread in fp32, where the larger backward tiles of the H100 sweep at
+# paper size (gradient 128 x 64, dW 64 x 128, the MLP backward's A block of 128; bench/gpu_notes.md,
+# v3) spill 0.8-1.1 KB per thread (gradient, dW) and ~100 B (MLP backward) (bench/RESULTS.md, "H100
+# compile check"). How the two compare in speed is unmeasured: bench/gpu_notes.md ("v4") times both.
 _MLP_R, _MLP_BA, _MLP_BD, _MLP_WARPS = 64, 128, 16, 8
 _MLP_BWD_BA = 64  # the backward's dh tile [R, BA] on top of the forward's registers
 _GRAD_R, _GRAD_BD, _GRAD_BA, _GRAD_WARPS = 64, 32, 32, 8
@@ -467,8 +466,8 @@ def _row_tiling(R: int, max_len: int) -> Tuple[int, int]:
     """``(P, n_chunks)`` for tiles of ``R`` span rows: ``P = R // m`` whole positions per tile while the
     ``m`` spans of a position fit (``n_chunks = 1``), else one position split over ``n_chunks = ceil(m / R)``
     tiles. The tile never grows with ``m``: parsing scores every span of a sentence (``m`` up to the
-    padded length), and tiles of ``next_power_of_2(m)`` rows needed more shared memory than an H100
-    block has from 129 tokens on."""
+    padded length), and tiles of ``next_power_of_2(m)`` rows would need more shared memory than an
+    H100 block has from 129 tokens on (the compile check's shared-memory limit)."""
     if max_len <= R:
         return R // max_len, 1
     return 1, triton.cdiv(max_len, R)

@@ -9,9 +9,6 @@ from typing import Optional, Tuple
 
 import torch
 
-from induce.kernels.inside_lowrank_reference import inside_lowrank  # noqa: F401 (dispatch)
-from induce.kernels.inside_reference import inside  # noqa: F401 (dispatch: the inside op lives in its own file)
-
 
 def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
     return x if x.dtype == torch.float64 else x.float()

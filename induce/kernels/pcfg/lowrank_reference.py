@@ -23,7 +23,10 @@ from typing import Optional
 
 import torch
 
-from induce.kernels.inside_reference import InsideInputError
+from induce.kernels.pcfg.dense_reference import InsideInputError
+
+#: Public functions here that are not kernel ops: the input check the other tiers run too.
+TIER_HELPERS = ("check_inputs",)
 
 
 def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,6 @@
 // Max-product (Viterbi) inside pass of a dense PCFG on the CPU: the word tables, the chart and its backward.
 //
-// Built at first use by induce/kernels/inside_native.py with the machine's C++ compiler and loaded
+// Built at first use by induce/kernels/pcfg/native.py with the machine's C++ compiler and loaded
 // through ctypes (plain C entry points, float32, contiguous arrays). The PyTorch twin of each
 // function is named beside it; the values are the same bit for bit: every entry is the same float32
 // sum of two numbers, and a maximum is exact whatever order it runs in. A vector loop whose length
@@ -82,7 +82,7 @@ void word_rows(const float* terms, const float* block, int64_t row_p, int P, int
 }
 
 // out[s][a] = max_c pairs[s][c] + rules[a][c] for SPANS spans by PARENTS parents, C >= V. Twin:
-// _max_plus in inside_torch.py.
+// _max_plus in dense_torch.py.
 void rule_block(const float* const* pairs, const float* const* rules, int C, float out[SPANS][PARENTS]) {
     vec acc[SPANS][PARENTS];
     vec p[SPANS], r[PARENTS];
@@ -167,7 +167,7 @@ void best_pairs(const Chart& g, int b, int s, int w, int c1, float* pairs) {
 }
 
 // One work item of width w: SPANS consecutive spans of sentence b from `first`. Twin: one width of
-// _max_forward in inside_torch.py.
+// _max_forward in dense_torch.py.
 void chart_item(const Chart& g, int w, int b, int first, float* scratch) {
     const int N = g.N, T = g.T, n = T - w + 1;
     const float* pair_rows[SPANS];
@@ -237,7 +237,7 @@ float split_max(const float* rule, const float* left, const float* right, int N,
     return m;
 }
 
-// The winning split of cell (b, s, a) of width w >= 3, found as _argmax_cells in inside_torch.py does
+// The winning split of cell (b, s, a) of width w >= 3, found as _argmax_cells in dense_torch.py does
 // (the first of equal maxima; NP over PN, NN over both only when larger), its gradient g sent to the
 // tables or rule and to the children's cells of `grad` (the chart's layout).
 struct Backward {
@@ -297,7 +297,7 @@ extern "C" {
 int induce_vector_width() { return V; }
 
 // out[b, t, a, c] = max_p terms[b, t, p] + rows[b, a, p, c] (rows strided: row_b, row_a, row_p, unit
-// along c). Twin: _running_max in inside_words.py.
+// along c). Twin: _running_max in words.py.
 void induce_word_table(const float* terms, const float* rows, float* out, int B, int T, int A, int P, int C,
                        int64_t row_b, int64_t row_a, int64_t row_p, int threads) {
     const int words_per_item = C >= V ? WORDS : 1;
@@ -336,7 +336,7 @@ void induce_max_chart(const float* y_t, const float* z_t, const float* w2, const
     }
 }
 
-// The max mode's backward (twin: max_backward in inside_torch.py): `grad` [B, T, T, N], the chart's
+// The max mode's backward (twin: max_backward in dense_torch.py): `grad` [B, T, T, N], the chart's
 // gradient, is consumed in place (each cell's children receive their shares in it, widest first);
 // y, z and d_y, d_z [B, T, N, N] are the tables untransposed ([b, t, a, c]); d_y, d_z, d_w2 [B, T - 1, N],
 // d_rules [B, N, N * N] and d_spans [B, T, T] must be zero on entry. Only cells with a nonzero gradient are

@@ -1,6 +1,6 @@
 """Torch tier of :func:`induce.kernels.inside_lowrank`: the inside pass in rank space, with a hand-written outside pass.
 
-Notation as in :mod:`induce.kernels.inside_lowrank_reference` (``U = exp(head)``, ``V = exp(left)``,
+Notation as in :mod:`induce.kernels.pcfg.lowrank_reference` (``U = exp(head)``, ``V = exp(left)``,
 ``W = exp(right)``). TN-PCFG's rank-space trick (Yang et al. 2021, sec. 4; ``Fastest_TDPCFG`` in their
 ``tdpcfg.py``): a span's nonterminal scores ``beta[a] = sum_r U[a, r] z[r]`` are needed only as a
 child, through ``sum_a beta[a] V[a, r']`` = ``sum_r z[r] (U^T V_NT)[r, r']``. So every span keeps only
@@ -36,7 +36,12 @@ from typing import Callable, Optional
 import torch
 from torch.autograd.function import once_differentiable
 
-from induce.kernels.inside_lowrank_reference import check_inputs
+from induce.kernels.pcfg.lowrank_reference import check_inputs
+
+#: Public functions here that are not kernel ops: :func:`inside_lowrank_with`, the autograd function the Triton
+#: tier runs with its fused split sums, the eager split sums it takes here (:func:`merge_forward`,
+#: :func:`merge_backward`) and :func:`log_matmul` (``bench/inside_lowrank.py`` times it).
+TIER_HELPERS = ("inside_lowrank_with", "log_matmul", "merge_backward", "merge_forward")
 
 #: ``log`` of the smallest normal float32: products below it are clamped (see the module docstring).
 _TINY = torch.finfo(torch.float32).tiny

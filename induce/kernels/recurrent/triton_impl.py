@@ -7,8 +7,7 @@ positions contribute to (span attention, span representations) are accumulated w
 adds, so their summation order, and their last bits, may vary from run to run on a GPU.
 
 Here: cumax, the ON-LSTM cell step, stick-breaking gates and linear scans; PaLM's span kernels are in
-:mod:`induce.kernels.triton_span` (re-exported here, where the dispatcher looks them up) and the
-helpers both use in :mod:`induce.kernels.triton_base`.
+:mod:`induce.kernels.recurrent.triton_span` and the helpers both use in :mod:`induce.kernels.triton_base`.
 """
 from __future__ import annotations
 
@@ -19,16 +18,14 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from induce.kernels.inside_lowrank_triton import inside_lowrank  # noqa: F401 (dispatch)
-from induce.kernels.inside_triton import inside  # noqa: F401 (dispatch)
 from induce.kernels.triton_base import _length_free_jit, _pow2, _tanh
-from induce.kernels.triton_span import span_attention, span_representations  # noqa: F401 (dispatch)
 
 
 # ========================================================================================= cumax
 # Several rows per program (``ROWS`` x ``BLOCK`` tile, one warp per row where the row fits): the
 # max/sum reductions and the running sum then stay inside a warp, and each program moves enough
-# bytes to keep the memory system busy (one 400-wide row per program reached ~47% of copy bandwidth).
+# bytes to keep the memory system busy (one 400-wide row per program reaches ~47% of an H100's copy
+# bandwidth, bench/gpu_notes.md).
 @_length_free_jit('R')
 def _cumax_fwd_kernel(x_ptr, y_ptr, R, N, BLOCK: tl.constexpr, ROWS: tl.constexpr, REVERSE: tl.constexpr):
     rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)[:, None]
@@ -106,7 +103,7 @@ class _Cumax(torch.autograd.Function):
 def cumax(x: torch.Tensor, dim: int = -1, reverse: bool = False) -> torch.Tensor:
     """Fused softmax + running sum over rows of ``x`` moved to ``[..., N]``, several rows per program."""
     if x.shape[dim] > _CUMAX_MAX_ROW:
-        from induce.kernels import torch_impl  # one block per row; longer rows are not worth a kernel
+        from induce.kernels.recurrent import torch_impl  # one block per row; longer rows are not worth a kernel
 
         return torch_impl.cumax(x, dim=dim, reverse=reverse)
     moved = x.movedim(dim, -1)
@@ -222,8 +219,9 @@ def _onlstm_cell_bwd_kernel(
 def _onlstm_cell_launch(P: int, C: int):
     """``(BP, BC, num_warps)``: the ``[BP, BC]`` unit tile (powers of two) and warps for it.
 
-    A warp per 256 units (8 per thread): with one per 512 the backward of the paper's layers
-    (``[128, 16]`` tiles) spilled at 255 registers; at 8 warps it needs ~156 (compiled for sm_90).
+    A warp per 256 units (8 per thread): compiled for sm_90, the backward of the paper's layers
+    (``[128, 16]`` tiles) needs ~156 registers per thread at 8 warps, and spills at 255 with a warp per
+    512 units.
     """
     bp, bc = _pow2(P, 2), _pow2(C, 2)
     return bp, bc, min(8, max(1, bp * bc // 256))

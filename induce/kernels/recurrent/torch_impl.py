@@ -16,9 +16,6 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from induce.kernels.inside_lowrank_torch import inside_lowrank  # noqa: F401 (dispatch)
-from induce.kernels.inside_torch import inside  # noqa: F401 (dispatch: the inside op lives in its own file)
-
 #: Public functions here that are not kernel ops of :mod:`induce.kernels` (so no other tier needs them):
 #: the attention step over precomputed span representations, which ``bench/kernels.py`` times alone.
 TIER_HELPERS = ("attend_over_spans",)

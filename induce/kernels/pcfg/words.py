@@ -27,7 +27,7 @@ from typing import NamedTuple, Tuple
 
 import torch
 
-from induce.kernels import inside_native
+from induce.kernels.pcfg import native
 
 #: Rule-tensor entries processed per chunk of sentences (a chunk's exp of the blocks: ~4 MB in float32).
 CHUNK_ENTRIES = 1 << 20
@@ -242,10 +242,10 @@ def max_tables(terms: torch.Tensor, rules: torch.Tensor) -> Tuple[torch.Tensor, 
             zs.append((t[:, :, None, None, :] + r_np[:, None]).max(4).values)
             qs.append((t[:, :, None, :, None] + r_pp[:, None]).max(3).values)
         y, z, q = torch.cat(ys, 1), torch.cat(zs, 1), torch.cat(qs, 1)
-    elif inside_native.usable(terms, rules):  # the compiled twin of the branch below
-        left = inside_native.word_table(terms, rules[:, :, NT:])  # [B, T, A, S]
+    elif native.usable(terms, rules):  # the compiled twin of the branch below
+        left = native.word_table(terms, rules[:, :, NT:])  # [B, T, A, S]
         y, q = left[..., :NT], left[..., NT:]
-        z = inside_native.word_table(terms, r_np.permute(0, 1, 3, 2))
+        z = native.word_table(terms, r_np.permute(0, 1, 3, 2))
     else:
         with torch.no_grad():  # y and q in one pass over the rules' lower rows (left child a preterminal)
             left = _running_max(terms, rules[:, :, NT:], True)  # [B, T, A, S]

@@ -1,7 +1,7 @@
 """Triton tier of the dense-PCFG inside algorithm: one fused kernel per span width, forward and outside.
 
-Same layout and arithmetic as :mod:`induce.kernels.inside_torch` (read its docstring first): the
-word tables ``y, z, w2`` are PyTorch's (:mod:`induce.kernels.inside_words`, small matrix products) and
+Same layout and arithmetic as :mod:`induce.kernels.pcfg.dense_torch` (read its docstring first): the
+word tables ``y, z, w2`` are PyTorch's (:mod:`induce.kernels.pcfg.words`, small matrix products) and
 the chart of spans of three or more words is filled by one launch per width, a program per span
 ``(b, i)`` holding every nonterminal of the span:
 
@@ -18,7 +18,7 @@ the chart of spans of three or more words is filled by one launch per width, a p
   batched matrix product per width in PyTorch (``h^T @ pairs``) from the ``[B, n, NT]`` and
   ``[B, n, NT, NT]`` buffers the kernel fills;
 * max mode, forward (:func:`_inside_max_fwd_kernel`): the same with max, values only; the backward
-  pass (:func:`induce.kernels.inside_torch.max_backward`, shared with the torch tier) recomputes the
+  pass (:func:`induce.kernels.pcfg.dense_torch.max_backward`, shared with the torch tier) recomputes the
   argmax of the cells that get a gradient.
 
 Nonterminals up to :data:`MAX_NONTERMINALS` (a ``[NT, NT]`` tile per program); computed in float32.
@@ -32,8 +32,8 @@ import triton
 import triton.language as tl
 
 from induce.kernels._dispatch import KernelBackendError
-from induce.kernels.inside_torch import run_inside
-from induce.kernels.inside_words import _max_out
+from induce.kernels.pcfg.dense_torch import run_inside
+from induce.kernels.pcfg.words import _max_out
 from induce.kernels.triton_base import _length_free_jit, _pow2
 
 #: Largest number of nonterminals the kernels take: a program holds a ``[NT, NT]`` tile of child pairs.
@@ -213,7 +213,7 @@ def _inside_max_fwd_kernel(
 class _Chart:
     """The sum-mode chart as the kernels read it, batch-major: ``*_sw [B, T(start), T(width - 1), NT]``,
     ``*_ew [B, T(end), T(T - width), NT]``, ``exp(beta - m)`` and the row maxima ``m`` (the torch tier's
-    :class:`~induce.kernels.inside_torch._Chart` in its own layout); ``log_sw`` keeps ``beta``."""
+    :class:`~induce.kernels.pcfg.dense_torch._Chart` in its own layout); ``log_sw`` keeps ``beta``."""
 
     def __init__(self, B: int, T: int, NT: int, like: torch.Tensor):
         self.log_sw = like.new_zeros(B, T, T, NT)
@@ -291,8 +291,8 @@ TRITON_CHART = (_sum_chart_forward, _sum_chart_backward)
 
 
 def _max_chart_forward(y, z, w2, r_nn, spans):
-    """Triton twin of the torch tier's max-mode chart (:func:`induce.kernels.inside_torch._max_forward`):
-    values only; :func:`~induce.kernels.inside_torch.max_backward` recomputes the argmax backward."""
+    """Triton twin of the torch tier's max-mode chart (:func:`induce.kernels.pcfg.dense_torch._max_forward`):
+    values only; :func:`~induce.kernels.pcfg.dense_torch.max_backward` recomputes the argmax backward."""
     B, T, NT, _ = y.shape
     ntp, ba, warps = _launch_sizes(NT)
     y, z, spans, flat = _contiguous(y, z, spans, r_nn)

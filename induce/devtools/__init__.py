@@ -1,0 +1,8 @@
+"""Developer tooling for the kernels, run by the tests and the benchmarks, never by a command of the toolkit.
+
+``compile_check`` (``python3 -m induce.devtools.compile_check``) compiles every Triton kernel variant the
+shipped configs can launch for an H100 without a GPU: ``compile_workloads`` says what is driven,
+``launch_recorder`` records the launches instead of running them. ``launches`` counts the kernel launches
+of a piece of code at dispatch (``bench/models.py``'s launches per training step). This package sits at
+the top of the layers (beside the CLI): it drives models, configs and training code.
+"""
