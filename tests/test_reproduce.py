@@ -86,7 +86,7 @@ def test_pipeline_writes_the_report_tables_and_figures(pipeline):
     assert rb["right_split_pct_wsj40"]["mean"] == 100.0
     assert rb["sentence_f1_wsj40"]["mean"] == pytest.approx(right["sentence_f1"])
     assert results["random_init"]["palm"]["n_models"] == 2
-    # the untrained rows come from induce.evaluation.untrained (as `induce eval --untrained`): inits seeded 1..N
+    # the untrained rows come from induce.assess.untrained (as `induce eval --untrained`): inits seeded 1..N
     untrained = json.loads((out / "eval" / "init-palm.valid.json").read_text())
     assert untrained["seeds"] == [1, 2] and untrained["model_config"] == results["configs"]["palm"]["model"]
     assert results["random_init"]["palm"]["left_split_pct"]["mean"] == pytest.approx(

@@ -30,8 +30,7 @@ from typing import Callable, Optional, Sequence, Union
 import torch
 
 from induce.errors import InduceError
-
-from .metrics import EvalConvention, GoldSentence, evaluate, mean_std, require_sentences
+from induce.evaluation.metrics import EvalConvention, GoldSentence, evaluate, mean_std, require_sentences
 
 #: Figures kept per init; the first four are summarised (PaLM Table 4 reports the last two).
 INIT_FIGURES = ("sentence_f1", "corpus_f1", "left_split_pct", "right_split_pct", "other_binary_split_pct",

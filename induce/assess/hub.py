@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Optional
 
 from induce.errors import InduceError
-
-from . import bootstrap
-from .conventions import (
+from induce.evaluation import bootstrap
+from induce.evaluation.conventions import (
     CONVENTIONS,
     TOKEN_FILTERS,
     FullGold,
@@ -107,7 +106,7 @@ def convention_results(source: Source, golds: Sequence, names: Sequence[str], va
                        seed: int = 0) -> list:
     """One dict per (convention, gold variant): its figures, a 95% bootstrap interval for each, and the
     numbers of sentences scored / skipped / in error (:meth:`ConventionResult.to_dict`)."""
-    from .conventions import score_convention
+    from induce.evaluation.conventions import score_convention
 
     out = []
     for name in names:
@@ -127,9 +126,8 @@ def convention_results(source: Source, golds: Sequence, names: Sequence[str], va
 def aligned_trees(source: Source, golds: Sequence, convention_name: str = DEFAULT_CONVENTION) -> dict:
     """``{sentence index: Node over the convention's kept words}`` of the sentences the convention scores
     (for agreement and ensembles: every source is brought onto the same words)."""
+    from induce.evaluation.conventions import gold_view
     from induce.trees.transforms import collapse_unary
-
-    from .conventions import gold_view
 
     convention = get_convention(convention_name)
     out = {}
@@ -157,7 +155,7 @@ def aligned_trees(source: Source, golds: Sequence, convention_name: str = DEFAUL
 def agreement_report(sources: Sequence[Source], golds: Sequence, convention_name: str = DEFAULT_CONVENTION) -> dict:
     """The pairwise F1 matrix of the sources on the sentences all of them have, and the mean of its
     off-diagonal entries (self-F1 when the sources are seeds of one model)."""
-    from .agreement import agreement_matrix, mean_off_diagonal
+    from induce.evaluation.agreement import agreement_matrix, mean_off_diagonal
 
     trees = [aligned_trees(source, golds, convention_name) for source in sources]
     common = sorted(set.intersection(*(set(t) for t in trees)))
@@ -174,7 +172,7 @@ def compare_report(first: Source, second: Source, golds: Sequence, convention_na
                    resamples: int = bootstrap.DEFAULT_RESAMPLES, seed: int = 0) -> dict:
     """The paired bootstrap of ``first - second`` on the convention's first figure, on the sentences both
     were scored on."""
-    from .conventions import score_convention
+    from induce.evaluation.conventions import score_convention
 
     convention = get_convention(convention_name)
     results = [score_convention(golds, s.items or [], convention, variant, s.locations, baseline=s.baseline,
@@ -195,8 +193,8 @@ def ensemble_report(members: Sequence[Source], golds: Sequence, weights: Sequenc
     none: under 2 words), and, on the gold, the F1 of each member, their mean and best, and the ensemble's."""
     import statistics
 
-    from .conventions import score_convention
-    from .ensemble import ensemble_tree
+    from induce.evaluation.conventions import score_convention
+    from induce.evaluation.ensemble import ensemble_tree
 
     trees = [aligned_trees(member, golds, convention_name) for member in members]
     common = sorted(set.intersection(*(set(t) for t in trees)))
@@ -244,11 +242,11 @@ def run_hub_eval(predicted: Sequence[Path], gold=None, corpus=None, data=None, s
                  resamples: int = bootstrap.DEFAULT_RESAMPLES, batch_size: int = 64, decoder=None,
                  device: str = "auto", console=None, steps=None):
     """``induce eval`` with ``--convention``, ``--gold-variant``, ``--agreement`` or ``--compare``: an
-    :class:`~induce.evaluation.run_eval.EvalOutcome` of kind ``conventions``, ``agreement`` or ``compare``.
+    :class:`~induce.assess.run_eval.EvalOutcome` of kind ``conventions``, ``agreement`` or ``compare``.
 
     Long because it checks which options go together (each error names the flags) before any file is
     read, then dispatches to one of three reports."""
-    from .run_eval import EvalOutcome, NoProgress, _default_eval_corpus
+    from induce.assess.run_eval import EvalOutcome, NoProgress, _default_eval_corpus
 
     steps = steps or NoProgress()
     names = list(CONVENTIONS) if "all" in conventions else list(dict.fromkeys(conventions))
