@@ -20,8 +20,9 @@ from induce.cli.main import app
 from induce.config import load_config
 from induce.data.corpus import Vocab
 from induce.inference.loading import LoadedRun
-from induce.inference.show import plot_structure, sentence_structure, structure_table
+from induce.inference.show import sentence_structure, structure_table
 from induce.models.registry import get_model_class
+from induce.report.figures import plot_structure
 from induce.training import load_checkpoint
 from induce.training.trainer import TrainingInterrupted, resume, train
 from induce.trees.decoders import parse_batch
