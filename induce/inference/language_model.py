@@ -15,7 +15,6 @@ from induce.inference.loading import LoadedRun, as_loaded
 from induce.inference.predict import normalize
 from induce.models.base import STREAM_LM
 from induce.training.trainer import map_state
-from induce.trees.kinds import resolve
 
 
 def lm_perplexity(run: Union[str, Path, LoadedRun], corpus_dir: Union[str, Path], split: str = "valid",
@@ -41,7 +40,9 @@ def sentences_perplexity(run: Union[str, Path, LoadedRun], sentences: Sequence[S
     model = loaded.model
     if model.objective is not STREAM_LM:
         # A sentence-level model (e.g. a PCFG): its loss per token over whole sentences, as its validation.
-        objective = resolve(model.objective.implementation)()
+        from induce.training.objectives import build
+
+        objective = build(model.objective)
         ids = [loaded.vocab.encode(list(sentence)) for sentence in sentences if sentence]
         return math.exp(objective.loss_per_token(model, ids, data_cfg["eval_batch_size"],
                                                  next(model.parameters()).device))

@@ -56,20 +56,27 @@ class LMOutput:
     structure: dict = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class TrainingObjective:
     """How the trainer trains a model class: ``name`` for messages, ``implementation`` the
-    :class:`induce.training.objectives.Objective` subclass (``"module:Class"``, imported when training starts,
-    so that models never import the trainer)."""
+    :class:`induce.training.objectives.Objective` subclass, a class or ``"module:Class"`` (imported on first
+    use). Models never import the trainer: the built-in objectives below get their classes from
+    :mod:`induce.training.objectives`, which registers them (:meth:`implement`); a family's own objective may
+    name its class here."""
 
     name: str
-    implementation: Reference
+    implementation: Optional[Reference] = None
+
+    def implement(self, implementation: Reference) -> Reference:
+        """Register the class that implements this objective (returns it: usable as a class decorator)."""
+        self.implementation = implementation
+        return implementation
 
 
 #: Token streams in BPTT segments, cross-entropy + AR/TAR (ON-LSTM, PRPN, PaLM, the relevancy LMs).
-STREAM_LM = TrainingObjective("language model over BPTT streams", "induce.training.objectives:StreamLM")
+STREAM_LM = TrainingObjective("language model over BPTT streams")
 #: Whole sentences, a loss per sentence from :meth:`LanguageModel.sentence_loss` (e.g. a PCFG's negative ELBO).
-SENTENCE_LEVEL = TrainingObjective("loss per sentence", "induce.training.objectives:SentenceLevel")
+SENTENCE_LEVEL = TrainingObjective("loss per sentence")
 
 
 class LanguageModel(nn.Module):

@@ -39,6 +39,8 @@ import torch
 from torch import nn
 
 from induce.errors import InduceError
+from induce.models.base import SENTENCE_LEVEL, STREAM_LM, TrainingObjective
+from induce.trees.kinds import resolve
 
 from . import batching, fits
 from .lm import LMLoss, evaluate_lm
@@ -301,3 +303,17 @@ class SentenceLevel(Objective):
 
     def tokens_per_epoch(self, t) -> int:
         return sum(len(s) + 1 for s in t.train_sentences)
+
+
+# induce.models.base declares the built-in objectives and names no module of the trainer: their classes are
+# registered here.
+STREAM_LM.implement(StreamLM)
+SENTENCE_LEVEL.implement(SentenceLevel)
+
+
+def build(objective: TrainingObjective) -> Objective:
+    """A fresh instance of the class that implements ``objective`` (a model class's ``objective``)."""
+    if objective.implementation is None:
+        raise RuntimeError(f"training objective {objective.name!r} has no implementation (TrainingObjective."
+                           f"implement registers one)")
+    return resolve(objective.implementation)()

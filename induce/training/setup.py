@@ -13,9 +13,8 @@ from rich.console import Console
 from torch import nn
 
 from induce.errors import InduceError
-from induce.trees.kinds import resolve
 
-from . import batching, ddp, fits
+from . import batching, ddp, fits, objectives
 from .checkpoint import CheckpointError
 from .lm import DEV_LENGTHS, resolve_corpus
 from .optim import build_optimizer
@@ -65,7 +64,7 @@ class TrainerSetup:
             torch.manual_seed(cfg.train.seed + 1_000_003 * ctx.rank)
 
         # The model's objective builds the data and the loss (induce.training.objectives).
-        self.objective = resolve(self.model_cls.objective.implementation)()
+        self.objective = objectives.build(self.model_cls.objective)
         self.loss_module: nn.Module = self.objective.prepare(self)
         self._prepare_dev()
         if cfg.train.select_by == "dev_f1" and not self._model_parses():
