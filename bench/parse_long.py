@@ -40,6 +40,7 @@ from induce.config import load_config  # noqa: E402
 from induce.data.corpus import Vocab  # noqa: E402
 from induce.data.synthetic import sample_treebank  # noqa: E402
 from induce.inference import predict as inference  # noqa: E402
+from induce.models.configs import model_config  # noqa: E402
 from induce.models.registry import get_model_class  # noqa: E402
 
 
@@ -57,7 +58,7 @@ def untrained_run(model_name: str, words: list[str]) -> inference.LoadedRun:
     config = load_config(model_name, config_file=ROOT / "configs" / "toy" / f"{model_name}.yaml")
     vocab = Vocab(["<eos>", "<unk>"] + sorted(set(inference.normalize(words)) - {"<eos>", "<unk>"}))
     torch.manual_seed(0)
-    model = get_model_class(model_name)(len(vocab), config.model_config_object()).eval()
+    model = get_model_class(model_name)(len(vocab), model_config(config)).eval()
     return inference.LoadedRun(model, vocab, {"config": config.to_dict()}, Path("untrained"))
 
 

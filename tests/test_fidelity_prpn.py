@@ -322,11 +322,12 @@ def test_embedding_untied_decoder_is_its_own_draw():
 def test_module_defaults_shipped_and_stored():
     """The configs use the code's torch-0.3 defaults; a checkpoint written before the option existed
     says torch-1 (what its weights were drawn with) when read back."""
-    from induce.config import load_config, stored_config
+    from induce.config import load_config
+    from induce.models.configs import resolve_config, stored_config
 
     raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "prpn.yaml").read_text())["model"]
     assert PRPNConfig(**raw).module_defaults == "torch-0.3" and PRPNConfig().module_defaults == "torch-0.3"
-    written = load_config("prpn").to_dict()
+    written = resolve_config(load_config("prpn")).to_dict()
     old = {**written, "model": {k: v for k, v in written["model"].items() if k != "module_defaults"}}
     assert stored_config(old)["model"]["module_defaults"] == "torch-1"
     assert stored_config(written)["model"]["module_defaults"] == "torch-0.3"

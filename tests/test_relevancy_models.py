@@ -16,6 +16,7 @@ from induce.kernels import span_representations
 from induce.models import palm_attention as palm_module  # where SpanAttention calls relevant_indices
 from induce.models import prpn as prpn_module
 from induce.models import prpn_reading
+from induce.models.configs import resolve_config
 from induce.models.palm import SpanAttention, relevant_span_representations, relevant_span_starts
 from induce.models.prpn import ReadingLayer, fresh_relevant_state
 from induce.models.registry import get_model_class, list_models
@@ -61,8 +62,8 @@ def test_lm_only_models_are_registered_with_configs():
 @pytest.mark.parametrize("name", LM_ONLY)
 def test_select_by_dev_f1_is_a_config_error_naming_the_model(name):
     with pytest.raises(ConfigError, match=rf"train\.select_by.*{name}.*parser_kind 'none'"):
-        load_config(name, overrides=["train.select_by=dev_f1"])
-    load_config("onlstm", overrides=["train.select_by=dev_f1"])  # parsing models may select by F1
+        resolve_config(load_config(name, overrides=["train.select_by=dev_f1"]))
+    resolve_config(load_config("onlstm", overrides=["train.select_by=dev_f1"]))  # parsing models may select by F1
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ class ModelConfig(pydantic.BaseModel):
 
     ``stored_defaults``: fields added after checkpoints were first written, each with the value the
     runs behind those checkpoints used (which may differ from today's default). A config read back
-    from a checkpoint sidecar that lacks such a field gets this value (:func:`induce.config.stored_config`),
+    from a checkpoint sidecar that lacks such a field gets this value (:func:`induce.models.configs.stored_config`),
     so an old checkpoint builds the model it was trained as: it loads, and resumes exactly.
     """
 

@@ -58,7 +58,7 @@ class TrainerSetup:
         seed_everything(cfg.train.seed)
         self.device = ctx.device
         fits.check_parameters_fit(self.model_cls, len(vocab), cfg, self.device)  # before any memory is taken
-        self.model = self.model_cls(len(vocab), cfg.model_config_object()).to(self.device)
+        self.model = self.model_cls(len(vocab), self.model_cls.Config(**cfg.model)).to(self.device)
         if ctx.distributed:
             # Same initial weights everywhere (seeded above); different dropout masks per process.
             torch.manual_seed(cfg.train.seed + 1_000_003 * ctx.rank)

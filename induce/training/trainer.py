@@ -53,8 +53,9 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from induce.config import RunConfig, load_config_file, save_config, stored_config, validate_config
+from induce.config import RunConfig, load_config_file, save_config
 from induce.errors import InduceError
+from induce.models.configs import resolve_config, stored_run_config
 
 from . import advice, ddp, failures
 from .checkpoint import load_checkpoint
@@ -165,12 +166,11 @@ class Trainer(TrainerSetup, CheckpointState):
             if ddp.env_is_main():
                 RunLock(self.run_dir).check_free()  # "in use" says more than a missing checkpoint would
             self.resume_tensors, self.resume_meta = load_checkpoint(self.run_dir / LAST)
-            stored = validate_config(stored_config(self.resume_meta["config"]),
-                                     source=str(self.run_dir / (LAST + ".json")))
+            stored = stored_run_config(self.resume_meta["config"], source=str(self.run_dir / (LAST + ".json")))
             keep = {"epochs", "time_budget", "device", "kernels", "log_interval", "tensorboard"}
             updates = {k: getattr(config.train, k) for k in keep}
             config = stored.model_copy(update={"train": stored.train.model_copy(update=updates)})
-        self.config = config
+        self.config = resolve_config(config)  # the model section checked, stored with every field
         self.tensorboard: Optional[TensorBoardLog] = None
         if config.train.tensorboard:
             require_tensorboard()  # the missing package is an error before anything is done
