@@ -1,4 +1,4 @@
-"""``make gpu-check``: the first GPU session in one command (issue 16).
+"""``make gpu-check``: the first GPU session in one command.
 
     python3 -u bench/gpu_check.py --wheels .whl --data .data --originals .originals --out OUT   # one H100
     python3 -u bench/gpu_check.py --dry-run                                   # CPU: does every step start?

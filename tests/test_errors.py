@@ -1,5 +1,5 @@
 """User mistakes in preprocess / eval / parse / diagnose give a one-line message and exit 2, never a
-traceback (issue 12, items 5, 6, 7, 9, 10): empty length filters, unwritable or odd output paths,
+traceback: empty length filters, unwritable or odd output paths,
 unreadable checkpoints, a missing optional extra, file modes under the umask, blank lines in
 predicted trees, and the temporary folders a killed preprocess leaves behind."""
 from __future__ import annotations
@@ -343,7 +343,7 @@ def test_markup_like_text_in_a_message_is_printed_as_is(tmp_path, gold_file):
     assert f"{pred}:1: text outside any bracketed tree: '[/x] (S a b)'" in out
 
 
-# ------------------------------------------------------------------ issue 19: training on bad data, memory, a full disk
+# ------------------------------------------------------------------ training on bad data, memory, a full disk
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""ON-LSTM against the released code (yikangshen/Ordered-Neurons), issue 11 deviation 4: AR on the raw
+"""ON-LSTM against the released code (yikangshen/Ordered-Neurons): AR on the raw
 last-layer output, DropConnect without rescale in training and scaled by 1 - p at evaluation, and
 the ASGD restart of main.py's ``--finetuning``. Tiny models, one thread."""
 from __future__ import annotations
@@ -175,7 +175,7 @@ def test_restarted_asgd_starts_a_new_average():
     assert not torch.equal(before, model.weight.detach())
 
 
-# --------------------------------------------------------------------------- initialisation (issue 18)
+# --------------------------------------------------------------------------- initialisation
 # ON_LSTM.ONLSTMCell: ih = nn.Linear(I, G) and hh = LinearDropConnect(H, G), an nn.Linear: weight and bias
 # of each U(+-1/sqrt(fan_in)) (PyTorch 0.4 and today alike); model.RNNModel.init_weights: embedding
 # and decoder weight U(+-0.1), decoder bias 0.

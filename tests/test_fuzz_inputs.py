@@ -276,7 +276,7 @@ def test_parse_fuzzed_text(fuzz_dir, run_dir, data, pretokenized):
 
 
 def sweep_cases(root, run_dir, gold, text) -> list[list[str]]:
-    """Bad values for every command: each must end in exit 2 with one `error:` line (issue 19)."""
+    """Bad values for every command: each must end in exit 2 with one `error:` line."""
     a_file = root / "a_file"
     a_file.write_text("x")
     nowhere = str(root / "nowhere")

@@ -235,7 +235,7 @@ def test_beam_one_is_greedy_decoding(trained):
     assert 1 <= len(beam) <= 12 and (beam[-1] == "<eos>" or len(beam) == 12)
 
 
-# ------------------------------------------------------------------ long lines: linear, no recursion (issue 19)
+# ------------------------------------------------------------------ long lines: linear, no recursion
 
 
 def attach_by_search(words, content_tree, content):
