@@ -1,4 +1,4 @@
-"""Relevancy screening in the models (issue 6): RelLSTM / RelRNN / MemLSTM through the registry,
+"""Relevancy screening in the models: RelLSTM / RelRNN / MemLSTM through the registry,
 the config and the trainer; the ``relevant_set`` option of PaLM's span attention and of PRPN's
 memory tape (off = the plain model; on = extra spans / slots, checked against brute force)."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ from induce.models import palm_attention as palm_module  # where SpanAttention c
 from induce.models import prpn as prpn_module
 from induce.models import prpn_reading
 from induce.models.configs import resolve_config
-from induce.models.palm import SpanAttention, relevant_span_representations, relevant_span_starts
+from induce.models.palm_attention import SpanAttention, relevant_span_representations, relevant_span_starts
 from induce.models.prpn import ReadingLayer, fresh_relevant_state
 from induce.models.registry import get_model_class, list_models
 from induce.models.relevancy import RelevancyMemory, relevant_indices

@@ -15,8 +15,6 @@ WORD_TAGS = frozenset(
     "CC CD DT EX FW IN JJ JJR JJS LS MD NN NNS NNP NNPS PDT POS PRP PRP$ RB RBR RBS RP "
     "SYM TO UH VB VBD VBG VBN VBP VBZ WDT WP WP$ WRB".split()
 )
-#: Punctuation-like POS tags (for reference and for messages); not words under the filter.
-PUNCT_TAGS = frozenset(["''", "``", ".", ":", ",", "-LRB-", "-RRB-", "#", "$"])
 #: The POS tag of empty elements (traces, null complementisers).
 TRACE_TAG = "-NONE-"
 #: Label given to the (usually empty) outermost bracket of a treebank tree.
@@ -62,8 +60,3 @@ def clean_tree(tree: nltk.Tree, keep_punct: bool = True) -> nltk.Tree | None:
     if cleaned is not None and cleaned.label() == "":
         cleaned.set_label(ROOT_LABEL)
     return cleaned
-
-
-def words_and_tags(tree: nltk.Tree) -> list[tuple[str, str]]:
-    """``[(word, POS), ...]`` of a tree, left to right (traces included if present)."""
-    return [(leaf, pos) for leaf, pos in tree.pos()]
