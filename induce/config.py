@@ -182,8 +182,6 @@ class RunConfig(_Section):
             return NotImplemented
         return self.to_dict() == other.to_dict()
 
-    __hash__ = None  # mutable (validate_assignment), like every pydantic model
-
     def to_dict(self) -> dict:
         return self.model_dump(mode="json")
 
