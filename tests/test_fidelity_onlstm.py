@@ -330,6 +330,7 @@ def test_old_checkpoint_loads_and_parses_as_it_was_trained(tmp_path, tiny_corpus
         assert torch.equal(value, tensors[f"model.{name}"]), name
 
 
+@pytest.mark.slow
 def test_old_run_resumes_exactly(tmp_path, tiny_corpus):
     """A run trained with one bias and checkpointed before the option existed resumes as that model
     (not with a second bias, which would not load), bit for bit as the uninterrupted run."""

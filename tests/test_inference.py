@@ -296,6 +296,7 @@ def test_attach_punctuation_matches_a_brute_force_search(case):
     assert tree == before  # the caller's tree is not changed
 
 
+@pytest.mark.slow
 def test_a_200k_token_line_is_attached_and_formatted_without_recursion():
     """200k tokens, every third a comma, over a right-branching content tree (a long line parsed in
     pieces is joined right-branching): attaching the marks and writing the tree (ptb, json) use no
