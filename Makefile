@@ -7,7 +7,7 @@ DATA ?=
 DATA_OPT := $(if $(DATA),--data $(DATA),)
 INDUCE := $(PYTHON) -m induce
 
-.PHONY: install test test-triton reproduce baselines bench gpu-check clean
+.PHONY: install test test-fast test-triton reproduce baselines bench gpu-check clean
 
 install: .install-stamp
 
@@ -19,6 +19,11 @@ install: .install-stamp
 # DATA=DIR: the real-data tests read DIR (as INDUCE_DATA); without it they skip (INDUCE_DATA of the shell, if set).
 test: install
 	$(if $(DATA),INDUCE_DATA="$(abspath $(DATA))" ,)$(PYTHON) -m pytest -q
+
+# The edit-test loop: every test but those marked `slow` (the longest end-to-end runs), about a minute on
+# 2 cores. `make test` (and CI) still runs everything.
+test-fast: install
+	$(PYTHON) -m pytest -q -m "not slow"
 
 # Only the Triton kernels, through Triton's CPU interpreter.
 test-triton: install

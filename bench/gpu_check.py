@@ -1,4 +1,4 @@
-"""``make gpu-check``: the first GPU session in one command (issue 16).
+"""``make gpu-check``: the first GPU session in one command.
 
     python3 -u bench/gpu_check.py --wheels .whl --data .data --originals .originals --out OUT   # one H100
     python3 -u bench/gpu_check.py --dry-run                                   # CPU: does every step start?
@@ -25,7 +25,7 @@ bench-palm       50 s   2 whole ``induce train`` epochs, epoch 1 included (``--e
 ==============  ======  ===========================================================================
 
 The budgets (520 s in all) are estimates from the H100 figures in bench/RESULTS.md and bench/gpu_notes.md,
-not measurements (bench/RESULTS.md, "`make gpu-check` (issue 16)"). Without ``--originals`` the benchmarks
+not measurements (bench/RESULTS.md, "`make gpu-check`"). Without ``--originals`` the benchmarks
 run without the originals and the summary records them as skipped, with the reason.
 
 OUT (default ``gpu-check/``) receives at most four files, none in a sub-folder, each far below 16 MiB (the

@@ -91,8 +91,8 @@ SETUPS = {
     # the same models with the per-step recurrent products as plain torch.mm (no oneDNN packing)
     "onlstm-mm": (20, 70, "sgd", {}),
     "prpn-mm": (64, 35, "adam", {}),
-    # PRPN with the regularisation used before the fidelity fixes of issue 11 (locked masks, DropConnect
-    # on the key matrices): the same model cost, for speed comparisons with older figures
+    # PRPN with AWD-LSTM's regularisation instead of the released code's (locked masks, DropConnect on the
+    # key matrices): the model cost of the figures measured before the fidelity fixes (bench/RESULTS.md)
     "prpn-locked": (64, 35, "adam", {"dropout_masks": "locked", "key_dropout": 0.0, "wdrop": 0.5}),
 }
 

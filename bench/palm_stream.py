@@ -32,6 +32,7 @@ def main(argv=None) -> None:
     torch.set_num_threads(args.threads)
 
     from induce.config import load_config
+    from induce.models.configs import model_config
     from induce.models.registry import get_model_class
 
     text = args.text or Path(os.environ.get("INDUCE_DATA", "data")) / "ptb_lm" / "ptb.valid.txt"
@@ -41,7 +42,7 @@ def main(argv=None) -> None:
     sentences = [[index[w] for w in line] for line in lines]
     config = load_config("palm", overrides=list(args.override))
     torch.manual_seed(0)
-    model = get_model_class("palm")(len(words) + 1, config.model_config_object()).eval()
+    model = get_model_class("palm")(len(words) + 1, model_config(config)).eval()
     tokens = sum(len(s) + 1 for s in sentences) + 1
     model.parse_stream(sentences[:5], 0)  # warm-up
     times = {"one call per layer per 4096 tokens": [], "one sentence per call": []}

@@ -1,4 +1,4 @@
-"""Time of `induce parse` on one very long line (issue 19): before and after, side by side in one run.
+"""Time of `induce parse` on one very long line: the linear steps against the quadratic ones, side by side.
 
 The text: sentences of the synthetic treebank (:mod:`induce.data.synthetic`, with commas and
 periods) joined into ONE line of N tokens. The model: an untrained ``--model`` at the toy profile's
@@ -7,11 +7,10 @@ Each size is parsed with :func:`induce.inference.predict.parse_lines` (tokenizer
 ``--max-length`` tokens, decoder, punctuation attached, one bracketed line), in two versions:
 
 * ``after``: the code as it is;
-* ``before``: the same call with the two steps that were quadratic in the depth of the tree put
-  back as they were before issue 19 (kept below for this comparison only): punctuation attached by
-  a descent from the root per mark, and the tree written by nltk's recursive ``pformat`` after a
-  deep copy and a ``treepositions`` walk. A line joined from pieces is right-branching, so the tree
-  is about N / max_length + max_length levels deep.
+* ``before``: the same call with the two steps that are quadratic in the depth of the tree put back (kept
+  below for this comparison only): punctuation attached by a descent from the root per mark, and the tree
+  written by nltk's recursive ``pformat`` after a deep copy and a ``treepositions`` walk. A line joined
+  from pieces is right-branching, so the tree is about N / max_length + max_length levels deep.
 
 The two versions alternate (``--repeats`` times each, medians printed); a ``before`` run longer
 than ``--before-limit`` seconds is stopped and printed as ``> LIMIT``, and ``before`` is not run at
@@ -40,6 +39,7 @@ from induce.config import CONFIG_DIR, load_config  # noqa: E402
 from induce.data.corpus import Vocab  # noqa: E402
 from induce.data.synthetic import sample_treebank  # noqa: E402
 from induce.inference import predict as inference  # noqa: E402
+from induce.models.configs import model_config  # noqa: E402
 from induce.models.registry import get_model_class  # noqa: E402
 
 
@@ -57,15 +57,15 @@ def untrained_run(model_name: str, words: list[str]) -> inference.LoadedRun:
     config = load_config(model_name, config_file=CONFIG_DIR / "toy" / f"{model_name}.yaml")
     vocab = Vocab(["<eos>", "<unk>"] + sorted(set(inference.normalize(words)) - {"<eos>", "<unk>"}))
     torch.manual_seed(0)
-    model = get_model_class(model_name)(len(vocab), config.model_config_object()).eval()
+    model = get_model_class(model_name)(len(vocab), model_config(config)).eval()
     return inference.LoadedRun(model, vocab, {"config": config.to_dict()}, Path("untrained"))
 
 
-# ------------------------------------------------------------------ the code before issue 19 (for comparison)
+# ------------------------------------------------------------------ the quadratic steps (for comparison)
 
 
 def attach_before(words, content_tree, content):
-    """Punctuation attached as before issue 19: one descent from the root per mark."""
+    """Punctuation attached the quadratic way: one descent from the root per mark."""
     if content_tree is None:
         return inference._join_right(list(words)) if len(words) > 1 else nltk.Tree("S", list(words))
 
@@ -109,7 +109,7 @@ def attach_before(words, content_tree, content):
 
 
 def format_before(tree, style="ptb"):
-    """A tree written as before issue 19: deep copy, leaves escaped via treepositions, nltk's pformat."""
+    """A tree written the quadratic way: deep copy, leaves escaped via treepositions, nltk's pformat."""
     escaped = tree.copy(deep=True)
     for position in escaped.treepositions("leaves"):
         escaped[position] = escaped[position].replace("(", "-LRB-").replace(")", "-RRB-")

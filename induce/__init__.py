@@ -9,6 +9,18 @@ As a library (see :mod:`induce.inference.api`)::
 
 ``import induce`` itself imports nothing heavy (no torch, nltk or numpy): :func:`load`, :class:`Run` and
 :func:`format_tree` import their modules when first used.
+
+Layers, lowest first: a module uses modules of its own layer and of lower ones only, by import or by a
+``"module:attr"`` string (``tests/test_layout.py`` checks both); a higher layer that a lower one needs to
+call registers itself with it (a parser kind's plots and tables, a training objective's implementation)::
+
+    errors, files < config < trees < kernels < models < data < evaluation < training < inference
+    < assess, report < diagnostics < reproduce < cli, devtools, induce, __main__
+
+Each name is a package (``induce/models/``) or a module at the root (``config``); ``induce`` is this
+module. ``evaluation`` is the metric core (F1, conventions, EVALB, the bootstrap, baselines), below
+``inference``; ``assess`` drives inference to evaluate runs (``induce eval``) and ``report`` writes the
+reproduction report; ``devtools`` holds the compile checks and launch counters run in CI.
 """
 
 __version__ = "0.1.0"

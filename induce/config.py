@@ -18,10 +18,11 @@ A model from a plugin (``INDUCE_PLUGINS``) has no shipped config: layer 3 is emp
 Every key remembers where its value came from (:class:`Origins`: a file, ``--model``, or an
 override), and a validation error names that source, not the whole stack of layers.
 
-The ``model`` section is validated by the chosen model's own ``Config`` class
-(:func:`induce.models.registry.get_model_class`), and stored resolved (every field, defaults
-filled in) so that ``config.yaml`` in a run folder says exactly what ran. Every validation error
-names the dotted key it is about.
+The ``model`` section stays the mapping it was given: this module sits below the models and does not know
+their fields. Where a model is chosen (the trainer, loading a run, a ``reproduce`` profile),
+:func:`induce.models.configs.resolve_config` validates it with the model's own ``Config`` class and stores it
+resolved (every field, defaults filled in), so that ``config.yaml`` in a run folder says exactly what ran.
+Every validation error names the dotted key it is about.
 """
 from __future__ import annotations
 
@@ -177,54 +178,30 @@ class TrainConfig(_Section):
 
 
 class RunConfig(_Section):
-    """Everything a training run needs. ``model`` holds the fields of ``model_name``'s ``Config``."""
+    """Everything a training run needs. ``model`` holds the fields of ``model_name``'s ``Config``: as given
+    until :func:`induce.models.configs.resolve_config` validates and completes it."""
 
     model_name: str
     model: dict[str, Any] = pydantic.Field(default_factory=dict)
     data: DataConfig = pydantic.Field(default_factory=DataConfig)
     optim: OptimConfig = pydantic.Field(default_factory=OptimConfig)
     train: TrainConfig = pydantic.Field(default_factory=TrainConfig)
+    #: Where each value came from (:class:`Origins`), for the errors of later checks; not part of the value.
+    _origins: Optional[Origins] = pydantic.PrivateAttr(None)
 
-    @pydantic.model_validator(mode="after")
-    def _resolve_model(self):
-        """Validate ``model`` with the model's own Config and store it with defaults filled in."""
-        from induce.models.registry import get_model_class
+    @property
+    def origins(self) -> Origins:
+        """Where each value came from (a file, a flag, an override): what later checks name in their errors."""
+        return self._origins if self._origins is not None else Origins()
 
-        try:
-            cls = get_model_class(self.model_name)
-        except KeyError as err:
-            raise ValueError(err.args[0]) from None
-        problem = _selection_problem(cls, self.train.select_by)
-        if problem:
-            raise ValueError(problem)
-        if self.optim.scorer_optimizer == "adam" and not getattr(cls, "has_span_scorer", False):
-            raise ValueError(f"optim.scorer_optimizer: adam needs a model with a span scorer (PaLM); {cls.name!r} has "
-                             f"none; use optim.scorer_optimizer=shared")
-        resolved = cls.Config(**self.model).model_dump(mode="json")
-        if resolved != self.model:
-            # object.__setattr__: skip validate_assignment, which would recurse into this validator.
-            object.__setattr__(self, "model", resolved)
-        return self
-
-    def model_config_object(self):
-        """The model's validated ``Config`` instance."""
-        from induce.models.registry import get_model_class
-
-        return get_model_class(self.model_name).Config(**self.model)
+    def __eq__(self, other: object) -> bool:
+        # Equal values are equal configs, wherever they came from.
+        if not isinstance(other, RunConfig):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
 
     def to_dict(self) -> dict:
         return self.model_dump(mode="json")
-
-
-def _selection_problem(model_cls, select_by: Any) -> Optional[str]:
-    """Why ``train.select_by`` cannot be used with ``model_cls`` (``None`` when it can): a model
-    without syntactic structure (``parser_kind = NO_PARSER``, e.g. rellstm) has no dev F1 to select by."""
-    if select_by == "dev_f1" and not model_cls.parser_kind.parses:
-        return (
-            f"train.select_by: dev_f1 needs a model that parses, but {model_cls.name!r} has no syntactic "
-            f"structure (parser_kind 'none'); use train.select_by=valid_ppl"
-        )
-    return None
 
 
 # ----------------------------------------------------------------------------------------------- loading
@@ -276,8 +253,8 @@ def _non_finite_text(value: Any) -> str:
     return f"{value} is not a number" if math.isnan(number) else f"{value} is infinite"
 
 
-def _format_validation_error(err: pydantic.ValidationError, prefix: str = "",
-                             origins: Optional[Origins] = None) -> str:
+def format_validation_error(err: pydantic.ValidationError, prefix: str = "",
+                            origins: Optional[Origins] = None) -> str:
     """``source: key: message`` per error (``source`` only when ``origins`` is given), joined by ``; ``."""
     lines = []
     for item in err.errors():
@@ -411,47 +388,12 @@ def validate_config(raw: dict, source: str = "config", origins: Optional[Origins
     model = raw.get("model")
     if model is not None and not isinstance(model, dict):
         raise ConfigError(f"{origins.of('model')}: model: must be a mapping of the model's fields")
-    name = raw.get("model_name")
-    if name is not None:
-        from induce.models.registry import get_model_class
-
-        try:
-            cls = get_model_class(str(name))
-        except KeyError as err:
-            raise ConfigError(f"{origins.of('model_name')}: model_name: {err.args[0]}") from None
-        # Validate the model section on its own so that its errors carry the "model." prefix.
-        try:
-            cls.Config(**(model or {}))
-        except pydantic.ValidationError as err:
-            raise ConfigError(_format_validation_error(err, "model", origins)) from None
-        except TypeError as err:
-            raise ConfigError(f"{origins.of('model')}: model: {err}") from None
-        train = raw.get("train")
-        problem = _selection_problem(cls, train.get("select_by") if isinstance(train, dict) else None)
-        if problem:
-            raise ConfigError(f"{origins.of('train.select_by')}: {problem}")
     try:
-        return RunConfig(**raw)
+        config = RunConfig(**raw)
     except pydantic.ValidationError as err:
-        raise ConfigError(_format_validation_error(err, "", origins)) from None
-
-
-def stored_config(raw: dict) -> dict:
-    """A config read back from a checkpoint sidecar, upgraded: model fields added since it was
-    written are filled in with the value its run used (the model Config's ``stored_defaults``), not
-    with today's default, which may build another model (ON-LSTM's second gate bias) or misstate
-    how the weights were initialised. Other configs and unknown models are returned unchanged."""
-    from induce.models.registry import get_model_class
-
-    model = raw.get("model")
-    try:
-        cls = get_model_class(str(raw.get("model_name")))
-    except KeyError:
-        return raw
-    if not isinstance(model, dict):
-        return raw
-    missing = {key: value for key, value in cls.Config.stored_defaults.items() if key not in model}
-    return {**raw, "model": {**model, **missing}} if missing else raw
+        raise ConfigError(format_validation_error(err, "", origins)) from None
+    config._origins = origins
+    return config
 
 
 def model_config_path(model_name: str) -> Path:
@@ -459,21 +401,19 @@ def model_config_path(model_name: str) -> Path:
     return CONFIG_DIR / f"{model_name}.yaml"
 
 
+#: The models shipped with induce, each with its ``<model>.yaml`` here (a plugin's model has none);
+#: ``tests/test_config.py`` checks that this is the set of models the registry finds in the package.
+SHIPPED_MODELS = frozenset({"cpcfg", "memlstm", "npcfg", "onlstm", "palm", "palm-rb", "palm-s", "prpn", "rellstm",
+                            "relrnn", "tnpcfg"})
+
+
 def model_layer(model_name: str) -> tuple[dict, Optional[str]]:
     """``(mapping, source)`` of the shipped ``<model>.yaml`` of ``model_name``; ``({}, None)`` for a model
-    of a plugin or an unknown name (validation names the unknown model). A built-in model without its
+    of a plugin or an unknown name (validation names the unknown model). A shipped model without its
     file is a :class:`ConfigError` (an incomplete install), never a silent fall back to the defaults."""
     name = f"{model_name}.yaml"
-    if shipped_config(name) is not None:
-        return read_shipped(name), SHIPPED_PREFIX + name
-    from induce.models.registry import get_model_class
-
-    try:
-        cls = get_model_class(model_name)
-    except KeyError:
-        return {}, None
-    if cls.__module__.startswith("induce."):  # a model shipped with induce, not a plugin's
-        read_shipped(name)  # raises: missing
+    if shipped_config(name) is not None or model_name in SHIPPED_MODELS:
+        return read_shipped(name), SHIPPED_PREFIX + name  # raises when missing
     return {}, None
 
 
@@ -552,5 +492,6 @@ def save_config(config: RunConfig, path: Union[str, Path]) -> Path:
 
 
 def load_config_file(path: Union[str, Path]) -> RunConfig:
-    """Read a saved (resolved) config file as is: no default layers."""
+    """Read a saved (resolved) config file as is: no default layers (its ``model`` section unchecked, as
+    :func:`validate_config` leaves it)."""
     return validate_config(read_yaml(path), source=str(path))

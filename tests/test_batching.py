@@ -89,6 +89,7 @@ def test_bucketed_segments_give_the_loss_of_the_plain_segments():
     assert plain == pytest.approx(bucketed, rel=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.triton
 @pytest.mark.skipif(K.triton_unavailable_reason() is not None, reason="triton cannot be imported")
 def test_bucketed_fused_steps_give_the_eager_loss():
@@ -101,6 +102,7 @@ def test_bucketed_fused_steps_give_the_eager_loss():
         _stream_loss(model, data, lengths, "torch"), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_trainer_reads_bucketed_segments(tmp_path):
     """``data.bptt_bucket`` reaches the training loop: every segment but the row's clipped last one
     has a bucketed length, and the epoch still reads every position once."""

@@ -56,6 +56,7 @@ ROW_KEYS = {"model", "ours_tok_s", "original_tok_s", "induce_train_epoch1_tok_s"
             "gpu_mem_gib", "device"}
 
 
+@pytest.mark.slow
 def test_training_json_rows_from_a_tiny_cpu_run(bench_models, tmp_path, one_thread):
     """The writer of bench/gpu_training.json, on CPU: one row per model with the GPU file's schema,
     the original matched by name, and whole `induce train` epochs timed in a separate process."""
@@ -167,6 +168,7 @@ def onlstm_at(bench_models, monkeypatch):
     return make
 
 
+@pytest.mark.slow
 def test_the_launch_count_is_stable_and_the_fused_cell_launches_far_fewer(bench_models, onlstm_at, one_thread):
     """ON-LSTM, 3 layers, 20 x 70 (the paper's segment; tiny widths: the count does not depend on them):
     the same count on consecutive steps and at another width; the fused (Triton) cell launches exactly
@@ -196,6 +198,7 @@ def test_the_fused_onlstm_step_meets_the_launch_target(bench_models, onlstm_at, 
     assert count.total <= 1400, count.top(8)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1",
                     reason="needs Triton's interpreter (set before Triton was imported)")
 def test_counting_without_running_the_kernels_gives_the_same_count(bench_models, onlstm_at, one_thread, monkeypatch):

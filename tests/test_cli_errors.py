@@ -104,13 +104,13 @@ def test_an_os_error_is_said_as_path_and_reason(tmp_path, monkeypatch):
 def test_a_bug_keeps_its_traceback(command, tmp_path, monkeypatch):
     """A plain ValueError is not a user error: the exception comes out (Typer prints its traceback).
     `induce eval` used to swallow every ValueError into one line."""
+    import induce.assess.run_eval
     import induce.data.locate
-    import induce.evaluation.run_eval
 
     def bug(*args, **kwargs):
         raise ValueError("a genuine bug")
 
-    monkeypatch.setattr(induce.evaluation.run_eval, "run_eval", bug)
+    monkeypatch.setattr(induce.assess.run_eval, "run_eval", bug)
     monkeypatch.setattr(induce.data.locate, "prepare_corpus", bug)
     arguments = {"eval": ["eval", "--baseline", "right"], "preprocess": ["preprocess", "--out-dir", str(tmp_path)]}
     result = runner.invoke(app, arguments[command])
@@ -120,12 +120,12 @@ def test_a_bug_keeps_its_traceback(command, tmp_path, monkeypatch):
 
 
 def test_ctrl_c_exits_130(monkeypatch):
-    import induce.evaluation.run_eval
+    import induce.assess.run_eval
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(induce.evaluation.run_eval, "run_eval", interrupted)
+    monkeypatch.setattr(induce.assess.run_eval, "run_eval", interrupted)
     result = runner.invoke(app, ["eval", "--baseline", "right"])
     assert result.exit_code == messages.INTERRUPTED_EXIT == 130, result.output
 

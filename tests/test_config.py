@@ -1,5 +1,9 @@
-"""Run config: YAML layers + key=value overrides, errors that name the key, saved config round trip."""
+"""Run config: YAML layers + key=value overrides, errors that name the key, saved config round trip; the
+model section checked where the model is chosen (:func:`induce.models.configs.resolve_config`)."""
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -14,12 +18,38 @@ from induce.config import (
     save_config,
 )
 from induce.errors import InduceError, InputError
+from induce.models.configs import resolve_config
 from induce.models.registry import list_models
 
 
 def write(path, text):
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def load_resolved(*args, **kwargs):
+    """:func:`load_config` with the model section checked, as the trainer and ``reproduce`` check it."""
+    return resolve_config(load_config(*args, **kwargs))
+
+
+def test_config_loads_without_the_models():
+    """The config layer sits below the models: reading a config imports none of them (nor torch), and
+    leaves the model section as given until the model is chosen."""
+    code = ("import sys\nfrom induce.config import load_config\n"
+            "cfg = load_config('onlstm', overrides=['model.hidden_size=80', 'model.nhid=1'])\n"
+            "assert cfg.model['nhid'] == 1 and 'tie_weights' not in cfg.model, cfg.model\n"
+            "print(sorted(m for m in sys.modules if m.startswith('induce.models') or m == 'torch'))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_resolve_config_keeps_a_resolved_config_and_the_sources():
+    cfg = load_config("onlstm", overrides=["model.hidden_size=80"])
+    resolved = resolve_config(cfg)
+    assert resolved is not cfg and resolve_config(resolved) is resolved  # resolved once
+    assert resolved.model["tie_weights"] is True  # a default filled in
+    assert resolved.origins.of("model.hidden_size") == "override model.hidden_size=80"
+    assert resolved == load_resolved("onlstm", config_file=None, overrides=["model.hidden_size=80"])
 
 
 def test_yaml_plus_overrides(tmp_path):
@@ -29,7 +59,7 @@ model: {emb_size: 40, hidden_size: 60, chunk_size: 10}
 optim: {optimizer: adam, lr: 0.01}
 train: {epochs: 7}
 """)
-    cfg = load_config(config_file=config_file, overrides=["model.hidden_size=80", "optim.lr=0.003",
+    cfg = load_resolved(config_file=config_file, overrides=["model.hidden_size=80", "optim.lr=0.003",
                                                            "train.patience=3", "optim.betas=[0, 0.999]"])
     assert cfg.model_name == "onlstm"
     assert cfg.model["hidden_size"] == 80 and cfg.model["emb_size"] == 40  # override > file
@@ -52,7 +82,7 @@ def test_model_option_uses_model_yaml_and_default_yaml():
 
 @pytest.mark.parametrize("name", sorted(list_models()))
 def test_every_shipped_model_config_validates(name):
-    cfg = load_config(name)
+    cfg = load_resolved(name)
     assert cfg.model_name == name
 
 
@@ -70,7 +100,7 @@ def test_every_shipped_model_config_validates(name):
 )
 def test_bad_key_message_names_the_key(override, key):
     with pytest.raises(ConfigError) as info:
-        load_config("onlstm", overrides=[override])
+        load_resolved("onlstm", overrides=[override])
     assert key in str(info.value)
     assert isinstance(info.value, InduceError)
 
@@ -84,7 +114,7 @@ def test_override_syntax_and_section_errors():
 
 def test_unknown_model_and_conflicting_model_name(tmp_path):
     with pytest.raises(ConfigError, match="unknown model 'nope'"):
-        load_config("nope")
+        load_resolved("nope")
     config_file = write(tmp_path / "c.yaml", "model_name: prpn\n")
     with pytest.raises(ConfigError, match="--model"):
         load_config("onlstm", config_file=config_file)
@@ -100,8 +130,8 @@ def test_yaml_syntax_error_names_file_and_line(tmp_path):
 
 
 def test_saved_config_round_trips(tmp_path):
-    cfg = load_config("palm", overrides=["model.hidden_size=64", "optim.betas=[0.5, 0.9]", "train.time_budget=12.5",
-                                         "data.corpus=corpora/x"])
+    cfg = load_resolved("palm", overrides=["model.hidden_size=64", "optim.betas=[0.5, 0.9]",
+                                           "train.time_budget=12.5", "data.corpus=corpora/x"])
     path = save_config(cfg, tmp_path / "config.yaml")
     again = load_config_file(path)
     assert again == cfg
@@ -124,7 +154,7 @@ def test_parse_duration_rejects_garbage():
 def test_errors_name_the_source_of_the_bad_value(tmp_path):
     """The flag, the file or the override that set the bad value, not the stack of layers."""
     with pytest.raises(ConfigError) as info:
-        load_config("nosuch")
+        load_resolved("nosuch")
     assert str(info.value).startswith("--model nosuch: model_name: unknown model 'nosuch'")
     assert "default.yaml" not in str(info.value)
     with pytest.raises(ConfigError) as info:
@@ -138,13 +168,13 @@ def test_errors_name_the_source_of_the_bad_value(tmp_path):
     assert str(info.value).startswith(f"{bad_file}: optim.optimizer:")
     bad_name = write(tmp_path / "name.yaml", "model_name: nosuch\n")
     with pytest.raises(ConfigError, match=f"^{bad_name}: model_name: unknown model"):
-        load_config(config_file=bad_name)
+        load_resolved(config_file=bad_name)
     # the options of `induce train` that set config keys are named as the flag
     with pytest.raises(ConfigError, match=r"^--max-epochs 0: train.epochs:"):
         load_config("onlstm", overrides=["train.epochs=3"], flag_overrides=["train.epochs=0"])
     # a check across the fields of a section names every source that set them
     with pytest.raises(ConfigError) as info:
-        load_config("onlstm", overrides=["model.chunk_size=7"])
+        load_resolved("onlstm", overrides=["model.chunk_size=7"])
     assert "onlstm.yaml" in str(info.value) and "override model.chunk_size=7" in str(info.value)
 
 
@@ -155,7 +185,7 @@ def test_model_sizes_and_rates_keep_their_bounds_in_every_model(name, override):
     """Each model's config redeclares the shared AWD fields with its own defaults; the bounds stay
     (a negative size used to reach the model and end in a RuntimeError traceback)."""
     with pytest.raises(ConfigError) as info:
-        load_config(name, overrides=[override])
+        load_resolved(name, overrides=[override])
     assert f"override {override}" in str(info.value)
 
 
@@ -196,7 +226,7 @@ def test_every_float_key_refuses_nan_and_inf_saying_so(name, key):
         else:
             override = f"{key}={text}"
         with pytest.raises(ConfigError) as info:
-            load_config(name, overrides=[override])
+            load_resolved(name, overrides=[override])
         message = str(info.value)
         assert message.startswith(f"override {override}: {key}: {says}; give a finite number"), message
 
@@ -234,9 +264,10 @@ def test_config_file_layers_over_the_models_own_config(tmp_path):
     # an error about a key the file sets names the file; one about a shipped key the shipped file
     bad = write(tmp_path / "bad.yaml", "model: {nt_states: 0}\n")
     with pytest.raises(ConfigError, match=f"^{bad}: model.nt_states:"):
-        load_config("cpcfg", config_file=bad)
+        resolve_config(load_config("cpcfg", config_file=bad))
+    # the shipped file set the size it does not divide
     with pytest.raises(ConfigError, match=r"^induce/configs/onlstm.yaml \+ override model.chunk_size=7: model:"):
-        load_config("onlstm", overrides=["model.chunk_size=7"])  # the shipped file set the size it does not divide
+        resolve_config(load_config("onlstm", overrides=["model.chunk_size=7"]))
 
 
 def test_a_missing_shipped_config_is_an_error(tmp_path, monkeypatch):
@@ -277,3 +308,14 @@ def test_shipped_configs_are_named_the_same_in_every_installation(tmp_path):
     assert config_source(CONFIG_DIR / "toy") == "induce/configs/toy"
     assert config_source(CONFIG_DIR / "toy" / "prpn.yaml") == "induce/configs/toy/prpn.yaml"
     assert config_source(tmp_path / "mine") == str(tmp_path / "mine")
+
+
+def test_the_shipped_models_are_those_of_the_package():
+    """config.SHIPPED_MODELS (which config.py, below the models, keeps to tell a missing shipped file from a
+    plugin's model) names exactly the models registered from induce's own modules, each with its file."""
+    from induce.config import SHIPPED_MODELS, shipped_config
+    from induce.models.registry import get_model_class, list_models
+
+    builtin = {name for name in list_models() if get_model_class(name).__module__.startswith("induce.")}
+    assert SHIPPED_MODELS == builtin
+    assert all(shipped_config(f"{name}.yaml") is not None for name in SHIPPED_MODELS)

@@ -65,6 +65,7 @@ def test_agreement_on_toy_texts():
     assert result["top_differences"] == [(("", "$"), 1)]
 
 
+@pytest.mark.slow
 def test_agreement_with_real_mikolov_sections_00_01():
     """WSJ 00-01 (the NLTK sample) normalised vs. the matching lines of ptb.train.txt.
 

@@ -165,6 +165,7 @@ def test_cli_preprocess_and_error_exit_code(tmp_path):
     assert not (out / "bad").exists()
 
 
+@pytest.mark.slow
 def test_full_nltk_sample_if_available(tmp_path):
     root = os.environ.get("INDUCE_DATA")
     if not root or not (Path(root) / "nltk_treebank" / "wsj_0199.mrg").is_file():

@@ -1,5 +1,5 @@
 """User mistakes in preprocess / eval / parse / diagnose give a one-line message and exit 2, never a
-traceback (issue 12, items 5, 6, 7, 9, 10): empty length filters, unwritable or odd output paths,
+traceback: empty length filters, unwritable or odd output paths,
 unreadable checkpoints, a missing optional extra, file modes under the umask, blank lines in
 predicted trees, and the temporary folders a killed preprocess leaves behind."""
 from __future__ import annotations
@@ -18,8 +18,7 @@ from typer.testing import CliRunner
 
 from induce.cli.main import app
 from induce.errors import InputError
-from induce.files import check_output_file, new_file_mode, sha256_file
-from induce.trees.brackets import atomic_write_text
+from induce.files import check_output_file, new_file_mode, sha256_file, write_output
 
 from helpers import train_tiny_run
 
@@ -234,7 +233,7 @@ def test_atomic_writes_and_corpora_honour_the_umask(tmp_path, tree_file, gold_fi
     old = os.umask(mask)
     try:
         assert new_file_mode() == 0o666 & ~mask
-        atomic_write_text(tmp_path / "REPORT.md", "# report\n")
+        write_output(tmp_path / "REPORT.md", "# report\n")
         plain = tmp_path / "plain.txt"
         plain.write_text("x")  # what open() gives: the reference
         result = runner.invoke(app, ["eval", "--baseline", "right", "--gold", str(gold_file),
@@ -343,7 +342,7 @@ def test_markup_like_text_in_a_message_is_printed_as_is(tmp_path, gold_file):
     assert f"{pred}:1: text outside any bracketed tree: '[/x] (S a b)'" in out
 
 
-# ------------------------------------------------------------------ issue 19: training on bad data, memory, a full disk
+# ------------------------------------------------------------------ training on bad data, memory, a full disk
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""`induce eval --untrained MODEL` and its library function (:mod:`induce.evaluation.untrained`): N fresh
+"""`induce eval --untrained MODEL` and its library function (:mod:`induce.assess.untrained`): N fresh
 models of a kind parse the gold sentences; mean ± std over the inits. Tiny models on a tiny synthetic
 treebank; PaLM-RB, whose trees do not depend on its weights, is checked against the right-branching
 baseline under every convention flag."""
@@ -12,10 +12,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from induce.assess.untrained import build_untrained, evaluate_untrained, untrained_config, untrained_vocabulary
 from induce.cli.main import app
 from induce.data.mikolov import normalize_word
 from induce.evaluation import EvalConvention, prepare_gold
-from induce.evaluation.untrained import build_untrained, evaluate_untrained, untrained_config, untrained_vocabulary
 from induce.models.registry import get_model_class
 from induce.trees.brackets import read_trees
 

@@ -272,6 +272,7 @@ def test_the_family_trains_parses_evaluates_and_shows_through_the_cli(tmp_path, 
     assert drawn.exit_code == 2 and "has no drawing" in drawn.output
 
 
+@pytest.mark.slow
 def test_a_fresh_process_finds_the_family_through_induce_plugins():
     env = {**child_env(), "INDUCE_PLUGINS": "test_family_extension",
            "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), child_env()["PYTHONPATH"]])}

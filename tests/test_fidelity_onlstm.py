@@ -1,4 +1,4 @@
-"""ON-LSTM against the released code (yikangshen/Ordered-Neurons), issue 11 deviation 4: AR on the raw
+"""ON-LSTM against the released code (yikangshen/Ordered-Neurons): AR on the raw
 last-layer output, DropConnect without rescale in training and scaled by 1 - p at evaluation, and
 the ASGD restart of main.py's ``--finetuning``. Tiny models, one thread."""
 from __future__ import annotations
@@ -175,7 +175,7 @@ def test_restarted_asgd_starts_a_new_average():
     assert not torch.equal(before, model.weight.detach())
 
 
-# --------------------------------------------------------------------------- initialisation (issue 18)
+# --------------------------------------------------------------------------- initialisation
 # ON_LSTM.ONLSTMCell: ih = nn.Linear(I, G) and hh = LinearDropConnect(H, G), an nn.Linear: weight and bias
 # of each U(+-1/sqrt(fan_in)) (PyTorch 0.4 and today alike); model.RNNModel.init_weights: embedding
 # and decoder weight U(+-0.1), decoder bias 0.
@@ -263,12 +263,12 @@ def test_paper_size_parameter_count_is_the_released_codes():
 
 
 def test_shipped_config_has_two_biases_and_old_checkpoints_have_one():
-    from induce.config import stored_config
+    from induce.models.configs import resolve_config, stored_config
 
     root = CONFIG_DIR
     assert ONLSTMConfig(**yaml.safe_load((root / "onlstm.yaml").read_text())["model"]).gate_biases == "two"
     assert ONLSTMConfig().gate_biases == "two"
-    written = load_config("onlstm").to_dict()
+    written = resolve_config(load_config("onlstm")).to_dict()
     old = {**written, "model": {k: v for k, v in written["model"].items() if k != "gate_biases"}}
     assert stored_config(old)["model"]["gate_biases"] == "one"
     assert stored_config(written) == written  # a stored value wins
@@ -330,6 +330,7 @@ def test_old_checkpoint_loads_and_parses_as_it_was_trained(tmp_path, tiny_corpus
         assert torch.equal(value, tensors[f"model.{name}"]), name
 
 
+@pytest.mark.slow
 def test_old_run_resumes_exactly(tmp_path, tiny_corpus):
     """A run trained with one bias and checkpointed before the option existed resumes as that model
     (not with a second bias, which would not load), bit for bit as the uninterrupted run."""

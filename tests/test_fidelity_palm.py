@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from induce.config import CONFIG_DIR, ConfigError, load_config
+from induce.models.configs import resolve_config
 from induce.models.palm import RELEASED_DEFAULTS, SCORER_MARK, PaLM, PaLMConfig, SpanAttention
 from induce.models.registry import get_model_class
 from induce.training import checkpoint
@@ -49,19 +50,19 @@ def test_released_variant_defaults_to_train_sh_sizes_and_explicit_values_win():
 
 def test_configs_use_the_released_variant_and_schedule():
     for name in ("palm", "palm-s", "palm-rb"):
-        cfg = load_config(name)
+        cfg = resolve_config(load_config(name))
         assert cfg.model["variant"] == "released" and cfg.model["hidden_size"] == 1120
         o = cfg.optim
         assert (o.optimizer, o.lr, o.asgd, o.nonmono, o.clip) == ("sgd", 30.0, "nonmono", 15, 0.25)
         assert (o.scorer_optimizer, o.scorer_lr, o.scorer_clip) == ("adam", 1e-3, 1.0)
-    paper = load_config(config_file=CONFIG_DIR / "palm-paper.yaml")
+    paper = resolve_config(load_config(config_file=CONFIG_DIR / "palm-paper.yaml"))
     assert paper.model["variant"] == "paper" and paper.model["hidden_size"] == 1020
     assert (paper.optim.optimizer, paper.optim.asgd, paper.optim.scorer_optimizer) == ("adam", "epoch", "shared")
     # the scorer's own Adam needs a model that has a span scorer: a config error naming the key
     with pytest.raises(ConfigError, match=r"optim\.scorer_optimizer.*'onlstm'"):
-        load_config("onlstm", overrides=["optim.scorer_optimizer=adam"])
+        resolve_config(load_config("onlstm", overrides=["optim.scorer_optimizer=adam"]))
     # the variant alone flips the sizes (the base configs leave them to it)
-    assert load_config("palm", overrides=["model.variant=paper"]).model["hidden_size"] == 1020
+    assert resolve_config(load_config("palm", overrides=["model.variant=paper"])).model["hidden_size"] == 1020
 
 
 # ------------------------------------------------------------------------------------------- model

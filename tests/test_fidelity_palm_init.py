@@ -214,13 +214,14 @@ def test_supervised_loss_changes_the_span_scorers_gradient(variant):
     changes the scoring MLP's gradient by more than its own size: PaLM-S's training differs from PaLM-U's
     where it matters for the trees."""
     from induce.config import load_config
+    from induce.models.configs import model_config
     from induce.training.lm import LMLoss
 
     cfg = load_config("palm-s", overrides=[f"model.variant={variant}", "model.emb_size=16", "model.hidden_size=16",
                                            "model.rrnn_size=8", "model.attention_size=16", "model.max_span_length=8"])
     assert cfg.model["supervision_weight"] == 0.01
     torch.manual_seed(0)
-    model = get_model_class("palm-s")(VOCAB, cfg.model_config_object()).train()
+    model = get_model_class("palm-s")(VOCAB, model_config(cfg)).train()
     batch, steps, m = 4, 12, cfg.model["max_span_length"]
     tokens, targets = torch.randint(0, VOCAB, (batch, steps)), torch.randint(0, VOCAB, (batch, steps))
     gold = torch.zeros(batch, steps, m)

@@ -1,4 +1,4 @@
-"""PRPN against the released code (yikangshen/PRPN), issue 11 deviations 1 and 5: the predict network's
+"""PRPN against the released code (yikangshen/PRPN): the predict network's
 read (positions and gates), per-step dropout masks, the attention keys' input dropout instead of
 DropConnect, and the embedding init range. Tiny models, one thread."""
 from __future__ import annotations
@@ -230,7 +230,7 @@ def test_dropconnect_only_when_asked(wdrop, key_dropout):
         assert (0.3 < zeros < 0.7) if wdrop else zeros == 0.0
 
 
-# --------------------------------------------------------------------------- initialisation (issue 18)
+# --------------------------------------------------------------------------- initialisation
 # The released code (PyTorch 0.3, README) keeps every module's default except PRPN.init_weights. 0.3's
 # defaults: nn.Linear and nn.Conv1d weight and bias U(+-1/sqrt(n)), n = fan-in counted over ALL input
 # channels (groups ignored); nn.BatchNorm1d scale U(0, 1), shift 0. Its LayerNorm: scale 1, shift 0.
@@ -249,8 +249,8 @@ def assert_uniform(tensor: torch.Tensor, low: float, high: float, closeness: flo
 
 
 def test_attention_key_is_drawn_as_one_linear_over_input_and_state():
-    """projector_summ = nn.Linear(I + d, d): both halves of A and the bias from U(+-1/sqrt(I + d)) (the
-    halves' own bounds, 1/sqrt(I) and 1/sqrt(d), were ours before issue 18)."""
+    """projector_summ = nn.Linear(I + d, d): both halves of A and the bias from U(+-1/sqrt(I + d)), not the
+    halves' own bounds 1/sqrt(I) and 1/sqrt(d)."""
     torch.manual_seed(0)
     layer = ReadingLayer(30, 50, wdrop=0.0, rdropout=0.0)
     bound = (30 + 50) ** -0.5
@@ -322,11 +322,12 @@ def test_embedding_untied_decoder_is_its_own_draw():
 def test_module_defaults_shipped_and_stored():
     """The configs use the code's torch-0.3 defaults; a checkpoint written before the option existed
     says torch-1 (what its weights were drawn with) when read back."""
-    from induce.config import load_config, stored_config
+    from induce.config import load_config
+    from induce.models.configs import resolve_config, stored_config
 
     raw = yaml.safe_load((CONFIG_DIR / "prpn.yaml").read_text())["model"]
     assert PRPNConfig(**raw).module_defaults == "torch-0.3" and PRPNConfig().module_defaults == "torch-0.3"
-    written = load_config("prpn").to_dict()
+    written = resolve_config(load_config("prpn")).to_dict()
     old = {**written, "model": {k: v for k, v in written["model"].items() if k != "module_defaults"}}
     assert stored_config(old)["model"]["module_defaults"] == "torch-1"
     assert stored_config(written)["model"]["module_defaults"] == "torch-0.3"

@@ -128,6 +128,7 @@ def test_eval_fuzzed_predictions(fuzz_dir, data):
         assert 0 <= summary["sentence_f1"] <= 100 and 0 <= summary["corpus_f1"] <= 100
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=text_bytes(), max_length=st.sampled_from([None, 1, 3, 10]))
 def test_eval_fuzzed_gold_with_a_baseline(fuzz_dir, data, max_length):
@@ -154,6 +155,7 @@ def test_eval_fuzzed_gold_with_a_baseline(fuzz_dir, data, max_length):
             assert "no sentence left to evaluate" in " ".join(output.split()), output
 
 
+@pytest.mark.slow
 @FUZZ
 @given(n_pred=st.integers(0, 6), blank_at=st.one_of(st.none(), st.integers(0, 5)))
 def test_eval_sentence_count_mismatch_and_blank_lines(fuzz_dir, n_pred, blank_at):
@@ -188,6 +190,7 @@ def reformatted(draw, trees: list) -> bytes:
     return (end.join(lines) + end + draw(st.sampled_from(["", "\n", "\n\n", " \n"]))).encode("utf-8")
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=reformatted(PRED))
 def test_eval_whitespace_does_not_change_the_scores(fuzz_dir, data):
@@ -209,6 +212,7 @@ def test_eval_whitespace_does_not_change_the_scores(fuzz_dir, data):
 # ------------------------------------------------------------------------------------- preprocess
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=st.one_of(text_bytes(), reformatted(GOLD),
                       st.lists(st.sampled_from(GOLD + PRED), min_size=1).flatmap(reformatted)))
@@ -248,6 +252,7 @@ SENTENCE_PIECES = st.one_of(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=text_bytes(st.lists(SENTENCE_PIECES, max_size=4).map(" ".join)), pretokenized=st.booleans())
 def test_parse_fuzzed_text(fuzz_dir, run_dir, data, pretokenized):
@@ -276,7 +281,7 @@ def test_parse_fuzzed_text(fuzz_dir, run_dir, data, pretokenized):
 
 
 def sweep_cases(root, run_dir, gold, text) -> list[list[str]]:
-    """Bad values for every command: each must end in exit 2 with one `error:` line (issue 19)."""
+    """Bad values for every command: each must end in exit 2 with one `error:` line."""
     a_file = root / "a_file"
     a_file.write_text("x")
     nowhere = str(root / "nowhere")

@@ -140,6 +140,7 @@ def test_without_originals_the_original_step_is_skipped_with_the_reason(gpu_chec
     assert "--external" not in by_name["bench-palm"].commands[0]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is there: the real run would start")
 def test_bare_make_gpu_check_refuses_without_cuda(tmp_path):
     """Without DRY=1 on a CPU machine: the preflight refuses (exit 2) and names the way out; no step runs."""
@@ -156,6 +157,7 @@ def test_bare_make_gpu_check_refuses_without_cuda(tmp_path):
     assert list(result["steps"]) == ["preflight"] and result["summary"]["status"] == "refused"
 
 
+@pytest.mark.slow
 def test_preflight_names_a_missing_module_and_an_unmet_wheel_requirement(gpu_check, tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_check, "REQUIRED_MODULES", gpu_check.REQUIRED_MODULES + ("no_such_module_for_gpu_check",))
     wheels = make_wheel(tmp_path / "wheels", "gc_needy_mod", requires=("no-such-dist-for-gpu-check>=1",)).parent

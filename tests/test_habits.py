@@ -1,11 +1,12 @@
 """The project's habits, checked: test modules share helpers through ``tests/helpers.py`` (or fixtures in
 ``conftest.py``), never by importing another test module; ``ruff check`` (``[tool.ruff]`` in
 pyproject.toml) passes over :data:`CHECKED` (paths from the repository root). Function length is checked by
-``test_layout.py``.
+``test_layout.py``; no issue number in the package (history lives in git and bench/RESULTS.md).
 """
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -63,3 +64,20 @@ def test_ruff_check_passes():
                           text=True, timeout=120)
     assert done.returncode == 0, f"ruff check {' '.join(CHECKED)}:\n{done.stdout[-4000:]}{done.stderr[-2000:]}"
 
+
+
+#: A reference to the project's issue tracker ("issue 18", "issues 4 and 5", "Issue #3").
+ISSUE_NUMBER = re.compile(r"\bissues? ?#?\d+", re.IGNORECASE)
+
+
+def test_the_package_names_no_issue_number():
+    """Docstrings and comments say what the code does and why; history lives in git and bench/RESULTS.md
+    (where a decision came from a measurement, the code names the figure's section there)."""
+    assert ISSUE_NUMBER.search("as measured in issue 18") and ISSUE_NUMBER.search("Issues 4 and 5")
+    assert not ISSUE_NUMBER.search("tissue 3") and not ISSUE_NUMBER.search("an issue with 3 words")
+    found = [f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+             for path in sorted((REPO / "induce").rglob("*"))
+             if path.is_file() and path.suffix in {".py", ".cpp", ".md", ".yaml"}
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+             if ISSUE_NUMBER.search(line)]
+    assert not found, "issue numbers in induce/ (say what and why instead):\n" + "\n".join(found)

@@ -235,7 +235,7 @@ def test_beam_one_is_greedy_decoding(trained):
     assert 1 <= len(beam) <= 12 and (beam[-1] == "<eos>" or len(beam) == 12)
 
 
-# ------------------------------------------------------------------ long lines: linear, no recursion (issue 19)
+# ------------------------------------------------------------------ long lines: linear, no recursion
 
 
 def attach_by_search(words, content_tree, content):
@@ -296,6 +296,7 @@ def test_attach_punctuation_matches_a_brute_force_search(case):
     assert tree == before  # the caller's tree is not changed
 
 
+@pytest.mark.slow
 def test_a_200k_token_line_is_attached_and_formatted_without_recursion():
     """200k tokens, every third a comma, over a right-branching content tree (a long line parsed in
     pieces is joined right-branching): attaching the marks and writing the tree (ptb, json) use no

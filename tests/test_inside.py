@@ -163,6 +163,7 @@ def test_marginals_are_finite_differences_of_log_z(lengths):
                     assert marginals[b, i, j].item() == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 def test_gradients_are_finite_differences_gradcheck():
     """gradcheck of every input of the torch tier in float64 (sum and max mode, chart output too)."""
     inp = pcfg_inputs(2, 4, 2, 2, lengths=[4, 3], seed=5, dtype=torch.float64)

@@ -73,6 +73,7 @@ def _max_pass(inp, upstream):
     return log_z, chart, {k: v.grad for k, v in leaves.items()}
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None)
 @given(T=st.integers(2, 9), NT=st.integers(1, 18), P=st.integers(1, 20), seed=st.integers(0, 10_000),
        threads=st.sampled_from([1, 2]))

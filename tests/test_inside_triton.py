@@ -45,6 +45,7 @@ def test_several_blocks_of_parents(semiring):
     compare_with_reference("inside", TIER, inp, rtol=1e-4, atol=1e-4, device=DEVICE, semiring=semiring)
 
 
+@pytest.mark.slow
 def test_marginals_and_viterbi_match_the_torch_tier():
     inp = pcfg_inputs(2, 6, 3, 4, lengths=[6, 4], seed=8, span_scores=False)
     moved = {k: v.to(DEVICE) for k, v in inp.items()}

@@ -79,6 +79,7 @@ def test_linear_scan(B, T, D, reverse):
     check("linear_scan", TIER, inputs, reverse=reverse)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reverse", [False, True])
 def test_linear_scan_hard_gates_and_long_decay(reverse):
     gen = _gen(3)
@@ -100,12 +101,14 @@ def test_span_representations(B, T, D, m, reverse):
                            reverse=reverse)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("B,T,D,A,m", [(1, 1, 1, 2, 3), (2, 7, 3, 5, 4), (1, 18, 33, 6, 5)])
 def test_span_attention(B, T, D, A, m):
     check("span_attention", TIER, span_attention_inputs(B, T, D, A, seed=T), max_len=m,
                            rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.slow
 def test_span_attention_hard_gates_and_fixed_scores():
     log_f = torch.zeros(2, 9, 3)
     log_f[0, 2] = -math.inf
@@ -123,6 +126,7 @@ def test_cumax_many_rows(shape, reverse):
     check("cumax", TIER, {"x": 3 * torch.randn(shape, generator=_gen(1))}, reverse=reverse)
 
 
+@pytest.mark.slow
 def test_linear_scan_prefetch_many_chunks():
     gen = _gen(5)
     inputs = random_scan_inputs(2, 100, 40, generator=gen)  # 4 chunks of 32, two feature blocks
@@ -131,6 +135,7 @@ def test_linear_scan_prefetch_many_chunks():
     check("linear_scan", TIER, inputs, reverse=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fixed,split_dw", [(False, True), (False, False), (True, True)])
 def test_span_attention_small_tiles_and_chunks(monkeypatch, fixed, split_dw):
     """Many row tiles (positions of several sequences in one tile), a backward in several chunks,
@@ -152,6 +157,7 @@ def test_span_attention_small_tiles_and_chunks(monkeypatch, fixed, split_dw):
     check("span_attention", TIER, inputs, max_len=5, rtol=2e-5, atol=2e-5, **kwargs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_len,split_dw,fixed", [(11, True, False), (10, False, False), (9, True, True)])
 def test_span_attention_max_len_over_tile(monkeypatch, max_len, split_dw, fixed):
     """max_len above the row tile (a parse scores every span of a sentence): each position's spans are
@@ -225,6 +231,7 @@ def test_onlstm_cell_unused_gradients_are_not_materialised():
         torch.testing.assert_close(got.grad.cpu(), want.grad, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_span_attention_unused_score_gradient_is_not_materialised():
     """PaLM-U trains on the context only: the scores' gradient reaches the backward as None."""
     inputs = span_attention_inputs(1, 6, 3, 4, seed=6)

@@ -24,7 +24,7 @@ from induce.trees.nodes import (
     to_nltk,
     tree_spans,
 )
-from induce.trees.ptb import clean_tree, words_and_tags
+from induce.trees.ptb import clean_tree
 from induce.trees.transforms import binarise, collapse_unary, relabel_brackets, with_preterminals
 
 runner = CliRunner()
@@ -168,7 +168,7 @@ def test_the_tree_walks_do_not_recurse():
     text = right_branching_text(n, lambda i: f"(NN w{i})", "NP")
     tree = tree_from_text(f"(ROOT {text})")
     words = [f"w{i}" for i in range(n)]
-    assert words_and_tags(tree) == [(w, "NN") for w in words]
+    assert [(leaf, pos) for leaf, pos, _ in tagged_leaves(tree)] == [(w, "NN") for w in words]
     cleaned = clean_tree(tree, keep_punct=False)
     node = from_nltk(cleaned)
     assert (node.start, node.end) == (0, n)

@@ -333,6 +333,7 @@ def test_config_rejects_unknown_keys_and_bad_sizes():
         get_model_class("palm").Config(attention_after=3, n_layers=3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES + ["rellstm"])  # relrnn / memlstm share rellstm's loop
 def test_tiny_model_overfits_repeated_text(name):
     torch.manual_seed(6)

@@ -22,9 +22,11 @@ from induce.cli.main import app
 from induce.config import load_config
 from induce.data.corpus import Vocab
 from induce.inference.loading import LoadedRun
-from induce.inference.show import plot_structure, sentence_structure, structure_table
+from induce.inference.show import sentence_structure, structure_table
+from induce.models.configs import model_config
 from induce.models.pcfg import sample_sentence
 from induce.models.registry import get_model_class
+from induce.report.figures import plot_structure
 from induce.training import load_checkpoint
 from induce.training.trainer import TrainingInterrupted, resume, train
 from induce.trees.decoders import parse_batch
@@ -454,7 +456,7 @@ def test_a_paper_size_grammar_whose_step_cannot_fit_is_refused_naming_the_keys_t
     cfg = load_config("cpcfg", overrides=["model.nt_states=300", "model.t_states=600", "data.batch_size=8"])
     cls = get_model_class("cpcfg")
     with torch.device("meta"):
-        model = cls(10_000, cfg.model_config_object())
+        model = cls(10_000, model_config(cfg))
     tensors = model.step_tensors(8, 40)
     assert [t.shape for t in tensors] == [(8, 300, 900, 900)] * 2 and tensors[0].bytes == 8 * 300 * 900 * 900 * 4
     free = 16 * 1024**3
@@ -487,7 +489,7 @@ def test_training_a_grammar_whose_step_does_not_fit_is_refused_before_the_first_
 
     cfg = load_config("cpcfg", overrides=grammar_args(corpus, tmp_path / "x")[6:])
     vocab = len(json.loads((corpus / "vocab.json").read_text())["itos"])
-    model = get_model_class("cpcfg")(vocab, cfg.model_config_object())
+    model = get_model_class("cpcfg")(vocab, model_config(cfg))
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     free = weights * (fits.state_copies(cfg) - 1) + sum(t.bytes for t in model.step_tensors(2, 8)) + 1
     monkeypatch.setattr(fits, "available_bytes", lambda device: free)

@@ -1,4 +1,4 @@
-"""Relevancy screening in the models (issue 6): RelLSTM / RelRNN / MemLSTM through the registry,
+"""Relevancy screening in the models: RelLSTM / RelRNN / MemLSTM through the registry,
 the config and the trainer; the ``relevant_set`` option of PaLM's span attention and of PRPN's
 memory tape (off = the plain model; on = extra spans / slots, checked against brute force)."""
 from __future__ import annotations
@@ -16,7 +16,8 @@ from induce.kernels import span_representations
 from induce.models import palm_attention as palm_module  # where SpanAttention calls relevant_indices
 from induce.models import prpn as prpn_module
 from induce.models import prpn_reading
-from induce.models.palm import SpanAttention, relevant_span_representations, relevant_span_starts
+from induce.models.configs import resolve_config
+from induce.models.palm_attention import SpanAttention, relevant_span_representations, relevant_span_starts
 from induce.models.prpn import ReadingLayer, fresh_relevant_state
 from induce.models.registry import get_model_class, list_models
 from induce.models.relevancy import RelevancyMemory, relevant_indices
@@ -61,8 +62,8 @@ def test_lm_only_models_are_registered_with_configs():
 @pytest.mark.parametrize("name", LM_ONLY)
 def test_select_by_dev_f1_is_a_config_error_naming_the_model(name):
     with pytest.raises(ConfigError, match=rf"train\.select_by.*{name}.*parser_kind 'none'"):
-        load_config(name, overrides=["train.select_by=dev_f1"])
-    load_config("onlstm", overrides=["train.select_by=dev_f1"])  # parsing models may select by F1
+        resolve_config(load_config(name, overrides=["train.select_by=dev_f1"]))
+    resolve_config(load_config("onlstm", overrides=["train.select_by=dev_f1"]))  # parsing models may select by F1
 
 
 @pytest.fixture(scope="module")

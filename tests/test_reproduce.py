@@ -59,6 +59,7 @@ def steps(out: Path) -> dict:
     return {step["name"]: step["status"] for step in json.loads((out / "results.json").read_text())["steps"]}
 
 
+@pytest.mark.slow
 def test_pipeline_writes_the_report_tables_and_figures(pipeline):
     result, out = pipeline["first"], pipeline["out"]
     assert result.exit_code == 0, result.output
@@ -86,7 +87,7 @@ def test_pipeline_writes_the_report_tables_and_figures(pipeline):
     assert rb["right_split_pct_wsj40"]["mean"] == 100.0
     assert rb["sentence_f1_wsj40"]["mean"] == pytest.approx(right["sentence_f1"])
     assert results["random_init"]["palm"]["n_models"] == 2
-    # the untrained rows come from induce.evaluation.untrained (as `induce eval --untrained`): inits seeded 1..N
+    # the untrained rows come from induce.assess.untrained (as `induce eval --untrained`): inits seeded 1..N
     untrained = json.loads((out / "eval" / "init-palm.valid.json").read_text())
     assert untrained["seeds"] == [1, 2] and untrained["model_config"] == results["configs"]["palm"]["model"]
     assert results["random_init"]["palm"]["left_split_pct"]["mean"] == pytest.approx(
@@ -122,6 +123,7 @@ def test_pipeline_writes_the_report_tables_and_figures(pipeline):
     assert len(trees) == 12
 
 
+@pytest.mark.slow
 def test_rerun_skips_finished_steps(pipeline):
     out = pipeline["out"]
     before = (out / "eval" / "palm-seed1.valid.json").stat().st_mtime_ns
@@ -134,6 +136,7 @@ def test_rerun_skips_finished_steps(pipeline):
     assert "| train palm seed 1 | skipped |" in (out / "REPORT.md").read_text()
 
 
+@pytest.mark.slow
 def test_interrupted_run_is_continued_and_changed_config_retrained(pipeline):
     out, args = pipeline["out"], pipeline["args"]
     run = out / "runs" / "onlstm-seed1"
@@ -152,6 +155,7 @@ def test_interrupted_run_is_continued_and_changed_config_retrained(pipeline):
     assert (out / "runs" / "onlstm-seed1" / "best.json").is_file()
 
 
+@pytest.mark.slow
 def test_a_damaged_checkpoint_is_never_reported_as_finished(pipeline, monkeypatch):
     """A finished run whose best checkpoint no longer verifies is trained again, not skipped; while that
     fails, its row has no figures (the old evaluation file is not shown) and the report says why."""
@@ -190,6 +194,7 @@ def test_a_damaged_checkpoint_is_never_reported_as_finished(pipeline, monkeypatc
     assert palm["summary"]["sentence_f1_wsj40"]["mean"] is not None and palm["failed_seeds"] == {}
 
 
+@pytest.mark.slow
 def test_another_out_keeps_the_whole_reproduction_in_it(tmp_path, monkeypatch):
     """`--out DIR` (make reproduce OUT=DIR) puts the corpora it prepares in DIR/corpora, beside DIR/runs;
     the default output keeps ./corpora, where the other commands look."""
@@ -236,6 +241,7 @@ def test_the_trees_files_hold_every_token_and_every_convention_scores_them(tmp_p
     assert {row["convention"] for row in json.loads(every.stdout)["results"]} >= {"li2020", "li2020-punct", "kim2019"}
 
 
+@pytest.mark.slow
 def test_missing_test_split_and_unknown_profile_are_clear_errors(pipeline, tmp_path):
     result = runner.invoke(app, ["reproduce", "--profile", "no-such-profile"])
     assert result.exit_code == 2
@@ -312,6 +318,7 @@ def test_published_figures_are_the_paper_texts():
     assert PUBLISHED["table1"]["rows"] == {}
 
 
+@pytest.mark.slow
 def test_chunked_training_pauses_and_the_same_command_continues(tmp_path, monkeypatch):
     """A chunk's end pauses the run in training (resumable checkpoint), leaves the rest pending,
     exits with status 75; the next invocation continues the paused run and finishes."""

@@ -127,6 +127,7 @@ def test_cli_refuses_finished_runs_and_foreign_folders(tmp_path, corpus, monkeyp
     assert result.exit_code == 2 and "--force does not apply" in result.output
 
 
+@pytest.mark.slow
 def test_sigint_writes_a_checkpoint_and_prints_the_resume_command(tmp_path, corpus):
     run = tmp_path / "run"
     env = child_env()
@@ -160,6 +161,7 @@ def test_sigint_writes_a_checkpoint_and_prints_the_resume_command(tmp_path, corp
     assert len((run / "metrics.jsonl").read_text().splitlines()) == status["epoch"]
 
 
+@pytest.mark.slow
 def test_kill_9_mid_epoch_then_resume_equals_an_uninterrupted_run(tmp_path, corpus):
     """A real process killed with SIGKILL after a mid-epoch checkpoint: the stale lock is taken over
     and the resumed run (another process) ends with the weights of an uninterrupted run, bit for bit."""

@@ -68,6 +68,7 @@ def test_python_path_extends_the_callers():
     assert python_path(os.pathsep.join(["/a", "/b"])).split(os.pathsep) == [str(REPO), "/a", "/b"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
 def test_two_cpu_processes_match_one_process(tmp_path):
     corpus = make_corpus(tmp_path / "corpora", train=80, valid=10, test=5)
@@ -83,6 +84,7 @@ def test_two_cpu_processes_match_one_process(tmp_path):
     assert one_lines[-1]["train_loss"] < one_lines[0]["train_loss"]  # the runs really trained
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
 def test_ctrl_c_under_torchrun_then_resume_is_exact_with_dropout(tmp_path):
     """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) mid-epoch under torchrun with
@@ -138,6 +140,7 @@ PCFG = ["model.nt_states=2", "model.t_states=3", "model.state_dim=8", "data.batc
         "optim.lr=0.1", "data.curriculum_start=4", "data.curriculum_step=4"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
 @pytest.mark.parametrize("model", ["npcfg", "tnpcfg"])
 def test_sentence_level_models_under_two_processes_match_one_process(tmp_path, model):

@@ -82,6 +82,7 @@ def assert_same_run(a, b):
     assert read_status(b)["state"] == "finished"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", list(TINY))
 def test_resume_is_exact_with_dropout_and_variable_bptt(tmp_path, corpus, model):
     cfg = config(model, corpus, "train.checkpoint_every=2")

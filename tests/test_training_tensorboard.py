@@ -1,4 +1,4 @@
-"""train.tensorboard / --tensorboard (issue 19): event files of loss, perplexity, dev F1, branching and
+"""train.tensorboard / --tensorboard: event files of loss, perplexity, dev F1, branching and
 learning rate in RUN/tensorboard/; a one-line error without the optional package; exact resume holds.
 
 The tests put a recording stand-in for ``torch.utils.tensorboard`` in ``sys.modules`` (the package is

@@ -128,7 +128,7 @@ def test_real_nltk_sample_file_if_available():
     assert [tree[0] for tree in ours] == list(reader.parsed_sents())
 
 
-# ------------------------------------------------------------------ one-line writing, however deep (issue 19)
+# ------------------------------------------------------------------ one-line writing, however deep
 
 LABELS = st.sampled_from(["S", "NP", "", "TOP", "-NONE-"])
 LEAVES = st.sampled_from(["a", "the", ")", "(", "-LRB-", "[/x]", "\u00e9t\u00e9", "'s", '"', "x y"])

@@ -1,7 +1,7 @@
 """WeightDropLSTM's GPU-motivated paths, checked on CPU: the state dtype across autocast steps and the
 weights handed to the fused op in one chunk.
 
-A bf16-autocast training step followed by a full-precision one (issue 10's dtype bug):
+A bf16-autocast training step followed by a full-precision one:
 
 The recurrent state leaves an autocast step and enters the next step; it must keep the dtype it
 came in with, or the fused LSTM of the next fp32 step fails ("input and hidden tensors are not the

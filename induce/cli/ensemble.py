@@ -1,6 +1,6 @@
 """`induce ensemble`: one tree per sentence from several sources of trees (runs or prediction files), the
 binary tree with the most summed span votes (:mod:`induce.evaluation.ensemble`), scored on the gold
-against its members' mean and best (:func:`induce.evaluation.hub.ensemble_report`)."""
+against its members' mean and best (:func:`induce.assess.hub.ensemble_report`)."""
 from __future__ import annotations
 
 import json
@@ -39,9 +39,9 @@ def ensemble_command(
     Sentences the convention leaves out (one word) get their only tree. Example:
     `induce ensemble results/runs/palm-seed1 results/runs/palm-seed2 results/runs/palm-seed3 -o palm.ens.txt`.
     """
+    from induce.assess.hub import ensemble_report, load_full_gold, sources_of
+    from induce.assess.run_eval import _default_eval_corpus
     from induce.evaluation.ensemble import parse_weights
-    from induce.evaluation.hub import ensemble_report, load_full_gold, sources_of
-    from induce.evaluation.run_eval import _default_eval_corpus
     from induce.files import check_not_input, check_output_file
     from induce.trees.brackets import write_trees
     from induce.trees.nodes import to_nltk

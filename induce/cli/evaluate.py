@@ -1,5 +1,5 @@
 """`induce eval`: score predicted trees (a file, a baseline, or a trained model) against gold trees
-(logic: :mod:`induce.evaluation.run_eval`)."""
+(logic: :mod:`induce.assess.run_eval`)."""
 from __future__ import annotations
 
 import json
@@ -117,7 +117,7 @@ def eval_command(
     \f
     Long because Typer reads the command's 30 options from its signature (the body is 25 lines).
     """
-    from induce.evaluation.run_eval import eval_convention, run_eval
+    from induce.assess.run_eval import eval_convention, run_eval
 
     console = Console(stderr=True)
     predicted = list(predicted or [])
@@ -153,8 +153,8 @@ def eval_command(
 
 
 def _hub_eval(console: Console, progress: bool, as_json: bool, predicted: list, **options) -> None:
-    """--convention, --gold-variant, --agreement, --compare: :func:`induce.evaluation.hub.run_hub_eval`, printed."""
-    from induce.evaluation.hub import run_hub_eval
+    """--convention, --gold-variant, --agreement, --compare: :func:`induce.assess.hub.run_hub_eval`, printed."""
+    from induce.assess.hub import run_hub_eval
 
     default = options.get("gold") is None and options.get("corpus") is None
     with progress_steps(console, progress) as steps, default_gold_hint(default, _default_gold(options["split"])):

@@ -1,5 +1,5 @@
 """Tables of the evaluation hub's outcomes (``induce eval --convention / --agreement / --compare``,
-``induce ensemble``): what :mod:`induce.evaluation.hub` computed, printed with rich."""
+``induce ensemble``): what :mod:`induce.assess.hub` computed, printed with rich."""
 from __future__ import annotations
 
 from rich.console import Console

@@ -106,8 +106,8 @@ def attention_command(
     """Plot what the parser reads for one sentence: PaLM's span attention (heat map), the ON-LSTM / PRPN syntactic distances (bars) or a neural PCFG's span marginals (heat map, the decoded tree's spans marked), as a PNG; the numbers are printed too."""  # noqa: E501
     from induce.files import check_not_input
     from induce.inference.runs import pick_run, run_files
-    from induce.inference.show import plot_structure, sentence_structure, structure_table
-    from induce.report.figures import check_image_path
+    from induce.inference.show import sentence_structure, structure_table
+    from induce.report.figures import check_image_path, plot_structure
 
     console = Console(stderr=True)
     run = pick_run(checkpoint, console, need_parser=True)

@@ -59,8 +59,6 @@ def train_command(
     from induce.training.launch import TrainFlags, train_or_resume
 
     console = Console(stderr=True)
-    if resume is None:
-        _check_sentence_lengths(model, config, overrides or (), corpus)
     flags = TrainFlags(seed=seed, device=device, kernels=kernels, epochs=max_epochs, time_budget=time_budget,
                        tensorboard=tensorboard)
     result = train_or_resume(flags, model=model, config=config, overrides=overrides or (), out=out, corpus=corpus,
@@ -73,32 +71,6 @@ def train_command(
         highlight=False,
     )
     typer.echo(str(result.run_dir))
-
-
-def _check_sentence_lengths(model: Optional[str], config: Optional[Path], overrides, corpus: Optional[str]) -> None:
-    """A model that learns only from sentences of two words or more (``shortest_sentence``: a grammar without
-    unary rules) named with a corpus whose train or valid split has none: say that every sentence there is too
-    short, before the trainer, which would only say that the split has no sentence. The default corpus (a
-    treebank) is not read here."""
-    from induce.config import load_config
-    from induce.data.corpus import PreparedCorpus
-    from induce.errors import InduceError
-    from induce.models.registry import get_model_class
-    from induce.training.lm import resolve_corpus
-
-    flags = [f"data.corpus={corpus}"] if corpus else None
-    run_config = load_config(model, config, list(overrides), flag_overrides=flags)
-    shortest = get_model_class(run_config.model_name).shortest_sentence
-    if run_config.data.corpus is None or shortest <= 1:
-        return
-    prepared = PreparedCorpus(resolve_corpus(run_config.data.corpus))
-    for split in ("train", "valid"):
-        lengths = [len(sentence) for sentence in prepared.lm_sentences(split)] if split in prepared.splits else []
-        if lengths and max(lengths) < shortest:
-            every = "has one word" if max(lengths) == 1 else f"has fewer than {shortest} words"
-            raise InduceError(f"{prepared.path}: every sentence of its {split} split {every}; {run_config.model_name} "
-                              f"learns from sentences of {shortest} words or more (a grammar without unary rules "
-                              "derives no one-word sentence): use a corpus of longer sentences")
 
 
 def register(app: typer.Typer) -> None:

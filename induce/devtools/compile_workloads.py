@@ -75,6 +75,7 @@ def drive_batch(batch_size: int) -> int:
 def shipped_configs(config_dir: Optional[Path] = None) -> list:
     """``(label, RunConfig)`` of every shipped config, distinct ones only (see the module docstring)."""
     from induce.config import CONFIG_DIR, DEFAULT_CONFIG, deep_merge, read_yaml, validate_config
+    from induce.models.configs import resolve_config
     from induce.models.registry import get_model_class, list_models
     from induce.reproduce.profiles import build_run_config, list_profiles, load_profile
 
@@ -91,7 +92,7 @@ def shipped_configs(config_dir: Optional[Path] = None) -> list:
                                            and get_model_class(m).Config is config_cls]
         for model in siblings:
             label = path.name if model == raw["model_name"] else f"{path.name} as {model}"
-            found.append((label, validate_config({**raw, "model_name": model}, source=str(path))))
+            found.append((label, resolve_config(validate_config({**raw, "model_name": model}, source=str(path)))))
     for name in list_profiles(config_dir):
         profile = load_profile(name, config_dir)
         for model in profile.models:
@@ -117,13 +118,14 @@ def drive_config(label: str, cfg, recorder: Recorder, number: int = 0) -> None:
     import torch
 
     from induce.models.base import STREAM_LM
+    from induce.models.configs import model_config
     from induce.models.registry import get_model_class
     from induce.training.lm import LMLoss
     from induce.training.state import detach_state
 
     cls = get_model_class(cfg.model_name)
     torch.manual_seed(0)
-    model = cls(VOCAB_SIZE, cfg.model_config_object())
+    model = cls(VOCAB_SIZE, model_config(cfg))
     recorder.driven.append(label)
     if cls.objective is not STREAM_LM:
         drive_sentence_model(label, cfg, model, recorder, number)

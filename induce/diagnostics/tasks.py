@@ -32,7 +32,6 @@ from induce.training import checkpoint
 
 BLANK, MARKER = 0, 9
 N_SYMBOLS = 10  # alphabet size (vocabulary of the models)
-DATA_SYMBOLS = range(1, 9)
 N_RECALL = 10  # symbols to remember
 TASKS = ("copy", "denoise")
 #: Offset that separates the test stream from the training stream of the same seed.
@@ -62,7 +61,7 @@ def copy_task(n: int, delay: int, seed: int) -> TaskBatch:
     """``n`` Copy examples with delay ``T = delay`` (length ``delay + 20``)."""
     _check("copy", delay)
     gen = torch.Generator().manual_seed(seed)
-    symbols = torch.randint(1, 9, (n, N_RECALL), generator=gen)
+    symbols = torch.randint(BLANK + 1, MARKER, (n, N_RECALL), generator=gen)  # data symbols 1..8
     length = delay + 2 * N_RECALL
     inputs = torch.full((n, length), BLANK, dtype=torch.long)
     inputs[:, :N_RECALL] = symbols
@@ -75,7 +74,7 @@ def denoise_task(n: int, delay: int, seed: int) -> TaskBatch:
     """``n`` Denoise examples over ``T = delay`` steps (length ``delay + 10``)."""
     _check("denoise", delay)
     gen = torch.Generator().manual_seed(seed)
-    symbols = torch.randint(1, 9, (n, N_RECALL), generator=gen)
+    symbols = torch.randint(BLANK + 1, MARKER, (n, N_RECALL), generator=gen)  # data symbols 1..8
     # Distinct random steps in 0..T-2: the first 10 of a random permutation, sorted.
     steps = torch.rand(n, delay - 1, generator=gen).argsort(dim=1)[:, :N_RECALL].sort(dim=1).values
     inputs = torch.full((n, delay + N_RECALL), BLANK, dtype=torch.long)

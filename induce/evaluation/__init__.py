@@ -1,4 +1,6 @@
-"""Evaluation of induced trees against gold trees (see :mod:`induce.evaluation.metrics` for the conventions)."""
+"""The metric core: induced trees scored against gold trees (see :mod:`induce.evaluation.metrics` for the
+conventions), the published conventions, EVALB, the bootstrap, baselines, agreement, ensembles and seeds.
+It sits below :mod:`induce.inference`; what drives inference to evaluate a run is :mod:`induce.assess`."""
 from .baselines import BASELINES, baseline_predictions, baseline_tree
 from .metrics import (
     REPORTED_LABELS,

@@ -22,7 +22,7 @@ commands and their printed figures, which the tests reproduce to the printed dig
 =================== ===============================================================================
 
 What they differ in (each rule with the file and lines of the original in the comments below; summarised in
-``bench/RESULTS.md``, issue 20):
+``bench/RESULTS.md``, "Evaluation conventions, agreement and ensembles"):
 
 * **tokens** — ``word_tags``: leaves whose gold POS is a word tag (:data:`induce.trees.ptb.WORD_TAGS`);
   ``li_nopunct``: Li et al.'s PTB punctuation set removed (``$`` stays, ``SYM``/``LS`` go); ``li_punct``:

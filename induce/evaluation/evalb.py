@@ -114,17 +114,3 @@ def evalb_sentence(gold: Node, pred: Node, params: EvalbParams) -> EvalbSentence
     match = sum((gold_brackets & pred_brackets).values())
     return EvalbSentence(VALID, length, match, sum(gold_brackets.values()), sum(pred_brackets.values()))
 
-
-def evalb_totals(sentences) -> dict:
-    """EVALB's summary of :class:`EvalbSentence` records: recall, precision, F-measure (percent), and the
-    numbers of valid, error and skipped sentences."""
-    valid = [s for s in sentences if s.status == VALID]
-    match = sum(s.match for s in valid)
-    n_gold = sum(s.n_gold for s in valid)
-    n_pred = sum(s.n_pred for s in valid)
-    recall = 100.0 * match / n_gold if n_gold else 0.0
-    precision = 100.0 * match / n_pred if n_pred else 0.0
-    f_measure = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"recall": recall, "precision": precision, "f1": f_measure, "n_valid": len(valid),
-            "n_error": sum(s.status == ERROR for s in sentences),
-            "n_skipped": sum(s.status == SKIPPED for s in sentences)}

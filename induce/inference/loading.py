@@ -50,8 +50,8 @@ def resolve_device(device: Union[str, torch.device, None]) -> torch.device:
 def load_run(path: Union[str, Path], device: Union[str, torch.device] = "auto") -> LoadedRun:
     """Model and vocabulary of a run folder (its ``best`` checkpoint) or of a checkpoint file/stem,
     on ``device`` (``auto``: CUDA when available, see :func:`resolve_device`)."""
-    from induce.config import stored_config, validate_config
     from induce.data.corpus import Vocab
+    from induce.models.configs import model_config, stored_run_config
     from induce.models.registry import get_model_class
 
     path = Path(path)
@@ -64,10 +64,10 @@ def load_run(path: Union[str, Path], device: Union[str, torch.device] = "auto") 
                           f"(runs/NAME/best, or its {WEIGHTS_SUFFIX} or {SIDECAR_SUFFIX} file)")
     read_run_sidecar(path)  # a run folder without `best` says what it holds instead
     tensors, meta = load_checkpoint(path, device="cpu")
-    config = validate_config(stored_config(meta["config"]), source=str(sidecar))
+    config = stored_run_config(meta["config"], source=str(sidecar))
     _check_folder_config(sidecar, config)
     vocab = Vocab.from_json(meta["vocab"])
-    model = get_model_class(config.model_name)(len(vocab), config.model_config_object())
+    model = get_model_class(config.model_name)(len(vocab), model_config(config))
     missing, unexpected = model.load_state_dict(prefixed(tensors, "model"), strict=False)
     if missing or unexpected:
         raise InduceError(f"{path}: checkpoint does not fit model {config.model_name} "
@@ -81,14 +81,15 @@ def _check_folder_config(sidecar: Path, config) -> None:
     and sidecar of another run copied in: each is intact, so their hashes agree). Model name and
     ``model`` section are compared; the ``train`` keys a resume may change are not. An unreadable
     ``config.yaml`` is not this check's business (the checkpoint is self-contained)."""
-    from induce.config import read_yaml, stored_config, validate_config
+    from induce.config import read_yaml
+    from induce.models.configs import stored_run_config
 
     folder_config = sidecar.parent / CONFIG_FILE
     if not folder_config.is_file():
         return
     try:
         # read with the stored defaults, so that a run written before a model field existed compares equal
-        expected = validate_config(stored_config(read_yaml(folder_config)), source=str(folder_config))
+        expected = stored_run_config(read_yaml(folder_config), source=str(folder_config))
     except InduceError:
         return
     if expected.model_name == config.model_name and expected.model == config.model:

@@ -9,11 +9,12 @@
 * :func:`dev_sentence` — sentence ``index`` of a prepared corpus split with its gold tree;
 * :func:`tree_f1` — one tree against one gold tree under the default convention;
 * :func:`display_gold` — a gold tree as the evaluation sees it (no punctuation, no POS tags);
-* :func:`plot_structure` — a PNG of the attention or the span marginals (heat maps) or of the distances (bars);
 * :func:`structure_table` — the table ``induce show attention`` prints (per word; per constituent for a grammar).
 
 How a kind is drawn and tabulated is the kind's (``plot`` and ``table`` of :class:`~induce.trees.kinds.ParserKind`);
-a kind without them (a new family's) still gets its tree here, and ``show attention`` says it has no drawing.
+this module registers the built-in kinds' tables, :mod:`induce.report.figures` their plots
+(:func:`induce.report.figures.plot_structure` draws one sentence). A kind without them (a new family's) still
+gets its tree here, and ``show attention`` says it has no drawing.
 
 ``induce show tree`` and ``induce show attention`` (``induce/cli/show.py``) print and plot these; the
 reproduction report (:mod:`induce.report`) draws them for its example sentences.
@@ -29,7 +30,7 @@ import numpy as np
 import torch
 
 from induce.errors import InduceError
-from induce.trees.kinds import ParserKind, resolve
+from induce.trees.kinds import DISTANCE, GRAMMAR, SPAN, ParserKind
 from induce.trees.nodes import from_nltk, prune, tree_spans
 
 
@@ -195,13 +196,6 @@ def tree_f1(tree: nltk.Tree, gold: nltk.Tree) -> Optional[float]:
     return result.sentence_f1 if result.n_sentences else None
 
 
-def plot_structure(structure: SentenceStructure, path: Union[str, Path], title: Optional[str] = None) -> Path:
-    """PNG of the span attention (PaLM) or the distances (ON-LSTM, PRPN) of one sentence."""
-
-    structure.kind.check_draws(structure.model_name)
-    return resolve(structure.kind.plot)([(title or structure.model_name, structure)], path)
-
-
 def distance_table(structure: SentenceStructure) -> tuple[list[str], list[list[str]]]:
     """``(columns, rows)`` of ``induce show attention`` for a distance model: each word and the distance before it."""
     rows = [[word, f"{value:.3f}"] for word, value in zip(structure.words, structure.distances)]
@@ -231,5 +225,9 @@ def span_marginal_table(structure: SentenceStructure) -> tuple[list[str], list[l
 
 def structure_table(structure: SentenceStructure) -> tuple[list[str], list[list[str]]]:
     """The table of the structure's kind (an :class:`InduceError` for a kind without one)."""
-    structure.kind.check_draws(structure.model_name)
-    return resolve(structure.kind.table)(structure)
+    return structure.kind.drawing("table", structure.model_name)(structure)
+
+
+DISTANCE.set_drawing(table=distance_table)
+SPAN.set_drawing(table=span_attention_table)
+GRAMMAR.set_drawing(table=span_marginal_table)

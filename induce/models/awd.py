@@ -271,8 +271,8 @@ class WeightDropLSTM(nn.Module):
     weights: cuDNN on CUDA, oneDNN on CPU); with ``fused=False`` a time loop with all input
     projections in one GEMM and :class:`RecurrentProjection` for ``h_{t-1} @ W_hh^T``. Measured on
     the 2-core CPU at PaLM's size (3 x 1120, batch 20 x 70, quiet machine) the fused path trains
-    PaLM 1.18x faster with 2 threads (317 vs 269 tokens/s) and 1.08x with 1 thread; an earlier
-    measurement under heavy load had favoured the loop, hence the switch. Under CPU bf16 autocast
+    PaLM 1.18x faster with 2 threads (317 vs 269 tokens/s) and 1.08x with 1 thread, hence the default
+    (a measurement under heavy load had favoured the loop). Under CPU bf16 autocast
     the loop is used (oneDNN has no such LSTM primitive).
 
     forward: ``x [B, T, I]``, ``(h0 [B, H], c0 [B, H])`` -> ``(out [B, T, H], (h [B, H], c [B, H]))``.

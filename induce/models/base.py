@@ -28,7 +28,7 @@ class ModelConfig(pydantic.BaseModel):
 
     ``stored_defaults``: fields added after checkpoints were first written, each with the value the
     runs behind those checkpoints used (which may differ from today's default). A config read back
-    from a checkpoint sidecar that lacks such a field gets this value (:func:`induce.config.stored_config`),
+    from a checkpoint sidecar that lacks such a field gets this value (:func:`induce.models.configs.stored_config`),
     so an old checkpoint builds the model it was trained as: it loads, and resumes exactly.
     """
 
@@ -56,7 +56,7 @@ class LMOutput:
     structure: dict = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class TrainingObjective:
     """How the trainer trains a model class, as the class declares it (``objective = ...``); ``name``
     identifies it and is shown in messages. The trainer finds the implementation, an

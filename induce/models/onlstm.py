@@ -37,7 +37,7 @@ produced the published perplexity and parsing F1:
 The ASGD restart of the released ``main.py`` (``--finetuning 500``) is the trainer's
 ``optim.asgd_restart_epoch`` (:mod:`induce.training.optim`).
 
-**Initialisation (issue 18), read from the released code.** ``model.RNNModel.init_weights``: the
+**Initialisation, read from the released code.** ``model.RNNModel.init_weights``: the
 embedding (tied to the decoder) ``U(-0.1, 0.1)`` (``init_range``), the decoder bias 0. Everything
 else keeps the PyTorch default of its module: each ``ONLSTMCell`` has two ``nn.Linear`` layers,
 ``ih`` (input -> gates) and ``hh`` (``LinearDropConnect``, hidden -> gates), each with its own bias,
@@ -52,8 +52,9 @@ so weight and bias of ``ih`` are ``U(+-1/sqrt(input size))`` and those of ``hh``
   step (the gate pre-activation of a unit is biased by the sum of two independent uniforms, and
   under SGD the sum moves twice as fast as one bias would: each gets the same gradient).
   DropConnect leaves biases alone in both, and at evaluation only the weight is scaled.
-* ``one`` — one zero-initialised bias: this module before issue 18. Checkpoints written before
-  the option existed were trained so and load as ``one`` (``ONLSTMConfig.stored_defaults``).
+* ``one`` — one zero-initialised bias. Checkpoints written before the option existed were trained so
+  and load as ``one`` (``ONLSTMConfig.stored_defaults``). The untrained trees are the same with either
+  (``bench/RESULTS.md``, "Initialisation and untrained models").
 
 The code's gate layout (``[master input | master forget | out | cell | in | forget]``) differs from
 ours (below); every row of a matrix is drawn from the same distribution, so the order does not
@@ -107,7 +108,7 @@ class ONLSTMConfig(AWDConfig):
     gate_biases: Literal["two", "one"] = pydantic.Field(
         "two",
         description="two: input and recurrent bias per gate, each U(+-1/sqrt(fan_in)) (ON-LSTM code's two "
-        "nn.Linear); one: a single zero-initialised bias (before issue 18)",
+        "nn.Linear); one: a single zero-initialised bias (what checkpoints without this key were trained with)",
     )
 
     #: Checkpoints written before ``gate_biases`` existed have one zero-initialised bias per layer.

@@ -35,7 +35,7 @@ add the extra spans ``[i, t]``:
 * representation: the same Alg. 1 formula as the window spans, bidirectional,
   ``fwd = c_t - c_{i-1} * exp(F_t - F_{i-1})`` and ``bwd = c^b_i - c^b_{t+1} * exp(B_t - B_{i-1})``
   with ``F``, ``B`` the cumulative log forget gates (O(1) per span, plain torch on top of the
-  kernel's ``c`` and ``log f``: :func:`relevant_span_representations`);
+  kernel's ``c`` and ``log f``: :func:`~induce.models.palm_attention.relevant_span_representations`);
 * score: the same MLP ``v . tanh(W_q h_{t+1} + g @ w_span)`` (PaLM-RB: the span length, the fixed
   scores ``k + 1`` continued);
 * weights: one softmax over the ``m`` window spans and the extra spans together. The kernel's
@@ -88,10 +88,10 @@ gate block of every LSTM's ``W_ih`` and ``W_hh`` orthogonal on its own, LSTM bia
 (:class:`~induce.models.awd.WeightDropLSTM` ``init="orthogonal"``); the span block's Glorot-uniform
 weights with the released fans and gains and all its biases 0
 (:meth:`~induce.models.palm_attention.SpanAttention.reset_parameters`). Drawn at construction only (a
-checkpoint replaces them). The earlier draw (every LSTM parameter, biases included, from
-``U(+-1/sqrt(H))``; ``nn.Linear``'s random biases in the span gate and query; embedding ``U(+-0.1)``)
-left the second layer's output dominated by its mean over tokens, so untrained models split all-left
-or mostly-right (``bench/RESULTS.md``, issue 18); it matched no source and is gone. The paper variant
+checkpoint replaces them). No other draw is offered: a uniform ``U(+-1/sqrt(H))`` on every LSTM parameter
+with random biases in the span gate and query (which no source uses) left the second layer's output
+dominated by its mean over tokens, so untrained models split all-left or mostly-right, where the released
+draw gives the paper's Table 4 shares (``bench/RESULTS.md``, "Initialisation and untrained models"). The paper variant
 keeps Eq. 1b's update bias inside the ``tanh`` ("bias terms are suppressed for clarity"), zero at
 initialisation like every released bias; the released code has no update bias (``rrnn.py`` uses only
 the forget half of its bias).
@@ -131,7 +131,7 @@ from induce.trees.kinds import SPAN
 
 from .awd import AWDConfig, DropoutRate, PositiveInt, TiedLanguageModel, WeightDropLSTM, locked_dropout
 from .base import LMOutput
-from .palm_attention import SpanAttention, relevant_span_representations, relevant_span_starts  # noqa: F401 (re-exported)
+from .palm_attention import SpanAttention
 from .registry import register
 
 #: Attribute set (True) on the span scorer's parameters; ``optim.scorer_optimizer: adam`` reads it.

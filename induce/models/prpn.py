@@ -17,23 +17,22 @@ Equations from Stratos' note, section 3 (defaults: ``E = 800``, ``d = 1200``, ``
   gates of ``d^_{t+1}`` (``h_{t-1}`` gated by ``alpha(d^_{t+1} - d_t)``) and key ``h_t``;
   ``tanh(BN(W Drop([h_t; h~_t]) + b))`` is the hidden state fed to the tied output.
 
-**Fidelity to the released code (yikangshen/PRPN).** Where the code and Stratos' note (or our
-earlier version) differ, ``induce/configs/prpn.yaml`` and the class defaults follow the code, which is
-what produced the published perplexity and F1:
+**Fidelity to the released code (yikangshen/PRPN).** Where the code and Stratos' note differ,
+``induce/configs/prpn.yaml`` and the class defaults follow the code, which is what produced the published
+perplexity and F1:
 
 * *Predict read* (fixed, no option): ``PredictNetwork.attention`` reads its memory before pushing
   ``h_t``, so it attends over ``h_{t-1} .. h_{t-M}`` with ``memory_gate_next`` (``ParsingNetwork``:
-  slot ``k``, i.e. ``h_{t-1-k}``, gets ``cumprod_{j<=k} alpha(d^_{t+1} - d_{t-j})``). An earlier
-  version here read ``h_t .. h_{t-M+1}`` (``h_t`` is already in ``[h_t; h~_t]``, and ``h_{t-M}``
-  was never read); that was a bug, not a reading of the paper (Stratos' ``g^_i^{t+1}``,
-  ``i = t-M+1..t``, are the same slots as the code's).
+  slot ``k``, i.e. ``h_{t-1-k}``, gets ``cumprod_{j<=k} alpha(d^_{t+1} - d_{t-j})``). Reading
+  ``h_t .. h_{t-M+1}`` instead would read ``h_t`` twice (it is already in ``[h_t; h~_t]``) and never
+  ``h_{t-M}``; Stratos' ``g^_i^{t+1}``, ``i = t-M+1..t``, are the same slots as the code's.
 * ``dropout_masks: per_step`` — every ``nn.Dropout`` of the code acts on one step's ``[B, D]``
   (inside the time loop) or on all positions element-wise, so each position gets a new mask: the
   inputs of each reading layer (``ReadingNetwork.drop``), the key inputs and keys (``projector_summ``,
   ``projector_pred``), ``[h_t; h~_t]`` (``PredictNetwork.ffd``) and the output (``PRPN.drop``).
   Only ``h~`` has one mask per forward (``rmask``), shared by the whole batch; kept here.
-  ``locked`` (AWD-LSTM's variational masks, one per sequence; ``h~``: one per sequence) is the
-  earlier behaviour.
+  ``locked``: AWD-LSTM's variational masks, one per sequence (``h~``: one per sequence); 4-10% faster
+  on CPU (``bench/RESULTS.md``, "Model training speed on CPU").
 * ``key_dropout: 0.5, wdrop: 0`` — the attention keys are ``Drop(Linear(Drop([x_t; h_{t-1}])))``
   with the code's ``idropout`` (0.5) twice (``projector_summ``; ``projector_pred`` on ``h_t``);
   the key reads the layer input before the cell's dropout. Stratos' note (B.1) writes DropConnect
@@ -43,28 +42,28 @@ what produced the published perplexity and F1:
   (AWD-LSTM and the other models here: 0.1) and sets the decoder bias to 0; untied, the decoder
   weight is its own draw from the same range (not a copy of the embedding).
 
-**Initialisation (issue 18).** Every other parameter of the code keeps its module's PyTorch
+**Initialisation.** Every other parameter of the code keeps its module's PyTorch
 default, and the code ran on PyTorch 0.3 (README), whose defaults differ from today's for two of
 its modules. Read from ``ParsingNetwork.py``, ``ReadingNetwork.py``, ``PredictNetwork.py``,
 ``LSTMCell.py`` and ``model_PRPN.py``:
 
 * ``nn.Linear`` (the LSTM cell's ``ih`` and ``hh``, with biases; ``projector_pred``; ``ffd``'s
-  projection): weight and bias ``U(+-1/sqrt(fan_in))`` in 0.3 and now alike. Its ``LayerNorm``
+  projection): weight and bias ``U(+-1/sqrt(fan_in))`` in 0.3 and in PyTorch >= 1.0 alike. Its ``LayerNorm``
   (own class): scale 1, shift 0, as ``nn.LayerNorm`` here.
 * The attention key (fixed, no option): ``projector_summ`` is *one* ``nn.Linear`` over
   ``[x_t; h_{t-1}]``, so weight and bias are ``U(+-1/sqrt(I + d))``. Here the key is split into
   ``key_x`` (input half, with the bias) and ``key_h`` (recurrent half) for speed; they had the
-  bounds of their halves (``1/sqrt(I)``, ``1/sqrt(d)``), and now have the joint one.
+  the joint bound too (not the bounds of their halves, ``1/sqrt(I)`` and ``1/sqrt(d)``).
 * ``nn.Conv1d(E, d, Q + 1)`` (the distance convolution): ``U(+-1/sqrt(E (Q + 1)))`` for weight and
-  bias in 0.3 and now alike.
+  bias in 0.3 and in PyTorch >= 1.0 alike.
 * ``module_defaults: torch-0.3`` (default) — the two modules whose default changed in PyTorch 1.0:
   ``nn.BatchNorm1d`` (the parsing network's and the predict network's) had its scale drawn from
   ``U(0, 1)`` (1 since PyTorch 1.0; shift 0 in both); the grouped ``nn.Conv1d(d, 2, 1, groups=2)``
   that gives ``d_t`` and ``d^_{t+1}`` drew from ``U(+-1/sqrt(d))``: 0.3's bound counted all ``d``
   input channels, where PyTorch >= 1.0 counts the ``d / 2`` of a group (``1/sqrt(d/2)``, sqrt 2
-  wider). ``torch-1`` keeps the installed PyTorch's defaults (scale 1, the group's bound): this
-  module before issue 18, and what checkpoints written before the option were initialised with
-  (``PRPNConfig.stored_defaults``).
+  wider). ``torch-1`` keeps the installed PyTorch's defaults (scale 1, the group's bound): what
+  checkpoints written before the option existed were initialised with (``PRPNConfig.stored_defaults``).
+  Neither moves the untrained trees (``bench/RESULTS.md``, "Initialisation and untrained models").
 
 Left as they are (not part of the fidelity issue): the code's ``LayerNorm`` divides by the
 unbiased standard deviation plus ``1e-6`` (``nn.LayerNorm`` here: biased variance, ``eps`` inside

@@ -92,11 +92,6 @@ class RelevancyMemory(nn.Module):
         self.buffer = self.buffer_times = self.buffer_relevance = None
         self.relevant = self.relevant_times = self.relevant_relevance = None
 
-    @property
-    def capacity(self) -> int:
-        """Number of slots, ``nu + rho``: the memory never holds more states."""
-        return self.nu + self.rho
-
     def reset(self, batch_size: int, device: torch.device | str | None = None,
               dtype: torch.dtype | None = None) -> None:
         """Empty the memory for ``batch_size`` sequences (device / dtype default to the parameters')."""

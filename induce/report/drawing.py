@@ -122,7 +122,7 @@ def _examples(results: dict, folder: Path, out: Path, repro) -> dict:
         if not items:
             continue
         kind = items[0][1].kind
-        if not kind.draws:  # a family without a drawing of its numbers: its trees are in the examples
+        if kind.plot is None:  # a family without a drawing of its numbers: its trees are in the examples
             continue
         path = resolve(kind.plot)(items, folder / f"{kind.figure_name}-{model}.png",
                                   title=f"{display(model)}: {kind.figure_title}")

@@ -7,7 +7,11 @@
   coloured by whether the gold tree has them;
 * :func:`plot_span_attention` — PaLM's span attention (span end x span start) for some sentences;
 * :func:`plot_distances` — ON-LSTM / PRPN syntactic distances per word for some sentences.
-* :func:`plot_span_marginals` — a grammar's span marginals (span start x span end) with the decoded tree's spans.
+* :func:`plot_span_marginals` — a grammar's span marginals (span start x span end) with the decoded tree's spans;
+* :func:`plot_structure` — one sentence's numbers as its parser kind draws them (``induce show attention``).
+
+The three sentence plots are registered as the built-in parser kinds' ``plot``
+(:meth:`induce.trees.kinds.ParserKind.set_drawing`) when this module is imported.
 
 Every function writes the file (creating its folder), closes the figure and returns the path.
 """
@@ -20,6 +24,7 @@ from typing import Optional, Sequence, Union
 import nltk
 import numpy as np
 
+from induce.trees.kinds import DISTANCE, GRAMMAR, SPAN
 from induce.trees.nodes import tree_spans
 
 PathLike = Union[str, Path]
@@ -461,3 +466,16 @@ def plot_span_marginals(items: Sequence[tuple], path: PathLike, title: str = "")
     return _finish_heat_maps(fig, axes, len(items), title, path, image,
                              dot_label="white dot: a constituent (2+ words) of the decoded tree",
                              bar_label="span marginal: P(the words form a constituent | sentence)")
+
+
+def plot_structure(structure, path: PathLike, title: Optional[str] = None) -> Path:
+    """PNG of one sentence's numbers (an :class:`induce.inference.show.SentenceStructure`) drawn by its parser
+    kind's ``plot``: the span attention (PaLM) or the span marginals (heat maps), or the distances (ON-LSTM,
+    PRPN; bars). An :class:`~induce.errors.InduceError` for a kind without a drawing."""
+    plot = structure.kind.drawing("plot", structure.model_name)
+    return plot([(title or structure.model_name, structure)], path)
+
+
+DISTANCE.set_drawing(plot=plot_distances)
+SPAN.set_drawing(plot=plot_span_attention)
+GRAMMAR.set_drawing(plot=plot_span_marginals)

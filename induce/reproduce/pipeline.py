@@ -15,7 +15,7 @@ where it stopped):
    :func:`induce.training.resume` and the rest of its time budget (from scratch when its ``last``
    checkpoint is damaged); a run that diverged with the same config is a failed step at once.
 3. **untrained** — ``random_init_seeds`` untrained models of each kind parse WSJ40 dev sentences
-   (PaLM Table 4's first row; :mod:`induce.evaluation.untrained`, as ``induce eval --untrained``);
+   (PaLM Table 4's first row; :mod:`induce.assess.untrained`, as ``induce eval --untrained``);
    ``OUT/eval/init-<model>.<split>.json``.
 4. **baselines** — left, right, balanced, random trees; ``OUT/eval/baseline-<kind>.<split>.json``.
 5. **evaluate** each run: LM perplexity of the split, and its trees (parsed once) scored on all

@@ -172,5 +172,7 @@ def build_run_config(profile: Profile, model: str, overrides: list[str]) -> RunC
         raise ConfigError(f"{sources[-1]}: model_name is {raw['model_name']!r}, expected {model!r}")
     raw["model_name"] = model
     raw = apply_overrides(raw, list(profile.overrides) + list(overrides))
-    return validate_config(raw, source=" + ".join(sources + ["profile overrides"]))
+    from induce.models.configs import resolve_config
+
+    return resolve_config(validate_config(raw, source=" + ".join(sources + ["profile overrides"])))
 

@@ -97,7 +97,7 @@ def collect_results(repro, started_at: str, seconds: float) -> dict:
             baselines[kind] = {"scores": data["scores"]}
     init: dict = {}
     for model in repro.init_models():
-        data = read_json(repro.eval_path(f"init-{model}"))  # induce.evaluation.untrained.evaluate_untrained
+        data = read_json(repro.eval_path(f"init-{model}"))  # induce.assess.untrained.evaluate_untrained
         if data.get("summary"):
             init[model] = {"n_models": data["inits"], "n_sentences": data["n_sentences"],
                            "max_one_direction_pct": data["max_one_direction_pct"], **data["summary"]}

@@ -369,10 +369,10 @@ class PipelineSteps:
     def random_init(self, model: str) -> tuple[str, str]:
         """The profile's ``random_init_seeds`` untrained ``model``s (the run config's model section, inits
         seeded 1..N, the training corpus's vocabulary) parse the first ``random_init_sentences`` WSJ40
-        sentences of the split: :func:`induce.evaluation.untrained.evaluate_untrained`, as ``induce eval
+        sentences of the split: :func:`induce.assess.untrained.evaluate_untrained`, as ``induce eval
         --untrained``. Writes ``OUT/eval/init-<model>.<split>.json``."""
+        from induce.assess.untrained import evaluate_untrained
         from induce.evaluation import EvalConvention, prepare_gold
-        from induce.evaluation.untrained import evaluate_untrained
 
         config = self.configs[model][self.profile.seeds[0]]
         vocab = self.train_corpus.vocab

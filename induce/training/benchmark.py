@@ -37,13 +37,14 @@ def _sync(device: torch.device) -> None:
 def raw_step_tokens_per_s(config: RunConfig, vocab_size: int, seconds: float = 10.0, warmup: int = 3) -> float:
     """Tokens/s of the bare training step of ``config``'s model on random ``[B, bptt]`` batches."""
     from induce.kernels import set_backend
+    from induce.models.configs import model_config
     from induce.models.registry import get_model_class
     from induce.training.ddp import resolve_device
 
     set_backend(config.train.kernels)
     device = resolve_device(config.train.device)
     torch.manual_seed(config.train.seed)
-    model = get_model_class(config.model_name)(vocab_size, config.model_config_object()).to(device).train()
+    model = get_model_class(config.model_name)(vocab_size, model_config(config)).to(device).train()
     loss_module = LMLoss(model, config.train.alpha, config.train.beta)
     optimisation = Optimisation(model, config.optim, device, config.train.amp)
     batch, steps = config.data.batch_size, config.data.bptt

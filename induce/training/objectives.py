@@ -353,8 +353,16 @@ class SentenceLevel(Objective):
                     if len(sentence) >= shortest]
 
         self.train_sentences, self.valid_sentences = encode("train"), encode("valid")
-        if not self.train_sentences or not self.valid_sentences:
-            raise InduceError(f"{data.corpus.path}: the train or valid split has no sentence")
+        for split, kept in (("train", self.train_sentences), ("valid", self.valid_sentences)):
+            if kept:
+                continue
+            lengths = [len(sentence) for sentence in data.corpus.lm_sentences(split)]
+            if not lengths:
+                raise InduceError(f"{data.corpus.path}: the {split} split has no sentence")
+            every = "has one word" if max(lengths) == 1 else f"has fewer than {shortest} words"
+            raise InduceError(f"{data.corpus.path}: every sentence of its {split} split {every}; "
+                              f"{data.config.model_name} learns from sentences of {shortest} words or more (a grammar "
+                              "without unary rules derives no one-word sentence): use a corpus of longer sentences")
         self._batches: tuple[int, list[list[int]], list[int]] = (0, [], [])  # (epoch, shards, whole sizes)
         final_cap = length_cap(self.config, self.config.train.epochs)
         longest = max((len(s) for s in self.train_sentences if final_cap is None or len(s) <= final_cap), default=0)

@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import Optional
 
 from induce.errors import InduceError
-from induce.files import now, process_alive, strict_json  # noqa: F401 (now: the trainer and its state import it from here)
-from induce.trees.brackets import atomic_write_text
+from induce.files import now, process_alive, strict_json, write_output  # noqa: F401 (now: the trainer and its state import it from here)
 
 STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.jsonl"
@@ -58,12 +57,12 @@ def write_status(run_dir: Path, state: str, **fields) -> None:
     """Update ``status.json`` (kept fields merged with the new ones), atomically."""
     status = read_status(run_dir)
     status.update(state=state, updated_at=now(), **fields)
-    atomic_write_text(Path(run_dir) / STATUS_FILE, strict_json(status, indent=1))
+    write_output(Path(run_dir) / STATUS_FILE, strict_json(status, indent=1))
 
 
 def write_metrics(run_dir: Path, history: list[dict]) -> None:
     """Rewrite ``metrics.jsonl`` from the whole history, atomically."""
-    atomic_write_text(Path(run_dir) / METRICS_FILE, "".join(strict_json(line) + "\n" for line in history))
+    write_output(Path(run_dir) / METRICS_FILE, "".join(strict_json(line) + "\n" for line in history))
 
 
 def is_run_folder(path: Path) -> bool:

@@ -16,6 +16,7 @@ from torch import nn
 
 from induce.config import RunConfig
 from induce.errors import InduceError
+from induce.models.configs import model_config
 
 from . import batching, ddp, fits
 from .checkpoint import CheckpointError
@@ -52,7 +53,7 @@ def build_run(config: RunConfig, ctx: DistContext, *, corpora_dir: Path, console
 
     seed_everything(config.train.seed)
     fits.check_parameters_fit(model_cls, len(vocab), config, ctx.device)  # before any memory is taken
-    model = model_cls(len(vocab), config.model_config_object()).to(ctx.device)
+    model = model_cls(len(vocab), model_config(config)).to(ctx.device)
     if ctx.distributed:
         # Same initial weights everywhere (seeded above); different dropout masks per process.
         torch.manual_seed(config.train.seed + 1_000_003 * ctx.rank)

@@ -57,8 +57,9 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from induce.config import RunConfig, load_config_file, save_config, stored_config, validate_config
+from induce.config import RunConfig, load_config_file, save_config
 from induce.errors import InduceError
+from induce.models.configs import resolve_config, stored_run_config
 
 from . import advice, ddp, failures
 from .checkpoint import load_checkpoint
@@ -170,13 +171,13 @@ class Trainer:
             if ddp.env_is_main():
                 RunLock(self.run_dir).check_free()  # "in use" says more than a missing checkpoint would
             self.checkpoint = load_checkpoint(self.run_dir / LAST)
-            stored = validate_config(stored_config(self.checkpoint[1]["config"]),
-                                     source=str(self.run_dir / (LAST + ".json")))
+            stored = stored_run_config(self.checkpoint[1]["config"], source=str(self.run_dir / (LAST + ".json")))
             keep = {"epochs", "time_budget", "device", "kernels", "log_interval", "tensorboard"}
             updates = {k: getattr(config.train, k) for k in keep}
             config = stored.model_copy(update={"train": stored.train.model_copy(update=updates)})
-        #: The run's config: as given (or stored, when resuming) until :meth:`run` resolves it.
-        self.config = config
+        #: The run's config: as given (or stored, when resuming), its model section checked and stored with every
+        #: field, until :meth:`run` resolves the rest (corpus, BPTT bucket).
+        self.config = resolve_config(config)
         if config.train.tensorboard:
             require_tensorboard()  # the missing package is an error before anything is done
         #: This process in the process group (None until :meth:`run` joins it).

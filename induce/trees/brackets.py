@@ -259,13 +259,6 @@ def tree_to_line(tree: nltk.Tree, leaf_text: Optional[Callable[[object], str]] =
     return flat_tree_text(tree, _bracket_open, leaf_text or _nltk_leaf_text)
 
 
-def atomic_write_text(path: PathLike, text: str) -> None:
-    """Write ``text`` to the output file ``path`` with the one output writer, :func:`induce.files.write_output`
-    (atomic for a regular file, through a link to its target, straight into a FIFO or a device); the name
-    the run folder's status and metrics files use."""
-    write_output(path, text)
-
-
 def write_trees(path: PathLike, trees: Iterable[nltk.Tree]) -> None:
     """Write ``trees`` one per line (see :func:`tree_to_line`) with :func:`induce.files.write_output`."""
     write_output(path, "".join(tree_to_line(tree) + "\n" for tree in trees))

@@ -20,6 +20,10 @@ with a ``"module:function"`` reference, which is imported on first use (the buil
 help from this module without them). A new family defines its own kind with :class:`ParserKind`
 (and :func:`register_kind`), or reuses one of these.
 
+**Drawings are registered by the layers that make them**: the built-in kinds' tables are registered by
+:mod:`induce.inference.show` and their plots by :mod:`induce.report.figures` (:meth:`ParserKind.set_drawing`),
+so that this module names no module above the trees.
+
 This module imports nothing beyond the standard library and :mod:`induce.errors`.
 """
 from __future__ import annotations
@@ -71,8 +75,8 @@ class ParserKind:
     figure_name:    the file-name stem of the figures ``reproduce`` draws of them;
     figure_title:   what those figures show (after the model's name);
     plot:           ``(items, path, title) -> Path`` drawing ``(label, SentenceStructure)`` items (``None``: ``show``
-                    and ``reproduce`` say the kind has no drawing);
-    table:          ``SentenceStructure -> (columns, rows)`` for ``induce show attention``'s table;
+                    and ``reproduce`` say the kind has no drawing); given here or by :meth:`set_drawing`;
+    table:          ``SentenceStructure -> (columns, rows)`` for ``induce show attention``'s table; likewise;
     decoders:       name -> :class:`Decoder`, in registration order; the first registered is the default.
     """
 
@@ -95,11 +99,6 @@ class ParserKind:
     def parses(self) -> bool:
         """Whether models of this kind give trees at all."""
         return self.structure_key is not None
-
-    @property
-    def draws(self) -> bool:
-        """Whether ``show`` and ``reproduce`` can draw this kind's numbers."""
-        return self.plot is not None and self.table is not None
 
     @property
     def default_decoder(self) -> Optional[str]:
@@ -135,12 +134,23 @@ class ParserKind:
             raise InvalidValueError(f"decoder {name!r} does not apply to model {model_name!r}; use one of {allowed}")
         return self.decoders[name]
 
-    def check_draws(self, model_name: str) -> None:
-        """An :class:`InduceError` naming the model when this kind has nothing to draw."""
-        if not self.draws:
+    def set_drawing(self, plot: Optional[Reference] = None, table: Optional[Reference] = None) -> None:
+        """Register this kind's ``plot`` and/or ``table`` (see the class): how the modules that draw and
+        tabulate (above the trees) give them to a kind declared here."""
+        if plot is not None:
+            self.plot = plot
+        if table is not None:
+            self.table = table
+
+    def drawing(self, part: str, model_name: str) -> Callable[..., Any]:
+        """This kind's ``"plot"`` or ``"table"`` function; an :class:`InduceError` naming the model when the
+        kind has none."""
+        function = getattr(self, part)
+        if function is None:
             raise InduceError(f"model {model_name!r} (parser kind {self.name!r}) has no drawing of its "
                               f"structure: `induce show attention` and the reproduce figures cover the kinds "
-                              f"{', '.join(k.name for k in _KINDS.values() if k.draws)}")
+                              f"{', '.join(k.name for k in _KINDS.values() if getattr(k, part) is not None)}")
+        return resolve(function)
 
 
 _KINDS: dict[str, ParserKind] = {}
@@ -180,13 +190,10 @@ NO_PARSER = register_kind(ParserKind("none", structure_key=None))
 DISTANCE = register_kind(ParserKind(
     "distance", structure_key="distances", show_title="distances", figure_name="distances",
     figure_title="syntactic distance before each word",
-    plot="induce.report.figures:plot_distances", table="induce.inference.show:distance_table",
 ))
 SPAN = register_kind(ParserKind(
     "span", structure_key="span_scores", needs_eos=True, quadratic=True, show_title="span attention",
     figure_name="attention", figure_title="span attention (row: span end, column: span start)",
-    plot="induce.report.figures:plot_span_attention",
-    table="induce.inference.show:span_attention_table",
 ))
 DISTANCE.add_decoder("peel", "induce.trees.decoders:peel_decoder",
                      "greedy split at the largest distance, the split word peeled off, as in the papers")
@@ -197,7 +204,6 @@ GRAMMAR = register_kind(ParserKind(
     "grammar", structure_key="span_posteriors", words_only=True, quadratic=True, show_title="span marginals",
     figure_name="span-marginals",
     figure_title="span marginals (row: span start, column: span end; dots: the decoded tree)",
-    plot="induce.report.figures:plot_span_marginals", table="induce.inference.show:span_marginal_table",
 ))
 GRAMMAR.add_decoder("mbr", "induce.trees.grammar_decoders:mbr_decoder",
                     "the tree of the largest sum of span posteriors (CKY), as Kim et al. and Yang et al. decode")

@@ -12,19 +12,19 @@ from dataclasses import dataclass, field
 
 import nltk
 
-from induce.trees.nodes import fold, tagged_leaves
+from induce.trees.nodes import fold
 
 #: POS tags kept by the word-tag filter (Kim et al. 2019). ``$`` and ``#`` are not words.
 WORD_TAGS = frozenset(
     "CC CD DT EX FW IN JJ JJR JJS LS MD NN NNS NNP NNPS PDT POS PRP PRP$ RB RBR RBS RP "
     "SYM TO UH VB VBD VBG VBN VBP VBZ WDT WP WP$ WRB".split()
 )
-#: Punctuation-like POS tags (for reference and for messages); not words under the filter.
-PUNCT_TAGS = frozenset(["''", "``", ".", ":", ",", "-LRB-", "-RRB-", "#", "$"])
 #: The POS tag of empty elements (traces, null complementisers).
 TRACE_TAG = "-NONE-"
 #: Label given to the (usually empty) outermost bracket of a treebank tree.
 ROOT_LABEL = "ROOT"
+#: POS tags of punctuation in the Penn Treebank (``$`` and ``#`` are not words either).
+PUNCT_TAGS = frozenset(["''", "``", ".", ":", ",", "-LRB-", "-RRB-", "#", "$"])
 #: Every POS tag of the Penn Treebank: the words', the punctuation's and that of the empty elements.
 PTB_TAGS = WORD_TAGS | PUNCT_TAGS | {TRACE_TAG}
 
@@ -118,8 +118,3 @@ def clean_tree(tree: nltk.Tree, keep_punct: bool = True) -> nltk.Tree | None:
     if cleaned is not None and cleaned.label() == "":
         cleaned.set_label(ROOT_LABEL)
     return cleaned
-
-
-def words_and_tags(tree: nltk.Tree) -> list[tuple[str, str]]:
-    """``[(word, POS), ...]`` of a tree, left to right (traces included if present)."""
-    return [(leaf, pos) for leaf, pos, _ in tagged_leaves(tree)]

@@ -173,11 +173,11 @@ def _perplexity(run_dir: Optional[Path], gold: Optional[Path], corpus: Path, spl
 
 def _untrained_summary(model, sets, inits, seed, lm, per_sentence, gold, corpus, data, split, convention,
                        batch_size, decoder, device, console, steps) -> dict:
-    """``--untrained MODEL``: :func:`induce.evaluation.untrained.evaluate_untrained` on the gold sentences
+    """``--untrained MODEL``: :func:`induce.assess.untrained.evaluate_untrained` on the gold sentences
     (--gold, --corpus, else the default corpus: never a run's), with the gold vocabulary or the corpus's."""
     if lm or per_sentence is not None:
         raise InduceError(f"--untrained: {'--lm' if lm else '--per-sentence'} needs a trained run (--checkpoint)")
-    from induce.evaluation.untrained import evaluate_untrained, untrained_config, untrained_vocabulary
+    from induce.assess.untrained import evaluate_untrained, untrained_config, untrained_vocabulary
     from induce.inference.scoring import load_gold
 
     run_config = untrained_config(model, sets)  # config errors before the gold is read

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Optional
 
 from induce.errors import InduceError
-
-from . import bootstrap
-from .conventions import (
+from induce.evaluation import bootstrap
+from induce.evaluation.conventions import (
     CONVENTIONS,
     TOKEN_FILTERS,
     FullGold,
@@ -60,9 +59,8 @@ def word_tag_lengths(golds: Sequence[FullGold | None]) -> list:
 def gold_fits(gold: FullGold | None, item) -> bool:
     """Whether a prediction (a :class:`~induce.trees.brackets.LocatedTree`) is over the words of ``gold``
     (all its tokens or some of them, as a convention keeps them); a gold of traces only (None) fits anything."""
+    from induce.evaluation.conventions import prediction_fits
     from induce.trees.nodes import tagged_leaves
-
-    from .conventions import prediction_fits
 
     return gold is None or prediction_fits([leaf for leaf, _, _ in tagged_leaves(item.tree)], gold.words)
 
@@ -118,7 +116,7 @@ def convention_results(source: Source, golds: Sequence, names: Sequence[str], va
                        seed: int = 0) -> list:
     """One dict per (convention, gold variant): its figures, a 95% bootstrap interval for each, and the
     numbers of sentences scored / skipped / in error (:meth:`ConventionResult.to_dict`)."""
-    from .conventions import score_convention
+    from induce.evaluation.conventions import score_convention
 
     out = []
     for name in names:
@@ -140,9 +138,8 @@ def aligned_trees(source: Source, golds: Sequence, convention_name: str = DEFAUL
     """``{sentence index: Node over the convention's kept words}`` of the sentences the convention scores
     (for agreement and ensembles: every source is brought onto the same words); ``max_length``: a further
     length limit (``--wsj10``, ``--max-length``), applied with the convention's own."""
+    from induce.evaluation.conventions import gold_view
     from induce.trees.transforms import collapse_unary
-
-    from .conventions import gold_view
 
     convention = get_convention(convention_name)
     out = {}
@@ -172,7 +169,7 @@ def agreement_report(sources: Sequence[Source], golds: Sequence, convention_name
     """The pairwise F1 matrix of the sources on the sentences all of them have (of at most ``max_length``
     words, when given, and within the convention's own limit), and the mean of its off-diagonal entries
     (self-F1 when the sources are seeds of one model)."""
-    from .agreement import agreement_matrix, mean_off_diagonal
+    from induce.evaluation.agreement import agreement_matrix, mean_off_diagonal
 
     trees = [aligned_trees(source, golds, convention_name, max_length) for source in sources]
     common = sorted(set.intersection(*(set(t) for t in trees)))
@@ -191,7 +188,7 @@ def compare_report(first: Source, second: Source, golds: Sequence, convention_na
     """The paired bootstrap of ``first - second`` on the convention's first figure, on the sentences both
     were scored on against the gold ``variant`` (:func:`induce.evaluation.bootstrap.paired_bootstrap`: the
     p-value's direction is its ``alternative``)."""
-    from .conventions import score_convention
+    from induce.evaluation.conventions import score_convention
 
     convention = get_convention(convention_name)
     results = [score_convention(golds, s.items or [], convention, variant, s.locations, baseline=s.baseline,
@@ -214,8 +211,8 @@ def ensemble_report(members: Sequence[Source], golds: Sequence, weights: Sequenc
     ``weights``: one per member, finite, ``>= 0``, not all 0 (:func:`induce.evaluation.ensemble.check_weights`)."""
     import statistics
 
-    from .conventions import score_convention
-    from .ensemble import check_weights, ensemble_tree
+    from induce.evaluation.conventions import score_convention
+    from induce.evaluation.ensemble import check_weights, ensemble_tree
 
     if weights is not None:
         weights = check_weights(weights, len(members))
@@ -265,11 +262,11 @@ def run_hub_eval(predicted: Sequence[Path], gold=None, corpus=None, data=None, s
                  resamples: int = bootstrap.DEFAULT_RESAMPLES, batch_size: int = 64, decoder=None,
                  device: str = "auto", console=None, steps=None):
     """``induce eval`` with ``--convention``, ``--gold-variant``, ``--agreement`` or ``--compare``: an
-    :class:`~induce.evaluation.run_eval.EvalOutcome` of kind ``conventions``, ``agreement`` or ``compare``.
+    :class:`~induce.assess.run_eval.EvalOutcome` of kind ``conventions``, ``agreement`` or ``compare``.
 
     Long because it checks which options go together (each error names the flags) before any file is
     read, then dispatches to one of three reports."""
-    from .run_eval import EvalOutcome, NoProgress, _default_eval_corpus
+    from induce.assess.run_eval import EvalOutcome, NoProgress, _default_eval_corpus
 
     steps = steps or NoProgress()
     names = list(CONVENTIONS) if "all" in conventions else list(dict.fromkeys(conventions))

@@ -30,8 +30,7 @@ from typing import Callable, Optional, Sequence, Union
 import torch
 
 from induce.errors import InduceError
-
-from .metrics import EvalConvention, GoldSentence, evaluate, mean_std, require_sentences
+from induce.evaluation.metrics import EvalConvention, GoldSentence, evaluate, mean_std, require_sentences
 
 #: Figures kept per init; the first four are summarised (PaLM Table 4 reports the last two).
 INIT_FIGURES = ("sentence_f1", "corpus_f1", "left_split_pct", "right_split_pct", "other_binary_split_pct",
@@ -44,6 +43,7 @@ def untrained_config(model_name: str, overrides: Sequence[str] = ()):
     ``key=value`` overrides; an :class:`InduceError` for a model that does not parse or an override of
     another section (an untrained model has no data, optimiser or training)."""
     from induce.config import load_config
+    from induce.models.configs import resolve_config
     from induce.models.registry import get_model_class
 
     try:
@@ -56,7 +56,7 @@ def untrained_config(model_name: str, overrides: Sequence[str] = ()):
         if not item.partition("=")[0].strip().startswith("model."):
             raise InduceError(f"override {item!r}: only model.* keys change an untrained model "
                               "(it has no data, optim or train section)")
-    return load_config(model_name, overrides=list(overrides))
+    return resolve_config(load_config(model_name, overrides=list(overrides)))
 
 
 def untrained_vocabulary(gold: Sequence[GoldSentence], corpus_dir: Optional[Union[str, Path]] = None):
