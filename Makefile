@@ -6,6 +6,9 @@ PIP_OPTS ?=
 DATA ?=
 DATA_OPT := $(if $(DATA),--data $(DATA),)
 INDUCE := $(PYTHON) -m induce
+# The suite runs in two worker processes (pytest-xdist), a test file per worker at a time (its module
+# fixtures, such as the H100 compile check, are built once): PYTEST_WORKERS= runs it in one process.
+PYTEST_WORKERS ?= -n 2 --dist loadfile
 
 .PHONY: install test test-fast test-triton reproduce baselines bench gpu-check clean
 
@@ -18,12 +21,12 @@ install: .install-stamp
 
 # DATA=DIR: the real-data tests read DIR (as INDUCE_DATA); without it they skip (INDUCE_DATA of the shell, if set).
 test: install
-	$(if $(DATA),INDUCE_DATA="$(abspath $(DATA))" ,)$(PYTHON) -m pytest -q
+	$(if $(DATA),INDUCE_DATA="$(abspath $(DATA))" ,)$(PYTHON) -m pytest -q $(PYTEST_WORKERS)
 
 # The edit-test loop: every test but those marked `slow` (the longest end-to-end runs), about a minute on
 # 2 cores. `make test` (and CI) still runs everything.
 test-fast: install
-	$(PYTHON) -m pytest -q -m "not slow"
+	$(PYTHON) -m pytest -q $(PYTEST_WORKERS) -m "not slow"
 
 # Only the Triton kernels, through Triton's CPU interpreter.
 test-triton: install

@@ -136,10 +136,13 @@ def test_make_test_passes_data_on_as_induce_data(tmp_path):
     dry = subprocess.run(["make", "-n", "test", f"DATA={tmp_path}", "PYTHON=python3"], cwd=repo, capture_output=True,
                          text=True, timeout=60)
     assert dry.returncode == 0, dry.stderr
-    assert f'INDUCE_DATA="{tmp_path}" python3 -m pytest -q' in dry.stdout.splitlines()
+    assert f'INDUCE_DATA="{tmp_path}" python3 -m pytest -q -n 2 --dist loadfile' in dry.stdout.splitlines()
     bare = subprocess.run(["make", "-n", "test", "PYTHON=python3"], cwd=repo, capture_output=True, text=True,
                           timeout=60)
-    assert "python3 -m pytest -q" in bare.stdout.splitlines()
+    assert "python3 -m pytest -q -n 2 --dist loadfile" in bare.stdout.splitlines()
+    one = subprocess.run(["make", "-n", "test", "PYTHON=python3", "PYTEST_WORKERS="], cwd=repo, capture_output=True,
+                         text=True, timeout=60)
+    assert "python3 -m pytest -q" in [line.strip() for line in one.stdout.splitlines()]
 
 
 def test_a_corpus_of_one_word_sentences_says_so_to_a_grammar(in_tmp):
