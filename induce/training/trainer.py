@@ -1,10 +1,11 @@
 """The training loop: variable-length BPTT, AR/TAR, clipping, SGD/Adam -> ASGD, evaluation, selection,
-early stopping, time budget, interruption (SIGINT / SIGTERM), exact resume and DistributedDataParallel.
+early stopping, budgets (steps, tokens, or the clock), interruption (SIGINT / SIGTERM), exact resume and
+DistributedDataParallel.
 
 A run folder ``runs/RUN/`` holds::
 
     config.yaml        the resolved config (every field)
-    metrics.jsonl      one JSON line per epoch (train/valid loss and perplexity, lr, dev F1, timing)
+    metrics.jsonl      one JSON line per evaluation: each epoch's end, and every train.eval_every steps
     best.safetensors   weights of the selected model (ASGD averages when in the ASGD phase)
     best.json          its sidecar: model name, config, vocabulary, metrics
     last.safetensors   everything to continue: weights, optimiser tensors, RNG states, carried state
@@ -18,6 +19,33 @@ The run's components (corpus, model, objective, optimiser, loop state) are built
 (through :mod:`induce.training.graphs` where the step is graph-captured). The folder's own files (status,
 metrics, lock, overwrite refusal) are :mod:`induce.training.run_folder`; what ``last`` holds and how it is
 restored is :mod:`induce.training.state`; the language-model loss and the dev F1 are :mod:`induce.training.lm`.
+
+**metrics.jsonl** (one line per evaluation; the learning curves of a run are drawn from these lines).
+Every line has
+
+* ``epoch`` (the epoch in progress, from 1), ``steps`` (optimiser steps of the whole run so far), ``tokens``
+  (training tokens of the whole run so far, all processes: what the objective counts, the sentence ends
+  included), ``train_cpu_seconds`` (process CPU seconds spent in the training steps of the whole run so far,
+  all processes and threads summed; evaluations and checkpoint writes are not counted; carried in ``last``,
+  so a resumed run continues the count, and steps lost to a kill are counted once, when redone);
+* ``valid_loss``, ``valid_ppl`` and, for a model that parses a corpus with trees, ``dev_f1`` (sentence F1
+  in 0-100 on the monitor set: the first ``train.dev_f1_max_sentences`` dev sentences of 2-40 words),
+  ``dev_f1_wsj10``, ``dev_f1_wsj40``, ``dev_corpus_f1``, ``dev_left_split_pct``, ``dev_right_split_pct``;
+* ``best`` (these weights became ``best``), ``eval_seconds`` and ``eval_cpu_seconds`` (this evaluation).
+
+An epoch's end adds ``train_loss`` / ``train_ppl`` / ``train_tokens`` (the epoch's), ``lr``, ``optimizer``,
+``train_seconds``, ``epoch_seconds``, ``tokens_per_s``, and ``partial: true`` when a budget stopped the run
+inside the epoch. An evaluation every ``train.eval_every`` optimiser steps (:attr:`TrainConfig.eval_every`)
+is marked ``mid_epoch: true`` and adds ``batch`` (steps done in the epoch), ``train_loss`` (the epoch's mean so
+far) and ``lr``; it does not count as an epoch (no ASGD trigger, no patience), but its weights may become
+``best``. The timing fields (``*_seconds``, ``tokens_per_s``) vary from run to run; every other field is the
+same, bit for bit, for the same command, seed and thread count.
+
+**Budgets.** ``train.max_steps`` and ``train.max_tokens`` (the whole run's optimiser steps / training tokens,
+across epochs) stop the run after the step that reaches the first of them, ``status.json``'s ``stop_reason``
+then ``max_steps`` or ``max_tokens``; they do not depend on the machine's speed. ``train.time_budget`` (the
+clock) stays an explicit choice: ``stop_reason`` ``time_budget`` and ``clock_stopped: true`` in the status,
+whose ``note`` says that the figures depend on the machine's speed.
 
 **Exact resume.** ``last`` is written at every epoch end, every ``train.checkpoint_every`` batches
 and when SIGINT (Ctrl-C) or SIGTERM stops the run (after the batch in progress). Resuming from it replays the
