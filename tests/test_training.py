@@ -15,7 +15,7 @@ from induce.config import load_config
 from induce.training import batching, checkpoint
 from induce.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from induce.training.optim import Schedule, averaged_parameters, build_optimizer
-from induce.training.trainer import LMLoss, Trainer, evaluate_lm, read_status, resume, train
+from induce.training.trainer import TIMING_FIELDS, LMLoss, Trainer, evaluate_lm, read_status, resume, train
 
 from helpers import STANDIN, TinyLSTM, make_corpus
 
@@ -278,7 +278,7 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path, corpus):
         for key in a:
             assert torch.equal(a[key], b[key]), (stem, key)
     def strip(line):
-        timing = ("epoch_seconds", "train_seconds", "tokens_per_s")
+        timing = TIMING_FIELDS
         return {k: v for k, v in json.loads(line).items() if k not in timing}
 
     assert [strip(line) for line in (straight / "metrics.jsonl").read_text().splitlines()] == [
