@@ -172,6 +172,13 @@ def test_a_finished_budget_is_said_and_a_larger_one_continues_the_same_training(
     with pytest.raises(InduceError, match=r"reached its budget \(train.max_steps=20.*--max-steps N"):
         resume(short, console=QUIET, progress=False)
     assert read_status(short)["state"] == "finished"
+    # killed after its last checkpoint, before its status said finished: resumed, it is finished, nothing trained
+    status = json.loads((short / "status.json").read_text())
+    (short / "status.json").write_text(json.dumps({**status, "state": "running"}))
+    before, evaluated = tensors(short, "last"), figures(short)
+    assert resume(short, console=QUIET, progress=False).stop_reason == "max_steps"
+    assert read_status(short)["state"] == "finished" and figures(short) == evaluated
+    assert all(torch.equal(before[k], v) for k, v in tensors(short, "last").items())
     resume(short, {"max_steps": 35}, console=QUIET, progress=False)
     train(config(corpus, "train.max_steps=35"), long, console=QUIET, progress=False)
     # the evaluation at step 20 changed nothing of the training: the same weights at step 35

@@ -236,6 +236,8 @@ class Trainer:
         #: The run's config: as given (or stored, when resuming), its model section checked and stored with every
         #: field, until :meth:`run` resolves the rest (corpus, BPTT bucket, threads).
         self.config = resolve_config(config)
+        #: The budget a resumed run had already reached and been evaluated at (None: it has steps to go).
+        self.done_already: Optional[str] = None
         if resume:
             self._check_budget_left()
         if config.train.tensorboard:
@@ -662,6 +664,8 @@ class Trainer:
         ``"early_stopping"``, ``"max_steps"``, ``"max_tokens"``, ``"time_budget"``, ``"interrupted"``,
         ``"paused"``, ``"diverged"``)."""
         cfg, ctx, loop = self.config, self.ctx, self.parts.loop
+        if self.done_already:
+            return self.done_already
         while loop.epoch <= cfg.train.epochs:
             epoch_started = time.monotonic()
             self.epoch_tokens_at_start = int(ddp.all_reduce_sum(ctx, torch.tensor(float(loop.epoch_tokens))).item())
@@ -753,8 +757,9 @@ class Trainer:
 
     def _check_budget_left(self) -> None:
         """A resumed run whose step or token budget is used up and was evaluated there (``last``'s counters and
-        history) has nothing to do: an error that says which key to raise, rather than one more evaluation of
-        the same weights."""
+        history) has nothing to train: when its status says ``finished``, an error that says which key to raise
+        (rather than one more evaluation of the same weights); otherwise (killed after its last checkpoint) it
+        is marked finished (:attr:`done_already`)."""
         meta = self.checkpoint[1]
         counters, history = meta.get("trainer", {}), meta.get("history") or []
         train = self.config.train
@@ -765,6 +770,9 @@ class Trainer:
         if not reached or not history or history[-1].get("steps") != steps:
             return
         key, flag = reached[0]
+        if read_status(self.run_dir).get("state") != "finished":
+            self.done_already = key
+            return
         raise InduceError(f"{self.run_dir}: the run has reached its budget (train.{key}={getattr(train, key)}, "
                           f"after {steps:,} steps); to train it further, give a larger one: "
                           f"{resume_command(self.run_dir)} {flag} N")
