@@ -7,6 +7,8 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from induce.cli import THREADS_HELP
+
 
 def train_command(
     overrides: Optional[list[str]] = typer.Argument(
@@ -38,9 +40,7 @@ def train_command(
         "evaluations included, checked between steps; what the run learns then depends on the machine's speed "
         "and load (its status says so). --max-steps gives the same run on every machine."
     ),
-    threads: Optional[int] = typer.Option(
-        None, "--threads", min=1, help="torch CPU threads (= train.threads; default 1, measured faster than more "
-        "on a shared 2-core machine: bench/RESULTS.md)."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help=THREADS_HELP + " = train.threads."),
     resume: Optional[Path] = typer.Option(
         None, "--resume", help="Continue the run in this folder exactly where it stopped (its config is kept)."
     ),
