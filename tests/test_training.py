@@ -12,6 +12,7 @@ from rich.console import Console
 from safetensors.torch import save_file
 
 from induce.config import load_config
+from induce.reproduce import load_profile
 from induce.training import batching, checkpoint
 from induce.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from induce.training.optim import Schedule, averaged_parameters, build_optimizer
@@ -423,7 +424,8 @@ def test_a_large_cpu_run_is_announced_with_an_estimate_and_a_cpu_sized_command(t
     command = advice.cpu_sized_command("palm")
     assert f"    {command}\n" in text
     words = command.split()
-    assert words[:4] == ["induce", "train", "--model", "palm"] and words[-2] == "--time-budget"
+    assert words[:4] == ["induce", "train", "--model", "palm"] and words[-2] == "--max-steps"
+    assert int(words[-1]) == load_profile("cpu").step_budget("palm")
     sized = load_config("palm", overrides=words[4:-2])
     assert sized.model["hidden_size"] == 256 and sized.model["emb_size"] == 128
     # a normal-sized run says nothing of the kind
