@@ -90,6 +90,9 @@ def measure(profile, model: str, corpus: str, thread_counts: list[int], steps: i
     for index in range(warmup + steps):
         for t in thread_counts:
             sample = timed_step(trainers[t], t)
+            warm = " (warm-up)" if index < warmup else ""
+            print(f"  {model}, {t} thread{'s' if t > 1 else ''}, step {index + 1}{warm}: {sample[0]:.3f} CPU s, "
+                  f"{sample[1]:.3f} wall s, load {os.getloadavg()[0]:.1f}", flush=True)
             if index >= warmup:
                 samples[t].append(sample)
     evaluations: dict = {t: [] for t in thread_counts}
