@@ -37,13 +37,14 @@ test-triton: install
 # PROFILE=auto (default: gpu when torch sees a CUDA device, else cpu) | gpu (paper-size models, ~25 min of one
 # H100) | cpu (small models, < 1 hour on 2 CPU cores) | paper (the papers' recipes: days of GPU time, in chunks of
 # CHUNK=3h per invocation; run it again until it exits 0 -- status 75 means "not finished, run again") | toy;
-# SEEDS=1,2,3 (default: the profile's). Re-running continues where an interrupted run stopped.
+# SEEDS=1,2,3, JOBS=N runs at once (default: the profile's). Re-running continues where an interrupted run stopped.
 PROFILE ?= auto
 SEEDS ?=
 CHUNK ?=
+JOBS ?=
 OUT ?= results
 reproduce: install
-	$(INDUCE) reproduce --profile $(PROFILE) $(if $(SEEDS),--seeds $(SEEDS),) $(if $(CHUNK),--chunk $(CHUNK),) $(DATA_OPT) --out $(OUT)
+	$(INDUCE) reproduce --profile $(PROFILE) $(if $(SEEDS),--seeds $(SEEDS),) $(if $(CHUNK),--chunk $(CHUNK),) $(if $(JOBS),--jobs $(JOBS),) $(DATA_OPT) --out $(OUT)
 
 baselines: install
 	@for b in right left balanced random; do \

@@ -57,6 +57,26 @@ class ConfigError(InduceError):
     """A config file or override is invalid; the message names the key."""
 
 
+#: torch CPU threads of every command when none is given (``--threads``, ``train.threads``, a profile's
+#: ``threads``): one. Measured on a 2-core machine shared with other work, one thread trained and evaluated
+#: faster than two and than torch's default (bench/RESULTS.md, "Threads").
+DEFAULT_THREADS = 1
+DEFAULT_THREADS_TEXT = f"induce's default, {DEFAULT_THREADS} (measured: bench/RESULTS.md)"
+
+
+def use_threads(threads: Optional[int] = None) -> int:
+    """Set torch's CPU threads (intra-op) to ``threads``, or :data:`DEFAULT_THREADS` when None; returns the
+    count now in force. Process-wide: a command sets it once, before its work."""
+    import torch
+
+    count = DEFAULT_THREADS if threads is None else int(threads)
+    if count < 1:
+        raise ConfigError(f"--threads {threads}: give 1 or more")
+    if torch.get_num_threads() != count:
+        torch.set_num_threads(count)
+    return count
+
+
 #: The largest float32: the trainer computes in float32, and torch refuses a Python float beyond it
 #: (an lr of 1e300 ended in "value cannot be converted to type float without overflow").
 FLOAT32_MAX = 3.4028234663852886e38
@@ -157,7 +177,25 @@ class TrainConfig(_Section):
     log_interval: int = pydantic.Field(200, ge=1, description="batches between progress logs (and syncs)")
     patience: Optional[int] = pydantic.Field(None, ge=1, description="early stopping: epochs without improvement")
     select_by: Literal["valid_ppl", "dev_f1"] = "valid_ppl"
-    time_budget: Optional[float] = pydantic.Field(None, gt=0, description="seconds of training, then stop")
+    max_steps: Optional[int] = pydantic.Field(
+        None, ge=1, description="optimiser steps of the whole run (across epochs): the run stops after the step that "
+        "reaches it (null: no step budget); does not depend on the machine's speed"
+    )
+    max_tokens: Optional[int] = pydantic.Field(
+        None, ge=1, description="training tokens of the whole run (across epochs, all processes): the run stops after "
+        "the step that reaches it (null: no token budget); does not depend on the machine's speed"
+    )
+    time_budget: Optional[float] = pydantic.Field(
+        None, gt=0, description="seconds of this invocation (training and evaluation), checked between steps, "
+        "then stop; the figures then depend on the machine's speed and load (the run's status says so)"
+    )
+    eval_every: Optional[int] = pydantic.Field(
+        None, ge=1, description="also evaluate (validation loss, dev F1) every N optimiser steps of the run, for "
+        "learning curves; such a mid-epoch evaluation may become best (null: at epoch ends only)"
+    )
+    threads: Optional[int] = pydantic.Field(
+        None, ge=1, description=f"torch CPU threads (null: {DEFAULT_THREADS_TEXT})"
+    )
     checkpoint_every: Optional[int] = pydantic.Field(
         None, ge=1, description="also write the resumable checkpoint every N batches (mid-epoch)"
     )
@@ -342,6 +380,7 @@ def deep_merge(base: dict, update: dict) -> dict:
 FLAG_OF_KEY = {
     "train.seed": "--seed", "train.device": "--device", "train.kernels": "--kernels", "train.epochs": "--max-epochs",
     "train.time_budget": "--time-budget", "data.corpus": "--corpus", "train.tensorboard": "--tensorboard",
+    "train.max_steps": "--max-steps", "train.max_tokens": "--max-tokens", "train.threads": "--threads",
 }
 
 

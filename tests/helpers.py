@@ -3,7 +3,8 @@
 
 - ``TinyLSTM`` (``tiny-lstm``, registered on import): a test-only language model, so that the trainer,
   inference and the CLI are tested independently of the real models.
-- ``make_corpus``: a tiny prepared synthetic treebank corpus; ``train_tiny_run``: a tiny trained run.
+- ``make_corpus``: a tiny prepared synthetic treebank corpus; ``train_tiny_run``: a tiny trained run;
+  ``toy_profile``: the toy profile of ``induce reproduce``, smaller still.
 - ``python_path`` / ``child_env``: the environment for a child ``python -m induce`` process that must
   import this checkout.
 - ``script_module``: a script of the repository outside the package (``bench/...``) imported as a module.
@@ -114,6 +115,22 @@ def train_tiny_run(root: Path) -> Path:
     finally:
         torch.set_num_threads(threads)
     return root / "runs" / "tiny"
+
+
+def toy_profile(folder: Path, **changes) -> Path:
+    """A copy of induce/configs/toy/ made even smaller for the tests (20 optimiser steps per model)."""
+    import shutil
+
+    import yaml
+
+    from induce.config import CONFIG_DIR
+
+    shutil.copytree(CONFIG_DIR / "toy", folder)
+    profile = yaml.safe_load((folder / "profile.yaml").read_text())
+    profile.update({"random_init_seeds": 2, "random_init_sentences": 6, "example_sentences": 1,
+                    "steps_per_model": 20, **changes})
+    (folder / "profile.yaml").write_text(yaml.safe_dump(profile))
+    return folder
 
 
 def python_path(existing: str | None) -> str:

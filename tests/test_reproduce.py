@@ -7,35 +7,23 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
-import yaml
 from typer.testing import CliRunner
 
 from induce.cli.main import app
-from induce.config import CONFIG_DIR
 from induce.errors import InduceError
 from induce.reproduce import list_profiles, load_profile, subset_corpus
 
-from helpers import make_corpus
+from helpers import make_corpus, toy_profile
 
 runner = CliRunner()
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def toy_profile(folder: Path, **changes) -> Path:
-    """A copy of induce/configs/toy/ made even smaller for the tests."""
-    shutil.copytree(CONFIG_DIR / "toy", folder)
-    profile = yaml.safe_load((folder / "profile.yaml").read_text())
-    profile.update({"random_init_seeds": 2, "random_init_sentences": 6, "example_sentences": 1, **changes})
-    (folder / "profile.yaml").write_text(yaml.safe_dump(profile))
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -261,7 +249,11 @@ def test_missing_test_split_and_unknown_profile_are_clear_errors(pipeline, tmp_p
 def test_profiles_are_valid():
     assert {"cpu", "gpu", "paper", "toy"} <= set(list_profiles())
     cpu = load_profile("cpu")
-    assert cpu.time_budget() is not None and cpu.time_budget() * len(cpu.models) <= 40 * 60
+    # the default profile stops by optimiser steps (the same training on every machine), one number per model,
+    # and trains two models at a time
+    assert cpu.time_per_model is None and cpu.jobs == 2 and cpu.threads == 1
+    assert all(isinstance(cpu.step_budget(m), int) and cpu.step_budget(m) > 0 for m in cpu.models)
+    assert set(cpu.steps_per_model) == set(cpu.models)
     assert load_profile("paper").random_init_seeds == 25
     from induce.reproduce import build_run_config
 

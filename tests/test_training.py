@@ -12,10 +12,11 @@ from rich.console import Console
 from safetensors.torch import save_file
 
 from induce.config import load_config
+from induce.reproduce import load_profile
 from induce.training import batching, checkpoint
 from induce.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from induce.training.optim import Schedule, averaged_parameters, build_optimizer
-from induce.training.trainer import LMLoss, Trainer, evaluate_lm, read_status, resume, train
+from induce.training.trainer import TIMING_FIELDS, LMLoss, Trainer, evaluate_lm, read_status, resume, train
 
 from helpers import STANDIN, TinyLSTM, make_corpus
 
@@ -278,7 +279,7 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path, corpus):
         for key in a:
             assert torch.equal(a[key], b[key]), (stem, key)
     def strip(line):
-        timing = ("epoch_seconds", "train_seconds", "tokens_per_s")
+        timing = TIMING_FIELDS
         return {k: v for k, v in json.loads(line).items() if k not in timing}
 
     assert [strip(line) for line in (straight / "metrics.jsonl").read_text().splitlines()] == [
@@ -423,7 +424,8 @@ def test_a_large_cpu_run_is_announced_with_an_estimate_and_a_cpu_sized_command(t
     command = advice.cpu_sized_command("palm")
     assert f"    {command}\n" in text
     words = command.split()
-    assert words[:4] == ["induce", "train", "--model", "palm"] and words[-2] == "--time-budget"
+    assert words[:4] == ["induce", "train", "--model", "palm"] and words[-2] == "--max-steps"
+    assert int(words[-1]) == load_profile("cpu").step_budget("palm")
     sized = load_config("palm", overrides=words[4:-2])
     assert sized.model["hidden_size"] == 256 and sized.model["emb_size"] == 128
     # a normal-sized run says nothing of the kind

@@ -31,7 +31,7 @@ from induce.models.registry import _REGISTRY, register
 from induce.training import batching, load_checkpoint
 from induce.training.objectives import Batch, Objective, RunData, SentenceLevel, objective_class, register_objective
 from induce.training.state import LoopState
-from induce.training.trainer import Trainer, TrainingInterrupted, resume, train
+from induce.training.trainer import TIMING_FIELDS, Trainer, TrainingInterrupted, resume, train
 
 from helpers import REPO, make_corpus
 
@@ -164,7 +164,7 @@ def config(corpus, *extra):
 
 
 def metrics(run: Path) -> list[dict]:
-    timing = ("epoch_seconds", "train_seconds", "tokens_per_s")
+    timing = TIMING_FIELDS
     return [{k: v for k, v in json.loads(line).items() if k not in timing}
             for line in (run / "metrics.jsonl").read_text().splitlines()]
 

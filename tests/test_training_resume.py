@@ -21,7 +21,7 @@ from rich.console import Console
 
 from induce.config import load_config
 from induce.training import load_checkpoint
-from induce.training.trainer import TrainingInterrupted, read_status, resume, train
+from induce.training.trainer import TIMING_FIELDS, TrainingInterrupted, read_status, resume, train
 
 from helpers import make_corpus
 
@@ -68,7 +68,7 @@ def run_tensors(run_dir):
 
 
 def metrics(run_dir):
-    timing = ("epoch_seconds", "train_seconds", "tokens_per_s")
+    timing = TIMING_FIELDS
     return [{k: v for k, v in json.loads(line).items() if k not in timing}
             for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 

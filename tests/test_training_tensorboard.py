@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from induce.cli.main import app
 from induce.config import load_config
 from induce.training import load_checkpoint
-from induce.training.trainer import resume, train
+from induce.training.trainer import TIMING_FIELDS, resume, train
 
 from helpers import make_corpus
 
@@ -135,7 +135,7 @@ def test_resume_is_exact_with_tensorboard_and_drops_the_steps_done_again(tmp_pat
     a, _ = load_checkpoint(straight / "last")
     b, _ = load_checkpoint(run / "last")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a if k.startswith(("model.", "optim.")))
-    timing = ("epoch_seconds", "train_seconds", "tokens_per_s")
+    timing = TIMING_FIELDS
     assert [{k: v for k, v in r.items() if k not in timing} for r in history(straight)] == \
         [{k: v for k, v in r.items() if k not in timing} for r in history(run)]
     log = fake_tensorboard[str(run / "tensorboard")]

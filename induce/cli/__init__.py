@@ -20,6 +20,9 @@ CHECKPOINT_HELP = f"Run folder or checkpoint (default: {LATEST_RUN_HELP})."
 RUNS_DIR_HELP = "Look for the newest finished run only in this folder (default: runs/ and results/runs/)."
 DEVICE_HELP = "auto (CUDA when available, else CPU), cpu, cuda or cuda:N."
 PROGRESS_HELP = "Progress bars on stderr (shown only when stderr is a terminal)."
+#: The same text as induce.config.DEFAULT_THREADS_TEXT (kept here: the help must not import the config module).
+THREADS_HELP = ("torch CPU threads (default 1: on a 2-core machine shared with other work one thread was measured "
+                "faster than two and than torch's default; bench/RESULTS.md, 'Threads').")
 
 
 class ProgressSteps:

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from induce.cli import DEVICE_HELP, LATEST_RUN_HELP, PROGRESS_HELP, default_gold_hint, progress_steps
+from induce.cli import DEVICE_HELP, LATEST_RUN_HELP, PROGRESS_HELP, THREADS_HELP, default_gold_hint, progress_steps
 from induce.errors import InduceError
 from induce.trees.kinds import decoder_help
 
@@ -69,6 +69,7 @@ def eval_command(
     decoder: Optional[str] = typer.Option(None, "--decoder", help=decoder_help()),
     batch_size: int = typer.Option(64, "--batch-size", help="Sentences per forward pass (parsing with a checkpoint)."),
     device: str = typer.Option("auto", "--device", help="With a checkpoint: " + DEVICE_HELP),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
     data: Optional[Path] = typer.Option(None, "--data", help="Data root for the default corpus (else $INDUCE_DATA, "
                                         "corpora/, NLTK); with a run: this data, not the run's own corpus."),
     corpus: Optional[Path] = typer.Option(None, "--corpus", help="A prepared corpus folder (induce preprocess output); "
@@ -115,10 +116,12 @@ def eval_command(
     `induce eval --agreement runs/palm-seed1 runs/palm-seed2 runs/palm-seed3 --gold 22.mrg`,
     `induce eval --compare a.txt b.txt --gold 22.mrg`.
     \f
-    Long because Typer reads the command's 30 options from its signature (the body is 25 lines).
+    Long because Typer reads the command's 31 options from its signature (the body is 27 lines).
     """
     from induce.assess.run_eval import eval_convention, run_eval
+    from induce.config import use_threads
 
+    use_threads(threads)
     console = Console(stderr=True)
     predicted = list(predicted or [])
     if conventions or gold_variants or agreement or compare:

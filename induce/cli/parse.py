@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from induce.cli import CHECKPOINT_HELP, DEVICE_HELP, PROGRESS_HELP, RUNS_DIR_HELP, progress_steps
+from induce.cli import CHECKPOINT_HELP, DEVICE_HELP, PROGRESS_HELP, RUNS_DIR_HELP, THREADS_HELP, progress_steps
 from induce.errors import InduceError
 from induce.trees.kinds import decoder_help
 
@@ -38,6 +38,7 @@ def parse_command(
     max_length: int = typer.Option(300, "--max-length", min=2, help="Longer sentences are parsed in pieces of this "
                                                                     "many tokens."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
     runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
     progress: bool = typer.Option(True, "--progress/--no-progress", help=PROGRESS_HELP),
 ) -> None:
@@ -52,11 +53,13 @@ def parse_command(
     Examples: `induce parse corpus.txt`, `induce parse corpus.txt --checkpoint runs/RUN --format pretty`,
     `echo "The dog barked ." | induce parse - --pretokenized`.
     """
+    from induce.config import use_threads
     from induce.files import check_not_input, check_output_file, write_output
     from induce.inference.loading import load_run
     from induce.inference.predict import parse_lines, read_text_lines
     from induce.inference.runs import pick_run, run_files
 
+    use_threads(threads)
     console = Console(stderr=True)
     check_output_file(out, "--out")
     check_not_input(out, {"the input text": text}, "--out")

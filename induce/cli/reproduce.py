@@ -47,8 +47,14 @@ def reproduce_command(
                              "continued when it holds a reproduction, refused when it holds other files."),
     split: str = typer.Option("valid", "--split", help="Evaluation split: valid (dev, WSJ 22) or test (when the "
                                                        "corpus has it)."),
+    steps_per_model: Optional[int] = typer.Option(
+        None, "--steps-per-model", min=1, help="Optimiser steps per model and seed (train.max_steps), instead of the "
+        "profile's budgets: the same training on every machine (default: the profile's)."
+    ),
     time_per_model: Optional[str] = typer.Option(
-        None, "--time-per-model", help="Training time budget per model and seed, e.g. 20s, 6m (default: the profile's)."
+        None, "--time-per-model", help="Training time per model and seed, e.g. 20s, 6m (train.time_budget), instead "
+        "of the profile's budgets: the clock, so the figures then depend on the machine's speed and load (the report "
+        "says so)."
     ),
     chunk: Optional[str] = typer.Option(
         None, "--chunk", help="Stop training after this much time (e.g. 3h), every run at a resumable checkpoint; the "
@@ -61,12 +67,19 @@ def reproduce_command(
         "figures use (default: ptb_lm/ under the data root, when there)."
     ),
     device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda, cuda:N (default: the profile's)."),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: the profile's)."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads of each run and "
+                                          "evaluation (default: the profile's, else 1)."),
+    jobs: Optional[int] = typer.Option(
+        None, "--jobs", "-j", min=1, help="Train and evaluate this many (model, seed) runs at once, each in its own "
+        "process with --threads threads; each job's output goes to OUT/logs/. The figures are those of --jobs 1 "
+        "(default: the profile's; cpu: 2)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show training progress bars."),
 ) -> None:
     """Prepare the corpus, train every model, evaluate models and baselines, write the report.
 
     Every step is skipped when its outputs are up to date, so running the same command again after an interruption continues where it stopped. Writes OUT/REPORT.md (with figures) and OUT/results.json.
+    \f
+    Long because Typer reads the command's options from its signature (the body is 25 lines).
     """  # noqa: E501 (one line: Typer keeps the line breaks of a help paragraph)
     from induce.config import parse_duration
     from induce.reproduce import ReproduceOptions, check_out_folder, reproduce
@@ -79,6 +92,7 @@ def reproduce_command(
         seeds=comma_ints(seeds, "--seeds"),
                                models=[m.strip() for m in models.split(",") if m.strip()] if models else None,
         split=split, time_per_model=parse_duration(time_per_model) if time_per_model else None,
+        steps_per_model=steps_per_model, jobs=jobs,
         chunk=parse_duration(chunk) if chunk else None, lm_text=lm_text,
         device=device, threads=threads, progress=progress,
         command="induce " + " ".join(shlex.quote(arg) for arg in sys.argv[1:]) if sys.argv[1:2] == ["reproduce"]

@@ -7,6 +7,8 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from induce.cli import THREADS_HELP
+
 
 def train_command(
     overrides: Optional[list[str]] = typer.Argument(
@@ -27,9 +29,18 @@ def train_command(
     device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda or cuda:N (= train.device)."),
     kernels: Optional[str] = typer.Option(None, "--kernels", help="Kernel backend: auto, reference, torch, triton."),
     max_epochs: Optional[int] = typer.Option(None, "--max-epochs", help="Number of epochs (= train.epochs)."),
+    max_steps: Optional[int] = typer.Option(
+        None, "--max-steps", min=1, help="Stop after this many optimiser steps of the whole run, across epochs "
+        "(= train.max_steps). Does not depend on the machine's speed."),
+    max_tokens: Optional[int] = typer.Option(
+        None, "--max-tokens", min=1, help="Stop after the step that reaches this many training tokens of the whole "
+        "run (= train.max_tokens). Does not depend on the machine's speed."),
     time_budget: Optional[str] = typer.Option(
-        None, "--time-budget", help="Stop after this much training time: seconds or 90s, 10m, 2h (= train.time_budget)."
+        None, "--time-budget", help="Stop after this much time: seconds or 90s, 10m, 2h (= train.time_budget), "
+        "evaluations included, checked between steps; what the run learns then depends on the machine's speed "
+        "and load (its status says so). --max-steps gives the same run on every machine."
     ),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help=THREADS_HELP + " = train.threads."),
     resume: Optional[Path] = typer.Option(
         None, "--resume", help="Continue the run in this folder exactly where it stopped (its config is kept)."
     ),
@@ -57,17 +68,19 @@ def train_command(
     """
     from induce.training.ddp import env_is_main
     from induce.training.launch import TrainFlags, train_or_resume
+    from induce.training.trainer import clock_note
 
     console = Console(stderr=True)
     flags = TrainFlags(seed=seed, device=device, kernels=kernels, epochs=max_epochs, time_budget=time_budget,
-                       tensorboard=tensorboard)
+                       tensorboard=tensorboard, max_steps=max_steps, max_tokens=max_tokens, threads=threads)
     result = train_or_resume(flags, model=model, config=config, overrides=overrides or (), out=out, corpus=corpus,
                              resume=resume, force=force, console=console, progress=progress)
     if not env_is_main():  # under torchrun the summary is rank 0's (every process returns the same run)
         return
     console.print(
-        f"{result.run_dir}: {result.epochs_done} epochs ({result.stop_reason}), best valid ppl "
-        f"{result.best_valid_ppl:.2f}",
+        f"{result.run_dir}: {result.epochs_done} epochs, {result.steps:,} steps ({result.stop_reason}), best valid "
+        f"ppl {result.best_valid_ppl:.2f}" + (f"; {clock_note(result.steps)}" if result.stop_reason == "time_budget"
+                                              else ""),
         highlight=False,
     )
     typer.echo(str(result.run_dir))

@@ -103,9 +103,15 @@ def _preamble(*, results, profile, where, models, per_model, eval_corpus, budget
     add("")
     add(f"Generated {results['generated_at']} by `{results.get('command') or 'induce reproduce'}`.")
     add("")
-    small = bool(budget) or bool(budgets) or bool(profile.get("train_sentences"))
+    step_budgets = {m: n for m, n in (results.get("step_budgets") or {}).items() if n is not None}
+    small = bool(budget) or bool(budgets) or bool(step_budgets) or bool(profile.get("train_sentences"))
     scope = []
-    if budget:
+    if step_budgets:
+        values = set(step_budgets.values())
+        scope.append(f"trained for {values.pop():,} optimiser steps per model and seed" if len(values) == 1 else
+                     "trained for " + ", ".join(f"{n:,} steps ({display(m)})" for m, n in step_budgets.items())
+                     + " per seed")
+    elif budget:
         scope.append(f"trained for {minutes(budget)} per model and seed")
     elif budgets:
         scope.append("trained for " + ", ".join(f"{minutes(b)} ({display(m)})" for m, b in budgets.items())
@@ -134,6 +140,12 @@ def _preamble(*, results, profile, where, models, per_model, eval_corpus, budget
         add(f"**Not finished yet.** This invocation's chunk of training time ({minutes(results.get('chunk_s'))}) "
             f"ended before these runs were done: {', '.join(results['incomplete'])}. Their figures are missing (`—`); "
             f"run `{results.get('command') or 'induce reproduce'}` again to continue them from their checkpoints.")
+        add("")
+    clock = results.get("clock_stopped") or {}
+    if clock:
+        add("**Stopped by the clock.** These runs were stopped by a time budget (`train.time_budget`), so what they "
+            "learned depends on the speed and load of the machine: " + "; ".join(f"{run}: {note}"
+                                                                              for run, note in clock.items()) + ".")
         add("")
     findings = all_findings(results)
     if findings:
@@ -179,7 +191,7 @@ def _setup(*, results, profile, split, where, models, per_model, eval_corpus, tr
         ["profile", f"`{profile['name']}` ({results.get('profile_folder')}): {profile.get('description', '')}"],
         ["models", ", ".join(display(m) for m in models)],
         ["seeds", ", ".join(str(s) for s in seeds)],
-        ["training budget", budget_text(budget, budgets, models, results.get("chunk_s"))],
+        ["training budget", budget_text(budget, budgets, models, results.get("chunk_s"), results.get("step_budgets"))],
         ["training data", train_text],
         ["vocabulary", f"{eval_corpus.get('vocab_size', '?'):,} types (including `<unk>`, `<eos>`)"
          if isinstance(eval_corpus.get("vocab_size"), int) else "?"],

@@ -79,7 +79,17 @@ def tokens_trained_note(results: dict, models: list) -> str:
              + (f" ({', '.join(names)})" if len(sizes) > 1 else "") for batch, names in sizes.items()]
     return text + (": up to " + "; ".join(parts) + " per epoch here." if parts else ".")
 
-def budget_text(budget, budgets: dict, models: list, chunk) -> str:
+def budget_text(budget, budgets: dict, models: list, chunk, step_budgets: Optional[dict] = None) -> str:
+    steps = {m: n for m, n in (step_budgets or {}).items() if n is not None}
+    if steps:
+        values = set(steps.values())
+        text = (f"{values.pop():,} optimiser steps per model and seed" if len(values) == 1 and len(steps) == len(models)
+                else "optimiser steps per seed: " + ", ".join(f"{display(m)} {steps[m]:,}" if m in steps
+                                                             else f"{display(m)}: the config's epochs" for m in models))
+        text += " (`train.max_steps`: the same training on every machine, whatever its speed or load)"
+        if budget or budgets:
+            text += "; and " + budget_text(budget, budgets, models, None)
+        return text + (f"; trained in chunks of {minutes(chunk)} per invocation" if chunk else "")
     if budget:
         text = f"{minutes(budget)} per model and seed"
     elif budgets:

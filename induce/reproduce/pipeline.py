@@ -45,10 +45,13 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from rich.console import Console
+from rich.markup import escape
 
+from induce.config import DEFAULT_THREADS, use_threads
 from induce.errors import InduceError, InputError
 from induce.files import check_output_folder, now, os_error_reason
 
+from .jobs import LOGS_DIR, JobRunner, plan_units
 from .profiles import Profile, build_run_config, load_profile, resolve_profile_name
 from .results import collect_results, read_json
 from .steps import PipelineSteps, write_json
@@ -70,11 +73,13 @@ class ReproduceOptions:
     seeds: Optional[list[int]] = None
     models: Optional[list[str]] = None
     split: str = "valid"
-    time_per_model: Optional[float] = None
+    time_per_model: Optional[float] = None  # seconds (the clock); replaces the profile's step budgets
+    steps_per_model: Optional[int] = None  # optimiser steps; replaces the profile's clock budgets
     chunk: Optional[float] = None  # seconds of training per invocation (None: the profile's)
     lm_text: Optional[Path] = None  # folder with Mikolov's ptb.valid.txt (None: <data root>/ptb_lm if there)
     device: Optional[str] = None
     threads: Optional[int] = None
+    jobs: Optional[int] = None  # runs at once, each in its own process (None: the profile's)
     progress: bool = True
     command: str = ""
 
@@ -91,6 +96,9 @@ class Reproduction(PipelineSteps):
     """Runs the pipeline for :class:`ReproduceOptions`; :meth:`run` returns the results dict
     (what ``results.json`` holds). This class is the plan: which steps, in which order, their
     records and chunks; what each step does is :class:`~induce.reproduce.steps.PipelineSteps`."""
+
+    #: What :meth:`add_record` takes (a job's records are rebuilt as these).
+    record_type = StepRecord
 
     def __init__(self, options: ReproduceOptions, console: Optional[Console] = None,
                  on_step: Optional[Callable[[StepRecord], None]] = None):
@@ -116,9 +124,16 @@ class Reproduction(PipelineSteps):
         except OSError as err:
             raise InputError(f"--out: cannot create the output folder: {os_error_reason(err)}", self.out) from None
         self.steps: list[StepRecord] = []
-        #: Training seconds per model and seed (None: the config's epochs decide).
-        self.budgets = {model: options.time_per_model if options.time_per_model is not None
-                        else self.profile.time_budget(model) for model in self.profile.models}
+        #: Training seconds (the clock) and optimiser steps per model and seed (None: no such budget). A budget given
+        #: on the command line replaces the profile's of both kinds.
+        given = options.time_per_model is not None or options.steps_per_model is not None
+        self.budgets = {model: options.time_per_model if given else self.profile.time_budget(model)
+                        for model in self.profile.models}
+        self.step_budgets = {model: options.steps_per_model if given else self.profile.step_budget(model)
+                             for model in self.profile.models}
+        #: torch CPU threads of every run and evaluation (each job's, with several jobs).
+        self.threads = options.threads or self.profile.threads or DEFAULT_THREADS
+        self.jobs = options.jobs or self.profile.jobs
         self.chunk = options.chunk if options.chunk is not None else self.profile.chunk_seconds()
         self.started = time.monotonic()
         #: (model, seed) of the runs whose training the chunk's end left unfinished.
@@ -143,11 +158,11 @@ class Reproduction(PipelineSteps):
     def _log(self, message: str) -> None:
         self.console.print(message, highlight=False, soft_wrap=True)
 
-    def _step(self, name: str, index: int, total: int, action: Callable[[], tuple[str, str]],
-              fatal: bool = False) -> StepRecord:
-        """Run ``action`` (returns ``(status, detail)``), time it, log it, record it; exceptions other
-        than interruptions are recorded as failed and the pipeline goes on (unless ``fatal``)."""
-        self.console.rule(f"[bold][{index}/{total}] {name}", align="left")
+    def perform(self, name: str, action: Callable[[], tuple[str, str]], fatal: bool = False,
+                trace: bool = False) -> StepRecord:
+        """Run ``action`` (returns ``(status, detail)``), time it and log it; exceptions other than
+        interruptions are a failed record and the pipeline goes on (unless ``fatal``; ``trace``: the
+        traceback is logged too, as a job's log does)."""
         started = time.monotonic()
         try:
             status, detail = action()
@@ -157,12 +172,26 @@ class Reproduction(PipelineSteps):
             if fatal:
                 raise
             status, detail = "failed", f"{type(err).__name__}: {err}"
-            self._log(f"[bold red]failed:[/] {detail}")
+            if trace:
+                import traceback
+
+                self._log(escape(traceback.format_exc()))
+            self._log(f"[bold red]failed:[/] {escape(detail)}")
         record = StepRecord(name, status, round(time.monotonic() - started, 2), detail)
         if status == "skipped":
-            self._log(f"[dim]up to date, skipped ({detail})[/]")
+            self._log(f"[dim]up to date, skipped ({escape(detail)})[/]")
         elif status in ("pending", "paused"):
-            self._log(f"[yellow]{status}:[/] {detail}")
+            self._log(f"[yellow]{status}:[/] {escape(detail)}")
+        return record
+
+    def _step(self, name: str, index: int, total: int, action: Callable[[], tuple[str, str]],
+              fatal: bool = False) -> StepRecord:
+        """:meth:`perform` under a heading, recorded in ``steps.json``."""
+        self.console.rule(f"[bold][{index}/{total}] {name}", align="left")
+        return self.add_record(self.perform(name, action, fatal))
+
+    def add_record(self, record: StepRecord) -> StepRecord:
+        """Record a step done (here or by a job): in :attr:`steps`, ``steps.json`` and ``on_step``."""
         self.steps.append(record)
         self._record_step(record)
         if self.on_step is not None:
@@ -230,19 +259,24 @@ class Reproduction(PipelineSteps):
 
         started_wall, started = now(), time.monotonic()
         self.started = started
-        threads = self.options.threads or self.profile.threads
         old_threads = torch.get_num_threads()
-        if threads:
-            torch.set_num_threads(threads)
+        use_threads(self.threads)
         try:
             self._log(f"profile [bold]{self.profile.name}[/]: {self.profile.description}"
                       + (f"; training stops after {self.chunk / 60:.0f} min (chunk), run again to continue"
-                         if self.chunk is not None else ""))
+                         if self.chunk is not None else "")
+                      + f"; {self.threads} thread{'s' if self.threads > 1 else ''}"
+                      + (f", {self.jobs} jobs at once (each job's output: {self.out / LOGS_DIR}/)"
+                         if self.jobs > 1 else ""))
             steps = self.plan()
             total = len(steps) + 2
             self._step("prepare corpus", 1, total, self.prepare, fatal=True)
-            for index, (name, action) in enumerate(steps, start=2):
-                self._step(name, index, total, action)
+            if self.jobs > 1:
+                index_of = {name: index for index, (name, _) in enumerate(steps, start=2)}
+                JobRunner(self, plan_units([name for name, _ in steps]), index_of, total).run()
+            else:
+                for index, (name, action) in enumerate(steps, start=2):
+                    self._step(name, index, total, action)
             self.console.rule(f"[bold][{total}/{total}] report", align="left")
             report_started = time.monotonic()
             results = collect_results(self, started_wall, time.monotonic() - started)

@@ -4,6 +4,11 @@ in the package) or a folder of one's own, and the run configs they build (``defa
 
 ``auto`` (the default of ``induce reproduce`` and ``make reproduce``) is ``gpu`` when torch sees a
 CUDA device, else ``cpu`` (:func:`resolve_profile_name`).
+
+**Budgets.** ``steps_per_model`` gives each run ``train.max_steps`` (optimiser steps, one number per model):
+the same training on every machine, however loaded. ``time_per_model`` (``train.time_budget``) stops each run
+by the clock instead; a profile that chooses it gets figures that depend on the machine's speed, and every run
+stopped that way says so (its status, ``results.json``, the report). With neither, the configs' epochs decide.
 """
 from __future__ import annotations
 
@@ -40,10 +45,17 @@ class Profile(pydantic.BaseModel):
     description: str = ""
     models: list[str] = pydantic.Field(default_factory=lambda: ["prpn", "onlstm", "palm", "palm-s", "palm-rb"])
     seeds: list[int] = pydantic.Field(default_factory=lambda: [1])
-    time_per_model: Union[None, str, dict[str, str]] = pydantic.Field(
-        None, description="training time budget per model and seed (train.time_budget), e.g. 6m, or one per model "
-        "({prpn: 4m, onlstm: 5m, ...}; a model left out: the config's epochs); null: the config's epochs"
+    steps_per_model: Union[None, int, dict[str, int]] = pydantic.Field(
+        None, description="optimiser steps per model and seed (train.max_steps), one number for all or one per model "
+        "({prpn: 600, onlstm: 700, ...}; a model left out: no step budget); null: none"
     )
+    time_per_model: Union[None, str, dict[str, str]] = pydantic.Field(
+        None, description="training time budget per model and seed (train.time_budget, the clock: figures then "
+        "depend on the machine's speed), e.g. 6m, or one per model ({prpn: 4m, onlstm: 5m, ...}; a model left out: "
+        "no time budget); null: none"
+    )
+    jobs: int = pydantic.Field(1, ge=1, description="(model, seed) runs trained and evaluated at once, each in its "
+                               "own process with `threads` threads (induce reproduce --jobs)")
     chunk: Optional[str] = pydantic.Field(
         None, description="wall-clock training time per invocation, e.g. 3h: then every run pauses at a resumable "
         "checkpoint and the same command continues (null: train to the end in one go)"
@@ -52,7 +64,7 @@ class Profile(pydantic.BaseModel):
     monitor_sentences: Optional[int] = pydantic.Field(
         None, ge=1, description="per-epoch validation on the first N dev sentences (the final evaluation uses all)"
     )
-    threads: Optional[int] = pydantic.Field(None, ge=1, description="torch CPU threads (null: torch's default)")
+    threads: Optional[int] = pydantic.Field(None, ge=1, description="torch CPU threads (null: induce's default, 1)")
     device: str = pydantic.Field("auto", description="auto, cpu, cuda, cuda:N (training and evaluation)")
     random_init_seeds: int = pydantic.Field(5, ge=0, description="untrained models per kind (PaLM Table 4: 25)")
     random_init_sentences: Optional[int] = pydantic.Field(
@@ -86,16 +98,21 @@ class Profile(pydantic.BaseModel):
     @classmethod
     def _duration(cls, value):
         if isinstance(value, dict):
-            from induce.models.registry import get_model_class
-
-            for model, duration in value.items():
-                try:
-                    get_model_class(model)
-                except KeyError as err:
-                    raise ValueError(err.args[0]) from None
+            _check_model_names(value)
+            for duration in value.values():
                 parse_duration(duration)
         elif value is not None:
             parse_duration(value)
+        return value
+
+    @pydantic.field_validator("steps_per_model")
+    @classmethod
+    def _steps(cls, value):
+        values = value.values() if isinstance(value, dict) else [value]
+        if isinstance(value, dict):
+            _check_model_names(value)
+        if any(steps is not None and steps < 1 for steps in values):
+            raise ValueError("steps must be 1 or more")
         return value
 
     @pydantic.field_validator("chunk")
@@ -103,6 +120,13 @@ class Profile(pydantic.BaseModel):
     def _chunk(cls, value):
         if value is not None and parse_duration(value) <= 0:
             raise ValueError("must be positive")
+        return value
+
+    def step_budget(self, model: Optional[str] = None) -> Optional[int]:
+        """Optimiser steps for ``model`` (each model's when ``steps_per_model`` is one value)."""
+        value = self.steps_per_model
+        if isinstance(value, dict):
+            value = value.get(model) if model is not None else None
         return value
 
     def time_budget(self, model: Optional[str] = None) -> Optional[float]:
@@ -114,6 +138,16 @@ class Profile(pydantic.BaseModel):
 
     def chunk_seconds(self) -> Optional[float]:
         return None if self.chunk is None else parse_duration(self.chunk)
+
+
+def _check_model_names(per_model: dict) -> None:
+    from induce.models.registry import get_model_class
+
+    for model in per_model:
+        try:
+            get_model_class(model)
+        except KeyError as err:
+            raise ValueError(err.args[0]) from None
 
 
 #: What ``--profile auto`` becomes: ``gpu`` with a CUDA device, else ``cpu``.

@@ -77,7 +77,11 @@ def collect_results(repro, started_at: str, seconds: float) -> dict:
             data = repro.current_evaluation(model, seed)  # {} unless the current files support its figures
             if data:
                 data.pop("key", None)
-                data["history"] = read_history(repro.run_dir(model, seed))
+                evaluations = read_history(repro.run_dir(model, seed))
+                # history: the epochs' lines; evaluations: every line, the mid-epoch ones (train.eval_every) too,
+                # each with its steps, tokens and train_cpu_seconds (the learning curves)
+                data["history"] = epoch_lines(evaluations)
+                data["evaluations"] = evaluations
                 data["run_dir"] = str(repro.run_dir(model, seed))
                 per_seed[str(seed)] = data
         diverged = [seed for seed, data in per_seed.items() if not _finite(data.get("perplexity"))
@@ -118,7 +122,9 @@ def collect_results(repro, started_at: str, seconds: float) -> dict:
         "generated_at": now(), "started_at": started_at, "command": repro.options.command,
         "profile": profile, "profile_folder": config_source(repro.profile.folder),
         "time_per_model_s": _same_or_none(list(repro.budgets.values())), "time_budgets_s": repro.budgets,
-            "seeds": repro.profile.seeds, "models_order": repro.profile.models,
+        "step_budgets": repro.step_budgets, "threads": repro.threads, "jobs": repro.jobs,
+        "clock_stopped": clock_stopped_runs(models),
+        "seeds": repro.profile.seeds, "models_order": repro.profile.models,
         "machine": machine_info(repro.eval_device),
         "split": repro.options.split,
         "corpus": {"eval": corpus_summary(repro.eval_corpus), "train": corpus_summary(repro.train_corpus)},
@@ -136,6 +142,18 @@ def _finite(value) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
+def epoch_lines(history: list[dict]) -> list[dict]:
+    """The lines of ``metrics.jsonl`` written at the epochs' ends (not the ``mid_epoch`` evaluations)."""
+    return [line for line in history if not line.get("mid_epoch")]
+
+
+def clock_stopped_runs(models: dict) -> dict:
+    """``{"MODEL seed S": note}`` of the runs whose training the clock stopped (``train.time_budget``): their
+    figures depend on the machine's speed."""
+    return {f"{model} seed {seed}": data["run"]["note"] for model, entry in models.items()
+            for seed, data in entry["seeds"].items() if (data.get("run") or {}).get("clock_stopped")}
+
+
 def read_history(run_dir: Path) -> list[dict]:
     path = Path(run_dir) / "metrics.jsonl"
     try:
@@ -147,20 +165,28 @@ def read_history(run_dir: Path) -> list[dict]:
 def run_summary(run_dir: Path, model) -> dict:
     from induce.training.trainer import read_status
 
-    history = read_history(run_dir)
+    evaluations = read_history(run_dir)
+    history = epoch_lines(evaluations)
     status = read_status(run_dir)
-    best = next((h for h in history if h.get("best")), None)
-    best = max((h for h in history if h.get("best")), key=lambda h: h["epoch"], default=best)
-    return {
+    best = max((h for h in evaluations if h.get("best")), key=lambda h: (h["epoch"], h.get("steps", 0)), default=None)
+    last = evaluations[-1] if evaluations else {}
+    summary = {
         "params": sum(p.numel() for p in model.parameters()),
         "epochs": len(history),
         "complete_epochs": sum(1 for h in history if not h.get("partial")),
         "stop_reason": status.get("stop_reason"),
+        "steps": last.get("steps"),
         "train_tokens": sum(int(h.get("train_tokens", 0)) for h in history),
         "train_seconds": round(sum(float(h.get("epoch_seconds", 0.0)) for h in history), 1),
+        "train_cpu_seconds": last.get("train_cpu_seconds"),
         "best_epoch": best["epoch"] if best else None,
+        "best_steps": best.get("steps") if best else None,
+        "best_mid_epoch": bool(best and best.get("mid_epoch")),
         "monitor_valid_ppl": best.get("valid_ppl") if best else None,
     }
+    if status.get("clock_stopped"):
+        summary.update(clock_stopped=True, note=status.get("note"))
+    return summary
 
 
 def summarise(per_seed: list[dict]) -> dict:

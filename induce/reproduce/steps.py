@@ -4,8 +4,8 @@ each deciding whether its outputs are up to date (then it is skipped) and return
 ``(status, detail)``.
 
 :class:`PipelineSteps` holds them as methods of :class:`~induce.reproduce.pipeline.Reproduction`
-(which sets ``options``, ``profile``, ``out``, ``budgets``, ``chunk``, ``unfinished``, ``failed_runs``,
-``model_sections``, ``device`` and ``eval_device`` before any step runs).
+(which sets ``options``, ``profile``, ``out``, ``budgets``, ``step_budgets``, ``threads``, ``chunk``,
+``unfinished``, ``failed_runs``, ``model_sections``, ``device`` and ``eval_device`` before any step runs).
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ RUN_STAMP = "reproduce.json"
 #: Bumped when the content of the evaluation JSON files or of the trees files changes (forces re-evaluation).
 EVAL_VERSION = 3
 #: Config keys that may differ without making a finished run stale.
-VOLATILE_TRAIN_KEYS = ("device", "kernels", "log_interval", "tensorboard")
+VOLATILE_TRAIN_KEYS = ("device", "kernels", "threads", "log_interval", "tensorboard")
 
 
 def write_json(path: Path, payload) -> Path:
@@ -56,7 +56,8 @@ def _checkpoint_problem(stem: Path) -> Optional[str]:
 
 class _BudgetTracker:
     """Keeps ``reproduce.json`` of a run folder up to date with the training seconds used (an
-    interrupted run continues with the rest of its budget)."""
+    interrupted run continues with the rest of its clock budget, ``time_per_model``; a step budget is the
+    run's own ``train.max_steps``)."""
 
     def __init__(self, path: Path, config: dict, used: float):
         self.path, self.config, self.used = path, config, used
@@ -153,14 +154,18 @@ class PipelineSteps:
                 "tokens": len(tokens), "their_unk": theirs_unk, "our_unk": ours_unk}
 
     def _train_overrides(self, train_dir: Path, model: str, seed: int) -> list[str]:
-        overrides = [f"data.corpus={train_dir}", f"train.seed={seed}", f"train.device={self.device}"]
+        overrides = [f"data.corpus={train_dir}", f"train.seed={seed}", f"train.device={self.device}",
+                     f"train.threads={self.threads}"]
+        if self.step_budgets[model] is not None:
+            overrides.append(f"train.max_steps={self.step_budgets[model]}")
         if self.budgets[model] is not None:
             overrides.append(f"train.time_budget={self.budgets[model]}")
         return overrides
 
     def train(self, model: str, seed: int) -> tuple[str, str]:
-        """Train (or continue, or skip) one run. A run that the chunk's end stopped is *paused*:
-        ``reproduce.json`` says so, the trainer's checkpoint ``last.*`` continues it next time."""
+        """Train (or continue, or skip) one run. A run that the chunk's end stopped is *paused* (the trainer's
+        ``pause_after``: stopped as by an interrupt, nothing evaluated, so that the chunks change nothing of what
+        it computes): ``reproduce.json`` says so, the trainer's checkpoint ``last.*`` continues it next time."""
         from induce.training import resume, train
         from induce.training.trainer import read_status
 
@@ -176,7 +181,8 @@ class PipelineSteps:
         if same and not stamp.get("paused") and status.get("state") == "finished":
             problem = _checkpoint_problem(run_dir / "best")
             if problem is None:
-                return "skipped", (f"{run_dir} finished ({status.get('stop_reason')}, "
+                steps = f"{status['steps']:,} steps, " if isinstance(status.get("steps"), int) else ""
+                return "skipped", (f"{run_dir} finished ({status.get('stop_reason')}, {steps}"
                                    f"{status.get('epochs_done')} epochs)")
             self._log(f"{run_dir}: its best checkpoint is not usable ({problem}); training it again")
             same = False  # its weights are gone: nothing of it is reused
@@ -192,17 +198,15 @@ class PipelineSteps:
         if chunk_left is not None and chunk_left <= 0:
             self.unfinished.add((model, seed))
             return "pending", "this invocation's chunk of training time is used up; run the same command again"
-        # This invocation's budget: the rest of the run's own, cut at the chunk's end.
-        budget = left if chunk_left is None else (chunk_left if left is None else min(left, chunk_left))
-        cut_by_chunk = chunk_left is not None and (left is None or chunk_left < left)
         tracker = _BudgetTracker(run_dir / RUN_STAMP, requested, used)
         kwargs = dict(console=self.console, progress=self.options.progress and self.console.is_terminal,
-                      on_batch=tracker.on_batch)
+                      on_batch=tracker.on_batch, pause_after=chunk_left)
         try:
             if same and (run_dir / "last.json").is_file():
                 self._log(f"continuing the {'paused' if stamp.get('paused') else 'interrupted'} run {run_dir} "
                           f"({used:.0f} s of training done)")
-                result = resume(run_dir, {"device": self.device, "time_budget": budget}, **kwargs)
+                result = resume(run_dir, {"device": self.device, "time_budget": left, "threads": self.threads},
+                                **kwargs)
                 state = "resumed"
             else:
                 if run_dir.exists():
@@ -214,16 +218,20 @@ class PipelineSteps:
                     self._log(f"{run_dir}: {why}; the old folder is now {old}, training afresh")
                 run_dir.mkdir(parents=True)
                 tracker.write()
-                if budget != config.train.time_budget:
-                    timed = config.train.model_copy(update={"time_budget": budget})
+                if left != config.train.time_budget:
+                    timed = config.train.model_copy(update={"time_budget": left})
                     config = config.model_copy(update={"train": timed})
                 result = train(config, run_dir, **kwargs)
                 state = "ran"
-            tracker.paused = cut_by_chunk and result.stop_reason == "time_budget"
+            tracker.paused = result.stop_reason == "paused"
         finally:
             tracker.write()
-        detail = (f"{result.epochs_done} epochs ({result.stop_reason}), "
+        detail = (f"{result.steps:,} steps, {result.epochs_done} epochs ({result.stop_reason}), "
                   f"best monitored valid ppl {result.best_valid_ppl:.2f}")
+        if result.stop_reason == "time_budget":
+            from induce.training.trainer import clock_note
+
+            detail += f"; {clock_note(result.steps)}"
         if tracker.paused:
             self.unfinished.add((model, seed))
             return "paused", detail + "; paused at the chunk's end (run the same command again to continue)"

@@ -4,7 +4,7 @@ The size is known before the first step (parameters, tokens per epoch, epochs); 
 on the first batch and extrapolated to an epoch and to the whole run. On a CPU a large run gets the
 exact command of a CPU-sized run: the model sizes of ``configs/cpu/<model>.yaml`` (the configs that
 ``induce reproduce --profile cpu`` layers over ``configs/<model>.yaml``) as ``key=value`` overrides,
-and that profile's time budget.
+and that profile's step budget.
 """
 from __future__ import annotations
 
@@ -40,9 +40,14 @@ def _flatten(prefix: str, value, out: list[str]) -> None:
         out.append(shlex.quote(f"{prefix}={value if isinstance(value, str) else json.dumps(value)}"))  # None as null
 
 
+#: The clock budget of a CPU-sized command for a model that the CPU profile gives no step budget.
+FALLBACK_TIME_BUDGET = "6m"
+
+
 def cpu_sized_command(model_name: str, config_dir: Optional[Path] = None) -> Optional[str]:
-    """``induce train --model NAME key=value ... --time-budget T`` from ``configs/cpu/`` (None when
-    the CPU profile has no config for this model)."""
+    """``induce train --model NAME key=value ... --max-steps N`` from ``configs/cpu/`` (the profile's step
+    budget for the model; where it has none, its clock budget or :data:`FALLBACK_TIME_BUDGET` as
+    ``--time-budget T``; None when the CPU profile has no config for this model)."""
     import yaml
 
     from induce.config import CONFIG_DIR
@@ -55,12 +60,15 @@ def cpu_sized_command(model_name: str, config_dir: Optional[Path] = None) -> Opt
     raw.pop("model_name", None)
     overrides: list[str] = []
     _flatten("", raw, overrides)
-    budget = None
-    profile = folder / "profile.yaml"
-    if profile.is_file():
-        budget = (yaml.safe_load(profile.read_text(encoding="utf-8")) or {}).get("time_per_model")
     command = f"induce train --model {model_name} " + " ".join(overrides)
-    return command + (f" --time-budget {budget}" if budget else "")
+    profile = folder / "profile.yaml"
+    settings = (yaml.safe_load(profile.read_text(encoding="utf-8")) or {}) if profile.is_file() else {}
+    steps, clock = settings.get("steps_per_model"), settings.get("time_per_model")
+    steps, clock = (value.get(model_name) if isinstance(value, dict) else value for value in (steps, clock))
+    if steps:
+        return command + f" --max-steps {steps}"
+    # no step budget for this model in the profile: a clock budget (the run then says it was stopped by the clock)
+    return command + f" --time-budget {clock or FALLBACK_TIME_BUDGET}"
 
 
 def size_message(model_name: str, n_params: int, tokens_per_epoch: int, epochs: int, device: str) -> str:

@@ -12,6 +12,10 @@ from rich.console import Console
 
 from induce.errors import InduceError
 
+#: The flags that may change when a run is resumed (the rest of its config is kept).
+RESUMABLE_FLAGS = ("--max-epochs", "--max-steps", "--max-tokens", "--time-budget", "--device", "--kernels",
+                   "--threads", "--tensorboard")
+
 
 @dataclass(frozen=True)
 class TrainFlags:
@@ -25,12 +29,16 @@ class TrainFlags:
     epochs: Optional[int] = None
     time_budget: Optional[str] = None
     tensorboard: bool = False
+    max_steps: Optional[int] = None
+    max_tokens: Optional[int] = None
+    threads: Optional[int] = None
 
     def train_keys(self) -> dict:
         """``{key under train.: value}`` of the flags given, the time budget in seconds."""
         from induce.config import parse_duration
 
-        keys = {name: getattr(self, name) for name in ("seed", "device", "kernels", "epochs")
+        keys = {name: getattr(self, name) for name in ("seed", "device", "kernels", "epochs", "max_steps",
+                                                        "max_tokens", "threads")
                 if getattr(self, name) is not None}
         if self.time_budget is not None:
             keys["time_budget"] = parse_duration(self.time_budget)
@@ -56,8 +64,8 @@ def train_or_resume(
     console: Optional[Console] = None,
     progress: bool = True,
 ):
-    """Train a new run, or continue the run in ``resume`` (whose config is kept: only the flags
-    ``epochs``, ``time_budget``, ``device``, ``kernels`` and ``tensorboard`` may change). A new run's config is
+    """Train a new run, or continue the run in ``resume`` (whose config is kept: only the flags of
+    :data:`RESUMABLE_FLAGS` may change). A new run's config is
     :func:`induce.config.load_config` of ``model``, ``config`` and ``overrides``, the flags and ``corpus``
     (``data.corpus``) applied as flags (errors name the flag); it goes to ``out``, else
     :func:`default_run_dir`. Returns :class:`induce.training.TrainResult`."""
@@ -67,8 +75,8 @@ def train_or_resume(
 
     if resume is not None:
         if model or config or overrides or corpus or flags.seed is not None or force:
-            raise InduceError("--resume keeps the run's config: only --max-epochs, --time-budget, --device, "
-                              "--kernels, --tensorboard may change (and --force does not apply)")
+            raise InduceError(f"--resume keeps the run's config: only {', '.join(RESUMABLE_FLAGS)} may change (and "
+                              "--force does not apply)")
         return resume_run(resume, flags.train_keys(), console=console, progress=progress)
     extra = [f"train.{key}={value}" for key, value in flags.train_keys().items()]
     if corpus is not None:

@@ -123,6 +123,17 @@ class Objective(ABC):
         the epoch has no batch left (nothing is drawn then)."""
         raise NotImplementedError
 
+    def has_batch(self, loop: LoopState) -> bool:
+        """Whether :meth:`next_batch` would give a batch (not None) at ``loop``'s position, drawing nothing:
+        a budget reached at an epoch's last step then ends the epoch whole. The default, True, says "maybe"
+        (the trainer then counts such an epoch as partial)."""
+        return True
+
+    def validation_tokens(self) -> int:
+        """Tokens :meth:`validate` reads (the clock budget's estimate of an evaluation before the first one is
+        timed); 0: unknown."""
+        return 0
+
     @abstractmethod
     def after_step(self, loop: LoopState, batch: Batch, outputs: tuple) -> torch.Tensor:
         """After the optimiser step on ``batch`` (``outputs``: the loss module's): carry what the next
@@ -272,6 +283,12 @@ class StreamLM(Objective):
         return Batch((inputs, targets, loop.hidden, gold), targets.numel(), lr_scale=steps / cfg.bptt,
                      static=steps == drawn)
 
+    def has_batch(self, loop: LoopState) -> bool:
+        return loop.position < self.train_data.size(1) - 2
+
+    def validation_tokens(self) -> int:
+        return self.valid_data.numel()
+
     def after_step(self, loop: LoopState, batch: Batch, outputs: tuple) -> torch.Tensor:
         _, cross_entropy, loop.hidden = outputs
         return cross_entropy.double() * batch.tokens
@@ -405,6 +422,12 @@ class SentenceLevel(Objective):
         share = sizes[loop.position] / self.ctx.world_size
         loop.position += 1
         return Batch((tokens, lengths, share), sum(len(s) + 1 for s in sentences))
+
+    def has_batch(self, loop: LoopState) -> bool:
+        return loop.position < len(self.epoch_batches(loop.epoch))
+
+    def validation_tokens(self) -> int:
+        return sum(len(s) + 1 for s in self.valid_sentences)
 
     def after_step(self, loop: LoopState, batch: Batch, outputs: tuple) -> torch.Tensor:
         return outputs[1].double()

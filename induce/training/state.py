@@ -103,6 +103,12 @@ class LoopState:
     position: int = 0
     #: Optimiser steps done in the whole run.
     steps_total: int = 0
+    #: This process's training tokens of the whole run (``train.max_tokens``; a resumed run's rank 0 carries
+    #: the global count, so that the sum over the processes is the whole run's).
+    tokens_total: int = 0
+    #: This process's CPU seconds in training steps over the whole run (rank 0 carries a resumed run's
+    #: global count, as for ``tokens_total``): ``metrics.jsonl``'s ``train_cpu_seconds``.
+    train_cpu_seconds: float = 0.0
     #: This process's running sum of token losses in the epoch: ``[]`` float64 on the training device
     #: (summed there without a host sync).
     epoch_loss_sum: torch.Tensor = field(default_factory=lambda: torch.zeros((), dtype=torch.float64))
@@ -113,7 +119,7 @@ class LoopState:
     best_valid_ppl: float = math.inf
     #: Complete epochs since the selection value last improved (``train.patience``).
     bad_epochs: int = 0
-    #: One metrics dict per evaluated epoch (``metrics.jsonl``).
+    #: One metrics dict per evaluation: each epoch's end and the mid-epoch ones (``metrics.jsonl``).
     history: list[dict] = field(default_factory=list)
     #: The recurrent state carried to the next segment: this process's rows (nested tuples of ``[B/W, ...]``).
     hidden: Any = None
@@ -144,11 +150,25 @@ class LoopState:
             "epoch_loss_sum": float(ddp.all_reduce_sum(ctx, self.epoch_loss_sum).item()),
             "epoch_tokens": int(ddp.all_reduce_sum(ctx, torch.tensor(float(self.epoch_tokens))).item()),
             "steps_total": self.steps_total,
+            "tokens_total": self.run_tokens(ctx),
+            "train_cpu_seconds": self.run_cpu_seconds(ctx),
             "best_metric": self.best_metric,
             "best_valid_ppl": self.best_valid_ppl,
             "bad_epochs": self.bad_epochs,
             "world_size": ctx.world_size,
         }
+
+    def run_tokens(self, ctx: DistContext) -> int:
+        """The whole run's training tokens, all processes (a collective under DDP)."""
+        if not ctx.distributed:
+            return self.tokens_total
+        return int(ddp.all_reduce_sum(ctx, torch.tensor(self.tokens_total, dtype=torch.float64)).item())
+
+    def run_cpu_seconds(self, ctx: DistContext) -> float:
+        """The whole run's CPU seconds in training steps, all processes (a collective under DDP)."""
+        if not ctx.distributed:
+            return self.train_cpu_seconds
+        return float(ddp.all_reduce_sum(ctx, torch.tensor(self.train_cpu_seconds, dtype=torch.float64)).item())
 
     def checkpoint(self, ctx: DistContext) -> tuple[dict[str, torch.Tensor], dict]:
         """``(tensors, sidecar entries)`` of ``last`` for this state and every process's RNGs; a collective
@@ -188,6 +208,13 @@ class LoopState:
         self.epoch_loss_sum.fill_(state["epoch_loss_sum"] if ctx.is_main else 0.0)
         self.epoch_tokens = state["epoch_tokens"] if ctx.is_main else 0
         self.history = list(meta.get("history", []))
+        # (A checkpoint older than these counters: the tokens of the epochs it recorded, its CPU time unknown.)
+        tokens = state.get("tokens_total")
+        if tokens is None:
+            tokens = sum(int(h.get("train_tokens", 0)) for h in self.history
+                         if not h.get("partial") and not h.get("mid_epoch")) + state["epoch_tokens"]
+        self.tokens_total = int(tokens) if ctx.is_main else 0
+        self.train_cpu_seconds = float(state.get("train_cpu_seconds", 0.0)) if ctx.is_main else 0.0
         if meta.get("hidden") is not None:
             full = unflatten_state(tensors, meta["hidden"])
             # Fresh copies: a tensor read from the file may sit at an address with another alignment than

@@ -1,10 +1,11 @@
 """The training loop: variable-length BPTT, AR/TAR, clipping, SGD/Adam -> ASGD, evaluation, selection,
-early stopping, time budget, interruption (SIGINT / SIGTERM), exact resume and DistributedDataParallel.
+early stopping, budgets (steps, tokens, or the clock), interruption (SIGINT / SIGTERM), exact resume and
+DistributedDataParallel.
 
 A run folder ``runs/RUN/`` holds::
 
     config.yaml        the resolved config (every field)
-    metrics.jsonl      one JSON line per epoch (train/valid loss and perplexity, lr, dev F1, timing)
+    metrics.jsonl      one JSON line per evaluation: each epoch's end, and every train.eval_every steps
     best.safetensors   weights of the selected model (ASGD averages when in the ASGD phase)
     best.json          its sidecar: model name, config, vocabulary, metrics
     last.safetensors   everything to continue: weights, optimiser tensors, RNG states, carried state
@@ -18,6 +19,33 @@ The run's components (corpus, model, objective, optimiser, loop state) are built
 (through :mod:`induce.training.graphs` where the step is graph-captured). The folder's own files (status,
 metrics, lock, overwrite refusal) are :mod:`induce.training.run_folder`; what ``last`` holds and how it is
 restored is :mod:`induce.training.state`; the language-model loss and the dev F1 are :mod:`induce.training.lm`.
+
+**metrics.jsonl** (one line per evaluation; the learning curves of a run are drawn from these lines).
+Every line has
+
+* ``epoch`` (the epoch in progress, from 1), ``steps`` (optimiser steps of the whole run so far), ``tokens``
+  (training tokens of the whole run so far, all processes: what the objective counts, the sentence ends
+  included), ``train_cpu_seconds`` (process CPU seconds spent in the training steps of the whole run so far,
+  all processes and threads summed; evaluations and checkpoint writes are not counted; carried in ``last``,
+  so a resumed run continues the count, and steps lost to a kill are counted once, when redone);
+* ``valid_loss``, ``valid_ppl`` and, for a model that parses a corpus with trees, ``dev_f1`` (sentence F1
+  in 0-100 on the monitor set: the first ``train.dev_f1_max_sentences`` dev sentences of 2-40 words),
+  ``dev_f1_wsj10``, ``dev_f1_wsj40``, ``dev_corpus_f1``, ``dev_left_split_pct``, ``dev_right_split_pct``;
+* ``best`` (these weights became ``best``), ``eval_seconds`` and ``eval_cpu_seconds`` (this evaluation).
+
+An epoch's end adds ``train_loss`` / ``train_ppl`` / ``train_tokens`` (the epoch's), ``lr``, ``optimizer``,
+``train_seconds``, ``epoch_seconds``, ``tokens_per_s``, and ``partial: true`` when a budget stopped the run
+inside the epoch. An evaluation every ``train.eval_every`` optimiser steps (:attr:`TrainConfig.eval_every`)
+is marked ``mid_epoch: true`` and adds ``batch`` (steps done in the epoch), ``train_loss`` (the epoch's mean so
+far) and ``lr``; it does not count as an epoch (no ASGD trigger, no patience), but its weights may become
+``best``. The timing fields (``*_seconds``, ``tokens_per_s``) vary from run to run; every other field is the
+same, bit for bit, for the same command, seed and thread count.
+
+**Budgets.** ``train.max_steps`` and ``train.max_tokens`` (the whole run's optimiser steps / training tokens,
+across epochs) stop the run after the step that reaches the first of them, ``status.json``'s ``stop_reason``
+then ``max_steps`` or ``max_tokens``; they do not depend on the machine's speed. ``train.time_budget`` (the
+clock) stays an explicit choice: ``stop_reason`` ``time_budget`` and ``clock_stopped: true`` in the status,
+whose ``note`` says that the figures depend on the machine's speed.
 
 **Exact resume.** ``last`` is written at every epoch end, every ``train.checkpoint_every`` batches
 and when SIGINT (Ctrl-C) or SIGTERM stops the run (after the batch in progress). Resuming from it replays the
@@ -57,7 +85,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from induce.config import RunConfig, load_config_file, save_config
+from induce.config import RunConfig, load_config_file, save_config, use_threads
 from induce.errors import InduceError
 from induce.models.configs import resolve_config, stored_run_config
 
@@ -102,10 +130,30 @@ class TrainResult:
     best_valid_ppl: float
     best_metric: float
     history: list = field(default_factory=list)
+    #: The whole run's optimiser steps, training tokens and CPU seconds in training steps.
+    steps: int = 0
+    tokens: int = 0
+    train_cpu_seconds: float = 0.0
 
 
-#: Under DDP, SIGINT / SIGTERM and the time budget are checked every this many batches (and at logs).
+#: Under DDP, SIGINT / SIGTERM, the clock and ``train.max_tokens`` are checked every this many batches (and at
+#: logs); ``train.max_steps`` after every step (every process counts the same steps). On one process all of
+#: them are checked after every step.
 STOP_CHECK_BATCHES = 10
+#: The ``train.*`` keys a resumed run may change (the others are the stored config's).
+RESUME_UPDATABLE = ("epochs", "max_steps", "max_tokens", "time_budget", "device", "kernels", "threads",
+                    "log_interval", "tensorboard")
+#: The fields of a ``metrics.jsonl`` line that measure time, different from run to run (see the module
+#: docstring); every other field is the same for the same command, seed and thread count.
+TIMING_FIELDS = ("train_seconds", "epoch_seconds", "tokens_per_s", "train_cpu_seconds", "eval_seconds",
+                 "eval_cpu_seconds")
+#: The stop reasons of a budget that does not depend on the machine's speed.
+STEP_BUDGETS = ("max_steps", "max_tokens")
+
+
+def clock_note(steps: int) -> str:
+    """What a run stopped by the clock (``train.time_budget``) says in its status and the report."""
+    return f"stopped by the clock after {steps:,} steps: these figures depend on the machine's speed"
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -126,10 +174,19 @@ class Trainer:
     """Trains ``config`` into ``run_dir``.
 
     ``resume=True`` continues from ``run_dir/last.*`` (the config stored there wins over
-    ``config`` except ``train.epochs``, ``train.time_budget``, ``train.device``, ``train.kernels``,
-    ``train.log_interval``, ``train.tensorboard``). ``on_batch(trainer, epoch, batch)`` is called after every optimiser
-    step (tests use it to kill a run; ``trainer.parts`` holds the run's components). ``progress=False`` hides the
-    progress bars.
+    ``config`` except the keys of :data:`RESUME_UPDATABLE`). ``on_batch(trainer, epoch, batch)`` is called after
+    every optimiser step (tests use it to kill a run; ``trainer.parts`` holds the run's components).
+    ``progress=False`` hides the progress bars. ``pause_after`` (seconds of this invocation, or None) stops
+    the run like an interrupt, without an evaluation, status ``paused``: ``induce reproduce``'s chunks, which
+    must not change what the run computes (a clock budget would evaluate a partial epoch there).
+
+    **The clock budget** (``train.time_budget``) covers this invocation's training and evaluations and is
+    checked between steps: training stops when the time used plus the expected cost of the evaluation that
+    follows the stop would reach the budget (that cost: the last evaluation's duration in this invocation;
+    before the first one, the evaluation's tokens at the training steps' measured time per token, an
+    overestimate for the recurrent models, whose evaluation only runs forward). So the run ends within the
+    budget unless that one evaluation takes longer than expected; the status records ``seconds`` (this
+    invocation's wall time) either way.
 
     A new run refuses a ``run_dir`` that already holds a run unless ``force`` (which removes the old
     run's files first); ``allow_foreign=False`` also refuses a non-empty folder that is not a run
@@ -156,8 +213,10 @@ class Trainer:
         corpora_dir: Path = Path("corpora"),
         force: bool = False,
         allow_foreign: bool = True,
+        pause_after: Optional[float] = None,
     ):
         self.run_dir = Path(run_dir)
+        self.pause_after = pause_after
         self.resume = resume
         self.force = force
         self.allow_foreign = allow_foreign
@@ -172,12 +231,15 @@ class Trainer:
                 RunLock(self.run_dir).check_free()  # "in use" says more than a missing checkpoint would
             self.checkpoint = load_checkpoint(self.run_dir / LAST)
             stored = stored_run_config(self.checkpoint[1]["config"], source=str(self.run_dir / (LAST + ".json")))
-            keep = {"epochs", "time_budget", "device", "kernels", "log_interval", "tensorboard"}
-            updates = {k: getattr(config.train, k) for k in keep}
+            updates = {k: getattr(config.train, k) for k in RESUME_UPDATABLE}
             config = stored.model_copy(update={"train": stored.train.model_copy(update=updates)})
         #: The run's config: as given (or stored, when resuming), its model section checked and stored with every
-        #: field, until :meth:`run` resolves the rest (corpus, BPTT bucket).
+        #: field, until :meth:`run` resolves the rest (corpus, BPTT bucket, threads).
         self.config = resolve_config(config)
+        #: The budget a resumed run had already reached and been evaluated at (None: it has steps to go).
+        self.done_already: Optional[str] = None
+        if resume:
+            self._check_budget_left()
         if config.train.tensorboard:
             require_tensorboard()  # the missing package is an error before anything is done
         #: This process in the process group (None until :meth:`run` joins it).
@@ -198,6 +260,12 @@ class Trainer:
         #: A run large for a CPU: the time of batches 2-4 is measured and extrapolated.
         self.warn_large = False
         self.timing_started = 0.0
+        #: Wall seconds of this invocation's training steps and their tokens (this process): the clock budget's
+        #: estimate of the first evaluation.
+        self.step_seconds = 0.0
+        self.step_tokens = 0
+        #: Wall seconds of this invocation's last evaluation (None before the first).
+        self.last_eval_seconds: Optional[float] = None
 
     # ---------------------------------------------------------------------------------------- output
 
@@ -228,24 +296,55 @@ class Trainer:
             self.console.print(f"interrupted: stopping after {when} and writing a checkpoint "
                                "(Ctrl-C again to stop at once, without one)", highlight=False, soft_wrap=True)
 
+    def _eval_reserve(self) -> float:
+        """Expected wall seconds of the evaluation that follows a stop (see the class docstring)."""
+        if self.last_eval_seconds is not None:
+            return self.last_eval_seconds
+        parts = self.parts
+        tokens = parts.objective.validation_tokens()
+        if parts.dev is not None:
+            tokens += sum(len(ids) + 1 for ids in parts.dev.ids)
+        return tokens * self.step_seconds / max(self.step_tokens, 1)
+
     def _time_over(self) -> bool:
         budget = self.config.train.time_budget
-        return budget is not None and time.monotonic() - self.started > budget
+        if budget is None:
+            return False
+        return time.monotonic() - self.started + self._eval_reserve() >= budget
+
+    def _pause_due(self) -> bool:
+        return self.pause_after is not None and time.monotonic() - self.started >= self.pause_after
+
+    def _budget_reached(self, tokens: bool = True) -> Optional[str]:
+        """``"max_steps"`` or ``"max_tokens"`` when the run has done that many (read from ``parts.loop``, the
+        state a resume restores), else None; ``tokens=False`` leaves the tokens out (under DDP, reading them is
+        a collective: every process must call this at the same step with the same ``tokens``)."""
+        train, loop = self.config.train, self.parts.loop
+        if train.max_steps is not None and loop.steps_total >= train.max_steps:
+            return "max_steps"
+        if tokens and train.max_tokens is not None and loop.run_tokens(self.ctx) >= train.max_tokens:
+            return "max_tokens"
+        return None
 
     def _stop_reason(self, check_time: bool = True) -> Optional[str]:
-        """``"diverged"`` (a non-finite running loss seen by :meth:`_show_loss`), ``"interrupted"``
-        (SIGINT), ``"time_budget"`` or None. Under DDP rank 0's flags decide (one broadcast), so that all
-        processes stop after the same step (a NaN reaches every process's weights through the gradient
-        all-reduce, so rank 0 sees it too). A budget of steps or tokens would be one more flag here, read
-        from ``parts.loop`` (``steps_total``, ``epoch_tokens``): the loop state a resume restores."""
+        """``"diverged"`` (a non-finite running loss seen by :meth:`_show_loss`), ``"max_steps"`` /
+        ``"max_tokens"`` (the budgets: the run is done), ``"interrupted"`` (SIGINT), ``"paused"``
+        (``pause_after``), ``"time_budget"`` or None. Under DDP rank 0's flags decide (one broadcast), so that
+        all processes stop after the same step (a NaN reaches every process's weights through the gradient
+        all-reduce, so rank 0 sees it too); the step and token budgets are the same on every process."""
         flags = [float(self.interrupt_requested), float(check_time and self._time_over()),
-                 float(self.diverged is not None)]
+                 float(self.diverged is not None), float(check_time and self._pause_due())]
         if self.ctx.distributed:
             flags = ddp.broadcast_floats(self.ctx, flags)
+        budget = self._budget_reached()
         if flags[2]:
             return "diverged"
+        if budget:
+            return budget
         if flags[0]:
             return "interrupted"
+        if flags[3]:
+            return "paused"
         return "time_budget" if flags[1] else None
 
     # ------------------------------------------------------------------------------------------ loop
@@ -275,12 +374,13 @@ class Trainer:
 
     def _train_epoch(self, progress: Optional[Progress]) -> Optional[str]:
         """Run (the rest of) the current epoch; returns None when it is complete, else why it stopped
-        (``"time_budget"`` or ``"interrupted"``: then ``last`` must be written at this position;
-        ``"diverged"``: nothing more is written).
+        (``"max_steps"``, ``"max_tokens"``, ``"time_budget"``: the partial epoch is evaluated and ``last``
+        written; ``"interrupted"`` / ``"paused"``: ``last`` must be written at this position; ``"diverged"``:
+        nothing more is written).
 
-        Long because the step, the running sums, the host syncs (loss shown, stop checks under DDP) and the
-        periodic checkpoint happen in one order per batch that exact resume and DDP's agreement on the
-        stopping step depend on; it reads best as one loop."""
+        Long because the step, the running sums, the host syncs (loss shown, stop checks under DDP), the
+        mid-epoch evaluation and the periodic checkpoint happen in one order per batch that exact resume and
+        DDP's agreement on the stopping step depend on; it reads best as one loop."""
         cfg, ctx, loop, objective = self.config, self.ctx, self.parts.loop, self.parts.objective
         self.parts.model.train()
         batches_per_epoch = objective.batches_per_epoch(loop.epoch)
@@ -290,35 +390,39 @@ class Trainer:
             task = progress.add_task(f"epoch {loop.epoch}", total=batches_per_epoch, loss="")
             progress.update(task, completed=loop.batch)
         interval_start, interval_tokens = time.monotonic(), 0
-        while (batch := objective.next_batch(loop)) is not None:
+        while True:
+            # A budget is checked before each step too: a run resumed where its budget was reached (a
+            # checkpoint at that step) takes no step more.
+            reason = self._budget_reached(tokens=not ctx.distributed)
+            if reason:
+                if objective.has_batch(loop):
+                    return reason
+                break  # reached at the epoch's last step: the epoch is whole
+            cpu_started, wall_started = time.process_time(), time.monotonic()
+            batch = objective.next_batch(loop)
+            if batch is None:
+                break
             loop.epoch_loss_sum += self._step(batch)
+            loop.train_cpu_seconds += time.process_time() - cpu_started
+            self.step_seconds += time.monotonic() - wall_started
+            self.step_tokens += batch.tokens
             loop.epoch_tokens += batch.tokens
+            loop.tokens_total += batch.tokens
             interval_tokens += batch.tokens
             loop.batch += 1
             loop.steps_total += 1
             self.batches_this_run += 1
             if task is not None:
                 progress.update(task, advance=1)
-            at_check = loop.batch % STOP_CHECK_BATCHES == 0 and loop.batch % cfg.train.log_interval
-            if ctx.distributed and at_check:
-                # Under DDP the processes agree on stopping through a broadcast (a host sync), so it
-                # is checked every few batches rather than every batch.
-                reason = self._stop_reason()
-                if reason:
-                    return reason
-            if loop.batch % cfg.train.log_interval == 0:
+            at_log = loop.batch % cfg.train.log_interval == 0
+            if at_log:
                 # The loop's host syncs: the running loss every log_interval batches ...
                 self._show_loss(task, interval_start, interval_tokens)
                 interval_start, interval_tokens = time.monotonic(), 0
-                reason = self._stop_reason()
-                if reason:
-                    return reason
             elif self.batches_this_run & (self.batches_this_run - 1) == 0 and self.batches_this_run < 64:
                 # ... and after batches 1, 2, 4, ... of this invocation, so that the bar shows a loss
                 # (and the ETA a rate) from the start.
                 self._show_loss(task, interval_start, interval_tokens)
-                if self.diverged is not None and not ctx.distributed:  # (DDP: at the next broadcast)
-                    return "diverged"
             if self.warn_large and self.batches_this_run in (1, 4):
                 # Timed on batches 2-4 (the first one pays for warm-up); both ends follow a host sync.
                 if self.batches_this_run == 1:
@@ -327,22 +431,48 @@ class Trainer:
                     seconds = (time.monotonic() - self.timing_started) / 3
                     epochs_left = cfg.train.epochs - loop.epoch + 1
                     self._log(advice.estimate_message(seconds, batches_per_epoch, epochs_left, "2-4"))
+            pending = None
+            if ctx.distributed:
+                # Under DDP the processes agree on stopping through a broadcast (a host sync), so it is
+                # checked every few batches rather than every batch (the step budget needs none).
+                if at_log or loop.batch % STOP_CHECK_BATCHES == 0:
+                    pending = self._stop_reason()
+                else:
+                    pending = self._budget_reached(tokens=False)
+            if pending == "diverged" or (self.diverged is not None and not ctx.distributed):
+                return "diverged"  # before any checkpoint: `last` keeps the weights from before
+            if (cfg.train.eval_every and loop.steps_total % cfg.train.eval_every == 0
+                    and pending in (None, "interrupted", "paused")
+                    and objective.has_batch(loop) and not self._budget_reached()):
+                # Before the checkpoint and the stop checks, so that a run stopped at this step and resumed
+                # has this evaluation as the uninterrupted run has (the epoch's end and a budget's stop
+                # evaluate anyway).
+                self._evaluate_mid_epoch()
+                self.parts.model.train()
+                if self.diverged is not None:
+                    return "diverged"
             if cfg.train.checkpoint_every and loop.batch % cfg.train.checkpoint_every == 0:
                 save_last(self.run_dir, self.parts)
             if self.on_batch is not None:
                 self.on_batch(self, loop.epoch, loop.batch)
-            if self.interrupt_requested and not ctx.distributed:
-                return "interrupted"
-        # The epoch's batches are done; an interrupt now is handled after its evaluation and checkpoint.
-        return "time_budget" if self._stop_reason() == "time_budget" else None
+            if not ctx.distributed:
+                pending = self._stop_reason()
+            if pending in STEP_BUDGETS and not objective.has_batch(loop):
+                break  # the budget is reached at the epoch's last step: the epoch is whole
+            if pending:
+                return pending
+        # The epoch's batches are done; an interrupt or the clock now is handled after its evaluation.
+        return None
 
     # ------------------------------------------------------------------------------------ evaluation
 
     def _evaluate(self) -> dict:
-        """Validation loss/perplexity (and dev F1) on rank 0, shared with the other ranks."""
+        """Validation loss/perplexity (and dev F1) on rank 0, shared with the other ranks; with its wall and
+        CPU seconds (``eval_seconds``, ``eval_cpu_seconds``)."""
         parts = self.parts
         metrics: dict = {}
         values = [math.nan, math.nan]
+        cpu_started, wall_started = time.process_time(), time.monotonic()
         if self.ctx.is_main:
             with averaged_parameters(parts.model, parts.optimisation.optimizer):
                 valid_loss = parts.objective.validate()
@@ -354,6 +484,9 @@ class Trainer:
         metrics["valid_ppl"] = math.exp(min(valid_loss, 50.0))
         if not math.isnan(dev_f1):
             metrics["dev_f1"] = dev_f1
+        self.last_eval_seconds = time.monotonic() - wall_started
+        metrics.update(eval_seconds=round(self.last_eval_seconds, 3),
+                       eval_cpu_seconds=round(time.process_time() - cpu_started, 3))
         return metrics
 
     def _selection_value(self, metrics: dict) -> Optional[float]:
@@ -361,6 +494,54 @@ class Trainer:
         if self.config.train.select_by == "dev_f1":
             return metrics.get("dev_f1")
         return -metrics["valid_ppl"]
+
+    def _run_counters(self) -> dict:
+        """``steps``, ``tokens`` and ``train_cpu_seconds`` of the whole run (collectives under DDP)."""
+        loop = self.parts.loop
+        return {"steps": loop.steps_total, "tokens": loop.run_tokens(self.ctx),
+                "train_cpu_seconds": round(loop.run_cpu_seconds(self.ctx), 3)}
+
+    def _select(self, metrics: dict, complete: bool) -> None:
+        """``best`` when ``metrics`` (an evaluation, mid-epoch or at an epoch's end) improve the selection value
+        (which resets the patience count); a complete epoch that does not adds one to it."""
+        loop = self.parts.loop
+        value = self._selection_value(metrics)
+        improved = value is not None and (loop.best_metric is None or value > loop.best_metric)
+        if improved:
+            loop.best_metric = value
+            loop.bad_epochs = 0
+            save_best(self.run_dir, self.parts, metrics)
+        elif complete:
+            loop.bad_epochs += 1
+        loop.best_valid_ppl = min(loop.best_valid_ppl, metrics["valid_ppl"])
+        metrics["best"] = improved
+
+    def _evaluate_mid_epoch(self) -> None:
+        """``train.eval_every``: evaluate now, inside the epoch (a ``mid_epoch`` line of ``metrics.jsonl``; see
+        the module docstring), select, and write the metrics; nothing else of the loop changes (no ASGD trigger,
+        no patience count), so that the training does not depend on how often it is evaluated."""
+        loop = self.parts.loop
+        loss_sum = ddp.all_reduce_sum(self.ctx, loop.epoch_loss_sum).item()
+        tokens = ddp.all_reduce_sum(self.ctx, torch.tensor(float(loop.epoch_tokens), dtype=torch.float64)).item()
+        train_loss = loss_sum / max(tokens, 1)
+        if not math.isfinite(train_loss):
+            self.diverged = f"training loss {train_loss} at epoch {loop.epoch}, batch {loop.batch}"
+            return
+        metrics = {"epoch": loop.epoch, "mid_epoch": True, "batch": loop.batch, **self._run_counters(),
+                   "train_loss": train_loss}
+        metrics.update(self._evaluate())
+        if not math.isfinite(metrics["valid_loss"]):
+            self.diverged = f"validation loss {metrics['valid_loss']} at epoch {loop.epoch}, batch {loop.batch}"
+            return
+        metrics["lr"] = loop.schedule.base_lr
+        self._select(metrics, complete=False)
+        loop.history.append(metrics)
+        self._write_metrics_file()
+        if self.tensorboard is not None:
+            self.tensorboard.epoch(metrics, loop.steps_total)
+        self._log(f"epoch {loop.epoch:3d} step {loop.steps_total:,} | valid ppl {metrics['valid_ppl']:8.2f}"
+                  + (f" | dev F1 {metrics['dev_f1']:.3f}" if "dev_f1" in metrics else "")
+                  + (" *" if metrics["best"] else ""))
 
     def _end_of_epoch(self, complete: bool, epoch_started: float) -> dict:
         """Evaluate, select, log the epoch; ``{}`` (nothing saved or recorded) when the training or
@@ -379,6 +560,7 @@ class Trainer:
         if not complete:
             metrics["partial"] = True
         metrics.update(train_loss=train_loss, train_ppl=math.exp(min(train_loss, 50.0)), train_tokens=int(tokens))
+        metrics.update(self._run_counters())
         metrics.update(self._evaluate())
         if not math.isfinite(metrics["valid_loss"]):  # broadcast from rank 0: the same everywhere
             self.diverged = f"validation loss {metrics['valid_loss']} after epoch {loop.epoch}"
@@ -386,21 +568,11 @@ class Trainer:
         metrics.update(
             lr=loop.schedule.base_lr,
             optimizer=type(optimisation.optimizer).__name__,
-            steps=loop.steps_total,
             train_seconds=round(train_seconds, 3),
             epoch_seconds=round(time.monotonic() - epoch_started, 3),
             tokens_per_s=round(new_tokens / max(train_seconds, 1e-9), 1),
         )
-        value = self._selection_value(metrics)
-        improved = value is not None and (loop.best_metric is None or value > loop.best_metric)
-        if improved:
-            loop.best_metric = value
-            loop.bad_epochs = 0
-            save_best(self.run_dir, self.parts, metrics)
-        elif complete:
-            loop.bad_epochs += 1
-        loop.best_valid_ppl = min(loop.best_valid_ppl, metrics["valid_ppl"])
-        metrics["best"] = improved
+        self._select(metrics, complete)
         if complete and loop.schedule.after_evaluation(loop.epoch, metrics["valid_loss"]):
             self._log(f"epoch {loop.epoch}: switching to ASGD")
             optimisation.switch_to_asgd()
@@ -489,13 +661,16 @@ class Trainer:
 
     def _run_epochs(self, progress: Optional[Progress]) -> str:
         """Train, evaluate and checkpoint epoch after epoch; returns why it stopped (``"epochs"``: all done,
-        ``"early_stopping"``, ``"time_budget"``, ``"interrupted"``, ``"diverged"``)."""
+        ``"early_stopping"``, ``"max_steps"``, ``"max_tokens"``, ``"time_budget"``, ``"interrupted"``,
+        ``"paused"``, ``"diverged"``)."""
         cfg, ctx, loop = self.config, self.ctx, self.parts.loop
+        if self.done_already:
+            return self.done_already
         while loop.epoch <= cfg.train.epochs:
             epoch_started = time.monotonic()
             self.epoch_tokens_at_start = int(ddp.all_reduce_sum(ctx, torch.tensor(float(loop.epoch_tokens))).item())
             reason = self._train_epoch(progress)
-            if reason in ("interrupted", "diverged"):
+            if reason in ("interrupted", "paused", "diverged"):
                 # No evaluation of a partial epoch: the resumed run must see what an uninterrupted one sees.
                 return reason
             complete = reason is None
@@ -515,7 +690,7 @@ class Trainer:
             save_last(self.run_dir, self.parts)
             self._write_metrics_file()
             if not complete:
-                return "time_budget"
+                return reason
             if cfg.train.patience is not None and loop.bad_epochs >= cfg.train.patience:
                 return "early_stopping"
             if loop.epoch <= cfg.train.epochs:
@@ -544,28 +719,75 @@ class Trainer:
         if cfg.train.tensorboard:
             self.tensorboard = TensorBoardLog(self.run_dir, self.parts.loop.steps_total if self.resume else None)
 
+    def _stop_paused(self) -> None:
+        """``pause_after`` reached: ``last`` at this exact position (as after SIGINT), status ``paused``."""
+        loop = self.parts.loop
+        save_last(self.run_dir, self.parts)
+        self._write_metrics_file()
+        self._write_status("paused", paused_at=now(), stop_reason="paused", epoch=loop.epoch, batch=loop.batch)
+        self._log(f"paused at epoch {loop.epoch}, batch {loop.batch}: checkpoint written to "
+                  f"{self.run_dir / LAST}.safetensors")
+
     def _finish(self, stop_reason: str) -> TrainResult:
-        """The run's end: its status (or the interrupted / diverged handling) and its result."""
+        """The run's end: its status (or the interrupted / paused / diverged handling) and its result. A run
+        stopped by the clock says so (``clock_stopped``, ``note``); the mark stays when a later invocation
+        continues it, since its evaluations and selection then depended on where the clock stopped it."""
         loop = self.parts.loop
         if stop_reason == "diverged":
             self._stop_diverged()
+        counters = self._run_counters()
+        epochs_done = sum(1 for line in loop.history if not line.get("mid_epoch"))
         if stop_reason == "interrupted":
             self._stop_interrupted()
+        elif stop_reason == "paused":
+            self._stop_paused()
         else:
-            self._write_status("finished", finished_at=now(), stop_reason=stop_reason, epochs_done=len(loop.history),
-                               best_valid_ppl=loop.best_valid_ppl)
-        result = TrainResult(self.run_dir, len(loop.history), stop_reason, loop.best_valid_ppl,
-                             loop.best_metric if loop.best_metric is not None else math.nan, list(loop.history))
+            clock = {}
+            if stop_reason == "time_budget":
+                clock = {"clock_stopped": True, "note": clock_note(loop.steps_total)}
+            self._write_status("finished", finished_at=now(), stop_reason=stop_reason, epochs_done=epochs_done,
+                               best_valid_ppl=loop.best_valid_ppl, **counters,
+                               seconds=round(time.monotonic() - self.started, 1), **clock)
+        result = TrainResult(self.run_dir, epochs_done, stop_reason, loop.best_valid_ppl,
+                             loop.best_metric if loop.best_metric is not None else math.nan, list(loop.history),
+                             counters["steps"], counters["tokens"], counters["train_cpu_seconds"])
         if stop_reason == "interrupted":
             raise TrainingInterrupted(result, loop.epoch, loop.batch)
         return result
+
+    def _check_budget_left(self) -> None:
+        """A resumed run whose step or token budget is used up and was evaluated there (``last``'s counters and
+        history) has nothing to train: when its status says ``finished``, an error that says which key to raise
+        (rather than one more evaluation of the same weights); otherwise (killed after its last checkpoint) it
+        is marked finished (:attr:`done_already`)."""
+        meta = self.checkpoint[1]
+        counters, history = meta.get("trainer", {}), meta.get("history") or []
+        train = self.config.train
+        steps, tokens = counters.get("steps_total", 0), counters.get("tokens_total")
+        reached = [(key, flag) for key, flag, done in (("max_steps", "--max-steps", steps),
+                                                        ("max_tokens", "--max-tokens", tokens))
+                   if getattr(train, key) is not None and done is not None and done >= getattr(train, key)]
+        if not reached or not history or history[-1].get("steps") != steps:
+            return
+        key, flag = reached[0]
+        if read_status(self.run_dir).get("state") != "finished":
+            self.done_already = key
+            return
+        raise InduceError(f"{self.run_dir}: the run has reached its budget (train.{key}={getattr(train, key)}, "
+                          f"after {steps:,} steps); to train it further, give a larger one: "
+                          f"{resume_command(self.run_dir)} {flag} N")
 
     def run(self) -> TrainResult:
         created = not self.run_dir.exists()
         lock = self._claim_folder()
         previous_handlers: dict = {}
         ranks_agree = False
+        threads_before = torch.get_num_threads()
         try:
+            threads = use_threads(self.config.train.threads)  # the run's config records the count used
+            if self.config.train.threads != threads:
+                self.config = self.config.model_copy(
+                    update={"train": self.config.train.model_copy(update={"threads": threads})})
             self._setup()
             # From here Ctrl-C means "stop after this batch" (during setup it stops at once).
             previous_handlers = self._install_signal_handlers()
@@ -615,6 +837,8 @@ class Trainer:
                 self.parts.loss_module = ddp.unwrap(self.parts.loss_module)
             if self.ctx is not None:
                 ddp.shutdown(self.ctx, meet_first=ranks_agree)
+            if torch.get_num_threads() != threads_before:
+                torch.set_num_threads(threads_before)
             if lock is not None:
                 lock.release()
                 if created and self.run_dir.is_dir() and not any(self.run_dir.iterdir()):
@@ -627,8 +851,8 @@ def train(config: RunConfig, run_dir: Path, **kwargs) -> TrainResult:
 
 
 def resume(run_dir: Path, updates: Optional[dict] = None, **kwargs) -> TrainResult:
-    """Continue the run in ``run_dir`` from ``last.*``; ``updates`` may change ``train.epochs``,
-    ``train.time_budget``, ``train.device``, ``train.kernels``, ``train.log_interval``, ``train.tensorboard``."""
+    """Continue the run in ``run_dir`` from ``last.*``; ``updates`` may change the ``train.*`` keys of
+    :data:`RESUME_UPDATABLE` (the budgets, the epochs, where and how it runs)."""
     run_dir = Path(run_dir)
     if ddp.env_is_main():
         RunLock(run_dir).check_free()
