@@ -45,8 +45,8 @@ def reproduce_command(
                                                               "runs/, "
                              "eval/ (and corpora/ unless it is the default, results). An existing folder is "
                              "continued when it holds a reproduction, refused when it holds other files."),
-    split: str = typer.Option("valid", "--split", help="Evaluation split: valid (dev, WSJ 22) or test (when the "
-                                                       "corpus has it)."),
+    split: str = typer.Option("auto", "--split", help="Split of the final figures: auto (test, WSJ 23, when the "
+                              "corpus has it, else valid), valid (dev, WSJ 22) or test. Models are selected on dev."),
     time_per_model: Optional[str] = typer.Option(
         None, "--time-per-model", help="Training time budget per model and seed, e.g. 20s, 6m (default: the profile's)."
     ),
@@ -107,8 +107,8 @@ def reproduce_command(
 
 
 def _print_summary(results: dict, console: Console) -> None:
-    from induce.report.names import display
-    from induce.report.text import fmt, split_label
+    from induce.report.names import display, split_label
+    from induce.report.text import fmt
 
     source = results["corpus"]["eval"]
     where = split_label(results["split"], source.get("source_kind") or source.get("kind"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from induce.report.names import display
+from induce.report.names import display, results_split_label
 
 
 def fmt(stat, digits: int = 1) -> str:
@@ -26,16 +26,9 @@ def fmt(stat, digits: int = 1) -> str:
 def published_value(value) -> str:
     return "—" if value is None else f"{value:.1f}"
 
-def split_label(split: str, source_kind: Optional[str]) -> str:
-    """``dev (WSJ 22)``, ``test (WSJ 23)``, ``dev (NLTK sample)``, ``dev (synthetic treebank)``..."""
-    name = "dev" if split == "valid" else "test"
-    where = {"ldc": "WSJ 22" if split == "valid" else "WSJ 23", "wsj-files": "WSJ 22" if split == "valid" else "WSJ 23",
-             "nltk-sample": "NLTK sample", "synthetic": "synthetic treebank"}.get(source_kind or "", "")
-    return f"{name} ({where})" if where else f"{split} split"
-
 def split_name(results: dict) -> str:
-    source = results["corpus"]["eval"]
-    return split_label(results["split"], source.get("source_kind") or source.get("kind"))
+    """The final split as the report names it (:func:`induce.report.names.split_label`)."""
+    return results_split_label(results)
 
 def markdown_table(header: list[str], rows: list[list[str]], align: Optional[list[str]] = None) -> list[str]:
     align = align or ["---"] + ["---:"] * (len(header) - 1)
