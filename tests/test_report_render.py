@@ -188,3 +188,21 @@ def test_on_a_test_split_every_section_names_it_and_the_dev_figures_stand_beside
     assert ("| PRPN | epoch 1 of 1 (step 69 of 69) | lowest validation perplexity on the monitor's text (50 "
             "sentences) | 25.0 | 25.0 | 25.0 | 28.2 | 27.9 | 27.2 | 26.9 |") in text
     assert "There are no test figures" not in text
+
+
+def test_the_terminal_summary_marks_a_bound_and_names_the_split():
+    """``induce reproduce``'s closing table: a perplexity that is an upper bound carries ``≤`` (explained in the
+    caption) and the title names the split the figures come from; an exact one carries no mark."""
+    from rich.console import Console
+
+    from induce.cli.reproduce import _print_summary
+
+    console = Console(record=True, width=200)
+    _print_summary(variants()["pcfg"], console)
+    text = console.export_text()
+    assert "≤: an upper bound" in text and "dev (WSJ 22)" in text
+    rows = {line.split("│")[1].strip(): line for line in text.splitlines() if line.count("│") > 2}
+    assert "≤ 700.0" in rows["C-PCFG"] and "≤" not in rows["N-PCFG"] and "600.0" in rows["N-PCFG"]
+    plain = Console(record=True, width=200)
+    _print_summary(fixture_results(), plain)
+    assert "≤" not in plain.export_text()

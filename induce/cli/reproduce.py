@@ -114,14 +114,21 @@ def _print_summary(results: dict, console: Console) -> None:
     where = split_label(results["split"], source.get("source_kind") or source.get("kind"))
     # Short headers, explained in the caption, and no wrapping: the table fits an 80-column terminal
     # (or log file) with every cell on one line.
+    from induce.report.markdown import perplexity_bounds
+
+    bounds = perplexity_bounds(results["models"], results["models_order"])
+    whole = [display(m) for m in results["models_order"] if (results["models"][m].get("traits") or {}).get(
+        "sentence_level")]
     table = Table(title=f"induce reproduce ({results['profile']['name']} profile), {where}",
-                  caption="ppl: perplexity; WSJ10 / WSJ40 / all: sentence F1 by length; "
-                          "% L / R: left / right splits on WSJ40")
+                  caption="ppl: perplexity" + ("; ≤: an upper bound" if bounds else "")
+                          + (f" ({', '.join(whole)}: each sentence alone, see REPORT.md)" if whole else "")
+                          + "; WSJ10 / WSJ40 / all: sentence F1 by length; % L / R: left / right splits on WSJ40")
     for column in ("model", "ppl", "WSJ10", "WSJ40", "all", "% L / R"):
         table.add_column(column, justify="left" if column == "model" else "right", no_wrap=True)
     for name in results["models_order"]:
         s = results["models"][name]["summary"]
-        table.add_row(display(name), fmt(s["perplexity"]), fmt(s["sentence_f1_wsj10"]), fmt(s["sentence_f1_wsj40"]),
+        table.add_row(display(name), ("≤ " if name in bounds else "") + fmt(s["perplexity"]),
+                      fmt(s["sentence_f1_wsj10"]), fmt(s["sentence_f1_wsj40"]),
                       fmt(s["sentence_f1_all"]),
                       f"{fmt(s['left_split_pct_wsj40'])} / {fmt(s['right_split_pct_wsj40'])}")
     for kind, data in results["baselines"].items():
