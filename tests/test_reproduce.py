@@ -235,6 +235,25 @@ def test_a_reproduction_of_some_models_keeps_the_others_of_the_folder_in_the_rep
     assert "runs of earlier invocations" in report and "prpn seed 1" in report
 
 
+def test_the_report_covers_the_folders_earlier_runs_with_a_current_evaluation(tmp_path):
+    """The runs reported: this invocation's, then every run of OUT/runs an earlier invocation left with a current
+    evaluation, in the folder's previous report order; a run without one is named as left out, not reported."""
+    from types import SimpleNamespace
+
+    from induce.reproduce.results import reported_runs
+
+    for folder in ("prpn-seed1", "palm-seed1", "palm-seed2", "onlstm-seed1", "notamodel-seed1"):
+        (tmp_path / "runs" / folder).mkdir(parents=True)
+    (tmp_path / "results.json").write_text(json.dumps({"models_order": ["onlstm", "palm", "prpn"]}))
+    current = {("prpn", 1), ("palm", 2)}
+    repro = SimpleNamespace(out=tmp_path, profile=SimpleNamespace(models=["palm-rb", "palm"], seeds=[1]),
+                            current_evaluation=lambda model, seed: (model, seed) in current)
+    seeds, left_out = reported_runs(repro)
+    assert list(seeds) == ["palm", "prpn", "palm-rb"]
+    assert seeds == {"palm": [1, 2], "prpn": [1], "palm-rb": [1]}
+    assert left_out == ["onlstm seed 1"]
+
+
 @pytest.mark.slow
 def test_interrupted_run_is_continued_and_changed_config_retrained(pipeline):
     out, args = pipeline["out"], pipeline["args"]
