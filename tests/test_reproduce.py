@@ -486,3 +486,30 @@ def test_auto_profile_is_gpu_with_cuda_else_cpu(monkeypatch):
     assert total <= 20 * 60  # training's share of the 25 minutes (induce/configs/gpu/README.md)
     assert gpu.time_budget("onlstm") == max(gpu.time_budget(m) for m in gpu.models)
     assert load_profile("paper").chunk_seconds() is not None
+
+
+def test_a_runs_summary_reads_mid_epoch_evaluations_as_evaluations_not_epochs(tmp_path):
+    """``metrics.jsonl`` with evaluations every ``train.eval_every`` steps (``mid_epoch`` lines, the whole run's
+    ``steps`` / ``tokens`` / ``train_cpu_seconds`` on every line): the epochs are the epoch ends, the tokens and
+    CPU seconds the last line's, and the checkpoint chosen an evaluation inside an epoch, named by its step."""
+    from induce.models.registry import get_model_class
+    from induce.reproduce.results import run_summary
+
+    lines = [
+        {"epoch": 1, "mid_epoch": True, "batch": 50, "steps": 50, "tokens": 900, "train_cpu_seconds": 10.0,
+         "dev_f1": 20.0, "valid_ppl": 700.0, "best": True},
+        {"epoch": 1, "steps": 80, "tokens": 1400, "train_cpu_seconds": 16.0, "dev_f1": 35.0, "valid_ppl": 650.0,
+         "best": True, "train_tokens": 1400, "epoch_seconds": 20.0},
+        {"epoch": 2, "mid_epoch": True, "batch": 50, "steps": 130, "tokens": 2300, "train_cpu_seconds": 26.0,
+         "dev_f1": 41.0, "valid_ppl": 640.0, "best": True},
+        {"epoch": 2, "steps": 160, "tokens": 2800, "train_cpu_seconds": 32.0, "dev_f1": 38.0, "valid_ppl": 660.0,
+         "train_tokens": 1400, "epoch_seconds": 21.0, "partial": True}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    npcfg = get_model_class("npcfg")
+    summary = run_summary(tmp_path, npcfg(7, npcfg.Config(nt_states=2, t_states=3, state_dim=8)))
+    assert (summary["epochs"], summary["complete_epochs"], summary["evaluations"]) == (2, 1, 4)
+    assert (summary["train_tokens"], summary["train_cpu_seconds"], summary["steps"]) == (2800, 32.0, 160)
+    assert summary["train_seconds"] == 41.0
+    assert (summary["best_epoch"], summary["best_steps"], summary["best_mid_epoch"]) == (2, 130, True)
+    assert (summary["best_dev_f1"], summary["peak_dev_f1"], summary["last_dev_f1"]) == (41.0, 41.0, 38.0)
+    assert summary["monitor_valid_ppl"] == 640.0 and not summary["perplexity_bound"]
