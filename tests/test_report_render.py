@@ -200,9 +200,50 @@ def test_the_terminal_summary_marks_a_bound_and_names_the_split():
     console = Console(record=True, width=200)
     _print_summary(variants()["pcfg"], console)
     text = console.export_text()
-    assert "≤: an upper bound" in text and "dev (WSJ 22)" in text
+    words = " ".join(text.split())  # the caption wraps at the table's width
+    assert "≤: an upper bound" in words and "dev (WSJ 22)" in words
     rows = {line.split("│")[1].strip(): line for line in text.splitlines() if line.count("│") > 2}
     assert "≤ 700.0" in rows["C-PCFG"] and "≤" not in rows["N-PCFG"] and "600.0" in rows["N-PCFG"]
     plain = Console(record=True, width=200)
     _print_summary(fixture_results(), plain)
     assert "≤" not in plain.export_text()
+
+
+def test_only_a_wsj_test_split_is_called_the_published_figures_split():
+    """A test split of other data (the NLTK sample's files 180-199, a synthetic treebank) gives test figures, but
+    not on WSJ section 23, where the published ones are: the PCFG section says so instead of 'the same split'."""
+    results = copy.deepcopy(variants()["pcfg"])
+    results["split"] = "test"
+    results["corpus"]["eval"]["source_kind"] = "nltk-sample"
+    text = render(results)
+    assert "same split as the published ones" not in text
+    assert "**Ours are test figures of other data (test (NLTK sample)), not of WSJ section 23**" in text
+
+
+def test_a_table_cell_with_a_bar_keeps_the_tables_columns():
+    """The C-PCFG's selection criterion reads "z at the mean of q(z | x)": unescaped, its bar would split the cell
+    and shift every later column of the Model selection table."""
+    import re
+
+    from induce.models.registry import get_model_class
+    from induce.report.text import markdown_table
+
+    assert markdown_table(["a", "b"], [["q(z | x)", "1"]])[2] == "| q(z \\| x) | 1 |"
+    cls = get_model_class("cpcfg")
+    results = copy.deepcopy(variants()["pcfg"])
+    criterion = cls(7, cls.Config(nt_states=2, t_states=3, state_dim=8, valid_z="mean")).validation_loss_text
+    assert "|" in criterion
+    for seed in results["models"]["cpcfg"]["seeds"].values():
+        seed["run"]["validation_loss"] = criterion
+    text = render(results)
+    section = text.split("## Model selection")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    columns = {len(re.findall(r"(?<!\\)\|", line)) for line in rows}
+    assert len(columns) == 1 and any("C-PCFG" in line and "q(z \\| x)" in line for line in rows)
+
+
+def test_a_missing_mikolov_text_is_named_for_the_final_split():
+    results = copy.deepcopy(variants()["test"])
+    results["mikolov"] = None
+    text = render(results)
+    assert "`ptb.test.txt`, or `ptb_lm/`" in text and "`ptb.valid.txt`, or" not in text

@@ -107,6 +107,7 @@ def reproduce_command(
 
 
 def _print_summary(results: dict, console: Console) -> None:
+    from induce.report.markdown import perplexity_bounds
     from induce.report.names import display, split_label
     from induce.report.text import fmt
 
@@ -114,14 +115,13 @@ def _print_summary(results: dict, console: Console) -> None:
     where = split_label(results["split"], source.get("source_kind") or source.get("kind"))
     # Short headers, explained in the caption, and no wrapping: the table fits an 80-column terminal
     # (or log file) with every cell on one line.
-    from induce.report.markdown import perplexity_bounds
-
     bounds = perplexity_bounds(results["models"], results["models_order"])
     whole = [display(m) for m in results["models_order"] if (results["models"][m].get("traits") or {}).get(
         "sentence_level")]
     table = Table(title=f"induce reproduce ({results['profile']['name']} profile), {where}",
-                  caption="ppl: perplexity" + ("; ≤: an upper bound" if bounds else "")
-                          + (f" ({', '.join(whole)}: each sentence alone, see REPORT.md)" if whole else "")
+                  caption="ppl: perplexity" + (f" ({', '.join(whole)}: each sentence alone, see REPORT.md)"
+                                               if whole else "")
+                          + ("; ≤: an upper bound" if bounds else "")
                           + "; WSJ10 / WSJ40 / all: sentence F1 by length; % L / R: left / right splits on WSJ40")
     for column in ("model", "ppl", "WSJ10", "WSJ40", "all", "% L / R"):
         table.add_column(column, justify="left" if column == "model" else "right", no_wrap=True)

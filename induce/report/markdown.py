@@ -13,7 +13,7 @@ from typing import Optional
 from induce.evaluation.baselines import BASELINES
 from induce.evaluation.metrics import REPORTED_LABELS
 from induce.report.findings import all_findings, join_words
-from induce.report.names import display, split_label
+from induce.report.names import WSJ_SOURCES, display, split_label
 from induce.report.published import PUBLISHED
 from induce.report.seeds import seeds_section
 from induce.report.text import (
@@ -411,9 +411,9 @@ def _language_modelling(*, results, where, models, per_model, **_) -> list[str]:
             "itself. More `<unk>` makes the text easier to predict, so this column is not strictly comparable with the "
             "published one either, which is also on the test text.")
     else:
-        add("Mikolov's text of this split was not found (`--lm-text FOLDER` with `ptb.valid.txt`, or `ptb_lm/` "
-            "under the data root): no perplexity here is on the text the published figures use, and none is "
-            "comparable with them.")
+        add(f"Mikolov's text of this split was not found (`--lm-text FOLDER` with `ptb.{results['split']}.txt`, "
+            "or `ptb_lm/` under the data root): no perplexity here is on the text the published figures use, and "
+            "none is comparable with them.")
     add("")
     add(f"Published column: {pub_lm['note']} PaLM: {PUBLISHED['table1']['missing']}.")
     add("")
@@ -613,9 +613,14 @@ def _pcfgs(*, results, split, where, models, per_model, monitor, **_) -> list[st
     lines.append("")
     convention = (f"Convention: {PUBLISHED['pcfg']['note']}, which is this report's default (sentence-level F1 over "
                   "all lengths, punctuation removed, one-word sentences skipped, trivial spans not counted).")
-    if split == "test":
+    source = results["corpus"]["eval"]
+    if split == "test" and (source.get("source_kind") or source.get("kind")) in WSJ_SOURCES:
         lines.append(f"{convention} Ours are test figures, on the same split as the published ones; the model sizes "
                      "and training budgets are this profile's (Setup), not the papers'.")
+    elif split == "test":
+        lines.append(f"{convention} **Ours are test figures of other data ({where}), not of WSJ section 23**, the "
+                     "published ones' split; the model sizes and training budgets are this profile's (Setup), not "
+                     "the papers'.")
     else:
         lines.append(f"{convention} **Ours are dev figures ({where}), not test figures**: the published ones are on "
                      "WSJ section 23, which this data does not hold.")

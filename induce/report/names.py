@@ -14,10 +14,14 @@ def display(name: str) -> str:
     return NAMES.get(name, name)
 
 
+#: Corpus sources whose splits are the WSJ sections (valid 22, test 23): the published figures' test split.
+WSJ_SOURCES = ("ldc", "wsj-files")
+
+
 def split_label(split: str, source_kind: Optional[str]) -> str:
     """``dev (WSJ 22)``, ``test (WSJ 23)``, ``dev (NLTK sample)``, ``dev (synthetic treebank)``..."""
     name = "dev" if split == "valid" else "test"
-    where = {"ldc": "WSJ 22" if split == "valid" else "WSJ 23", "wsj-files": "WSJ 22" if split == "valid" else "WSJ 23",
+    where = {**{kind: "WSJ 22" if split == "valid" else "WSJ 23" for kind in WSJ_SOURCES},
              "nltk-sample": "NLTK sample", "synthetic": "synthetic treebank"}.get(source_kind or "", "")
     return f"{name} ({where})" if where else f"{split} split"
 

@@ -245,7 +245,8 @@ class PipelineSteps:
             tracker.paused = cut_by_chunk and result.stop_reason == "time_budget"
         finally:
             tracker.write()
-        detail = (f"{result.epochs_done} epochs ({result.stop_reason}), "
+        detail = (f"{result.epochs_done} epoch{'' if result.epochs_done == 1 else 's'} (stopped by: "
+                  f"{result.stop_reason}), "
                   f"best monitored valid ppl {result.best_valid_ppl:.2f}")
         if tracker.paused:
             self.unfinished.add((model, seed))
