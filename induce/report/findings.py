@@ -263,9 +263,15 @@ def _when(record: dict) -> str:
     return f"epoch {record['epoch']}" + (" (partial)" if record.get("partial") else "")
 
 
-def _dev_f1_history(data: dict) -> list[dict]:
-    return [h for h in data.get("history") or []
-            if isinstance(h.get("dev_f1"), (int, float)) and math.isfinite(h["dev_f1"])]
+def _dev_f1_runs(results: dict):
+    """``(who, model, data, history)`` of every run: its name in the findings (with its seed where several ran),
+    its results entry and its evaluations with a finite ``dev_f1``, in order."""
+    several = len(results.get("seeds") or []) > 1
+    for model in results["models_order"]:
+        for seed, data in (results["models"][model].get("seeds") or {}).items():
+            history = [h for h in data.get("history") or []
+                       if isinstance(h.get("dev_f1"), (int, float)) and math.isfinite(h["dev_f1"])]
+            yield display(model) + (f" (seed {seed})" if several else ""), model, data, history
 
 
 def falling_curves(results: dict) -> list[str]:
@@ -273,27 +279,23 @@ def falling_curves(results: dict) -> list[str]:
     the last evaluation and ended at least FALL_MIN points lower, with the checkpoint the figures come from.
     Reads ``models[m].seeds[s].history`` and ``.run``, ``monitor``."""
     out = []
-    several = len(results.get("seeds") or []) > 1
-    for model in results["models_order"]:
-        for seed, data in (results["models"][model].get("seeds") or {}).items():
-            history = _dev_f1_history(data)
-            if len(history) < 2:
-                continue
-            peak = max(history, key=lambda h: h["dev_f1"])
-            last = history[-1]
-            if peak is last or peak["dev_f1"] - last["dev_f1"] < FALL_MIN:
-                continue
-            who = display(model) + (f" (seed {seed})" if several else "")
-            sentence = (f"**{who}: dev F1 on {_monitor_text(results, model)} peaked at {peak['dev_f1']:.1f} in "
-                        f"{_when(peak)} and fell to {last['dev_f1']:.1f} by the last evaluation, {_when(last)}** "
-                        f"({len(history)} evaluations)")
-            best = [h for h in history if h.get("best")]
-            if best:
-                chosen = best[-1]
-                sentence += (f"; the checkpoint evaluated in the tables (chosen by "
-                             f"{_criterion(results, model, data.get('run') or {})}) is from {_when(chosen)}, dev F1 "
-                             f"{chosen['dev_f1']:.1f}")
-            out.append(sentence + ".")
+    for who, model, data, history in _dev_f1_runs(results):
+        if len(history) < 2:
+            continue
+        peak = max(history, key=lambda h: h["dev_f1"])
+        last = history[-1]
+        if peak is last or peak["dev_f1"] - last["dev_f1"] < FALL_MIN:
+            continue
+        sentence = (f"**{who}: dev F1 on {_monitor_text(results, model)} peaked at {peak['dev_f1']:.1f} in "
+                    f"{_when(peak)} and fell to {last['dev_f1']:.1f} by the last evaluation, {_when(last)}** "
+                    f"({len(history)} evaluations)")
+        best = [h for h in history if h.get("best")]
+        if best:
+            chosen = best[-1]
+            sentence += (f"; the checkpoint evaluated in the tables (chosen by "
+                         f"{_criterion(results, model, data.get('run') or {})}) is from {_when(chosen)}, dev F1 "
+                         f"{chosen['dev_f1']:.1f}")
+        out.append(sentence + ".")
     return out
 
 
@@ -303,24 +305,20 @@ def selection_gaps(results: dict) -> list[str]:
     (e.g. the validation bound) and parsing disagree, and the tables show the earlier checkpoint.
     Reads ``models[m].seeds[s].history`` and ``.run``, ``monitor``."""
     out = []
-    several = len(results.get("seeds") or []) > 1
-    for model in results["models_order"]:
-        for seed, data in (results["models"][model].get("seeds") or {}).items():
-            history = _dev_f1_history(data)
-            best = [h for h in history if h.get("best")]
-            if len(history) < 2 or not best:
-                continue
-            peak, last, chosen = max(history, key=lambda h: h["dev_f1"]), history[-1], best[-1]
-            falling = peak is not last and peak["dev_f1"] - last["dev_f1"] >= FALL_MIN
-            if falling or chosen is peak or peak["dev_f1"] - chosen["dev_f1"] < FALL_MIN:
-                continue
-            who = display(model) + (f" (seed {seed})" if several else "")
-            criterion = _criterion(results, model, data.get("run") or {})
-            out.append(f"**{who}: the checkpoint evaluated in the tables, from {_when(chosen)} (chosen by "
-                       f"{criterion}), parses {_monitor_text(results, model)} at "
-                       f"{chosen['dev_f1']:.1f} dev F1, against {peak['dev_f1']:.1f} at its best evaluation "
-                       f"({_when(peak)}) and {last['dev_f1']:.1f} at the last ({_when(last)}).** The selection "
-                       "criterion and parsing disagree here.")
+    for who, model, data, history in _dev_f1_runs(results):
+        best = [h for h in history if h.get("best")]
+        if len(history) < 2 or not best:
+            continue
+        peak, last, chosen = max(history, key=lambda h: h["dev_f1"]), history[-1], best[-1]
+        falling = peak is not last and peak["dev_f1"] - last["dev_f1"] >= FALL_MIN
+        if falling or chosen is peak or peak["dev_f1"] - chosen["dev_f1"] < FALL_MIN:
+            continue
+        criterion = _criterion(results, model, data.get("run") or {})
+        out.append(f"**{who}: the checkpoint evaluated in the tables, from {_when(chosen)} (chosen by "
+                   f"{criterion}), parses {_monitor_text(results, model)} at "
+                   f"{chosen['dev_f1']:.1f} dev F1, against {peak['dev_f1']:.1f} at its best evaluation "
+                   f"({_when(peak)}) and {last['dev_f1']:.1f} at the last ({_when(last)}).** The selection "
+                   "criterion and parsing disagree here.")
     return out
 
 
