@@ -216,6 +216,8 @@ def test_only_a_wsj_test_split_is_called_the_published_figures_split():
     results["split"] = "test"
     results["corpus"]["eval"]["source_kind"] = "nltk-sample"
     text = render(results)
+    assert "on **test (NLTK sample)**, unless marked dev (this data's own test split, **not WSJ section 23**" in text
+    assert "not WSJ section 23" not in render(dict(variants()["pcfg"], split="test"))
     assert "same split as the published ones" not in text
     assert "**Ours are test figures of other data (test (NLTK sample)), not of WSJ section 23**" in text
 

@@ -102,11 +102,13 @@ def splits_sentence(results: dict, where: str) -> str:
     """Which split the figures are on and where the models were selected: the first words of the report."""
     eval_corpus = results["corpus"]["eval"]
     available = (results.get("splits") or {}).get("test_available", "test" in (eval_corpus.get("splits") or {}))
+    wsj = (eval_corpus.get("source_kind") or eval_corpus.get("kind")) in WSJ_SOURCES
     if results["split"] == "test":
-        return (f"The figures of ours below are on **{where}**, unless marked dev. Each model was selected on dev "
-                "only: its checkpoint was chosen while it trained, on the monitor sentences of dev, never on the test "
-                "split (*Model selection*).")
-    wsj = eval_corpus.get("source_kind") in ("ldc", "wsj-files")
+        return (f"The figures of ours below are on **{where}**, unless marked dev"
+                + ("" if wsj else " (this data's own test split, **not WSJ section 23**, the published figures' test "
+                                  "set)")
+                + ". Each model was selected on dev only: its checkpoint was chosen while it trained, on the monitor "
+                "sentences of dev, never on the test split (*Model selection*).")
     why = ("this data holds no WSJ section 23, the test split" if wsj and not available
            else "the corpus has no test split" if not available else "`--split valid` was asked")
     return (f"**There are no test figures here** ({why}): every figure of ours below is on **{where}**, a dev "
