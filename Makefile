@@ -33,7 +33,8 @@ test-triton: install
 	$(PYTHON) -m pytest -q -m triton
 
 # The main job on the default data: prepare the corpus, train PRPN, ON-LSTM, PaLM-U/S/RB, evaluate them
-# and the baselines on the dev split, write $(OUT)/REPORT.md and $(OUT)/results.json (`induce reproduce`).
+# and the baselines (on the test split when the data has WSJ 23, else on dev; models selected on dev only),
+# write $(OUT)/REPORT.md and $(OUT)/results.json (`induce reproduce`).
 # PROFILE=auto (default: gpu when torch sees a CUDA device, else cpu) | gpu (paper-size models, ~25 min of one
 # H100) | cpu (small models, < 1 hour on 2 CPU cores) | paper (the papers' recipes: days of GPU time, in chunks of
 # CHUNK=3h per invocation; run it again until it exits 0 -- status 75 means "not finished, run again") | toy;

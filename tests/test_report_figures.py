@@ -98,3 +98,41 @@ def test_perplexity_axes_have_labelled_ticks_among_the_data(monkeypatch, tmp_pat
         assert len(labelled) >= 2, (values, labelled, (bottom, top))
         for value in values:  # a labelled tick at or below it and one at or above it
             assert labelled[0] <= value * (1 + 1e-9) and labelled[-1] >= value * (1 - 1e-9), (value, labelled)
+
+
+def test_learning_curves_read_steps_and_cpu_minutes_and_fall_back_to_the_clock(monkeypatch, tmp_path):
+    """Dev F1 against optimiser steps and training CPU-minutes, from every metrics.jsonl line with dev F1 (epoch
+    ends and evaluations inside epochs); a run without CPU seconds is drawn against its wall-clock training
+    minutes, and says so."""
+    with_cpu = [{"epoch": 1, "mid_epoch": True, "steps": 100, "train_cpu_seconds": 30.0, "dev_f1": 20.0},
+                {"epoch": 1, "steps": 160, "train_cpu_seconds": 48.0, "dev_f1": 25.0, "train_seconds": 50.0},
+                {"epoch": 2, "steps": 320, "train_cpu_seconds": 96.0, "dev_f1": 31.0, "train_seconds": 49.0}]
+    points = figures.learning_curve_points(with_cpu)
+    assert points == {"f1": [20.0, 25.0, 31.0], "steps": [100, 160, 320], "minutes": [0.5, 0.8, 1.6], "clock": "cpu"}
+    without = [{"epoch": 1, "steps": 160, "dev_f1": 25.0, "train_seconds": 60.0},
+               {"epoch": 2, "steps": 320, "dev_f1": 30.0, "train_seconds": 60.0},
+               {"epoch": 3, "steps": 480, "valid_ppl": 90.0, "train_seconds": 60.0}]  # no dev F1: no point
+    assert figures.learning_curve_points(without) == {"f1": [25.0, 30.0], "steps": [160, 320], "minutes": [1.0, 2.0],
+                                                      "clock": "wall"}
+    saved = _capture(monkeypatch)
+    figures.plot_learning_curves({"C-PCFG": with_cpu, "N-PCFG": without, "none": [{"epoch": 1}]}, tmp_path / "l.png")
+    fig = saved[0]
+    steps_ax, time_ax = fig.axes
+    assert [list(line.get_xdata()) for line in steps_ax.lines] == [[100, 160, 320], [160, 320]]
+    assert [list(line.get_xdata()) for line in time_ax.lines] == [[0.5, 0.8, 1.6], [1.0, 2.0]]
+    assert [line.get_label() for line in steps_ax.lines] == ["C-PCFG", "N-PCFG (wall clock)"]
+    assert "wall clock where marked" in time_ax.get_xlabel()
+
+
+def test_an_evaluation_inside_an_epoch_sits_at_its_share_of_the_epochs_steps(monkeypatch, tmp_path):
+    history = [{"epoch": 1, "mid_epoch": True, "steps": 50, "valid_ppl": 120.0},
+               {"epoch": 1, "steps": 200, "valid_ppl": 110.0, "train_ppl": 130.0, "train_tokens": 1000},
+               {"epoch": 2, "mid_epoch": True, "steps": 300, "valid_ppl": 100.0},
+               {"epoch": 2, "steps": 400, "valid_ppl": 95.0, "train_ppl": 100.0, "train_tokens": 1000},
+               {"epoch": 3, "mid_epoch": True, "steps": 500, "valid_ppl": 94.0}]  # its epoch's end not recorded
+    assert figures._epoch_positions(history, None) == [0.25, 1.0, 1.5, 2.0, 2.5]
+    saved = _capture(monkeypatch)
+    figures.plot_training_curves({"run": history}, tmp_path / "c.png")
+    valid_ax, train_ax, _ = saved[0].axes
+    assert list(valid_ax.lines[0].get_xdata()) == [0.25, 1.0, 1.5, 2.0, 2.5]
+    assert list(train_ax.lines[0].get_xdata()) == [1.0, 2.0]  # the training perplexity of the epoch ends only

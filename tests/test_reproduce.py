@@ -30,7 +30,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def pipeline(tmp_path_factory):
     """One toy pipeline run (all five models), shared by the tests below."""
     root = tmp_path_factory.mktemp("reproduce")
-    corpus = make_corpus(root / "corpora", train=60, valid=12, test=6)
+    corpus = make_corpus(root / "corpora", train=60, valid=12, test=10)
     profile = toy_profile(root / "profile")
     args = ["reproduce", "--profile", str(profile), "--corpus", str(corpus), "--corpora-dir", str(root / "corpora"),
             "--out", str(root / "results"), "--no-progress"]
@@ -76,7 +76,7 @@ def test_pipeline_writes_the_report_tables_and_figures(pipeline):
     assert rb["sentence_f1_wsj40"]["mean"] == pytest.approx(right["sentence_f1"])
     assert results["random_init"]["palm"]["n_models"] == 2
     # the untrained rows come from induce.assess.untrained (as `induce eval --untrained`): inits seeded 1..N
-    untrained = json.loads((out / "eval" / "init-palm.valid.json").read_text())
+    untrained = json.loads((out / "eval" / "init-palm.test.json").read_text())
     assert untrained["seeds"] == [1, 2] and untrained["model_config"] == results["configs"]["palm"]["model"]
     assert results["random_init"]["palm"]["left_split_pct"]["mean"] == pytest.approx(
         sum(row["left_split_pct"] for row in untrained["per_init"]) / 2)
@@ -106,9 +106,86 @@ def test_pipeline_writes_the_report_tables_and_figures(pipeline):
             "figures/attention-palm.png", "figures/distances-onlstm.png", "figures/distances-prpn.png"} <= set(links)
     for link in links:
         assert (out / link).read_bytes()[:8] == PNG
-    # the trees of each run are saved one per gold sentence
-    trees = (out / "eval" / "onlstm-seed1.valid.trees.txt").read_text().splitlines()
-    assert len(trees) == 12
+    # the trees of each run are saved one per gold sentence, of each evaluated split
+    assert len((out / "eval" / "onlstm-seed1.valid.trees.txt").read_text().splitlines()) == 12
+    assert len((out / "eval" / "onlstm-seed1.test.trees.txt").read_text().splitlines()) == 10
+
+
+@pytest.mark.slow
+def test_a_corpus_with_a_test_split_gives_test_figures_of_models_selected_on_dev(pipeline):
+    """The corpus has a test split: the final figures are on it, each run's dev figures beside them, every
+    figure names its split, and each figure comes from the checkpoint chosen on the monitor (dev) set."""
+    out = pipeline["out"]
+    results = json.loads((out / "results.json").read_text())
+    assert results["split"] == "test"
+    assert results["splits"] == {"final": "test", "evaluated": ["valid", "test"], "test_available": True,
+                                 "asked": "auto", "selection": "valid",
+                                 "monitor_corpus": results["corpus"]["train"]["path"]}
+    for model in ("prpn", "onlstm", "palm", "palm-s", "palm-rb"):
+        entry = results["models"][model]
+        test = json.loads((out / "eval" / f"{model}-seed1.test.json").read_text())
+        dev = json.loads((out / "eval" / f"{model}-seed1.valid.json").read_text())
+        assert test["split"] == "test" and dev["split"] == "valid"
+        assert entry["seeds"]["1"]["scores"] == test["scores"] and entry["dev"]["seeds"]["1"]["scores"] == dev["scores"]
+        assert test["scores"]["all"]["n_sentences"] == 10 and dev["scores"]["all"]["n_sentences"] == 12
+        # both come from the best checkpoint, chosen by the lowest validation perplexity of the monitor set
+        history = entry["seeds"]["1"]["history"]
+        chosen = min(history, key=lambda h: h["valid_ppl"])
+        assert entry["seeds"]["1"]["run"]["best_epoch"] == chosen["epoch"] == test["run"]["best_epoch"]
+        assert test["key"]["weights_sha256"] == dev["key"]["weights_sha256"]
+    for kind in ("left", "right"):
+        assert (out / "eval" / f"baseline-{kind}.valid.json").is_file()
+        assert (out / "eval" / f"baseline-{kind}.test.json").is_file()
+    report = (out / "REPORT.md").read_text()
+    assert "The figures of ours below are on **test (synthetic treebank)**, unless marked dev" in report
+    assert "## 2. Unsupervised parsing, WSJ40 (PaLM Table 3), test (synthetic treebank)" in report
+    assert "## Model selection: which checkpoint each figure comes from" in report
+    assert "WSJ40 F1, dev (synthetic treebank)" in report and "WSJ40 F1, test (synthetic treebank)" in report
+
+
+def test_the_final_split_is_test_when_the_corpus_has_one_and_selection_never_reads_it(tmp_path, monkeypatch):
+    """Training (and the checkpoint selection in it) reads the training corpus's train and valid splits only,
+    even where that corpus holds the test split (a profile without a subset corpus); the evaluation reads test."""
+    import induce.training
+    from induce.data.corpus import PreparedCorpus
+
+    corpus = make_corpus(tmp_path / "corpora", train=40, valid=8, test=4)
+    profile = toy_profile(tmp_path / "profile", models=["palm-rb"], random_init_seeds=0, train_sentences=None,
+                          monitor_sentences=None)
+    read, training = [], []
+    for method in ("lm_sentences", "gold_trees", "nopunct_trees"):
+        original = getattr(PreparedCorpus, method)
+
+        def recording(self, split, *args, _original=original, _method=method, **kwargs):
+            read.append((bool(training), split))
+            return _original(self, split, *args, **kwargs)
+
+        monkeypatch.setattr(PreparedCorpus, method, recording)
+    real_train = induce.training.train
+
+    def train(*args, **kwargs):
+        training.append(True)
+        try:
+            return real_train(*args, **kwargs)
+        finally:
+            training.clear()
+
+    monkeypatch.setattr(induce.training, "train", train)
+    result = runner.invoke(app, ["reproduce", "--profile", str(profile), "--corpus", str(corpus), "--out",
+                                 str(tmp_path / "out"), "--corpora-dir", str(tmp_path / "corpora"), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert {split for in_training, split in read if in_training} == {"train", "valid"}
+    assert ("test" in {split for in_training, split in read if not in_training})
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["split"] == "test" and results["models"]["palm-rb"]["seeds"]["1"]["split"] == "test"
+    # --split valid: dev only; --split test on a corpus without one: a clear error
+    result = runner.invoke(app, ["reproduce", "--profile", str(profile), "--corpus", str(corpus), "--out",
+                                 str(tmp_path / "out"), "--corpora-dir", str(tmp_path / "corpora"), "--no-progress",
+                                 "--split", "valid"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["splits"]["evaluated"] == ["valid"]
+    report = (tmp_path / "out" / "REPORT.md").read_text()
+    assert "**There are no test figures here** (`--split valid` was asked)" in report
 
 
 @pytest.mark.slow
@@ -122,6 +199,47 @@ def test_rerun_skips_finished_steps(pipeline):
     assert statuses["report"] == "ran"
     assert (out / "eval" / "palm-seed1.valid.json").stat().st_mtime_ns == before
     assert "| train palm seed 1 | skipped |" in (out / "REPORT.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_reproduction_of_some_models_keeps_the_others_of_the_folder_in_the_report(pipeline):
+    """`induce reproduce --models X` wrote REPORT.md and results.json with X alone (the others' figures
+    were left in figures/ only); the report covers every run of the folder whose evaluation is current."""
+    out = pipeline["out"]
+    before = json.loads((out / "results.json").read_text())
+    result = runner.invoke(app, pipeline["args"] + ["--models", "palm-rb"])
+    assert result.exit_code == 0, result.output
+    assert set(steps(out)) >= {"train palm-rb seed 1", "evaluate palm-rb seed 1"}
+    assert "train prpn seed 1" not in steps(out)
+    results = json.loads((out / "results.json").read_text())
+    assert results["models_order"] == before["models_order"]  # the folder's order, not this invocation's
+    for model in before["models_order"]:
+        assert results["models"][model]["summary"]["sentence_f1_wsj40"] == before["models"][model]["summary"][
+            "sentence_f1_wsj40"]
+        assert results["models"][model]["earlier_invocation"] == (model != "palm-rb")
+    assert sorted(results["earlier_runs"]) == ["onlstm seed 1", "palm seed 1", "palm-s seed 1", "prpn seed 1"]
+    report = (out / "REPORT.md").read_text()
+    assert re.search(r"^\| PRPN \| [\d.]+ \|", report, re.M), "PRPN's figures stay in the report"
+    assert "runs of earlier invocations" in report and "prpn seed 1" in report
+
+
+def test_the_report_covers_the_folders_earlier_runs_with_a_current_evaluation(tmp_path):
+    """The runs reported: this invocation's, then every run of OUT/runs an earlier invocation left with a current
+    evaluation, in the folder's previous report order; a run without one is named as left out, not reported."""
+    from types import SimpleNamespace
+
+    from induce.reproduce.results import reported_runs
+
+    for folder in ("prpn-seed1", "palm-seed1", "palm-seed2", "onlstm-seed1", "notamodel-seed1"):
+        (tmp_path / "runs" / folder).mkdir(parents=True)
+    (tmp_path / "results.json").write_text(json.dumps({"models_order": ["onlstm", "palm", "prpn"]}))
+    current = {("prpn", 1), ("palm", 2)}
+    repro = SimpleNamespace(out=tmp_path, profile=SimpleNamespace(models=["palm-rb", "palm"], seeds=[1]),
+                            current_evaluation=lambda model, seed: (model, seed) in current)
+    seeds, left_out = reported_runs(repro)
+    assert list(seeds) == ["palm", "prpn", "palm-rb"]
+    assert seeds == {"palm": [1, 2], "prpn": [1], "palm-rb": [1]}
+    assert left_out == ["onlstm seed 1"]
 
 
 @pytest.mark.slow
@@ -218,6 +336,12 @@ def test_the_trees_files_hold_every_token_and_every_convention_scores_them(tmp_p
     tokens = [line.split()[-1] for line in (corpus / "valid.gold.txt").read_text().splitlines()]
     assert [line.replace(")", " ").split()[-1] for line in trees.read_text().splitlines()] == [
         token.rstrip(")") for token in tokens]  # the final period is there
+    # this corpus has no test split: the figures are on dev, and the report says there are no test figures
+    results = json.loads((Path("exp") / "results.json").read_text())
+    assert results["split"] == "valid" and results["splits"]["evaluated"] == ["valid"]
+    assert not results["splits"]["test_available"]
+    assert ("**There are no test figures here** (the corpus has no test split): every figure of ours below is on "
+            "**valid split**") in (Path("exp") / "REPORT.md").read_text()
     reported = json.loads((Path("exp") / "eval" / "palm-rb-seed1.valid.json").read_text())["scores"]
     valid = str(corpus / "valid.gold.txt")
     for flags, name in (([], "all"), (["--wsj10"], "wsj10")):
@@ -354,3 +478,30 @@ def test_auto_profile_is_gpu_with_cuda_else_cpu(monkeypatch):
     assert total <= 20 * 60  # training's share of the 25 minutes (induce/configs/gpu/README.md)
     assert gpu.time_budget("onlstm") == max(gpu.time_budget(m) for m in gpu.models)
     assert load_profile("paper").chunk_seconds() is not None
+
+
+def test_a_runs_summary_reads_mid_epoch_evaluations_as_evaluations_not_epochs(tmp_path):
+    """``metrics.jsonl`` with evaluations every ``train.eval_every`` steps (``mid_epoch`` lines, the whole run's
+    ``steps`` / ``tokens`` / ``train_cpu_seconds`` on every line): the epochs are the epoch ends, the tokens and
+    CPU seconds the last line's, and the checkpoint chosen an evaluation inside an epoch, named by its step."""
+    from induce.models.registry import get_model_class
+    from induce.reproduce.results import run_summary
+
+    lines = [
+        {"epoch": 1, "mid_epoch": True, "batch": 50, "steps": 50, "tokens": 900, "train_cpu_seconds": 10.0,
+         "dev_f1": 20.0, "valid_ppl": 700.0, "best": True},
+        {"epoch": 1, "steps": 80, "tokens": 1400, "train_cpu_seconds": 16.0, "dev_f1": 35.0, "valid_ppl": 650.0,
+         "best": True, "train_tokens": 1400, "epoch_seconds": 20.0},
+        {"epoch": 2, "mid_epoch": True, "batch": 50, "steps": 130, "tokens": 2300, "train_cpu_seconds": 26.0,
+         "dev_f1": 41.0, "valid_ppl": 640.0, "best": True},
+        {"epoch": 2, "steps": 160, "tokens": 2800, "train_cpu_seconds": 32.0, "dev_f1": 38.0, "valid_ppl": 660.0,
+         "train_tokens": 1400, "epoch_seconds": 21.0, "partial": True}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    npcfg = get_model_class("npcfg")
+    summary = run_summary(tmp_path, npcfg(7, npcfg.Config(nt_states=2, t_states=3, state_dim=8)))
+    assert (summary["epochs"], summary["complete_epochs"], summary["evaluations"]) == (2, 1, 4)
+    assert (summary["train_tokens"], summary["train_cpu_seconds"], summary["steps"]) == (2800, 32.0, 160)
+    assert summary["train_seconds"] == 41.0
+    assert (summary["best_epoch"], summary["best_steps"], summary["best_mid_epoch"]) == (2, 130, True)
+    assert (summary["best_dev_f1"], summary["peak_dev_f1"], summary["last_dev_f1"]) == (41.0, 41.0, 38.0)
+    assert summary["monitor_valid_ppl"] == 640.0 and not summary["perplexity_bound"]

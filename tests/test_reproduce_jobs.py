@@ -96,7 +96,7 @@ def test_the_same_figures_beside_a_cpu_hog(runs):
     for model in ("prpn", "onlstm", "palm"):
         seed = quiet["models"][model]["seeds"]["1"]
         assert seed["run"]["steps"] == 25 and seed["run"]["stop_reason"] == "max_steps"
-        assert any(line.get("mid_epoch") for line in seed["evaluations"])
+        assert any(line.get("mid_epoch") for line in seed["history"])
         assert seed["scores"]["all"]["n_sentences"] > 0
     assert quiet["clock_stopped"] == {} and quiet["step_budgets"] == {"prpn": 25, "onlstm": 25, "palm": 25}
     report = (root / "quiet" / "REPORT.md").read_text()

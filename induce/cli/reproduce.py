@@ -45,8 +45,8 @@ def reproduce_command(
                                                               "runs/, "
                              "eval/ (and corpora/ unless it is the default, results). An existing folder is "
                              "continued when it holds a reproduction, refused when it holds other files."),
-    split: str = typer.Option("valid", "--split", help="Evaluation split: valid (dev, WSJ 22) or test (when the "
-                                                       "corpus has it)."),
+    split: str = typer.Option("auto", "--split", help="Split of the final figures: auto (test, WSJ 23, when the "
+                              "corpus has it, else valid), valid (dev, WSJ 22) or test. Models are selected on dev."),
     steps_per_model: Optional[int] = typer.Option(
         None, "--steps-per-model", min=1, help="Optimiser steps per model and seed (train.max_steps), instead of the "
         "profile's budgets: the same training on every machine (default: the profile's)."
@@ -121,21 +121,28 @@ def reproduce_command(
 
 
 def _print_summary(results: dict, console: Console) -> None:
-    from induce.report.names import display
-    from induce.report.text import fmt, split_label
+    from induce.report.markdown import perplexity_bounds
+    from induce.report.names import display, split_label
+    from induce.report.text import fmt
 
     source = results["corpus"]["eval"]
     where = split_label(results["split"], source.get("source_kind") or source.get("kind"))
     # Short headers, explained in the caption, and no wrapping: the table fits an 80-column terminal
     # (or log file) with every cell on one line.
+    bounds = perplexity_bounds(results["models"], results["models_order"])
+    whole = [display(m) for m in results["models_order"] if (results["models"][m].get("traits") or {}).get(
+        "sentence_level")]
     table = Table(title=f"induce reproduce ({results['profile']['name']} profile), {where}",
-                  caption="ppl: perplexity; WSJ10 / WSJ40 / all: sentence F1 by length; "
-                          "% L / R: left / right splits on WSJ40")
+                  caption="ppl: perplexity" + (f" ({', '.join(whole)}: each sentence alone, see REPORT.md)"
+                                               if whole else "")
+                          + ("; ≤: an upper bound" if bounds else "")
+                          + "; WSJ10 / WSJ40 / all: sentence F1 by length; % L / R: left / right splits on WSJ40")
     for column in ("model", "ppl", "WSJ10", "WSJ40", "all", "% L / R"):
         table.add_column(column, justify="left" if column == "model" else "right", no_wrap=True)
     for name in results["models_order"]:
         s = results["models"][name]["summary"]
-        table.add_row(display(name), fmt(s["perplexity"]), fmt(s["sentence_f1_wsj10"]), fmt(s["sentence_f1_wsj40"]),
+        table.add_row(display(name), ("≤ " if name in bounds else "") + fmt(s["perplexity"]),
+                      fmt(s["sentence_f1_wsj10"]), fmt(s["sentence_f1_wsj40"]),
                       fmt(s["sentence_f1_all"]),
                       f"{fmt(s['left_split_pct_wsj40'])} / {fmt(s['right_split_pct_wsj40'])}")
     for kind, data in results["baselines"].items():

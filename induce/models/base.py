@@ -111,6 +111,11 @@ class LanguageModel(nn.Module):
     #: :data:`SENTENCE_LEVEL` models: sentences of fewer words are left out of training and validation (a
     #: grammar in Chomsky normal form without unary rules derives no one-word sentence).
     shortest_sentence: ClassVar[int] = 1
+    #: :meth:`perplexity_loss` is an upper bound on ``-log p(x)`` (a variational bound, e.g. a latent variable's
+    #: negative ELBO), so the perplexity it gives is one too; an instance may say so per config.
+    perplexity_is_bound: ClassVar[bool] = False
+    #: What the validation loss that selects the checkpoint is, in the words of the reproduction report.
+    validation_loss_text: ClassVar[str] = "validation perplexity"
     #: The keys of :attr:`Config` that set the number of parameters, named (with the largest values that fit)
     #: when the parameters alone do not fit the memory.
     size_keys: ClassVar[tuple[str, ...]] = ("emb_size", "hidden_size")
@@ -140,6 +145,12 @@ class LanguageModel(nn.Module):
         """:data:`SENTENCE_LEVEL` models: ``tokens [B, T]`` (the words of each sentence, right-padded with 0),
         ``lengths [B]`` -> ``[B]`` the loss of each sentence in nats (a negative log-likelihood or its bound)."""
         raise NotImplementedError
+
+    def perplexity_loss(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """The loss of each sentence ``[B]`` that a reported perplexity reads (``induce eval --lm``): by default
+        :meth:`sentence_loss`; a model whose validation loss is chosen for model selection (e.g. a latent variable
+        at its mean) returns its bound here, whatever that choice."""
+        return self.sentence_loss(tokens, lengths)
 
     def step_tensors(self, batch_size: int, length: int) -> list[StepTensor]:
         """The largest tensors a training step on ``batch_size`` sentences of up to ``length`` words holds at

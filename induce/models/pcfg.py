@@ -30,7 +30,9 @@ fidelity table says which one the configs use):
 * ``valid_z: sample`` (default): the validation bound draws ``z`` as training does (``train.py``'s
   ``eval`` keeps the sample "since we want a valid upper bound on PPL"), here from a generator seeded
   afresh at each call, so that validation neither depends on nor moves the training RNG (exact resume);
-  ``valid_z: mean`` uses the mean (not a bound).
+  ``valid_z: mean`` validates (selects the checkpoint) with ``z`` at the mean, the grammar the parser uses
+  (not a bound). A reported perplexity (:meth:`perplexity_loss`, ``induce eval --lm``) is the sampled bound
+  either way.
 * The inference network reads padded batches (compound-pcfg batches sentences of one length): the
   bi-LSTM runs over packed sequences and the max pool skips the padding, which gives the released values
   on unpadded sentences.
@@ -278,6 +280,19 @@ class CompoundPCFG(LanguageModel):
         if self.config.init == "xavier":
             xavier_init_(self)
 
+    @property
+    def perplexity_is_bound(self) -> bool:
+        """With ``z`` (C-PCFG), the loss is the negative ELBO: its perplexity is an upper bound."""
+        return self.encoder is not None
+
+    @property
+    def validation_loss_text(self) -> str:
+        if self.encoder is None:
+            return "validation perplexity"
+        if self.config.valid_z == "sample":
+            return "validation bound (z sampled: an upper bound on the perplexity)"
+        return "validation loss with z at the mean of q(z | x) (the parser's z; not a bound)"
+
     def latent(self, tokens: torch.Tensor, lengths: torch.Tensor, mode: str):
         """``(z [B, z_dim] or None, kl [B])``: ``mode`` ``sample`` (global RNG), ``fixed`` (a sample from a
         generator seeded afresh) or ``mean``."""
@@ -294,13 +309,20 @@ class CompoundPCFG(LanguageModel):
             z = mean + (0.5 * logvar).exp() * noise
         return z, gaussian_kl(mean, logvar)
 
-    def sentence_loss(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """The negative ELBO of each sentence ``[B]`` (nats): ``-log p(x | z) + KL`` (N-PCFG: ``-log p(x)``)."""
+    def sentence_loss(self, tokens: torch.Tensor, lengths: torch.Tensor, z_mode: Optional[str] = None) -> torch.Tensor:
+        """The negative ELBO of each sentence ``[B]`` (nats): ``-log p(x | z) + KL`` (N-PCFG: ``-log p(x)``);
+        ``z`` sampled in training, in eval mode (validation) as ``valid_z`` says; ``z_mode`` overrides
+        (:meth:`latent`'s modes)."""
         lengths_at_least_two(self.name, lengths)
-        mode = "sample" if self.training else ("fixed" if self.config.valid_z == "sample" else "mean")
+        mode = z_mode or ("sample" if self.training else ("fixed" if self.config.valid_z == "sample" else "mean"))
         z, kl = self.latent(tokens, lengths, mode)
         terms, rules, roots = self.grammar(tokens, z)
         return -inside(terms, rules, roots, lengths) + kl
+
+    def perplexity_loss(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """The bound a reported perplexity reads, whatever ``valid_z`` chose for validation: ``z`` sampled from a
+        generator seeded afresh (``valid_z: mean`` selects with ``z`` at its mean, which is not a bound)."""
+        return self.sentence_loss(tokens, lengths, None if self.training else "fixed")
 
     def step_tensors(self, batch_size: int, length: int) -> list[StepTensor]:
         """The rule tensor's size ``[B, NT, S, S]``, held once or twice by a training step: the inside pass

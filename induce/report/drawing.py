@@ -26,6 +26,7 @@ def make_figures(results: dict, out: Path, repro) -> dict:
     folder = out / "figures"
     made: dict = {}
     made.update(_training_curves(results, folder, out))
+    made.update(_learning_curves(results, folder, out))
     made.update(_branching(results, folder, out))
     made.update(_examples(results, folder, out, repro))
     return made
@@ -52,6 +53,23 @@ def _training_curves(results: dict, folder: Path, out: Path) -> dict:
         return {}
     return {"training_curves": _rel(figures.plot_training_curves(
         histories, folder / "training-curves.png", epoch_tokens=epoch_tokens), out)}
+
+
+def _learning_curves(results: dict, folder: Path, out: Path) -> dict:
+    """Dev F1 against steps and CPU-minutes of every run of the report's grammars (the PCFG section's models)."""
+    from induce.report import figures
+    from induce.report.markdown import grammar_models
+
+    chosen = grammar_models(results["models"], results["models_order"])
+    histories = {}
+    for model in chosen:
+        for seed, data in results["models"][model]["seeds"].items():
+            label = display(model) + (f" (seed {seed})" if len(results["seeds"]) > 1 else "")
+            histories[label] = data.get("history", [])
+    if not any(figures.learning_curve_points(h)["f1"] for h in histories.values()):
+        return {}
+    return {"learning_curves": _rel(figures.plot_learning_curves(
+        histories, folder / "learning-curves.png", title="Dev F1 (monitor set) during training"), out)}
 
 
 def _branching(results: dict, folder: Path, out: Path) -> dict:

@@ -2,6 +2,7 @@
 
 * :func:`plot_training_curves` — validation / training perplexity and dev F1 per epoch of each run
   (from its ``metrics.jsonl``);
+* :func:`plot_learning_curves` — dev F1 against optimiser steps and against training CPU-minutes;
 * :func:`plot_branching` — shares of left / right / other binary / n-ary splits per model and gold;
 * :func:`plot_trees` — one sentence's gold tree and induced trees side by side, induced constituents
   coloured by whether the gold tree has them;
@@ -100,12 +101,24 @@ def _grid(n: int, max_cols: int = 3) -> tuple[int, int]:
 
 def _epoch_positions(history: list, epoch_tokens: Optional[int]) -> list[float]:
     """x of each record: its epoch number; a partial epoch (time budget) sits at ``epoch - 1 + share``,
-    the share of an epoch's tokens it trained (``epoch_tokens``, else the largest complete epoch's)."""
-    full = max((int(r.get("train_tokens", 0)) for r in history if not r.get("partial")), default=0) or epoch_tokens
+    the share of an epoch's tokens it trained (``epoch_tokens``, else the largest complete epoch's); an
+    evaluation inside an epoch (``mid_epoch``) at the share of its epoch's optimiser steps done (its ``steps``
+    against those of the epoch's end, or of the longest complete epoch when its end is not recorded)."""
+    full = max((int(r.get("train_tokens", 0)) for r in history if not r.get("partial") and not r.get("mid_epoch")),
+               default=0) or epoch_tokens
+    ends = {r["epoch"]: r["steps"] for r in history
+            if not r.get("mid_epoch") and not r.get("partial") and isinstance(r.get("steps"), (int, float))}
+    lengths = [ends[e] - ends.get(e - 1, 0) for e in ends if e == 1 or e - 1 in ends]
     xs = []
     for record in history:
         x = float(record["epoch"])
-        if record.get("partial") and full:
+        if record.get("mid_epoch"):
+            start = ends.get(record["epoch"] - 1, 0)
+            length = ends[record["epoch"]] - start if record["epoch"] in ends else max(lengths, default=0)
+            steps = record.get("steps")
+            if isinstance(steps, (int, float)) and length > 0:
+                x = record["epoch"] - 1 + min(1.0, max(0.0, (steps - start) / length))
+        elif record.get("partial") and full:
             x = record["epoch"] - 1 + min(1.0, int(record.get("train_tokens", 0)) / full)
         xs.append(x)
     return xs
@@ -150,8 +163,12 @@ def plot_training_curves(histories: dict, path: PathLike, epoch_tokens: Union[No
             series.append((ax_f1, [record.get("dev_f1", math.nan) for record in history]))
         for ax, values in series:
             plotted.setdefault(ax, []).extend(values)
-            ax.plot(epochs, values, linestyle=style["linestyle"], color=colour, linewidth=1.4, label=label)
-            ax.scatter(epochs, values, marker=style["marker"], facecolors=hollow, edgecolors=colour, s=36, zorder=3)
+            # the records that have this value (an evaluation inside an epoch has no training perplexity)
+            kept = [k for k, value in enumerate(values) if isinstance(value, (int, float)) and math.isfinite(value)]
+            xs, ys = [epochs[k] for k in kept], [values[k] for k in kept]
+            ax.plot(xs, ys, linestyle=style["linestyle"], color=colour, linewidth=1.4, label=label)
+            ax.scatter(xs, ys, marker=style["marker"], facecolors=[hollow[k] for k in kept], edgecolors=colour, s=36,
+                       zorder=3)
     from matplotlib.ticker import MaxNLocator
 
     last = max((x for label, h in histories.items() for x in _epoch_positions(h, tokens_of(label))), default=1.0)
@@ -177,6 +194,64 @@ def plot_training_curves(histories: dict, path: PathLike, epoch_tokens: Union[No
         fig.legend(proxies, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8, frameon=False)
     rows_of_legend = math.ceil(len(labels) / 6) if handles else 0
     fig.tight_layout(rect=(0, 0.04 + 0.05 * rows_of_legend if handles else 0, 1, 1))
+    return save_figure(fig, path)
+
+
+def learning_curve_points(history: list) -> dict:
+    """From one run's ``metrics.jsonl`` records, the points of its learning curve: every record with ``dev_f1``
+    (an epoch's end, or an evaluation inside an epoch) gives ``f1``, ``steps`` (optimiser steps of the whole run,
+    None when the record lacks them) and ``minutes``: training CPU-minutes (cumulative ``train_cpu_seconds``), or,
+    when a record lacks them, the wall-clock training minutes of the epochs so far (``train_seconds`` summed, an
+    evaluation inside an epoch placed at its epoch's start) with ``clock = "wall"`` saying so."""
+    f1, steps, cpu, wall = [], [], [], []
+    done = 0.0
+    for record in history:
+        if not record.get("mid_epoch"):
+            done += float(record.get("train_seconds") or 0.0)
+        value = record.get("dev_f1")
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
+            continue
+        f1.append(float(value))
+        steps.append(record.get("steps") if isinstance(record.get("steps"), (int, float)) else None)
+        seconds = record.get("train_cpu_seconds")
+        cpu.append(float(seconds) / 60 if isinstance(seconds, (int, float)) else None)
+        wall.append(done / 60)
+    clock = "cpu" if f1 and all(value is not None for value in cpu) else "wall"
+    return {"f1": f1, "steps": steps, "minutes": cpu if clock == "cpu" else wall, "clock": clock}
+
+
+def plot_learning_curves(histories: dict, path: PathLike, title: str = "") -> Path:
+    """``histories``: label -> list of ``metrics.jsonl`` records. Two panels: dev F1 (the monitor set) against
+    optimiser steps and against training CPU-minutes (:func:`learning_curve_points`; a run without CPU time is
+    drawn against wall-clock minutes, its legend label saying so). Runs without any dev F1 are left out."""
+    plt = pyplot()
+    fig, (ax_steps, ax_time) = plt.subplots(1, 2, figsize=(11, 4.2))
+    runs = [(label, learning_curve_points(history)) for label, history in histories.items()]
+    runs = [(label, points) for label, points in runs if points["f1"]]
+    clocks = {points["clock"] for _, points in runs}
+    for (label, points), style in zip(runs, run_styles(len(runs))):
+        shown = label + (" (wall clock)" if points["clock"] == "wall" and len(clocks) > 1 else "")
+        pairs = [(x, y) for x, y in zip(points["steps"], points["f1"]) if x is not None]
+        for ax, xs_ys in ((ax_steps, pairs), (ax_time, list(zip(points["minutes"], points["f1"])))):
+            if not xs_ys:
+                continue
+            xs, ys = zip(*xs_ys)
+            ax.plot(xs, ys, linestyle=style["linestyle"], color=style["color"], marker=style["marker"],
+                    markersize=4, linewidth=1.4, label=shown)
+    time_label = ("training CPU-minutes" if clocks == {"cpu"} else "training minutes, wall clock (no CPU time recorded)"
+                  if clocks == {"wall"} else "training CPU-minutes (wall clock where marked)")
+    for ax, xlabel in ((ax_steps, "optimiser steps"), (ax_time, time_label)):
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("dev sentence F1 (monitor set)")
+        ax.set_xlim(left=0)
+        ax.grid(alpha=0.3)
+    if not runs:
+        ax_steps.text(0.5, 0.5, "no dev F1 logged", ha="center", va="center", transform=ax_steps.transAxes)
+    else:
+        ax_steps.legend(fontsize=8, frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
     return save_figure(fig, path)
 
 

@@ -13,7 +13,7 @@ from typing import Optional
 from induce.evaluation.baselines import BASELINES
 from induce.evaluation.metrics import REPORTED_LABELS
 from induce.report.findings import all_findings, join_words
-from induce.report.names import display
+from induce.report.names import WSJ_SOURCES, display, split_label
 from induce.report.published import PUBLISHED
 from induce.report.seeds import seeds_section
 from induce.report.text import (
@@ -66,6 +66,8 @@ class ReportContext:
     seeds: list
     eval_counts: dict  # the evaluation split's counts (meta.json)
     synthetic: bool  # evaluated on the synthetic treebank
+    dev_where: str  # dev as the report names it, e.g. "dev (WSJ 22)"
+    monitor: dict  # results["monitor"]: the monitor sets that selected each model's checkpoint
 
 
 def report_context(results: dict) -> ReportContext:
@@ -81,9 +83,11 @@ def report_context(results: dict) -> ReportContext:
     seeds = results["seeds"]
     eval_counts = (eval_corpus.get("splits") or {}).get(split, {})
     synthetic = eval_corpus.get("kind") == "synthetic" or eval_corpus.get("source_kind") == "synthetic"
+    dev_where = split_label("valid", eval_corpus.get("source_kind") or eval_corpus.get("kind"))
     return ReportContext(results=results, profile=profile, split=split, where=where, models=models,
                          per_model=per_model, baselines=baselines, eval_corpus=eval_corpus, train_corpus=train_corpus,
-                         budget=budget, budgets=budgets, seeds=seeds, eval_counts=eval_counts, synthetic=synthetic)
+                         budget=budget, budgets=budgets, seeds=seeds, eval_counts=eval_counts, synthetic=synthetic,
+                         dev_where=dev_where, monitor=results.get("monitor") or {})
 
 
 def render_markdown(results: dict) -> str:
@@ -92,6 +96,24 @@ def render_markdown(results: dict) -> str:
     context = report_context(results)
     values = {field.name: getattr(context, field.name) for field in fields(context)}
     return "\n".join(line for section in SECTIONS for line in section(**values))
+
+
+def splits_sentence(results: dict, where: str) -> str:
+    """Which split the figures are on and where the models were selected: the first words of the report."""
+    eval_corpus = results["corpus"]["eval"]
+    available = (results.get("splits") or {}).get("test_available", "test" in (eval_corpus.get("splits") or {}))
+    wsj = (eval_corpus.get("source_kind") or eval_corpus.get("kind")) in WSJ_SOURCES
+    if results["split"] == "test":
+        return (f"The figures of ours below are on **{where}**, unless marked dev"
+                + ("" if wsj else " (this data's own test split, **not WSJ section 23**, the published figures' test "
+                                  "set)")
+                + ". Each model was selected on dev only: its checkpoint was chosen while it trained, on the monitor "
+                "sentences of dev, never on the test split (*Model selection*).")
+    why = ("this data holds no WSJ section 23, the test split" if wsj and not available
+           else "the corpus has no test split" if not available else "`--split valid` was asked")
+    return (f"**There are no test figures here** ({why}): every figure of ours below is on **{where}**, a dev "
+            "figure, not a test figure, and the models were selected on dev too (on its monitor sentences: *Model "
+            "selection*).")
 
 
 def _preamble(*, results, profile, where, models, per_model, eval_corpus, budget, budgets, synthetic,
@@ -118,11 +140,8 @@ def _preamble(*, results, profile, where, models, per_model, eval_corpus, budget
                      + " per seed")
     if profile.get("train_sentences"):
         scope.append(f"on the first {profile['train_sentences']:,} training sentences")
-    wsj = eval_corpus.get("source_kind") in ("ldc", "wsj-files")
-    held_out = wsj and "test" not in (eval_corpus.get("splits") or {})
-    warning = (f"**Read this first.** Every figure of ours below is on **{where}**"
-               + (" (section 23 is held out here)" if held_out else "")
-               + f", with the models of profile `{profile['name']}`"
+    warning = ("**Read this first.** " + splits_sentence(results, where)
+               + f" The models are those of profile `{profile['name']}`"
                + (f" ({profile.get('description')})" if profile.get("description") else "")
                + (", " + " and ".join(scope) if scope else "") + ". "
                "The published figures are on the WSJ test set (section 23) with the papers' full-size models trained "
@@ -151,9 +170,9 @@ def _preamble(*, results, profile, where, models, per_model, eval_corpus, budget
     if findings:
         add("## What the results show")
         add("")
-        add("Generated from the figures below (`induce.report.findings`): the best parser against the trivial "
-            "baselines, "
-            "models below a baseline, seeds far from the others, dev F1 curves that fall.")
+        add("Generated from the figures below (`induce.report.findings`): the best learned parser against the "
+            "trivial baselines, models below a baseline or their untrained initialisation, seeds far from the others, "
+            "dev F1 curves that fall and checkpoints the selection took far from the best dev F1.")
         add("")
         lines.extend(f"* {sentence}" for sentence in findings)
         add("")
@@ -190,13 +209,21 @@ def _setup(*, results, profile, split, where, models, per_model, eval_corpus, tr
     setup_rows = [
         ["profile", f"`{profile['name']}` ({results.get('profile_folder')}): {profile.get('description', '')}"],
         ["models", ", ".join(display(m) for m in models)],
+        *([["runs of earlier invocations", "reported beside this invocation's, each with the config in its run folder "
+            "(`runs/MODEL-seedN/config.yaml`): " + ", ".join(results["earlier_runs"])]]
+          if results.get("earlier_runs") else []),
+        *([["runs not reported", "in `runs/` but without an evaluation of their current checkpoint on this split: "
+            + ", ".join(results["runs_left_out"])]] if results.get("runs_left_out") else []),
         ["seeds", ", ".join(str(s) for s in seeds)],
         ["training budget", budget_text(budget, budgets, models, results.get("chunk_s"), results.get("step_budgets"))],
         ["training data", train_text],
         ["vocabulary", f"{eval_corpus.get('vocab_size', '?'):,} types (including `<unk>`, `<eos>`)"
          if isinstance(eval_corpus.get("vocab_size"), int) else "?"],
-        ["model selection", f"best validation perplexity on `{train_corpus['path']}` valid "
-                            f"({text_size(monitor)}), checked each epoch"],
+        ["model selection", "each run's `best` checkpoint, which all its figures come from, chosen while it trained "
+                            f"on the monitor sentences: `{train_corpus['path']}` valid ({text_size(monitor)}"
+                            + (f"; the first {subset['valid_sentences']:,} dev sentences"
+                               if subset.get("valid_sentences") else "") + "), never on test; per model: *Model "
+                            "selection*"],
         ["evaluation", f"{where}: `{eval_corpus['path']}` {split}, {count_text(eval_counts.get('trees'))} trees; "
                        f"LM text {text_size(eval_counts)}"],
         ["configs", "`induce/configs/<model>.yaml`"
@@ -218,11 +245,93 @@ def _setup(*, results, profile, split, where, models, per_model, eval_corpus, tr
     for m in models:
         cfg = results["configs"].get(m, {}).get("model", {})
         bits = [f"{k} {cfg[k]}" for k in ("emb_size", "hidden_size", "n_layers", "chunk_size", "rrnn_size",
-                                          "attention_size", "max_span_length") if k in cfg]
+                                          "attention_size", "max_span_length", "nt_states", "t_states", "rank",
+                                          "state_dim", "z_dim") if k in cfg]
         sizes.append([display(m), f"{params[m]:,.0f}" if params[m] else "—", ", ".join(bits)])
     lines += markdown_table(["model", "parameters", "size"], sizes, ["---", "---:", "---"])
     add("")
     return lines
+
+
+def selection_criterion(model: str, monitor: dict, run: dict) -> str:
+    """Why a run's ``best`` checkpoint is the one it is: its config's ``train.select_by`` on the monitor set
+    (``results["monitor"]``), named with the sentences it reads and what its validation loss is (``run``: the
+    run's summary, ``validation_loss``)."""
+    entry = (monitor.get("models") or {}).get(model) or {}
+    select_by = entry.get("select_by", "valid_ppl")
+    if select_by == "dev_f1":
+        count = entry.get("dev_f1_sentences")
+        return ("highest dev F1 on the monitor's " + (f"first {count:,} " if count else "")
+                + "sentences of 2-40 words (their gold trees)")
+    what = run.get("validation_loss") or "validation perplexity"
+    if "bound_sentences" in entry:
+        longest = entry.get("bound_max_length")
+        lengths = (f"{entry.get('bound_min_length', 1)}-{longest} words" if longest
+                   else f"{entry.get('bound_min_length', 1)} words or more")
+        return f"lowest {what} on the monitor's {entry['bound_sentences']:,} sentences of {lengths}"
+    total = monitor.get("valid_sentences")
+    return f"lowest {what} on the monitor's text" + (f" ({total:,} sentences)" if total else "")
+
+
+def checkpoint_text(run: dict) -> str:
+    """``epoch 3 of 8 (step 960 of 2,560)``: where a run's ``best`` checkpoint sits in its training."""
+    if not run or run.get("best_epoch") is None:
+        return "—"
+    steps, total = run.get("best_steps"), run.get("steps")
+    where = f"epoch {run['best_epoch']}" + (" (partial)" if run.get("best_partial") else "")
+    if run.get("best_mid_epoch") and steps is not None:
+        where = f"step {steps:,} (inside epoch {run['best_epoch']})"
+    where += f" of {run.get('epochs', '?')}"
+    if steps is not None and not run.get("best_mid_epoch"):
+        where += f" (step {steps:,}" + (f" of {total:,}" if total is not None else "") + ")"
+    elif total is not None:
+        where += f" ({total:,} steps in all)"
+    return where
+
+
+def _f1_text(value) -> str:
+    return f"{value:.1f}" if isinstance(value, (int, float)) else "—"
+
+
+def _selection(*, results, split, where, dev_where, models, per_model, monitor, **_) -> list[str]:
+    """``## Model selection``: per run, the checkpoint every figure comes from, what chose it, its dev F1 on the
+    monitor set against the best and the last evaluation's; with a test split, its dev and test F1 side by side."""
+    several = len(results.get("seeds") or []) > 1
+    test = split != "valid"
+    rows = []
+    for m in models:
+        for seed, data in (per_model[m].get("seeds") or {}).items():
+            run = data.get("run") or {}
+            row = [display(m) + (f" (seed {seed})" if several else "")
+                   + (" (earlier invocation)" if data.get("earlier_invocation") else ""),
+                   checkpoint_text(run), selection_criterion(m, monitor, run),
+                   _f1_text(run.get("best_dev_f1")), _f1_text(run.get("peak_dev_f1")), _f1_text(run.get("last_dev_f1"))]
+            if test:
+                dev = ((per_model[m].get("dev") or {}).get("seeds") or {}).get(seed) or {}
+                for scores in ((dev.get("scores") or {}), (data.get("scores") or {})):
+                    row += [_f1_text((scores.get("wsj40") or {}).get("sentence_f1")),
+                            _f1_text((scores.get("all") or {}).get("sentence_f1"))]
+            rows.append(row)
+    if not rows:
+        return []
+    counts = sorted({entry["dev_f1_sentences"] for entry in (monitor.get("models") or {}).values()
+                     if "dev_f1_sentences" in entry})
+    header = ["run", "checkpoint evaluated (`best`)", "chosen by", "its dev F1 (monitor)", "best dev F1 (monitor)",
+              "last dev F1 (monitor)"]
+    if test:
+        header += [f"WSJ40 F1, {dev_where}", f"all-length F1, {dev_where}", f"WSJ40 F1, {where}",
+                   f"all-length F1, {where}"]
+    lines = ["## Model selection: which checkpoint each figure comes from", "",
+             "Every figure of a run below comes from its `best` checkpoint: the last evaluation during training that "
+             "improved the run's selection value (`train.select_by`) on the monitor set, the valid split of "
+             f"`{monitor.get('corpus', '?')}` (a dev set; the test split is never read in training or selection). "
+             "The dev F1 columns parse the monitor's first "
+             + ("/".join(f"{c:,}" for c in counts) if counts else "N") + " sentences of 2-40 words at each "
+             "evaluation (`metrics.jsonl`'s `dev_f1`): a dev figure on those few sentences, shown to say what the "
+             "selection chose, not a result" + (f"; the {dev_where} and {where} columns score the whole splits." if test
+                                                 else "."), ""]
+    lines += markdown_table(header, rows, ["---", "---", "---"] + ["---:"] * (len(header) - 3))
+    return lines + [""]
 
 
 def sentence_reading(models: list) -> str:
@@ -288,18 +397,24 @@ def _language_modelling(*, results, where, models, per_model, **_) -> list[str]:
     mikolov = results.get("mikolov")
     pub_lm = PUBLISHED["lm"]
     rows = []
+    bounds = perplexity_bounds(per_model, models)
     for m in models:
         s = per_model[m]["summary"]
         pub = pub_lm["rows"].get(m)
+        mark = "≤ " if m in bounds else ""
         rows.append([display(m), fmt(s["epochs"], 0),
                      f"{s['train_tokens']['mean']:,.0f}" if s["train_tokens"]["mean"] else "—",
-                     minutes(s["train_seconds"]["mean"]), fmt(s["perplexity"]),
-                     fmt(s.get("mikolov_perplexity")) if mikolov else "not found",
+                     minutes(s["train_seconds"]["mean"]), mark + fmt(s["perplexity"]),
+                     (mark + fmt(s.get("mikolov_perplexity"))) if mikolov else "not found",
                      f"{pub['value']:.2f} ({pub['source']})" if pub else "—"])
     lines += markdown_table(["model", "epochs", "tokens trained", "training time (with validation)",
                      f"perplexity, our {results['split']} text", f"perplexity, Mikolov's {results['split']} text",
                      "published (Mikolov's PTB test text)"], rows)
     add("")
+    note = sentence_level_note(per_model, models)
+    if note:
+        add(note)
+        add("")
     add(tokens_trained_note(results, models))
     add("")
     if mikolov:
@@ -310,13 +425,47 @@ def _language_modelling(*, results, where, models, per_model, **_) -> list[str]:
             "itself. More `<unk>` makes the text easier to predict, so this column is not strictly comparable with the "
             "published one either, which is also on the test text.")
     else:
-        add("Mikolov's text of this split was not found (`--lm-text FOLDER` with `ptb.valid.txt`, or `ptb_lm/` "
-            "under the data root): no perplexity here is on the text the published figures use, and none is "
-            "comparable with them.")
+        add(f"Mikolov's text of this split was not found (`--lm-text FOLDER` with `ptb.{results['split']}.txt`, "
+            "or `ptb_lm/` under the data root): no perplexity here is on the text the published figures use, and "
+            "none is comparable with them.")
     add("")
     add(f"Published column: {pub_lm['note']} PaLM: {PUBLISHED['table1']['missing']}.")
     add("")
     return lines
+
+
+def perplexity_bounds(per_model: dict, models: list) -> list:
+    """The models whose perplexity is an upper bound (a seed's run says so: ``run.perplexity_bound``)."""
+    return [m for m in models if any((data.get("run") or {}).get("perplexity_bound")
+                                     for data in (per_model[m].get("seeds") or {}).values())]
+
+
+def sentence_level_note(per_model: dict, models: list) -> str:
+    """What the perplexity of the models that learn from whole sentences (``traits.sentence_level``: the
+    PCFGs) is, beside the language models' exact perplexity of the running text: each sentence alone, one-word
+    sentences left out, an upper bound where the loss is a bound, and the length cap of their training."""
+    sentence = [m for m in models if (per_model[m].get("traits") or {}).get("sentence_level")]
+    if not sentence:
+        return ""
+    bounds = [m for m in perplexity_bounds(per_model, models) if m in sentence]
+    exact = [m for m in sentence if m not in bounds]
+    caps = {}
+    for m in sentence:
+        caps.setdefault((per_model[m].get("traits") or {}).get("train_max_length"), []).append(display(m))
+    text = (f"**{join_words([display(m) for m in sentence])}** learn from whole sentences: their perplexity reads "
+            "each sentence alone (no context from the sentences before it, unlike the LSTMs' running text) and leaves "
+            "one-word sentences out.")
+    if bounds:
+        text += (f" {join_words([display(m) for m in bounds])}: **an upper bound** (`≤`: the negative ELBO, with a "
+                 "latent variable), not the model's perplexity" + (f"; {join_words([display(m) for m in exact])}: "
+                                                                    "exact (the inside algorithm)" if exact else "")
+                 + ".")
+    trained = [f"{cap} words ({join_words(names)})" for cap, names in caps.items() if cap]
+    if trained:
+        text += (f" They were trained on sentences of at most {', '.join(trained)}: `data.max_length`, and are "
+                 "evaluated here on every length of the split.")
+    text += " Not comparable with the exact perplexities of the other models beside them."
+    return text
 
 
 def _parsing_wsj40(*, where, models, per_model, baselines, **_) -> list[str]:
@@ -379,7 +528,34 @@ def _branching(*, results, where, models, per_model, **_) -> list[str]:
         "nor PaLM-S when PaLM is (untrained, they are the same model)."
         + (f" Gold: {gold['nary_split_pct']:.1f}% of the gold splits are n-ary." if gold else ""))
     add("")
+    lines += _like_with_like(results, where, models, per_model)
     return lines
+
+
+def _like_with_like(results: dict, where: str, models: list, per_model: dict) -> list[str]:
+    """The trained models scored on the untrained models' sentences (the first ``random_init_sentences`` WSJ40
+    sentences of the split), beside the untrained models: one set of sentences for both."""
+    init = results.get("random_init") or {}
+    if not init:
+        return []
+    counts = {info["n_sentences"] for info in init.values()}
+    rows = []
+    for m, info in init.items():
+        rows.append([f"{display(m)}, untrained ({info['n_models']} inits)", fmt(info.get("sentence_f1")),
+                     fmt(info["left_split_pct"]), fmt(info["right_split_pct"])])
+    for m in models:
+        s = per_model[m]["summary"]
+        if (s.get("init_sentences_sentence_f1") or {}).get("mean") is None:
+            continue
+        rows.append([display(m), fmt(s["init_sentences_sentence_f1"]), fmt(s["init_sentences_left_split_pct"]),
+                     fmt(s["init_sentences_right_split_pct"])])
+    if len(rows) == len(init) or len(counts) != 1:
+        return []
+    (count,) = counts
+    lines = [f"**Like with like**: the untrained models parse the first {count:,} WSJ40 sentences of {where}; the "
+             "trained models on those same sentences:", ""]
+    lines += markdown_table(["", f"WSJ40 F1 ({count:,} sentences)", "% left", "% right"], rows)
+    return lines + [""]
 
 
 def _wsj10_and_labels(*, where, models, per_model, baselines, **_) -> list[str]:
@@ -413,17 +589,71 @@ def _wsj10_and_labels(*, where, models, per_model, baselines, **_) -> list[str]:
         f"that the induced tree has. ON-LSTM's convention keeps one-word sentences, each scoring F1 = 1 (ours skips "
         f"them). Published: {PUBLISHED['kim_onlstm']['missing']}.")
     add("")
-    quoted = [(m, PUBLISHED["pcfg"]["rows"][m]) for m in models if m in PUBLISHED["pcfg"]["rows"]]
-    if quoted:
-        figures = "; ".join(f"{display(m)} {p['value']:.1f}" + (f" ± {p['std']:.1f}" if "std" in p else "")
-                            + f" ({p['source']})" for m, p in quoted)
-        add(f"Published ({PUBLISHED['pcfg']['note']}; compare the all-length F1 column, on this report's split): "
-            f"{figures}.")
-        add("")
     return lines
 
 
-def _figures(*, results, **_) -> list[str]:
+def grammar_models(per_model: dict, models: list) -> list:
+    """The report's grammars (parser kind ``grammar``) and the models with a published PCFG figure."""
+    return [m for m in models if (per_model[m].get("traits") or {}).get("parser_kind") == "grammar"
+            or m in PUBLISHED["pcfg"]["rows"]]
+
+
+def _pcfgs(*, results, split, where, models, per_model, monitor, **_) -> list[str]:
+    """``## Neural PCFGs against the published figures``: each grammar's all-length sentence F1 beside the
+    published one (source, convention, split), the checkpoint it comes from, and its learning curve."""
+    chosen = grammar_models(per_model, models)
+    if not chosen:
+        return []
+    several = len(results.get("seeds") or []) > 1
+    rows = []
+    for m in chosen:
+        pub = PUBLISHED["pcfg"]["rows"].get(m)
+        published = (f"{pub['value']:.1f}" + (f" ± {pub['std']:.1f}" if "std" in pub else "")) if pub else "—"
+        cap = (per_model[m].get("traits") or {}).get("train_max_length")
+        for seed, data in (per_model[m].get("seeds") or {}).items() or [(None, {})]:
+            run = data.get("run") or {}
+            cpu = run.get("train_cpu_seconds")
+            trained = [f"{run['steps']:,} steps" if isinstance(run.get("steps"), int) else None,
+                       f"{cpu / 60:.1f} CPU-min" if isinstance(cpu, (int, float)) else None,
+                       f"sentences of at most {cap} words" if cap else None]
+            rows.append([display(m) + (f" (seed {seed})" if several and seed else ""),
+                         _f1_text(((data.get("scores") or {}).get("all") or {}).get("sentence_f1")), published,
+                         pub["source"] if pub else "—", checkpoint_text(run),
+                         ", ".join(t for t in trained if t) or "—"])
+    lines = ["## Neural PCFGs against the published figures", ""]
+    lines += markdown_table(["model", f"sentence F1, all lengths (ours, {where})",
+                             "published (WSJ test, all lengths)", "source", "checkpoint evaluated", "training"],
+                            rows, ["---", "---:", "---:", "---", "---", "---"])
+    lines.append("")
+    convention = (f"Convention: {PUBLISHED['pcfg']['note']}, which is this report's default (sentence-level F1 over "
+                  "all lengths, punctuation removed, one-word sentences skipped, trivial spans not counted).")
+    source = results["corpus"]["eval"]
+    if split == "test" and (source.get("source_kind") or source.get("kind")) in WSJ_SOURCES:
+        lines.append(f"{convention} Ours are test figures, on the same split as the published ones; the model sizes "
+                     "and training budgets are this profile's (Setup), not the papers'.")
+    elif split == "test":
+        lines.append(f"{convention} **Ours are test figures of other data ({where}), not of WSJ section 23**, the "
+                     "published ones' split; the model sizes and training budgets are this profile's (Setup), not "
+                     "the papers'.")
+    else:
+        lines.append(f"{convention} **Ours are dev figures ({where}), not test figures**: the published ones are on "
+                     "WSJ section 23, which this data does not hold.")
+    lines.append("")
+    figure = (results.get("figures") or {}).get("learning_curves")
+    if figure:
+        counts = sorted({(monitor.get("models") or {}).get(m, {}).get("dev_f1_sentences") for m in chosen} - {None})
+        lines += [f"![learning curves]({figure})", "",
+                  "Learning curves: dev F1 at each evaluation during training (`metrics.jsonl`: every epoch's end and, "
+                  "with `train.eval_every`, between them) against optimiser steps and against training CPU-minutes "
+                  "(`train_cpu_seconds`; a run that did not record CPU time is drawn against its wall-clock training "
+                  "minutes, and its legend says so). Dev F1 here is on the monitor sentences ("
+                  + (f"the first {'/'.join(f'{c:,}' for c in counts)} of 2-40 words" if counts else "2-40 words")
+                  + f" of `{monitor.get('corpus', '?')}` valid), a dev set: not the test figure, and not the whole "
+                  "dev split the table scores.", ""]
+    return lines
+
+
+def _figures(*, results, monitor, **_) -> list[str]:
     """``## 5. Figures``."""
     lines: list[str] = []
     add = lines.append
@@ -435,9 +665,18 @@ def _figures(*, results, **_) -> list[str]:
         add("")
         add(f"![training curves]({figs['training_curves']})")
         add("")
-        add("Per epoch, from each run's `metrics.jsonl`: validation perplexity (monitoring set, solid), training "
-            "perplexity (dashed, x), dev F1 of the monitored sentences; a hollow marker is a partial epoch cut by the "
-            "time budget, placed at the share of the epoch it trained.")
+        entries = (monitor.get("models") or {}).values()
+        counts = sorted({entry["dev_f1_sentences"] for entry in entries if "dev_f1_sentences" in entry})
+        capped = any("bound_sentences" in entry for entry in entries)
+        add("Per evaluation, from each run's `metrics.jsonl`: validation perplexity on the monitor sentences "
+            f"(`{monitor.get('corpus', '?')}` valid"
+            + ("; a model that learns from whole sentences reads only those within its training length cap, and its "
+               "figure is a bound where table 1 marks it `≤`" if capped else "")
+            + "), training perplexity, and dev F1 on the monitor's "
+            + (f"first {'/'.join(f'{c:,}' for c in counts)} sentences of 2-40 words" if counts
+               else "sentences of 2-40 words")
+            + " (a dev set); a hollow marker is a partial epoch cut by the budget, placed at the share of the epoch "
+              "it trained, and an evaluation inside an epoch sits at the share of the epoch's steps done.")
         add("")
     if "branching" in figs:
         add("### Branching")
@@ -519,11 +758,13 @@ def _steps_and_files(*, results, **_) -> list[str]:
 SECTIONS = (
     _preamble,
     _setup,
+    _selection,
     _convention,
     _language_modelling,
     _parsing_wsj40,
     _branching,
     _wsj10_and_labels,
+    _pcfgs,
     seeds_section,
     _figures,
     _steps_and_files,

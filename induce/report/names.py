@@ -1,6 +1,9 @@
-"""Display names of the models and baselines (``prpn`` -> ``PRPN``), shared by the report, its findings,
-its figures and the summary table of ``induce reproduce`` (a leaf: it imports nothing of induce)."""
+"""Display names of the models and baselines (``prpn`` -> ``PRPN``) and of the splits (``valid`` of the WSJ
+files -> ``dev (WSJ 22)``), shared by the report, its findings, its figures and the summary table of ``induce
+reproduce`` (a leaf: it imports nothing of induce)."""
 from __future__ import annotations
+
+from typing import Optional
 
 NAMES = {"prpn": "PRPN", "onlstm": "ON-LSTM", "palm": "PaLM-U", "palm-s": "PaLM-S", "palm-rb": "PaLM-RB",
          "npcfg": "N-PCFG", "cpcfg": "C-PCFG", "tnpcfg": "TN-PCFG",
@@ -9,3 +12,21 @@ NAMES = {"prpn": "PRPN", "onlstm": "ON-LSTM", "palm": "PaLM-U", "palm-s": "PaLM-
 
 def display(name: str) -> str:
     return NAMES.get(name, name)
+
+
+#: Corpus sources whose splits are the WSJ sections (valid 22, test 23): the published figures' test split.
+WSJ_SOURCES = ("ldc", "wsj-files")
+
+
+def split_label(split: str, source_kind: Optional[str]) -> str:
+    """``dev (WSJ 22)``, ``test (WSJ 23)``, ``dev (NLTK sample)``, ``dev (synthetic treebank)``..."""
+    name = "dev" if split == "valid" else "test"
+    where = {**{kind: "WSJ 22" if split == "valid" else "WSJ 23" for kind in WSJ_SOURCES},
+             "nltk-sample": "NLTK sample", "synthetic": "synthetic treebank"}.get(source_kind or "", "")
+    return f"{name} ({where})" if where else f"{split} split"
+
+
+def results_split_label(results: dict, split: Optional[str] = None) -> str:
+    """``split`` (default: the final one, ``results["split"]``) of a reproduction's results, named."""
+    source = results["corpus"]["eval"]
+    return split_label(split or results["split"], source.get("source_kind") or source.get("kind"))

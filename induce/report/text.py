@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from induce.report.names import display
+from induce.report.findings import join_words
+from induce.report.names import display, results_split_label
 
 
 def fmt(stat, digits: int = 1) -> str:
@@ -26,21 +27,14 @@ def fmt(stat, digits: int = 1) -> str:
 def published_value(value) -> str:
     return "—" if value is None else f"{value:.1f}"
 
-def split_label(split: str, source_kind: Optional[str]) -> str:
-    """``dev (WSJ 22)``, ``test (WSJ 23)``, ``dev (NLTK sample)``, ``dev (synthetic treebank)``..."""
-    name = "dev" if split == "valid" else "test"
-    where = {"ldc": "WSJ 22" if split == "valid" else "WSJ 23", "wsj-files": "WSJ 22" if split == "valid" else "WSJ 23",
-             "nltk-sample": "NLTK sample", "synthetic": "synthetic treebank"}.get(source_kind or "", "")
-    return f"{name} ({where})" if where else f"{split} split"
-
 def split_name(results: dict) -> str:
-    source = results["corpus"]["eval"]
-    return split_label(results["split"], source.get("source_kind") or source.get("kind"))
+    """The final split as the report names it (:func:`induce.report.names.split_label`)."""
+    return results_split_label(results)
 
 def markdown_table(header: list[str], rows: list[list[str]], align: Optional[list[str]] = None) -> list[str]:
     align = align or ["---"] + ["---:"] * (len(header) - 1)
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
     return lines
 
 def minutes(seconds) -> str:
@@ -60,24 +54,43 @@ def text_size(counts: dict) -> str:
     return f"{count_text(sentences)} sentences, {count_text(words)} words"
 
 def tokens_trained_note(results: dict, models: list) -> str:
-    """What the "tokens trained" column counts, with the tokens one epoch predicts per batch size."""
+    """What the "tokens trained" column counts: for the models that read the training text as parallel streams,
+    the tokens one epoch predicts per batch size; for those that learn from whole sentences (``traits``'
+    ``sentence_level``), the sentences they read (within their training length cap)."""
     from induce.training.batching import predicted_per_epoch
 
-    counts = ((results["corpus"]["train"].get("splits") or {}).get("train") or {})
-    text = ("*Tokens trained*: the tokens the model predicted in training, all epochs together (`train_tokens` of "
-            "`metrics.jsonl`). An epoch predicts the tokens of the training text (setup: words + sentence ends) but "
-            "the first of each of the `data.batch_size` parallel streams and the tail that does not fill them")
-    if not (isinstance(counts.get("lm_sentences"), int) and isinstance(counts.get("lm_tokens"), int)):
-        return text + "."
-    tokens = counts["lm_sentences"] + counts["lm_tokens"]
-    sizes = {}
-    for m in models:
-        batch = ((results.get("configs") or {}).get(m, {}).get("data") or {}).get("batch_size")
-        if isinstance(batch, int):
-            sizes.setdefault(batch, []).append(display(m))
-    parts = [f"{predicted_per_epoch(tokens, batch):,} with {batch} streams"
-             + (f" ({', '.join(names)})" if len(sizes) > 1 else "") for batch, names in sizes.items()]
-    return text + (": up to " + "; ".join(parts) + " per epoch here." if parts else ".")
+    traits = {m: ((results.get("models") or {}).get(m) or {}).get("traits") or {} for m in models}
+    whole = [m for m in models if traits[m].get("sentence_level")]
+    streams = [m for m in models if m not in whole]
+    text = "*Tokens trained*: the tokens the model predicted in training, all epochs together (`train_tokens` of " \
+           "`metrics.jsonl`)."
+    if streams:
+        text += (" An epoch" + (f" of {join_words([display(m) for m in streams])}" if whole else "")
+                 + " predicts the tokens of the training text (setup: words + sentence ends) but the first of each of "
+                 "the `data.batch_size` parallel streams and the tail that does not fill them")
+        counts = ((results["corpus"]["train"].get("splits") or {}).get("train") or {})
+        sizes = {}
+        for m in streams:
+            batch = ((results.get("configs") or {}).get(m, {}).get("data") or {}).get("batch_size")
+            if isinstance(batch, int):
+                sizes.setdefault(batch, []).append(display(m))
+        if sizes and isinstance(counts.get("lm_sentences"), int) and isinstance(counts.get("lm_tokens"), int):
+            tokens = counts["lm_sentences"] + counts["lm_tokens"]
+            parts = [f"{predicted_per_epoch(tokens, batch):,} with {batch} streams"
+                     + (f" ({', '.join(names)})" if len(sizes) > 1 else "") for batch, names in sizes.items()]
+            text += ": up to " + "; ".join(parts) + " per epoch here"
+        text += "."
+    if whole:
+        caps = {}
+        for m in whole:
+            caps.setdefault(traits[m].get("train_max_length"), []).append(display(m))
+        within = "; ".join(f"{join_words(names)}: " + (f"those of at most {cap} words" if cap else "every one")
+                           for cap, names in caps.items())
+        text += (f" {join_words([display(m) for m in whole])} learn from whole sentences: an epoch predicts the words "
+                 f"and sentence ends of the training sentences within the training length cap ({within}; "
+                 "`data.max_length`).")
+    return text
+
 
 def budget_text(budget, budgets: dict, models: list, chunk, step_budgets: Optional[dict] = None) -> str:
     steps = {m: n for m, n in (step_budgets or {}).items() if n is not None}

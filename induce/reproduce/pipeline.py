@@ -14,17 +14,30 @@ where it stopped):
    a damaged one is trained again); an interrupted run is continued with
    :func:`induce.training.resume` and the rest of its time budget (from scratch when its ``last``
    checkpoint is damaged); a run that diverged with the same config is a failed step at once.
-3. **untrained** — ``random_init_seeds`` untrained models of each kind parse WSJ40 dev sentences
-   (PaLM Table 4's first row; :mod:`induce.assess.untrained`, as ``induce eval --untrained``);
+3. **untrained** — ``random_init_seeds`` untrained models of each kind parse WSJ40 sentences of the final
+   split (PaLM Table 4's first row; :mod:`induce.assess.untrained`, as ``induce eval --untrained``);
    ``OUT/eval/init-<model>.<split>.json``.
-4. **baselines** — left, right, balanced, random trees; ``OUT/eval/baseline-<kind>.<split>.json``.
-5. **evaluate** each run: LM perplexity of the split, and its trees (parsed once) scored on all
-   sentences, WSJ10 and WSJ40; ``OUT/eval/<model>-seed<seed>.<split>.json`` (+ ``.trees.txt``, over every
+4. **baselines** — left, right, balanced, random trees on each evaluated split;
+   ``OUT/eval/baseline-<kind>.<split>.json``.
+5. **evaluate** each run's ``best`` checkpoint on each evaluated split: LM perplexity of the split, and its
+   trees (parsed once) scored on all sentences, WSJ10 and WSJ40 (and, on the final split, on the untrained
+   models' sentences); ``OUT/eval/<model>-seed<seed>.<split>.json`` (+ ``.trees.txt``, over every
    token, punctuation attached: what any ``induce eval --convention`` reads),
    skipped while it was made from the run's current ``best`` checkpoint (its sha256, verified).
    The report shows a run's figures only when this file was made from the current checkpoint and
    neither its training nor its evaluation failed in this invocation (:meth:`Reproduction.current_evaluation`);
    a failed run's row is empty and the failure is listed with its reason.
+
+**Splits** (``--split``, :func:`induce.reproduce.steps.evaluation_splits`): with ``auto`` (the default) the
+final figures are on the test split when the corpus has one (WSJ section 23), else on dev (WSJ 22), and the
+report says which. Every model is selected on dev only: its ``best`` checkpoint is chosen while it trains by the
+monitor criterion on the training corpus's ``valid`` split (a subset of dev in the small profiles); the test
+split is read by the evaluation step alone. Dev is evaluated too, so that the report shows each model's dev
+figures beside its test figures.
+
+**Earlier runs in the folder**: ``induce reproduce --models X`` trains and evaluates X; the report keeps every
+other run of ``OUT/runs/`` whose evaluation is current (:func:`induce.reproduce.results.collect_results`).
+
 6. **report** — ``OUT/REPORT.md``, ``OUT/results.json`` and ``OUT/figures/*.png``
    (:mod:`induce.report`); always rebuilt (seconds).
 
@@ -58,7 +71,8 @@ from .steps import PipelineSteps, write_json
 
 #: Written into each run folder: the config this pipeline asked for, and training seconds used so far.
 STEPS_FILE = "steps.json"
-SPLITS = ("valid", "test")
+#: ``--split``: auto (test when the corpus has it, else valid), valid (dev) or test.
+SPLITS = ("auto", "valid", "test")
 
 
 @dataclass
@@ -72,7 +86,7 @@ class ReproduceOptions:
     corpora_dir: Path = Path("corpora")
     seeds: Optional[list[int]] = None
     models: Optional[list[str]] = None
-    split: str = "valid"
+    split: str = "auto"  # the final figures' split (induce.reproduce.steps.evaluation_splits)
     time_per_model: Optional[float] = None  # seconds (the clock); replaces the profile's step budgets
     steps_per_model: Optional[int] = None  # optimiser steps; replaces the profile's clock budgets
     chunk: Optional[float] = None  # seconds of training per invocation (None: the profile's)
@@ -115,7 +129,8 @@ class Reproduction(PipelineSteps):
                 raise InduceError(f"--models {','.join(options.models)}: {err}") from None
             self.profile = self.profile.model_copy(update={"models": models})
         if options.split not in SPLITS:
-            raise InduceError(f"--split {options.split!r}: use valid (dev) or test")
+            raise InduceError(f"--split {options.split!r}: use auto (test when the corpus has it, else valid), "
+                              "valid (dev) or test")
         self.out = Path(options.out)
         check_output_folder(self.out, "--out")  # before hours of training, not when the report is written
         check_reproduction_folder(self.out)
@@ -282,7 +297,7 @@ class Reproduction(PipelineSteps):
             results = collect_results(self, started_wall, time.monotonic() - started)
             results["incomplete"] = sorted(f"{m} seed {s}" for m, s in self.unfinished)
             results["chunk_s"] = self.chunk
-            if self.mikolov is not None:
+            if self.mikolov is not None:  # the final split's
                 results["mikolov"] = {k: v for k, v in self.mikolov.items() if k not in ("sentences", "key")}
             figures = make_figures(results, self.out, self)
             results["figures"] = figures

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import platform
+import re
 from pathlib import Path
 
 from induce.config import config_source, read_yaml
@@ -65,46 +66,59 @@ def machine_info(device: str) -> dict:
     return info
 
 
+#: A run folder of ``OUT/runs``: ``<model>-seed<seed>``.
+RUN_FOLDER = re.compile(r"^(?P<model>.+)-seed(?P<seed>\d+)$")
+
+
+def run_folders(runs: Path) -> list[tuple[str, int]]:
+    """``(model, seed)`` of the run folders in ``runs`` (``OUT/runs``) whose model is registered, by name."""
+    from induce.models.registry import get_model_class
+
+    found = []
+    for folder in sorted(Path(runs).iterdir()) if Path(runs).is_dir() else []:
+        match = RUN_FOLDER.match(folder.name)
+        if not (match and folder.is_dir()):
+            continue
+        try:
+            get_model_class(match["model"])
+        except KeyError:
+            continue
+        found.append((match["model"], int(match["seed"])))
+    return found
+
+
+def reported_runs(repro) -> tuple[dict, list[str]]:
+    """The runs the report covers: every run this invocation asked for (its figures or the reason it has none),
+    and every other run of ``OUT/runs`` whose evaluation on the final split is current (an earlier invocation's,
+    e.g. before ``--models X`` added X). Returns ``({model: [seeds]}`` in report order, and the runs of the
+    folder left out (no current evaluation) as ``"model seed N"``)."""
+    asked = {(m, s) for m in repro.profile.models for s in repro.profile.seeds}
+    earlier, left_out = [], []
+    for model, seed in run_folders(repro.out / "runs"):
+        if (model, seed) in asked:
+            continue
+        if repro.current_evaluation(model, seed):
+            earlier.append((model, seed))
+        else:
+            left_out.append(f"{model} seed {seed}")
+    # The order of the folder's previous report, then this invocation's models, then the rest by name.
+    previous = read_json(repro.out / "results.json").get("models_order") or []
+    models = [m for m in previous if m in repro.profile.models or any(m == e for e, _ in earlier)]
+    models += [m for m in repro.profile.models if m not in models]
+    models += sorted({m for m, _ in earlier} - set(models))
+    seeds = {m: sorted({s for a, s in asked if a == m} | {s for e, s in earlier if e == m}) for m in models}
+    return seeds, left_out
+
+
 def collect_results(repro, started_at: str, seconds: float) -> dict:
     """Everything the report needs, from the files the steps wrote (so that a run whose steps
-    were all skipped reports the same)."""
-    from induce.evaluation import BASELINES
-
-    models: dict = {}
-    for model in repro.profile.models:
-        per_seed = {}
-        for seed in repro.profile.seeds:
-            data = repro.current_evaluation(model, seed)  # {} unless the current files support its figures
-            if data:
-                data.pop("key", None)
-                evaluations = read_history(repro.run_dir(model, seed))
-                # history: the epochs' lines; evaluations: every line, the mid-epoch ones (train.eval_every) too,
-                # each with its steps, tokens and train_cpu_seconds (the learning curves)
-                data["history"] = epoch_lines(evaluations)
-                data["evaluations"] = evaluations
-                data["run_dir"] = str(repro.run_dir(model, seed))
-                per_seed[str(seed)] = data
-        diverged = [seed for seed, data in per_seed.items() if not _finite(data.get("perplexity"))
-                    or any(not _finite(h.get("train_ppl")) or not _finite(h.get("valid_ppl"))
-                           for h in data["history"])]
-        failed = {str(s): reason for (m, s), reason in repro.failed_runs.items() if m == model}
-        models[model] = {"seeds": per_seed, "summary": summarise(list(per_seed.values())),
-                         "diverged_seeds": diverged, "failed_seeds": failed}
-        if len(per_seed) >= 2:  # self-F1 and the seeds' ensemble (induce.evaluation.seeds)
-            from induce.evaluation.seeds import seed_summary
-
-            models[model]["seed_ensemble"] = seed_summary([d["trees"] for d in per_seed.values()], repro._gold()[0])
-    baselines = {}
-    for kind in BASELINES:
-        data = read_json(repro.eval_path(f"baseline-{kind}"))
-        if data:
-            baselines[kind] = {"scores": data["scores"]}
-    init: dict = {}
-    for model in repro.init_models():
-        data = read_json(repro.eval_path(f"init-{model}"))  # induce.assess.untrained.evaluate_untrained
-        if data.get("summary"):
-            init[model] = {"n_models": data["inits"], "n_sentences": data["n_sentences"],
-                           "max_one_direction_pct": data["max_one_direction_pct"], **data["summary"]}
+    were all skipped reports the same): the final split's figures, and dev's beside them when the final
+    split is test."""
+    seeds_of, left_out = reported_runs(repro)
+    asked = set(repro.profile.models)
+    models, run_configs = _model_entries(repro, seeds_of)
+    configs = {m: config.to_dict() if config is not None else {} for m, config in run_configs.items()}
+    baselines, dev_baselines = _baseline_entries(repro)
     gold = {}
     any_scores = next((b["scores"] for b in baselines.values()), None)
     if any_scores:
@@ -117,21 +131,177 @@ def collect_results(repro, started_at: str, seconds: float) -> dict:
         path = repro.profile.folder / f"{model}.yaml" if repro.profile.folder else None
         if path is not None and path.is_file():
             profile_files[model] = _flatten(read_yaml(path))
-    configs = {m: repro.configs[m][repro.profile.seeds[0]].to_dict() for m in repro.profile.models}
-    return {
+    budgets = dict(repro.budgets)
+    for model in seeds_of:
+        if model not in budgets:  # an earlier invocation's run: its own config's budget
+            budgets[model] = (configs.get(model, {}).get("train") or {}).get("time_budget")
+    step_budgets = dict(repro.step_budgets)
+    for model in seeds_of:
+        if model not in step_budgets:
+            step_budgets[model] = (configs.get(model, {}).get("train") or {}).get("max_steps")
+    results = {
         "generated_at": now(), "started_at": started_at, "command": repro.options.command,
         "profile": profile, "profile_folder": config_source(repro.profile.folder),
-        "time_per_model_s": _same_or_none(list(repro.budgets.values())), "time_budgets_s": repro.budgets,
-        "step_budgets": repro.step_budgets, "threads": repro.threads, "jobs": repro.jobs,
+        "time_per_model_s": _same_or_none(list(budgets.values())), "time_budgets_s": budgets,
+        "step_budgets": step_budgets, "threads": repro.threads, "jobs": repro.jobs,
         "clock_stopped": clock_stopped_runs(models),
-        "seeds": repro.profile.seeds, "models_order": repro.profile.models,
+        "seeds": sorted({s for model_seeds in seeds_of.values() for s in model_seeds}),
+        "models_order": list(seeds_of),
         "machine": machine_info(repro.eval_device),
-        "split": repro.options.split,
+        "split": repro.final_split,
+        "splits": splits_summary(repro),
         "corpus": {"eval": corpus_summary(repro.eval_corpus), "train": corpus_summary(repro.train_corpus)},
+        "monitor": monitor_summary(repro, run_configs),
         "convention": _convention_text(),
-        "models": models, "baselines": baselines, "random_init": init, "gold": gold,
+        "models": models, "baselines": baselines, "random_init": _init_entries(repro, seeds_of), "gold": gold,
         "configs": configs, "profile_model_changes": profile_files, "pipeline_seconds_so_far": round(seconds, 1),
+        "earlier_runs": [f"{m} seed {s}" for m, model_seeds in seeds_of.items() for s in model_seeds
+                         if m not in asked or s not in repro.profile.seeds],
+        "runs_left_out": left_out,
     }
+    if dev_baselines:
+        results["dev_baselines"] = dev_baselines
+    return results
+
+
+def _model_entries(repro, seeds_of: dict) -> tuple[dict, dict]:
+    """``results["models"]`` (per model: its seeds' evaluations on the final split with their histories, the
+    summary, dev's when the final split is test, traits) and each model's run config (None when unreadable)."""
+    final, asked = repro.final_split, set(repro.profile.models)
+    models, run_configs = {}, {}
+    for model, model_seeds in seeds_of.items():
+        per_seed, dev_seeds = {}, {}
+        for seed in model_seeds:
+            data = repro.current_evaluation(model, seed)  # {} unless the current files support its figures
+            if data:
+                data.pop("key", None)
+                # every line of metrics.jsonl: the epochs' ends and the mid-epoch evaluations (train.eval_every),
+                # each with its steps, tokens and train_cpu_seconds (the learning curves)
+                data["history"] = read_history(repro.run_dir(model, seed))
+                data["run_dir"] = str(repro.run_dir(model, seed))
+                data["earlier_invocation"] = model not in asked or seed not in repro.profile.seeds
+                per_seed[str(seed)] = data
+            dev = repro.current_evaluation(model, seed, "valid") if final != "valid" else {}
+            if dev:
+                dev_seeds[str(seed)] = {k: dev.get(k) for k in ("split", "perplexity", "mikolov_perplexity", "scores")}
+        diverged = [seed for seed, data in per_seed.items() if not _finite(data.get("perplexity"))
+                    or any(not _finite(h.get("train_ppl", 0.0)) or not _finite(h.get("valid_ppl"))
+                           for h in data["history"])]
+        failed = {str(s): reason for (m, s), reason in repro.failed_runs.items() if m == model}
+        config = run_configs[model] = _run_config(repro, model, model_seeds)
+        models[model] = {"seeds": per_seed, "summary": summarise(list(per_seed.values())),
+                         "diverged_seeds": diverged, "failed_seeds": failed, "traits": model_traits(model, config),
+                         "earlier_invocation": model not in asked}
+        if dev_seeds:
+            models[model]["dev"] = {"split": "valid", "seeds": dev_seeds,
+                                    "summary": summarise(list(dev_seeds.values()))}
+        if len(per_seed) >= 2:  # self-F1 and the seeds' ensemble (induce.evaluation.seeds)
+            from induce.evaluation.seeds import seed_summary
+
+            models[model]["seed_ensemble"] = seed_summary([d["trees"] for d in per_seed.values()], repro._gold()[0])
+    return models, run_configs
+
+
+def _baseline_entries(repro) -> tuple[dict, dict]:
+    """The trivial baselines' scores on the final split, and on dev when the final split is test."""
+    from induce.evaluation import BASELINES
+
+    final = repro.final_split
+    baselines, dev_baselines = {}, {}
+    for kind in BASELINES:
+        data = read_json(repro.eval_path(f"baseline-{kind}"))
+        if data:
+            baselines[kind] = {"split": final, "scores": data["scores"]}
+        data = read_json(repro.eval_path(f"baseline-{kind}", "valid")) if final != "valid" else {}
+        if data:
+            dev_baselines[kind] = {"split": "valid", "scores": data["scores"]}
+    return baselines, dev_baselines
+
+
+def _init_entries(repro, seeds_of: dict) -> dict:
+    """The untrained models' figures on the final split (:func:`induce.assess.untrained.evaluate_untrained`), of
+    the reported models whose file was made on this corpus split."""
+    init: dict = {}
+    for model in seeds_of:
+        data = read_json(repro.eval_path(f"init-{model}"))
+        key = data.get("key") or {}
+        if data.get("summary") and {k: key.get(k) for k in ("version", "split", "corpus", "fingerprint")} == \
+                repro._corpus_key():
+            init[model] = {"split": repro.final_split, "n_models": data["inits"], "n_sentences": data["n_sentences"],
+                           "max_one_direction_pct": data["max_one_direction_pct"], **data["summary"]}
+    return init
+
+
+def _run_config(repro, model: str, seeds: list[int]):
+    """The run config of ``model``'s first seed: this invocation's, or for an earlier invocation's run the one
+    in its folder (None when unreadable)."""
+    from induce.config import load_config_file
+
+    configs = getattr(repro, "configs", {}).get(model) or {}
+    for seed in seeds:
+        if seed in configs:
+            return configs[seed]
+    for seed in seeds:
+        try:
+            return load_config_file(repro.run_dir(model, seed) / "config.yaml")
+        except Exception:  # noqa: BLE001 - a damaged config of an old run: its sizes are not shown
+            continue
+    return None
+
+
+def model_traits(model: str, config=None) -> dict:
+    """What the report must know of a model to say what its figures are: a control (its trees do not depend on
+    what it learns), trained with gold trees (supervised), its parser kind, whether it learns from whole
+    sentences (then its perplexity reads each sentence alone) and the longest sentence it trains on
+    (``train_max_length``, the config's length cap at its last epoch; None: no cap or not sentence-level)."""
+    from induce.models.base import STREAM_LM
+    from induce.models.registry import get_model_class
+    from induce.training.objectives import length_cap
+
+    cls = get_model_class(model)
+    sentence_level = cls.objective is not STREAM_LM
+    cap = length_cap(config, config.train.epochs) if sentence_level and config is not None else None
+    return {"control": bool(getattr(cls, "control", False)), "supervised": bool(getattr(cls, "supervised", False)),
+            "parser_kind": cls.parser_kind.name, "sentence_level": sentence_level, "train_max_length": cap}
+
+
+def splits_summary(repro) -> dict:
+    """Which split each figure comes from: the final one, the evaluated ones, where selection happened."""
+    return {"final": repro.final_split, "evaluated": list(repro.eval_splits),
+            "test_available": "test" in repro.eval_corpus.splits, "asked": repro.options.split,
+            "selection": "valid", "monitor_corpus": str(repro.train_corpus.path)}
+
+
+def monitor_summary(repro, configs: dict) -> dict:
+    """The monitor sets that select each model's checkpoint and give its dev F1 curve: the training corpus's
+    ``valid`` split (a prefix of dev in the small profiles). ``configs``: model -> its run config (or None).
+    Per model: ``select_by``; ``dev_f1_sentences`` (the first ``train.dev_f1_max_sentences`` of 2-40 words, as
+    the trainer picks them: :func:`induce.training.setup.dev_set`); for a sentence-level model the validation
+    sentences, ``bound_sentences`` of ``bound_min_length`` to ``bound_max_length`` words (its training length
+    cap: :meth:`induce.training.objectives.SentenceLevel.validate`)."""
+    from induce.models.base import STREAM_LM
+    from induce.models.registry import get_model_class
+    from induce.training.objectives import length_cap
+    from induce.training.setup import dev_set
+
+    corpus = repro.train_corpus
+    lengths = [len(sentence) for sentence in corpus.lm_sentences("valid")]
+    out = {"corpus": str(corpus.path), "valid_sentences": len(lengths), "models": {}}
+    for model, config in configs.items():
+        if config is None:
+            continue
+        cls = get_model_class(model)
+        entry = {"select_by": config.train.select_by}
+        dev = dev_set(config, corpus, corpus.vocab, cls, lambda message: None)
+        if dev is not None:
+            entry["dev_f1_sentences"] = len(dev.words)
+        if cls.objective is not STREAM_LM:
+            cap = length_cap(config, config.train.epochs)
+            shortest = max(1, cls.shortest_sentence)
+            entry.update(bound_sentences=sum(1 for n in lengths if n >= shortest and (cap is None or n <= cap)),
+                         bound_min_length=shortest, bound_max_length=cap)
+        out["models"][model] = entry
+    return out
 
 
 def _same_or_none(values: list):
@@ -163,26 +333,42 @@ def read_history(run_dir: Path) -> list[dict]:
 
 
 def run_summary(run_dir: Path, model) -> dict:
+    """What the report says of a run: its size, how long it trained, and which checkpoint is ``best`` (the
+    one every figure of the run comes from) and why: the last evaluation that improved the selection value
+    (``train.select_by`` on the monitor set), with its step, its dev F1 on the monitor set and the last
+    evaluation's. ``perplexity_bound``: the model's loss is an upper bound on ``-log p(x)`` (a variational
+    bound, :attr:`induce.models.base.LanguageModel.perplexity_is_bound`), so its perplexity is one too.
+    ``metrics.jsonl`` lines marked ``mid_epoch`` (evaluations between epoch ends) are evaluations, not epochs."""
     from induce.training.trainer import read_status
 
     evaluations = read_history(run_dir)
-    history = epoch_lines(evaluations)
     status = read_status(run_dir)
-    best = max((h for h in evaluations if h.get("best")), key=lambda h: (h["epoch"], h.get("steps", 0)), default=None)
-    last = evaluations[-1] if evaluations else {}
+    epochs = epoch_lines(evaluations)
+    best = [h for h in evaluations if h.get("best")]
+    chosen = best[-1] if best else None
+    last = evaluations[-1] if evaluations else None
+    cumulative = [h["tokens"] for h in evaluations if isinstance(h.get("tokens"), (int, float))]
+    cpu = [h["train_cpu_seconds"] for h in evaluations if isinstance(h.get("train_cpu_seconds"), (int, float))]
     summary = {
         "params": sum(p.numel() for p in model.parameters()),
-        "epochs": len(history),
-        "complete_epochs": sum(1 for h in history if not h.get("partial")),
+        "epochs": len(epochs),
+        "complete_epochs": sum(1 for h in epochs if not h.get("partial")),
+        "evaluations": len(evaluations),
         "stop_reason": status.get("stop_reason"),
-        "steps": last.get("steps"),
-        "train_tokens": sum(int(h.get("train_tokens", 0)) for h in history),
-        "train_seconds": round(sum(float(h.get("epoch_seconds", 0.0)) for h in history), 1),
-        "train_cpu_seconds": last.get("train_cpu_seconds"),
-        "best_epoch": best["epoch"] if best else None,
-        "best_steps": best.get("steps") if best else None,
-        "best_mid_epoch": bool(best and best.get("mid_epoch")),
-        "monitor_valid_ppl": best.get("valid_ppl") if best else None,
+        "train_tokens": int(cumulative[-1]) if cumulative else sum(int(h.get("train_tokens", 0)) for h in epochs),
+        "train_seconds": round(sum(float(h.get("epoch_seconds", 0.0)) for h in epochs), 1),
+        "train_cpu_seconds": cpu[-1] if cpu else None,
+        "steps": last.get("steps") if last else None,
+        "best_epoch": chosen["epoch"] if chosen else None,
+        "best_steps": chosen.get("steps") if chosen else None,
+        "best_mid_epoch": bool(chosen.get("mid_epoch")) if chosen else False,
+        "best_partial": bool(chosen.get("partial")) if chosen else False,
+        "best_dev_f1": chosen.get("dev_f1") if chosen else None,
+        "last_dev_f1": last.get("dev_f1") if last else None,
+        "peak_dev_f1": max((h["dev_f1"] for h in evaluations if _finite(h.get("dev_f1"))), default=None),
+        "monitor_valid_ppl": chosen.get("valid_ppl") if chosen else None,
+        "perplexity_bound": bool(getattr(model, "perplexity_is_bound", False)),
+        "validation_loss": getattr(model, "validation_loss_text", "validation perplexity"),
     }
     if status.get("clock_stopped"):
         summary.update(clock_stopped=True, note=status.get("note"))
@@ -210,6 +396,10 @@ def summarise(per_seed: list[dict]) -> dict:
         "params": pick(lambda d: d["run"]["params"]),
     }
     out["mikolov_perplexity"] = pick(lambda d: d["mikolov_perplexity"])
+    # on the untrained models' sentences (the first N WSJ40 sentences of the final split)
+    out["init_sentences_sentence_f1"] = pick(lambda d: d["init_sentences"]["sentence_f1"])
+    out["init_sentences_left_split_pct"] = pick(lambda d: d["init_sentences"]["left_split_pct"])
+    out["init_sentences_right_split_pct"] = pick(lambda d: d["init_sentences"]["right_split_pct"])
     for name in SCORE_SETS:
         out[f"sentence_f1_{name}"] = pick(lambda d, n=name: d["scores"][n]["sentence_f1"])
         out[f"corpus_f1_{name}"] = pick(lambda d, n=name: d["scores"][n]["corpus_f1"])

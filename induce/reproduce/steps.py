@@ -24,7 +24,7 @@ from .subset import subset_corpus
 
 RUN_STAMP = "reproduce.json"
 #: Bumped when the content of the evaluation JSON files or of the trees files changes (forces re-evaluation).
-EVAL_VERSION = 3
+EVAL_VERSION = 4
 #: Config keys that may differ without making a finished run stale.
 VOLATILE_TRAIN_KEYS = ("device", "kernels", "threads", "log_interval", "tensorboard")
 
@@ -41,6 +41,24 @@ def _comparable(config: dict) -> dict:
     for key in VOLATILE_TRAIN_KEYS:
         out.get("train", {}).pop(key, None)
     return out
+
+
+def evaluation_splits(asked: str, available, corpus: Path) -> tuple[str, list[str]]:
+    """``(final split, evaluated splits)`` for ``--split asked`` on a corpus with splits ``available``.
+
+    ``auto``: the final figures on ``test`` when the corpus has it, else on ``valid`` (dev); ``valid`` / ``test``:
+    that split (``test`` must exist). Dev is always evaluated: the models are selected on it (the monitor
+    sentences of the training corpus's ``valid``) and its figures sit beside the test figures; the test split is
+    read by the evaluation only, never by training or selection."""
+    available = list(available)
+    if "valid" not in available:
+        raise InduceError(f"{corpus}: no valid (dev) split (splits: {', '.join(available)}); the models are selected "
+                          "on it")
+    if asked == "test" and "test" not in available:
+        raise InduceError(f"{corpus}: no test split (splits: {', '.join(available)}); evaluate on valid (dev) or "
+                          "use --split auto")
+    final = "test" if asked == "test" or (asked == "auto" and "test" in available) else "valid"
+    return final, (["valid", "test"] if final == "test" else ["valid"])
 
 
 def _checkpoint_problem(stem: Path) -> Optional[str]:
@@ -103,9 +121,7 @@ class PipelineSteps:
         corpus = PreparedCorpus(eval_dir)
         if not corpus.has_trees:
             raise InduceError(f"{eval_dir}: reproduce needs a treebank (this corpus is LM text only)")
-        if self.options.split not in corpus.splits:
-            raise InduceError(f"{eval_dir}: no {self.options.split} split (splits: {', '.join(corpus.splits)}); "
-                              "WSJ section 23 is held out here: evaluate on valid (section 22)")
+        self.final_split, self.eval_splits = evaluation_splits(self.options.split, corpus.splits, eval_dir)
         self.eval_corpus = corpus
         train_dir = eval_dir
         if self.profile.train_sentences or self.profile.monitor_sentences:
@@ -113,9 +129,15 @@ class PipelineSteps:
                                       self.profile.monitor_sentences)
             detail += f"; training corpus {train_dir}"
         self.train_corpus = PreparedCorpus(train_dir)
-        self.mikolov = self._find_mikolov(corpus)
-        if self.mikolov is not None:
-            detail += f"; Mikolov text {self.mikolov['path']}"
+        #: split -> Mikolov's text of that split (None: not found)
+        self.mikolov_texts = {split: self._find_mikolov(corpus, split) for split in self.eval_splits}
+        self.mikolov = self.mikolov_texts[self.final_split]
+        found = [text["path"] for text in self.mikolov_texts.values() if text is not None]
+        if found:
+            detail += f"; Mikolov text {', '.join(found)}"
+        detail += f"; final figures on {self.final_split}" + (
+            f" (also evaluated: {', '.join(s for s in self.eval_splits if s != self.final_split)})"
+            if len(self.eval_splits) > 1 else "")
         self.configs = {
             model: {seed: build_run_config(self.profile, model, self._train_overrides(train_dir, model, seed))
                     for seed in self.profile.seeds}
@@ -123,10 +145,11 @@ class PipelineSteps:
         }
         return status, detail
 
-    def _find_mikolov(self, corpus) -> Optional[dict]:
-        """Mikolov's text of the evaluation split (``ptb.valid.txt`` / ``ptb.test.txt``) from
-        ``--lm-text``, else, for a corpus made from the WSJ files, ``ptb_lm/`` under the data root;
-        with how much of it our vocabulary covers (its tokens outside ours count as ``<unk>``)."""
+    def _find_mikolov(self, corpus, split: str) -> Optional[dict]:
+        """Mikolov's text of ``split`` (``ptb.valid.txt`` / ``ptb.test.txt``) from ``--lm-text``, else, for a
+        corpus made from the WSJ files, ``ptb_lm/`` under the data root; with how much of it our vocabulary
+        covers (its tokens outside ours count as ``<unk>``). ``--lm-text`` without the final split's file is
+        an error; without another evaluated split's, that split has no Mikolov figure."""
         from induce.data.locate import resolve_data_root
         from induce.data.mikolov import read_lm_text
 
@@ -139,9 +162,9 @@ class PipelineSteps:
             folder = root / "ptb_lm" if root is not None else None
         if folder is None:
             return None
-        path = Path(folder) / f"ptb.{self.options.split}.txt"
+        path = Path(folder) / f"ptb.{split}.txt"
         if not path.is_file():
-            if self.options.lm_text is not None:
+            if self.options.lm_text is not None and split == self.final_split:
                 raise InduceError(f"--lm-text {folder}: no {path.name} there (Mikolov's ptb.train/valid/test.txt)")
             return None
         sentences = read_lm_text(path)
@@ -226,7 +249,8 @@ class PipelineSteps:
             tracker.paused = result.stop_reason == "paused"
         finally:
             tracker.write()
-        detail = (f"{result.steps:,} steps, {result.epochs_done} epochs ({result.stop_reason}), "
+        detail = (f"{result.steps:,} steps, {result.epochs_done} epoch{'' if result.epochs_done == 1 else 's'} "
+                  f"(stopped by: {result.stop_reason}), "
                   f"best monitored valid ppl {result.best_valid_ppl:.2f}")
         if result.stop_reason == "time_budget":
             from induce.training.trainer import clock_note
@@ -237,15 +261,17 @@ class PipelineSteps:
             return "paused", detail + "; paused at the chunk's end (run the same command again to continue)"
         return state, detail
 
-    def _gold(self):
-        """Evaluation split: the gold trees, and the same prepared under the default convention (computed once)."""
-        if not hasattr(self, "_gold_cache"):
+    def _gold(self, split: Optional[str] = None):
+        """The gold trees of ``split`` (default: the final split), and the same prepared under the default
+        convention (computed once per split)."""
+        split = split or self.final_split
+        cache = self.__dict__.setdefault("_gold_cache", {})
+        if split not in cache:
             from induce.evaluation import EvalConvention, prepare_gold
 
-            gold = self.eval_corpus.gold_trees(self.options.split)
-            prepared = [prepare_gold(tree, EvalConvention()) for tree in gold]
-            self._gold_cache = (gold, prepared)
-        return self._gold_cache
+            gold = self.eval_corpus.gold_trees(split)
+            cache[split] = (gold, [prepare_gold(tree, EvalConvention()) for tree in gold])
+        return cache[split]
 
     def _score(self, predictions: list, gold: list) -> dict:
         """Every score set of :data:`SCORE_SETS` (our convention and each paper's)."""
@@ -253,45 +279,50 @@ class PipelineSteps:
 
         return {name: evaluate(predictions, gold, convention(name)).to_dict() for name in SCORE_SETS}
 
-    def _corpus_key(self) -> dict:
-        return {"version": EVAL_VERSION, "split": self.options.split, "corpus": str(self.eval_corpus.path),
+    def _corpus_key(self, split: Optional[str] = None) -> dict:
+        return {"version": EVAL_VERSION, "split": split or self.final_split, "corpus": str(self.eval_corpus.path),
                 "fingerprint": self.eval_corpus.meta.get("fingerprint")}
 
-    def eval_path(self, stem: str) -> Path:
-        return self.out / "eval" / f"{stem}.{self.options.split}.json"
+    def eval_path(self, stem: str, split: Optional[str] = None) -> Path:
+        """``OUT/eval/<stem>.<split>.json`` (default: the final split)."""
+        return self.out / "eval" / f"{stem}.{split or self.final_split}.json"
 
-    def _eval_key(self, model: str, seed: int, weights_sha256: Optional[str]) -> dict:
+    def _eval_key(self, model: str, seed: int, weights_sha256: Optional[str], split: Optional[str] = None) -> dict:
         """What an evaluation file must have been made from: this corpus split and the checkpoint whose
-        weights have ``weights_sha256`` (at this path, size and time)."""
+        weights have ``weights_sha256`` (at this path, size and time); on the final split, also the untrained
+        models' sentences (``random_init_sentences``) it scores apart."""
+        split = split or self.final_split
         checkpoint = self.run_dir(model, seed) / "best.safetensors"
         stat = checkpoint.stat()
-        return {**self._corpus_key(), "checkpoint": str(checkpoint), "checkpoint_mtime_ns": stat.st_mtime_ns,
-                "checkpoint_bytes": stat.st_size, "weights_sha256": weights_sha256,
-                "mikolov": (self.mikolov or {}).get("key")}
+        key = {**self._corpus_key(split), "checkpoint": str(checkpoint), "checkpoint_mtime_ns": stat.st_mtime_ns,
+               "checkpoint_bytes": stat.st_size, "weights_sha256": weights_sha256,
+               "mikolov": (self.mikolov_texts.get(split) or {}).get("key")}
+        if split == self.final_split and self.profile.random_init_seeds:
+            key["init_sentences"] = self.profile.random_init_sentences
+        return key
 
-    def current_evaluation(self, model: str, seed: int) -> dict:
-        """The evaluation file of a run when the current files support it: made from the run's current
-        ``best`` checkpoint (its key; the checkpoint's hashes were verified by this invocation's
-        evaluate step, which would have failed otherwise), and neither the run's training nor its
-        evaluation failed in this invocation. ``{}`` otherwise: no figures are reported for it."""
+    def current_evaluation(self, model: str, seed: int, split: Optional[str] = None) -> dict:
+        """The evaluation file of a run on ``split`` (default: the final split) when the current files support
+        it: made from the run's current ``best`` checkpoint (its key; the checkpoint's hashes were verified by
+        this invocation's evaluate step, which would have failed otherwise, or, for a run of an earlier
+        invocation, by that one's), and neither the run's training nor its evaluation failed in this
+        invocation. ``{}`` otherwise: no figures are reported for it."""
         from induce.training.checkpoint import read_sidecar
 
         if (model, seed) in self.failed_runs:
             return {}
-        data = read_json(self.eval_path(f"{model}-seed{seed}"))
+        data = read_json(self.eval_path(f"{model}-seed{seed}", split))
         try:
             sha = read_sidecar(self.run_dir(model, seed) / "best").get("weights_sha256")
-            current = data.get("key") == self._eval_key(model, seed, sha)
+            current = data.get("key") == self._eval_key(model, seed, sha, split)
         except (InduceError, OSError):
             current = False
         return data if current else {}
 
     def evaluate_run(self, model: str, seed: int) -> tuple[str, str]:
-        from induce.evaluation import EvalConvention
-        from induce.inference.language_model import lm_perplexity, sentences_perplexity
-        from induce.inference.loading import load_run
-        from induce.inference.predict import format_tree, with_punctuation
-        from induce.inference.scoring import parse_gold
+        """Evaluate the run's ``best`` checkpoint (selected on dev while it trained) on every evaluated split
+        (:attr:`eval_splits`: dev, and test when the final figures are on test); each split's file is skipped
+        while it was made from that checkpoint."""
         from induce.training.checkpoint import verify_checkpoint
         from induce.training.trainer import read_status
 
@@ -304,24 +335,42 @@ class PipelineSteps:
         if read_status(run_dir).get("state") != "finished" or not checkpoint.is_file():
             raise InduceError(f"{run_dir}: no finished run to evaluate (its training failed or was interrupted)")
         meta = verify_checkpoint(run_dir / "best")  # a damaged checkpoint is a failed step, not old figures
-        path = self.eval_path(f"{model}-seed{seed}")
-        stat = checkpoint.stat()
-        key = self._eval_key(model, seed, meta.get("weights_sha256"))
-        if read_json(path).get("key") == key and path.stat().st_mtime_ns >= stat.st_mtime_ns:
-            return "skipped", f"{path} is newer than {checkpoint}"
+        loaded = None
+        ran, details = False, []
+        for split in sorted(self.eval_splits, key=lambda s: s != self.final_split):  # the final split first
+            path = self.eval_path(f"{model}-seed{seed}", split)
+            key = self._eval_key(model, seed, meta.get("weights_sha256"), split)
+            if read_json(path).get("key") == key and path.stat().st_mtime_ns >= checkpoint.stat().st_mtime_ns:
+                details.append(f"{split}: {path} is newer than {checkpoint}")
+                continue
+            if loaded is None:
+                from induce.inference.loading import load_run
+
+                loaded = load_run(run_dir, self.eval_device)
+            details.append(f"{split}: " + self._evaluate_split(loaded, model, seed, split, key, path))
+            ran = True
+        return ("ran" if ran else "skipped"), "; ".join(details)
+
+    def _evaluate_split(self, loaded, model: str, seed: int, split: str, key: dict, path: Path) -> str:
+        """One split's evaluation of a loaded run into ``path``; returns the step's detail."""
+        from induce.evaluation import EvalConvention, evaluate
+        from induce.inference.language_model import lm_perplexity, sentences_perplexity
+        from induce.inference.predict import format_tree, with_punctuation
+        from induce.inference.scoring import parse_gold
+
         started = time.monotonic()
-        gold, prepared = self._gold()
-        loaded = load_run(run_dir, self.eval_device)
+        gold, prepared = self._gold(split)
         # The default convention's sentences (two words or more: the word-tag-filtered words the LM was
         # trained on); one-word sentences are scored only where they count (ON-LSTM's convention).
         predictions = parse_gold(loaded, prepared, EvalConvention(), batch_size=self.profile.eval_batch_size,
                                  device=self.eval_device, one_word_trees=True)
         scores = self._score(predictions, gold)
         parse_seconds = time.monotonic() - started
-        ppl = lm_perplexity(loaded, self.eval_corpus.path, self.options.split, device=self.eval_device)
+        ppl = lm_perplexity(loaded, self.eval_corpus.path, split, device=self.eval_device)
         mikolov_ppl = None
-        if self.mikolov is not None:
-            mikolov_ppl = sentences_perplexity(loaded, self.mikolov["sentences"], self.eval_device)
+        mikolov = self.mikolov_texts.get(split)
+        if mikolov is not None:
+            mikolov_ppl = sentences_perplexity(loaded, mikolov["sentences"], self.eval_device)
         trees_path = path.with_suffix(".trees.txt")
         from induce.files import write_output
 
@@ -330,27 +379,39 @@ class PipelineSteps:
         write_output(trees_path, "".join(
             format_tree(with_punctuation(sentence.all_words, sentence.keep, tree)) + "\n"
             for tree, sentence in zip(predictions, prepared)))
-        payload = {"key": key, "model": model, "seed": seed, "perplexity": ppl, "mikolov_perplexity": mikolov_ppl,
-                   "scores": scores,
-                   "run": run_summary(run_dir, loaded.model), "trees": str(trees_path),
+        payload = {"key": key, "model": model, "seed": seed, "split": split, "perplexity": ppl,
+                   "mikolov_perplexity": mikolov_ppl, "scores": scores,
+                   "run": run_summary(self.run_dir(model, seed), loaded.model), "trees": str(trees_path),
                    "parse_seconds": round(parse_seconds, 2), "seconds": round(time.monotonic() - started, 2)}
+        if split == self.final_split and self.profile.random_init_seeds:
+            # The untrained models' sentences: their figures and these compare like with like.
+            chosen = self.init_sentence_indices(split)
+            payload["init_sentences"] = {"n_sentences": len(chosen), **evaluate(
+                [predictions[i] for i in chosen], [gold[i] for i in chosen], convention("wsj40")).to_dict()}
         write_json(path, payload)
-        mikolov = f" (Mikolov text {mikolov_ppl:.1f})" if mikolov_ppl else ""
-        return "ran", (f"ppl {ppl:.1f}{mikolov}, F1 all {scores['all']['sentence_f1']:.1f} / WSJ10 "
-                       f"{scores['wsj10']['sentence_f1']:.1f} / WSJ40 {scores['wsj40']['sentence_f1']:.1f}")
+        mikolov_text = f" (Mikolov text {mikolov_ppl:.1f})" if mikolov_ppl else ""
+        return (f"ppl {ppl:.1f}{mikolov_text}, F1 all {scores['all']['sentence_f1']:.1f} / WSJ10 "
+                f"{scores['wsj10']['sentence_f1']:.1f} / WSJ40 {scores['wsj40']['sentence_f1']:.1f}")
 
     def baseline(self, kind: str) -> tuple[str, str]:
+        """The trivial baseline ``kind`` on every evaluated split."""
         from induce.evaluation import EvalConvention, baseline_predictions
 
-        path = self.eval_path(f"baseline-{kind}")
-        key = {**self._corpus_key(), "baseline": kind, "seed": 0}
-        if read_json(path).get("key") == key:
-            return "skipped", str(path)
-        gold, _ = self._gold()
-        predictions = baseline_predictions(gold, kind, EvalConvention(), seed=0)
-        scores = self._score(predictions, gold)
-        write_json(path, {"key": key, "baseline": kind, "scores": scores})
-        return "ran", f"F1 all {scores['all']['sentence_f1']:.1f} / WSJ40 {scores['wsj40']['sentence_f1']:.1f}"
+        ran, details = False, []
+        for split in sorted(self.eval_splits, key=lambda s: s != self.final_split):
+            path = self.eval_path(f"baseline-{kind}", split)
+            key = {**self._corpus_key(split), "baseline": kind, "seed": 0}
+            if read_json(path).get("key") == key:
+                details.append(f"{split}: {path}")
+                continue
+            gold, _ = self._gold(split)
+            predictions = baseline_predictions(gold, kind, EvalConvention(), seed=0)
+            scores = self._score(predictions, gold)
+            write_json(path, {"key": key, "baseline": kind, "split": split, "scores": scores})
+            details.append(f"{split}: F1 all {scores['all']['sentence_f1']:.1f} / WSJ40 "
+                           f"{scores['wsj40']['sentence_f1']:.1f}")
+            ran = True
+        return ("ran" if ran else "skipped"), "; ".join(details)
 
     def init_models(self) -> list[str]:
         """Models whose untrained parses are measured: PaLM-RB's trees do not depend on its weights
@@ -374,6 +435,13 @@ class PipelineSteps:
             chosen.append(name)
         return chosen
 
+    def init_sentence_indices(self, split: str) -> list[int]:
+        """The sentences the untrained models parse: the first ``random_init_sentences`` (all when null)
+        sentences of 2-40 words (after punctuation removal) of ``split``, as indices into its gold trees."""
+        _, prepared = self._gold(split)
+        chosen = [i for i, sentence in enumerate(prepared) if 2 <= len(sentence.words) <= 40]
+        return chosen[: self.profile.random_init_sentences]
+
     def random_init(self, model: str) -> tuple[str, str]:
         """The profile's ``random_init_seeds`` untrained ``model``s (the run config's model section, inits
         seeded 1..N, the training corpus's vocabulary) parse the first ``random_init_sentences`` WSJ40
@@ -390,13 +458,13 @@ class PipelineSteps:
                "sentences": limit, "vocab_size": len(vocab)}
         if read_json(path).get("key") == key:
             return "skipped", str(path)
-        gold, prepared = self._gold()
-        chosen = [i for i, sentence in enumerate(prepared) if 2 <= len(sentence.words) <= 40][:limit]
+        gold, _ = self._gold()
+        chosen = self.init_sentence_indices(self.final_split)
         convention = EvalConvention(max_length=40)
         result = evaluate_untrained(model, config.model, [prepare_gold(gold[i], convention) for i in chosen], vocab,
                                     convention, inits=inits, seed=0, batch_size=self.profile.eval_batch_size,
                                     device=self.eval_device)
-        write_json(path, {"key": key, **result})
+        write_json(path, {"key": key, "split": self.final_split, **result})
         s = result["summary"]
         return "ran", (f"{inits} inits, {result['n_sentences']} sentences: left {s['left_split_pct']['mean']:.1f}%, "
                        f"right {s['right_split_pct']['mean']:.1f}%, F1 {s['sentence_f1']['mean']:.1f}")

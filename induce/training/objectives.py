@@ -29,7 +29,8 @@ objective reads and advances and the trainer checkpoints; state an objective nee
   ``data.curriculum_start + (epoch - 1) * data.curriculum_step`` words (never above ``data.max_length``). No
   state is carried. The running and validation loss are per token, a sentence counting its words plus its
   end (``n + 1``, the stream's count, so that perplexities compare with the language models'; compound-pcfg
-  counts its implicit ``</s>`` the same way); validation reads every valid sentence, without the cap.
+  counts its implicit ``</s>`` the same way); validation reads the valid sentences within the cap of the run's
+  last epoch (:meth:`SentenceLevel.validate`: selection measures the lengths the model learns from).
   Sentences shorter than the model's ``shortest_sentence`` (a PCFG without unary rules: one word) are left
   out of both, as compound-pcfg's ``train.py`` skips them. A model that declares its largest step tensors
   (:meth:`~induce.models.base.LanguageModel.step_tensors`) is checked against the free memory before the
@@ -382,6 +383,11 @@ class SentenceLevel(Objective):
                               "without unary rules derives no one-word sentence): use a corpus of longer sentences")
         self._batches: tuple[int, list[list[int]], list[int]] = (0, [], [])  # (epoch, shards, whole sizes)
         final_cap = length_cap(self.config, self.config.train.epochs)
+        if not self.validation_sentences():
+            raise InduceError(f"{data.corpus.path}: no sentence of its valid split has at most {final_cap} words (the "
+                              "training length cap: data.max_length, or the curriculum's at the last epoch), so "
+                              "there is nothing to validate on; raise data.max_length or use a corpus with shorter "
+                              "valid sentences")
         longest = max((len(s) for s in self.train_sentences if final_cap is None or len(s) <= final_cap), default=0)
         if longest:
             fits.check_declared_step_fits(self.model, self.config, self.device, longest, self.ctx.world_size)
@@ -439,15 +445,33 @@ class SentenceLevel(Objective):
         tokens, lengths = sentence_tensors(self.train_sentences[:2], self.device)
         return SentenceLoss(self.model)(tokens, lengths)[0]
 
+    def validation_sentences(self) -> list[list[int]]:
+        """The valid sentences the validation loss reads: those within the length cap of the run's last epoch
+        (:func:`length_cap`; all when there is none). A run trained on sentences of at most 20 words is selected on
+        sentences of at most 20 words: over every length, the longer sentences (most of the tokens) would weigh a
+        distribution it never trains on. (compound-pcfg validates on every length, with a cap of 40 words that
+        leaves few out; ``bench/RESULTS.md``'s fidelity table.)"""
+        cap = length_cap(self.config, self.config.train.epochs)
+        return [s for s in self.valid_sentences if cap is None or len(s) <= cap]
+
     def validate(self) -> float:
-        return self.loss_per_token(self.model, self.valid_sentences, self.config.data.eval_batch_size, self.device)
+        """The model's ``sentence_loss`` in eval mode (what selects the checkpoint) per token of
+        :meth:`validation_sentences`."""
+        return self.mean_loss(self.model, self.model.sentence_loss, self.validation_sentences(),
+                              self.config.data.eval_batch_size, self.device)
+
+    @staticmethod
+    def loss_per_token(model: nn.Module, sentences: list[list[int]], batch_size: int, device) -> float:
+        """``induce eval --lm``'s loss in nats per token of ``sentences`` (:meth:`mean_loss` of the model's
+        ``perplexity_loss``: its ``sentence_loss``, or its bound where validation selects with another loss)."""
+        return SentenceLevel.mean_loss(model, model.perplexity_loss, sentences, batch_size, device)
 
     @staticmethod
     @torch.no_grad()
-    def loss_per_token(model: nn.Module, sentences: list[list[int]], batch_size: int, device) -> float:
-        """The mean loss in nats per token (a sentence counts its words and its end) of ``sentences`` (id lists,
-        words only; those shorter than the model's ``shortest_sentence`` left out), in eval mode, in batches
-        of ``batch_size`` sentences sorted by length: the validation loss, and ``induce eval --lm``'s."""
+    def mean_loss(model: nn.Module, loss: Callable, sentences: list[list[int]], batch_size: int, device) -> float:
+        """The mean of ``loss(tokens, lengths) -> [B]`` in nats per token (a sentence counts its words and its
+        end) of ``sentences`` (id lists, words only; those shorter than the model's ``shortest_sentence`` left
+        out), in eval mode, in batches of ``batch_size`` sentences sorted by length."""
         shortest = max(1, type(model).shortest_sentence)
         sentences = [s for s in sentences if len(s) >= shortest]
         was_training = model.training
@@ -459,7 +483,7 @@ class SentenceLevel(Objective):
             for start in range(0, len(order), batch_size):
                 chunk = [sentences[i] for i in order[start : start + batch_size]]
                 tokens, lengths = sentence_tensors(chunk, device)
-                total += model.sentence_loss(tokens, lengths).double().sum()
+                total += loss(tokens, lengths).double().sum()
                 count += sum(len(s) + 1 for s in chunk)
         finally:
             model.train(was_training)
