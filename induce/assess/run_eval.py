@@ -68,6 +68,7 @@ def run_eval(
     steps: Optional[ProgressBars] = None,
     pred_format: str = "auto",
     resamples: int = 1000,
+    word_match: str = "normalized",
 ) -> EvalOutcome:
     """Evaluate one source of trees, named by at most one of ``predicted`` (a file of bracketed trees, one
     per line), ``baseline`` (right, left, balanced, random: seeded by ``seed``), ``checkpoint`` (a run
@@ -76,19 +77,22 @@ def run_eval(
     instead. ``wsj10`` / ``wsj40`` / ``max_length``, ``keep_punct``, ``count_root``, ``multiset``: the
     convention (:class:`induce.evaluation.EvalConvention`). ``per_sentence``: a CSV with one row per
     sentence. ``pred_format``: the predicted file's format (:data:`induce.trees.formats.FORMATS`);
-    ``resamples``: of the bootstrap intervals in the summary (``ci``, seeded by ``seed``). What was chosen
+    ``resamples``: of the bootstrap intervals in the summary (``ci``, seeded by ``seed``); ``word_match``: how the
+    predicted words are compared with the gold's (:mod:`induce.evaluation.words`). What was chosen
     is said on ``console`` (stderr); ``steps`` draws the progress bars.
     Argument errors name the command's flags.
 
     Long because it takes each option of ``induce eval`` as a typed argument (24 lines of signature);
     the body is about 50 lines."""
     from induce.evaluation import baseline_predictions
+    from induce.evaluation.words import check_mode
     from induce.files import check_not_input, check_output_file
     from induce.inference.runs import pick_run
     from induce.inference.scoring import gold_files, load_gold, parse_gold, score
 
     console = console or Console(stderr=True)
     steps = steps or NoProgress()
+    check_mode(word_match)
     check_output_file(per_sentence, "--per-sentence")
     convention, length_option = eval_convention(wsj10, wsj40, max_length, keep_punct, count_root, multiset)
     if sum(x is not None for x in (predicted, baseline, checkpoint, untrained)) > 1:
@@ -134,7 +138,8 @@ def run_eval(
                                 device=device, progress=steps.bar("parsing"))
         source = f"run {run_dir}"
     summary, result = score(pred_trees, gold_set, convention, source, locations=locations,
-                            length_option=length_option, progress=steps.bar("scoring"), resamples=resamples, seed=seed)
+                            length_option=length_option, progress=steps.bar("scoring"), resamples=resamples, seed=seed,
+                            word_match=word_match)
     if per_sentence is not None:
         _write_per_sentence(per_sentence, result)
     return EvalOutcome("scores", summary)

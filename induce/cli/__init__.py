@@ -20,6 +20,10 @@ CHECKPOINT_HELP = f"Run folder or checkpoint (default: {LATEST_RUN_HELP})."
 RUNS_DIR_HELP = "Look for the newest finished run only in this folder (default: runs/ and results/runs/)."
 DEVICE_HELP = "auto (CUDA when available, else CPU), cpu, cuda or cuda:N."
 PROGRESS_HELP = "Progress bars on stderr (shown only when stderr is a terminal)."
+WORD_MATCH_HELP = ("How predicted words are compared with the gold's: normalized (default: the same word, or one of "
+                   "the usual rewritings of published files: case, Unicode form, PTB escapes, <unk>, numbers as N / "
+                   "N.N / [num] / <num>, no thousands separators), exact (character for character), or position "
+                   "(aligned by position, never refused). Words that differ are counted in the output.")
 
 
 class ProgressSteps:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import unicodedata
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional, Sequence
@@ -31,6 +30,8 @@ import nltk
 from induce.errors import InduceError, InputError
 from induce.trees.nodes import Node, branching_nodes, constituents, from_nltk, prune, tagged_leaves
 from induce.trees.ptb import TRACE_TAG, WORD_TAGS, strip_function_tags
+
+from .words import WordCheck
 
 #: Gold labels whose recall is reported.
 REPORTED_LABELS = ("NP", "VP", "PP", "SBAR", "ADJP", "ADVP")
@@ -111,6 +112,7 @@ class EvalResult:
     sentences: list = field(default_factory=list)
     n_too_short: int = 0  # skipped: fewer than convention.min_length words after removal
     n_too_long: int = 0  # skipped: more than convention.max_length words after removal
+    words: Optional[dict] = None  # how the predicted words matched the gold's (WordCheck.summary)
 
     def to_dict(self) -> dict:
         """The JSON shape of ``induce eval --json`` (F1 and percentages in 0-100)."""
@@ -133,6 +135,7 @@ class EvalResult:
             "gold_other_binary_split_pct": gold.pct(gold.other_binary),
             "gold_nary_split_pct": gold.pct(gold.nary),
             "convention": {**asdict(self.convention), "description": self.convention.describe()},
+            "words": self.words,
         }
 
 
@@ -210,15 +213,6 @@ def sentence_prf(n_match: int, n_pred: int, n_gold: int) -> tuple[float, float, 
     return precision, recall, f1
 
 
-def same_word(predicted: str, gold: str) -> bool:
-    """The same word up to case and Unicode normalisation (``Café`` written with a combining accent, NFD,
-    is ``Café`` with the precomposed letter, NFC)."""
-    if predicted == gold:
-        return True
-    predicted, gold = unicodedata.normalize("NFC", predicted), unicodedata.normalize("NFC", gold)
-    return predicted == gold or predicted.lower() == gold.lower()
-
-
 def prediction_node(tree: nltk.Tree) -> tuple[Node, list]:
     """Index tree and words of a predicted tree; trace leaves (under ``-NONE-``) are dropped."""
     tree = unwrap(tree)
@@ -231,8 +225,10 @@ def prediction_node(tree: nltk.Tree) -> tuple[Node, list]:
     return node, words
 
 
-def _align_prediction(pred: Node, gold: GoldSentence, pred_words: Optional[Sequence[str]], where) -> Optional[Node]:
-    """Bring a predicted tree onto the gold's kept words (projecting away punctuation if it covers it)."""
+def _align_prediction(pred: Node, gold: GoldSentence, pred_words: Optional[Sequence[str]], where,
+                      words: Optional[WordCheck] = None) -> Optional[Node]:
+    """Bring a predicted tree onto the gold's kept words (projecting away punctuation if it covers it); its
+    words are checked against the gold's by ``words`` (:mod:`induce.evaluation.words`)."""
     n_pred = pred.end - pred.start
     if n_pred == len(gold.words):
         aligned, compare_to = pred, gold.words
@@ -244,10 +240,8 @@ def _align_prediction(pred: Node, gold: GoldSentence, pred_words: Optional[Seque
             f"({len(gold.all_words)} with punctuation): {' '.join(gold.all_words)[:200]}",
             *where,
         )
-    if pred_words is not None:
-        for k, (p, g) in enumerate(zip(pred_words, compare_to)):
-            if not same_word(p, g):
-                raise InputError(f"word {k + 1} differs: predicted {p!r}, gold {g!r}", *where)
+    if pred_words is not None and words is not None:
+        words.check(pred_words, compare_to, where)
     return aligned
 
 
@@ -288,6 +282,7 @@ def evaluate(
     pred_locations: Optional[Sequence[tuple]] = None,
     check_words: bool = True,
     progress: Optional[Callable[[int, int], None]] = None,
+    word_match: str = "normalized",
 ) -> EvalResult:
     """Score predicted trees against gold trees.
 
@@ -298,8 +293,11 @@ def evaluate(
         :class:`GoldSentence` of each made by :func:`prepare_gold` under the same convention.
     progress: called as ``progress(done, total)`` every 1,000 sentences and at the end.
     pred_locations: ``(path, line)`` of each prediction, for error messages.
+    word_match: how a prediction's words are compared with the gold's (``exact``, ``normalized``, ``position``:
+        :mod:`induce.evaluation.words`); what differed is counted in the result's ``words``.
     """
     _check_same_count(pred_trees, gold_trees, pred_locations)
+    words = WordCheck(word_match) if check_words else None
     label_hits, label_totals = Counter(), Counter()
     tp = fp = fn = 0
     scores: list[SentenceScore] = []
@@ -321,7 +319,7 @@ def evaluate(
             pred_node, pred_words = pred, None
         else:
             pred_node, pred_words = prediction_node(pred)
-        aligned = _align_prediction(pred_node, gold, pred_words if check_words else None, where)
+        aligned = _align_prediction(pred_node, gold, pred_words, where, words)
         pred_spans = _counted_spans(constituents(aligned), length, convention)
         gold_spans = _counted_spans(gold.labelled, length, convention)
         match = sum((pred_spans & gold_spans).values())
@@ -354,6 +352,7 @@ def evaluate(
         sentences=scores,
         n_too_short=too_short,
         n_too_long=too_long,
+        words=words.summary() if words is not None and words.sentences else None,
     )
 
 

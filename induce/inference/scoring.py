@@ -115,15 +115,18 @@ def parse_gold(run, gold_sentences: list, convention, batch_size: int = 64, deco
 
 
 def score(pred_trees: list, gold: GoldSet, convention, source: str, locations=None,
-          length_option: str = "max_length", progress: Progress = None, resamples: int = 1000, seed: int = 0):
+          length_option: str = "max_length", progress: Progress = None, resamples: int = 1000, seed: int = 0,
+          word_match: str = "normalized"):
     """``(summary, result)``: the figures of ``pred_trees`` against ``gold`` (the dict ``induce eval
     --json`` prints: :meth:`EvalResult.to_dict` with ``predicted`` = ``source`` and ``gold`` = the gold
     set's label) and the :class:`~induce.evaluation.EvalResult` (per sentence). No sentence left after
     the length filters is an :class:`InduceError` naming ``length_option``. ``ci``: 95% bootstrap intervals
-    of the F1 figures (``resamples``, ``seed``: :func:`induce.evaluation.bootstrap.result_intervals`)."""
+    of the F1 figures (``resamples``, ``seed``: :func:`induce.evaluation.bootstrap.result_intervals`).
+    ``word_match``: how predicted words are compared with the gold's (:mod:`induce.evaluation.words`)."""
     from induce.evaluation import evaluate, require_sentences
 
-    result = evaluate(pred_trees, gold.sentences, convention, pred_locations=locations, progress=progress)
+    result = evaluate(pred_trees, gold.sentences, convention, pred_locations=locations, progress=progress,
+                      word_match=word_match)
     require_sentences(result, length_option)
     summary = result.to_dict()
     summary.update({"predicted": source, "gold": gold.label})
