@@ -18,11 +18,11 @@ from induce.errors import InduceError
 from induce.evaluation import bootstrap
 from induce.evaluation.conventions import (
     CONVENTIONS,
-    TOKEN_FILTERS,
     FullGold,
     align_prediction,
     full_gold,
     get_convention,
+    token_filter,
 )
 from induce.evaluation.words import DEFAULT_WORD_MATCH, WordCheck
 
@@ -43,18 +43,18 @@ class Source:
     notes: list = field(default_factory=list)
 
 
-def load_full_gold(gold, corpus, split: str, reading: Progress = None):
-    """``(GoldSet, [FullGold or None])`` of ``--gold`` or ``split`` of ``corpus``, every non-trace token kept."""
+def load_full_gold(gold, corpus, split: str, reading: Progress = None, treebank: str | None = None):
+    """``(GoldSet, [FullGold or None])`` of ``--gold`` or ``split`` of ``corpus``, every non-trace token kept;
+    ``treebank``: the profile of its tags (:func:`induce.inference.scoring.load_gold`)."""
     from induce.evaluation.metrics import EvalConvention
     from induce.inference.scoring import load_gold
 
-    gold_set = load_gold(gold, corpus, split, EvalConvention(keep_punct=True), reading=reading)
+    gold_set = load_gold(gold, corpus, split, EvalConvention(keep_punct=True), reading=reading, treebank=treebank)
     return gold_set, [full_gold(sentence) for sentence in gold_set.sentences]
 
 
 def word_tag_lengths(golds: Sequence[FullGold | None]) -> list:
-    keep = TOKEN_FILTERS["word_tags"]
-    return [0 if g is None else sum(keep(tag) for tag in g.tags) for g in golds]
+    return [0 if g is None else sum(map(token_filter("word_tags", g.treebank), g.tags)) for g in golds]
 
 
 def gold_fits(gold: FullGold | None, item) -> bool:
@@ -278,7 +278,8 @@ def run_hub_eval(predicted: Sequence[Path], gold=None, corpus=None, data=None, s
                  conventions: Sequence[str] = (), variants: Sequence[str] = (), pred_format: str = "auto",
                  agreement: bool = False, compare: bool = False, max_length: int | None = None,
                  resamples: int = bootstrap.DEFAULT_RESAMPLES, batch_size: int = 64, decoder=None,
-                 device: str = "auto", console=None, steps=None, word_match: str = DEFAULT_WORD_MATCH):
+                 device: str = "auto", console=None, steps=None, word_match: str = DEFAULT_WORD_MATCH,
+                 treebank: str | None = None):
     """``induce eval`` with ``--convention``, ``--gold-variant``, ``--agreement`` or ``--compare``: an
     :class:`~induce.assess.run_eval.EvalOutcome` of kind ``conventions``, ``agreement`` or ``compare``.
 
@@ -318,7 +319,7 @@ def run_hub_eval(predicted: Sequence[Path], gold=None, corpus=None, data=None, s
         run_dir = pick_run(checkpoint, console, need_parser=True)
     if gold is None and corpus is None:
         corpus = _default_eval_corpus(run_dir, data, console)
-    gold_set, golds = load_full_gold(gold, corpus, split, steps.bar("reading gold trees"))
+    gold_set, golds = load_full_gold(gold, corpus, split, steps.bar("reading gold trees"), treebank)
     if baseline is not None and predicted:
         raise InduceError("give only one of: a predicted file, --baseline, --checkpoint")
     sources = ([baseline_source(baseline, seed)] if baseline is not None else
@@ -335,5 +336,6 @@ def run_hub_eval(predicted: Sequence[Path], gold=None, corpus=None, data=None, s
     results = convention_results(sources[0], golds, names or [DEFAULT_CONVENTION], list(variants) or ["nary"],
                                  max_length, resamples, seed, word_match)
     return EvalOutcome("conventions", {"predicted": sources[0].label, "gold": gold_set.label, "results": results,
+                                       "treebank": gold_set.treebank,
                                        "notes": notes, "bootstrap": {"resamples": resamples, "seed": seed,
                                                                      "interval": bootstrap.INTERVAL}})

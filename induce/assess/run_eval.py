@@ -69,6 +69,7 @@ def run_eval(
     pred_format: str = "auto",
     resamples: int = 1000,
     word_match: str = "normalized",
+    treebank: Optional[str] = None,
 ) -> EvalOutcome:
     """Evaluate one source of trees, named by at most one of ``predicted`` (a file of bracketed trees, one
     per line), ``baseline`` (right, left, balanced, random: seeded by ``seed``), ``checkpoint`` (a run
@@ -78,7 +79,8 @@ def run_eval(
     convention (:class:`induce.evaluation.EvalConvention`). ``per_sentence``: a CSV with one row per
     sentence. ``pred_format``: the predicted file's format (:data:`induce.trees.formats.FORMATS`);
     ``resamples``: of the bootstrap intervals in the summary (``ci``, seeded by ``seed``); ``word_match``: how the
-    predicted words are compared with the gold's (:mod:`induce.evaluation.words`). What was chosen
+    predicted words are compared with the gold's (:mod:`induce.evaluation.words`); ``treebank``: the profile of
+    the gold's tags (:mod:`induce.trees.treebanks`; default: the corpus's, else ``ptb``). What was chosen
     is said on ``console`` (stderr); ``steps`` draws the progress bars.
     Argument errors name the command's flags.
 
@@ -94,7 +96,8 @@ def run_eval(
     steps = steps or NoProgress()
     check_mode(word_match)
     check_output_file(per_sentence, "--per-sentence")
-    convention, length_option = eval_convention(wsj10, wsj40, max_length, keep_punct, count_root, multiset)
+    convention, length_option = eval_convention(wsj10, wsj40, max_length, keep_punct, count_root, multiset,
+                                                treebank)
     if sum(x is not None for x in (predicted, baseline, checkpoint, untrained)) > 1:
         raise InduceError("give only one of: a predicted file, --baseline, --checkpoint, --untrained")
     if untrained is None and (sets or inits is not None):
@@ -146,7 +149,8 @@ def run_eval(
 
 
 def eval_convention(wsj10: bool = False, wsj40: bool = False, max_length: Optional[int] = None,
-                    keep_punct: bool = False, count_root: bool = False, multiset: bool = False):
+                    keep_punct: bool = False, count_root: bool = False, multiset: bool = False,
+                    treebank: Optional[str] = None):
     """``(EvalConvention, length option)`` of the flags: the smallest of the length limits given, and
     the flag that set it (named when no sentence is left)."""
     from induce.evaluation import EvalConvention
@@ -158,8 +162,13 @@ def eval_convention(wsj10: bool = False, wsj40: bool = False, max_length: Option
     limits = [n for n, _ in named_limits]
     if max_length is not None and max_length < 1:
         raise InduceError(f"--max-length {max_length}: give a number of words >= 1")
+    if treebank is not None:
+        from induce.trees.treebanks import get_profile
+
+        treebank = get_profile(treebank).name
     convention = EvalConvention(
-        keep_punct=keep_punct, count_root=count_root, multiset=multiset, max_length=min(limits) if limits else None
+        keep_punct=keep_punct, count_root=count_root, multiset=multiset, max_length=min(limits) if limits else None,
+        treebank=treebank,
     )
     return convention, (min(named_limits)[1] if named_limits else "--max-length")
 

@@ -66,11 +66,12 @@ def ensemble_command(
         trees, report = ensemble_report(members, golds, parsed, convention, word_match)
     for note in (note for member in members for note in member.notes):
         console.print(note, highlight=False, soft_wrap=True)
-    from induce.evaluation.conventions import TOKEN_FILTERS, get_convention
+    from induce.evaluation.conventions import get_convention, token_filter
 
-    keep = TOKEN_FILTERS[get_convention(convention).tokens]
+    tokens = get_convention(convention).tokens
     lines = []
     for tree, full in zip(trees, golds):
+        keep = token_filter(tokens, full.treebank) if full is not None else None
         words = [w for w, t in zip(full.words, full.tags) if keep(t)] if full is not None else []
         words = words or (full.words if full is not None else ["-NONE-"])
         lines.append(to_nltk(tree, words) if tree is not None else _flat(words))

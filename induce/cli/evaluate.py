@@ -101,6 +101,9 @@ def eval_command(
                                   "of --convention --json; seeded by --seed)."),
     word_match: str = typer.Option("normalized", "--word-match", metavar="normalized|exact|position",
                                    help=WORD_MATCH_HELP),
+    treebank: Optional[str] = typer.Option(
+        None, "--treebank", metavar="ptb|ktb", help="Whose tags the gold trees carry (punctuation, empty elements, "
+        "ID nodes: see `induce preprocess --treebank`). Default: what the prepared corpus recorded, else ptb."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
     per_sentence: Optional[Path] = typer.Option(None, "--per-sentence", help="Write a CSV with one row per sentence."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help=PROGRESS_HELP),
@@ -131,7 +134,7 @@ def eval_command(
         _hub_eval(console, progress, as_json, predicted, gold=gold, corpus=corpus, data=data, split=split,
                   baseline=baseline, checkpoint=checkpoint, seed=seed, conventions=conventions, variants=gold_variants,
                   pred_format=pred_format, agreement=agreement, compare=compare, max_length=limit, resamples=resamples,
-                  batch_size=batch_size, decoder=decoder, device=device, word_match=word_match)
+                  batch_size=batch_size, decoder=decoder, device=device, word_match=word_match, treebank=treebank)
         return
     if len(predicted) > 1:
         raise InduceError(f"{len(predicted)} prediction files: evaluate one at a time, or use --agreement / --compare")
@@ -142,7 +145,8 @@ def eval_command(
                            untrained=untrained, inits=inits, sets=sets, lm=lm, decoder=decoder, batch_size=batch_size,
                            device=device, data=data, corpus=corpus, split=split, wsj10=wsj10, wsj40=wsj40,
                            max_length=max_length, keep_punct=keep_punct, count_root=count_root, multiset=multiset,
-                           per_sentence=per_sentence, console=console, steps=steps, word_match=word_match)
+                           per_sentence=per_sentence, console=console, steps=steps, word_match=word_match,
+                           treebank=treebank)
     if as_json:
         typer.echo(json.dumps(outcome.summary, sort_keys=True))
     elif outcome.kind == "perplexity":

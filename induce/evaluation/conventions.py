@@ -78,6 +78,23 @@ TOKEN_FILTERS: dict[str, Callable[[str | None], bool]] = {
 GOLD_VARIANTS = ("nary", "left", "right")
 
 
+def token_filter(tokens: str, treebank: str = "ptb") -> Callable[[str | None], bool]:
+    """Which gold tags a convention's ``tokens`` keep in a treebank (:mod:`induce.trees.treebanks`): for the
+    PTB, :data:`TOKEN_FILTERS`; for another treebank, ``word_tags`` keeps its words (its profile's
+    punctuation removed) and ``li_nopunct`` removes Li et al.'s punctuation table for that treebank (their
+    ``ktb`` table for the Keyaki Treebank)."""
+    if treebank == "ptb":
+        return TOKEN_FILTERS[tokens]
+    from induce.trees.treebanks import get_profile
+
+    profile = get_profile(treebank)
+    if tokens == "word_tags":
+        return profile.is_word
+    if tokens == "li_nopunct":
+        return lambda tag: tag not in LI_ALWAYS and tag not in profile.li_punct
+    return TOKEN_FILTERS[tokens]
+
+
 @dataclass(frozen=True)
 class Figure:
     """One number a script prints: ``key`` of :attr:`ConventionResult.figures`, its label, and the digits
@@ -291,6 +308,7 @@ class FullGold:
 
     tree: Node
     words: list
+    treebank: str = "ptb"  # whose tags (induce.trees.treebanks)
 
     @property
     def tags(self) -> list:
@@ -300,12 +318,13 @@ class FullGold:
 def full_gold(sentence) -> FullGold | None:
     """:class:`FullGold` of a :class:`~induce.evaluation.metrics.GoldSentence` prepared with punctuation
     kept (``EvalConvention(keep_punct=True)``); None for a tree of traces only."""
-    return None if sentence.tree is None else FullGold(sentence.tree, list(sentence.all_words))
+    return None if sentence.tree is None else FullGold(sentence.tree, list(sentence.all_words),
+                                                       getattr(sentence, "treebank", "ptb"))
 
 
 def gold_view(gold: FullGold, convention: Convention, variant: str) -> tuple[Node | None, list]:
     """The gold tree in the convention's tokens, reshaped as its script does, and the keep mask."""
-    keep_tag = TOKEN_FILTERS[convention.tokens]
+    keep_tag = token_filter(convention.tokens, gold.treebank)
     keep = [keep_tag(tag) for tag in gold.tags]
     node = prune(gold.tree, keep)
     if node is None:

@@ -46,11 +46,18 @@ class EvalConvention:
     multiset: bool = False  # True: duplicate spans (unary chains) count as often as they occur
     min_length: int = 2  # shorter sentences (after removal) are skipped
     max_length: Optional[int] = None  # longer sentences (after removal) are skipped (WSJ10: 10, WSJ40: 40)
+    treebank: Optional[str] = None  # whose punctuation and words (induce.trees.treebanks); None: the gold's, else ptb
 
     def describe(self) -> str:
+        if (self.treebank or "ptb") == "ptb":
+            removal = "punctuation and traces removed by the word-tag filter (Kim et al. 2019)"
+        else:
+            from induce.trees.treebanks import get_profile
+
+            profile = get_profile(self.treebank)
+            removal = f"{profile.title}: punctuation ({' '.join(sorted(profile.punct_tags))}) removed"
         parts = [
-            "punctuation kept (traces removed)" if self.keep_punct
-            else "punctuation and traces removed by the word-tag filter (Kim et al. 2019)",
+            "punctuation kept (traces removed)" if self.keep_punct else removal,
             f"sentences of length < {self.min_length} skipped"
             + (f", length <= {self.max_length} after removal" if self.max_length else ", all lengths"),
             "length-1 spans not counted",
@@ -148,6 +155,7 @@ class GoldSentence:
     keep: list  # per entry of all_words: kept by the convention?
     tree: Optional[Node]  # over `words`; None when no word is kept
     labelled: list  # [(label, start, end)] of the kept tree, function tags stripped
+    treebank: str = "ptb"  # whose tags (induce.trees.treebanks): which tokens are words and punctuation
 
 
 #: Labels of the outermost wrapper bracket that treebank files put around a sentence.
@@ -163,12 +171,21 @@ def unwrap(tree: nltk.Tree) -> nltk.Tree:
 
 
 def prepare_gold(tree: nltk.Tree, convention: EvalConvention) -> GoldSentence:
-    """Remove traces (always) and, unless ``keep_punct``, every non-word leaf, from a treebank tree."""
+    """Remove traces (always) and, unless ``keep_punct``, every non-word leaf, from a treebank tree; the words
+    are those of the convention's treebank (:mod:`induce.trees.treebanks`: the PTB's word tags by default).
+    A tree of another treebank is first reduced as its profile says (a raw Keyaki tree: its ``ID`` node, empty
+    elements and unary chains go, as Li et al. do; a tree prepared so already is unchanged)."""
+    treebank = convention.treebank or getattr(tree, "treebank", None) or "ptb"  # treebanks.mark
+    is_word = _word_filter(treebank)
+    if treebank != "ptb":
+        from induce.trees.treebanks import get_profile
+
+        tree = get_profile(treebank).gold_tree(tree) or nltk.Tree("", [])
     tree = unwrap(tree)
     tagged = tagged_leaves(tree)
     pos = [(word, tag) for word, tag, _ in tagged if tag != TRACE_TAG]
     all_words = [word for word, _ in pos]
-    keep = [convention.keep_punct or tag in WORD_TAGS for _, tag in pos]
+    keep = [convention.keep_punct or is_word(tag) for _, tag in pos]
     # Index tree over the non-trace words: rebuild from the tree with traces pruned.
     full = from_nltk(tree)
     no_trace = _prune_unless_all(full, [tag != TRACE_TAG for _, tag, _ in tagged])
@@ -178,7 +195,15 @@ def prepare_gold(tree: nltk.Tree, convention: EvalConvention) -> GoldSentence:
     if kept is not None:
         # Preterminals are length-1 nodes; they are dropped with the other length-1 spans later.
         labelled = [(strip_function_tags(label or ""), i, j) for label, i, j in constituents(kept)]
-    return GoldSentence(words, all_words, keep, kept, labelled)
+    return GoldSentence(words, all_words, keep, kept, labelled, treebank)
+
+
+def _word_filter(treebank: str) -> Callable[[Optional[str]], bool]:
+    if treebank == "ptb":
+        return WORD_TAGS.__contains__
+    from induce.trees.treebanks import get_profile
+
+    return get_profile(treebank).is_word
 
 
 def _prune_unless_all(node: Node, keep: list) -> Optional[Node]:
