@@ -104,6 +104,9 @@ def test_preprocess_ktb_splits_as_li_et_al_and_records_the_profile_and_counts(tm
     record = meta["source"]["split"]
     assert record["files"] == 4 and record["trees_read"] == 24 and record["shuffled"] == 24
     assert record["held_out_each"] == 2 and record["last_trees_left_out"] == 0
+    lengths = [len(keyaki_tree(t, keep_punct=False).leaves()) for t in _trees()]
+    assert record["li_len10"]["train"] + record["li_len10"]["valid"] + record["li_len10"]["test"] == \
+        4 * sum(n <= 10 for n in lengths) < 24
     assert {s: meta["splits"][s]["trees"] for s in ("train", "valid", "test")} == {"train": 20, "valid": 2, "test": 2}
     split = keyaki.li_split(list(range(24)))
     originals = _trees() * 4

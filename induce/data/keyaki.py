@@ -13,7 +13,7 @@
 * **Sentences** of a split: those positions, prepared with punctuation (``gold``) and without
   (``nopunct``). Li et al. then keep the train and dev sentences of at most 10 or 40 tokens (their
   ``len10`` / ``len40`` data; test keeps every length); the prepared corpus keeps every length and records
-  how many of each split those limits keep (``li_len10``, ``li_len40``).
+  how many sentences of each split those limits keep (``li_len10``, ``li_len40``: words without punctuation).
 """
 from __future__ import annotations
 
@@ -109,7 +109,12 @@ def split_trees(folder: Path, progress=None) -> tuple[dict[str, list[nltk.Tree]]
     files = treebank_files(folder)
     blocks = read_blocks(files, progress)
     check_keyaki(blocks)
-    kept = [i for i, tree in enumerate(blocks.trees) if keyaki_tree(tree, keep_punct=False) is not None]
+    lengths = {}
+    for i, tree in enumerate(blocks.trees):
+        nopunct = keyaki_tree(tree, keep_punct=False)
+        if nopunct is not None:
+            lengths[i] = len(nopunct.leaves())
+    kept = sorted(lengths)
     positions = li_split(kept)
     record = {
         "recipe": "Li et al. 2020, i-lijun/UnsupConstParseEval@afa5176 preprocess.py (KTBHelper)",
@@ -119,5 +124,7 @@ def split_trees(folder: Path, progress=None) -> tuple[dict[str, list[nltk.Tree]]
         "test": "the first 10% of the shuffled positions (their train_test_split's 'dev', returned as test)",
         "valid": "the next 10% (their 'test', returned as dev)", "train": "the rest",
         "profile": KTB.name,
+        "li_len10": {split: sum(lengths[i] <= 10 for i in chosen) for split, chosen in positions.items()},
+        "li_len40": {split: sum(lengths[i] <= 40 for i in chosen) for split, chosen in positions.items()},
     }
     return {split: [blocks.trees[i] for i in positions[split]] for split in ("train", "valid", "test")}, record
