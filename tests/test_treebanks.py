@@ -132,6 +132,9 @@ def test_eval_on_a_ktb_corpus_uses_its_profile_and_says_so(tmp_path):
     assert result.exit_code == 0, result.output
     results = json.loads(result.stdout)["results"]
     assert all(abs(r["figures"]["corpus_f1"] - 100.0) < 1e-9 for r in results), results
+    result = runner.invoke(app, ["eval", "--baseline", "left", "--corpus", str(out / "ktb"), "--split", "test",
+                                 "--convention", "li2020", "--no-progress"])
+    assert result.exit_code == 0 and "gold treebank: Keyaki Treebank (Japanese)" in result.stdout
     result = runner.invoke(app, ["eval", "--baseline", "left", "--corpus", str(out / "ktb"), "--treebank", "ptb"])
     assert result.exit_code != 0 and "prepared as ktb" in result.output
 
@@ -156,3 +159,17 @@ def test_the_real_keyaki_treebank_gives_li_et_al_split_if_available():
         pytest.skip("INDUCE_DATA with ktb/ not available")
     files = keyaki.treebank_files(Path(root) / "ktb")
     assert len(files) == 248
+
+
+def test_a_keyaki_gold_file_is_read_with_treebank_ktb(tmp_path):
+    pred = tmp_path / "pred.txt"
+    pred.write_text("".join(tree_to_line(keyaki_tree(t, keep_punct=False)) + "\n" for t in _trees()), encoding="utf-8")
+    runner = CliRunner()
+    result = runner.invoke(app, ["eval", str(pred), "--gold", str(KEYAKI), "--treebank", "ktb", "--json",
+                                 "--no-progress"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["treebank"]["name"] == "ktb" and summary["n_sentences"] == 6 and summary["corpus_f1"] == 100.0
+    # Read as the PTB (the default), its words are only those tagged VB or MD: Li et al.'s trees do not fit.
+    result = runner.invoke(app, ["eval", str(pred), "--gold", str(KEYAKI), "--json", "--no-progress"])
+    assert result.exit_code != 0 or json.loads(result.stdout)["corpus_f1"] < 100.0

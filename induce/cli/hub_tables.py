@@ -26,6 +26,12 @@ def print_conventions(summary: dict, console: Console) -> None:
                           _value(row["figures"][key], digits), counts if first else "",
                           end_section=k == len(row["reported"]) - 1)
     console.print(table)
+    if summary.get("treebank", "ptb") != "ptb":
+        from induce.trees.treebanks import get_profile
+
+        profile = get_profile(summary["treebank"])
+        console.print(f"gold treebank: {profile.title}, prepared as {profile.reference}; its punctuation: "
+                      f"{' '.join(sorted(profile.li_punct))}", highlight=False, soft_wrap=True)
     for row in summary["results"]:
         if row["gold_variant"] == summary["results"][0]["gold_variant"]:
             console.print(f"{row['convention']}: {row['description']}", highlight=False, soft_wrap=True)
