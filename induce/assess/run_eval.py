@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional, Protocol, Sequence
 
@@ -199,6 +199,7 @@ def _untrained_summary(model, sets, inits, seed, lm, per_sentence, gold, corpus,
         corpus = _default_eval_corpus(None, data, console)
     preparing = steps.bar("preparing gold trees") if gold is None or not gold.is_dir() else None
     gold_set = load_gold(gold, corpus, split, convention, reading=steps.bar("reading gold trees"), preparing=preparing)
+    convention = replace(convention, treebank=gold_set.treebank)  # what the gold was read as, as score() says
     vocab, vocab_label = untrained_vocabulary(gold_set.sentences, gold_set.corpus_dir)
     summary = evaluate_untrained(model, run_config.model, gold_set.sentences, vocab, convention, inits=inits, seed=seed,
                                  batch_size=batch_size, decoder=decoder, device=device,

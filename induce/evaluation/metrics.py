@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Optional, Sequence
 
 import nltk
@@ -333,6 +333,8 @@ def evaluate(
             progress(index, len(gold_trees))
         where = tuple(pred_locations[index]) if pred_locations else (None, None)
         gold = gold_tree if isinstance(gold_tree, GoldSentence) else prepare_gold(gold_tree, convention)
+        if convention.treebank is None:  # the result says what the gold was read as (treebanks.mark, else ptb)
+            convention = replace(convention, treebank=gold.treebank)
         length = len(gold.words)
         if length < convention.min_length:
             too_short += 1
