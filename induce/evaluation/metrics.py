@@ -333,8 +333,7 @@ def evaluate(
             progress(index, len(gold_trees))
         where = tuple(pred_locations[index]) if pred_locations else (None, None)
         gold = gold_tree if isinstance(gold_tree, GoldSentence) else prepare_gold(gold_tree, convention)
-        if convention.treebank is None:  # the result says what the gold was read as (treebanks.mark, else ptb)
-            convention = replace(convention, treebank=gold.treebank)
+        convention = convention if convention.treebank else replace(convention, treebank=gold.treebank)  # as read
         length = len(gold.words)
         if length < convention.min_length:
             too_short += 1
