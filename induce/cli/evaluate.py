@@ -103,7 +103,7 @@ def eval_command(
                                    help=WORD_MATCH_HELP),
     treebank: Optional[str] = typer.Option(
         None, "--treebank", metavar="ptb|ktb", help="Whose tags the gold trees carry (punctuation, empty elements, "
-        "ID nodes: see `induce preprocess --treebank`). Default: what the prepared corpus recorded, else ptb."),
+        "ID nodes: see induce preprocess --help). Default: what the prepared corpus recorded, else ptb."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
     per_sentence: Optional[Path] = typer.Option(None, "--per-sentence", help="Write a CSV with one row per sentence."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help=PROGRESS_HELP),
