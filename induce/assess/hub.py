@@ -18,12 +18,13 @@ from induce.errors import InduceError
 from induce.evaluation import bootstrap
 from induce.evaluation.conventions import (
     CONVENTIONS,
-    TOKEN_FILTERS,
     FullGold,
     align_prediction,
     full_gold,
     get_convention,
+    token_filter,
 )
+from induce.evaluation.words import DEFAULT_WORD_MATCH, WordCheck
 
 #: The convention of --agreement, --compare and ensemble reports when none is named: the default one.
 DEFAULT_CONVENTION = "induce"
@@ -42,18 +43,18 @@ class Source:
     notes: list = field(default_factory=list)
 
 
-def load_full_gold(gold, corpus, split: str, reading: Progress = None):
-    """``(GoldSet, [FullGold or None])`` of ``--gold`` or ``split`` of ``corpus``, every non-trace token kept."""
+def load_full_gold(gold, corpus, split: str, reading: Progress = None, treebank: str | None = None):
+    """``(GoldSet, [FullGold or None])`` of ``--gold`` or ``split`` of ``corpus``, every non-trace token kept;
+    ``treebank``: the profile of its tags (:func:`induce.inference.scoring.load_gold`)."""
     from induce.evaluation.metrics import EvalConvention
     from induce.inference.scoring import load_gold
 
-    gold_set = load_gold(gold, corpus, split, EvalConvention(keep_punct=True), reading=reading)
+    gold_set = load_gold(gold, corpus, split, EvalConvention(keep_punct=True), reading=reading, treebank=treebank)
     return gold_set, [full_gold(sentence) for sentence in gold_set.sentences]
 
 
 def word_tag_lengths(golds: Sequence[FullGold | None]) -> list:
-    keep = TOKEN_FILTERS["word_tags"]
-    return [0 if g is None else sum(keep(tag) for tag in g.tags) for g in golds]
+    return [0 if g is None else sum(map(token_filter("word_tags", g.treebank), g.tags)) for g in golds]
 
 
 def gold_fits(gold: FullGold | None, item) -> bool:
@@ -113,9 +114,10 @@ def baseline_source(kind: str, seed: int = 0) -> Source:
 
 def convention_results(source: Source, golds: Sequence, names: Sequence[str], variants: Sequence[str] = ("nary",),
                        max_length: int | None = None, resamples: int = bootstrap.DEFAULT_RESAMPLES,
-                       seed: int = 0) -> list:
-    """One dict per (convention, gold variant): its figures, a 95% bootstrap interval for each, and the
-    numbers of sentences scored / skipped / in error (:meth:`ConventionResult.to_dict`)."""
+                       seed: int = 0, word_match: str = DEFAULT_WORD_MATCH) -> list:
+    """One dict per (convention, gold variant): its figures, a 95% bootstrap interval for each, the
+    numbers of sentences scored / skipped / in error and how the words matched the gold's under
+    ``word_match`` (:meth:`ConventionResult.to_dict`)."""
     from induce.evaluation.conventions import score_convention
 
     out = []
@@ -123,7 +125,7 @@ def convention_results(source: Source, golds: Sequence, names: Sequence[str], va
         convention = get_convention(name)
         for variant in variants:
             result = score_convention(golds, source.items or [], convention, variant, source.locations,
-                                      baseline=source.baseline, max_length=max_length)
+                                      baseline=source.baseline, max_length=max_length, word_match=word_match)
             entry = result.to_dict()
             entry["reported"] = [[f.key, f.label, f.digits] for f in convention.figures]
             if result.sentences:
@@ -134,10 +136,11 @@ def convention_results(source: Source, golds: Sequence, names: Sequence[str], va
 
 
 def aligned_trees(source: Source, golds: Sequence, convention_name: str = DEFAULT_CONVENTION,
-                  max_length: int | None = None) -> dict:
+                  max_length: int | None = None, words: WordCheck | None = None) -> dict:
     """``{sentence index: Node over the convention's kept words}`` of the sentences the convention scores
     (for agreement and ensembles: every source is brought onto the same words); ``max_length``: a further
-    length limit (``--wsj10``, ``--max-length``), applied with the convention's own."""
+    length limit (``--wsj10``, ``--max-length``), applied with the convention's own; ``words`` checks and
+    counts the source's words against the gold's (normalized when None)."""
     from induce.evaluation.conventions import gold_view
     from induce.trees.transforms import collapse_unary
 
@@ -159,32 +162,46 @@ def aligned_trees(source: Source, golds: Sequence, convention_name: str = DEFAUL
             continue
         kept_words = [w for w, k in zip(gold.words, keep) if k]
         where = source.locations[index] if source.locations else (None, None)
-        tree, projected = align_prediction(item[0], item[1], kept_words, gold.words, keep, where)
+        tree, projected = align_prediction(item[0], item[1], kept_words, gold.words, keep, where, words)
         out[index] = collapse_unary(tree) if projected else tree
     return out
 
 
+def _checked_trees(sources: Sequence[Source], golds: Sequence, convention_name: str, max_length: int | None,
+                   word_match: str) -> tuple[list, list]:
+    """``(trees, words)``: :func:`aligned_trees` of each source, and how its words matched the gold's
+    (a :meth:`WordCheck.summary`, None for a source without words: a run or a baseline)."""
+    trees, words = [], []
+    for source in sources:
+        check = WordCheck(word_match)
+        trees.append(aligned_trees(source, golds, convention_name, max_length, check))
+        words.append(check.summary() if check.sentences else None)
+    return trees, words
+
+
 def agreement_report(sources: Sequence[Source], golds: Sequence, convention_name: str = DEFAULT_CONVENTION,
-                     max_length: int | None = None) -> dict:
+                     max_length: int | None = None, word_match: str = DEFAULT_WORD_MATCH) -> dict:
     """The pairwise F1 matrix of the sources on the sentences all of them have (of at most ``max_length``
     words, when given, and within the convention's own limit), and the mean of its off-diagonal entries
-    (self-F1 when the sources are seeds of one model)."""
+    (self-F1 when the sources are seeds of one model); ``words``: how each source's words matched the
+    gold's under ``word_match``."""
     from induce.evaluation.agreement import agreement_matrix, mean_off_diagonal
 
-    trees = [aligned_trees(source, golds, convention_name, max_length) for source in sources]
+    trees, words = _checked_trees(sources, golds, convention_name, max_length, word_match)
     common = sorted(set.intersection(*(set(t) for t in trees)))
     if not common:
         within = "" if max_length is None else f" and at most {max_length}"
         raise InduceError(f"--agreement: no sentence of two words or more{within} that every source has a tree of")
     matrix = agreement_matrix([[t[i] for i in common] for t in trees])
     return {"sources": [s.label for s in sources], "matrix": matrix, "mean_pairwise_f1": mean_off_diagonal(matrix),
-            "n_sentences": len(common), "convention": convention_name, "max_length": max_length,
+            "n_sentences": len(common), "convention": convention_name, "max_length": max_length, "words": words,
             "description": "corpus F1 between each pair (spans of 2+ words, not the whole sentence, as sets)"}
 
 
 def compare_report(first: Source, second: Source, golds: Sequence, convention_name: str = DEFAULT_CONVENTION,
                    variant: str = "nary", max_length: int | None = None,
-                   resamples: int = bootstrap.DEFAULT_RESAMPLES, seed: int = 0) -> dict:
+                   resamples: int = bootstrap.DEFAULT_RESAMPLES, seed: int = 0,
+                   word_match: str = DEFAULT_WORD_MATCH) -> dict:
     """The paired bootstrap of ``first - second`` on the convention's first figure, on the sentences both
     were scored on against the gold ``variant`` (:func:`induce.evaluation.bootstrap.paired_bootstrap`: the
     p-value's direction is its ``alternative``)."""
@@ -192,7 +209,7 @@ def compare_report(first: Source, second: Source, golds: Sequence, convention_na
 
     convention = get_convention(convention_name)
     results = [score_convention(golds, s.items or [], convention, variant, s.locations, baseline=s.baseline,
-                                max_length=max_length) for s in (first, second)]
+                                max_length=max_length, word_match=word_match) for s in (first, second)]
     by_index = [{s.index: s for s in result.sentences} for result in results]
     common = sorted(set(by_index[0]) & set(by_index[1]))
     key = convention.figures[0].key
@@ -200,15 +217,16 @@ def compare_report(first: Source, second: Source, golds: Sequence, convention_na
                                         convention.corpus_f1, resamples, seed)
     report.update({"first": first.label, "second": second.label, "convention": convention_name,
                    "gold_variant": variant, "max_length": max_length, "figure_label": convention.figures[0].label,
-                   "n_sentences": len(common), "seed": seed})
+                   "n_sentences": len(common), "seed": seed, "words": [r.words for r in results]})
     return report
 
 
 def ensemble_report(members: Sequence[Source], golds: Sequence, weights: Sequence[float] | None = None,
-                    convention_name: str = DEFAULT_CONVENTION):
+                    convention_name: str = DEFAULT_CONVENTION, word_match: str = DEFAULT_WORD_MATCH):
     """``(trees, report)``: the ensemble's tree of every gold sentence (None where the convention scores
     none: under 2 words), and, on the gold, the F1 of each member, their mean and best, and the ensemble's.
-    ``weights``: one per member, finite, ``>= 0``, not all 0 (:func:`induce.evaluation.ensemble.check_weights`)."""
+    ``weights``: one per member, finite, ``>= 0``, not all 0 (:func:`induce.evaluation.ensemble.check_weights`);
+    ``word_match``: how the members' words are compared with the gold's (counted in the report's ``words``)."""
     import statistics
 
     from induce.evaluation.conventions import score_convention
@@ -216,7 +234,7 @@ def ensemble_report(members: Sequence[Source], golds: Sequence, weights: Sequenc
 
     if weights is not None:
         weights = check_weights(weights, len(members))
-    trees = [aligned_trees(member, golds, convention_name) for member in members]
+    trees, words = _checked_trees(members, golds, convention_name, None, word_match)
     common = sorted(set.intersection(*(set(t) for t in trees)))
     out: list = [None] * len(golds)
     for index in common:
@@ -235,7 +253,7 @@ def ensemble_report(members: Sequence[Source], golds: Sequence, weights: Sequenc
     report = {"members": [m.label for m in members], "member_f1": member_f1, "mean": statistics.fmean(member_f1),
               "best": max(member_f1), "ensemble": figure(Source("ensemble", ensemble_items)),
               "weights": list(weights) if weights else None, "convention": convention_name,
-              "figure_label": convention.figures[0].label, "n_sentences": len(common)}
+              "figure_label": convention.figures[0].label, "n_sentences": len(common), "words": words}
     return out, report
 
 
@@ -260,15 +278,18 @@ def run_hub_eval(predicted: Sequence[Path], gold=None, corpus=None, data=None, s
                  conventions: Sequence[str] = (), variants: Sequence[str] = (), pred_format: str = "auto",
                  agreement: bool = False, compare: bool = False, max_length: int | None = None,
                  resamples: int = bootstrap.DEFAULT_RESAMPLES, batch_size: int = 64, decoder=None,
-                 device: str = "auto", console=None, steps=None):
+                 device: str = "auto", console=None, steps=None, word_match: str = DEFAULT_WORD_MATCH,
+                 treebank: str | None = None):
     """``induce eval`` with ``--convention``, ``--gold-variant``, ``--agreement`` or ``--compare``: an
     :class:`~induce.assess.run_eval.EvalOutcome` of kind ``conventions``, ``agreement`` or ``compare``.
 
     Long because it checks which options go together (each error names the flags) before any file is
     read, then dispatches to one of three reports."""
     from induce.assess.run_eval import EvalOutcome, NoProgress, _default_eval_corpus
+    from induce.evaluation.words import check_mode
 
     steps = steps or NoProgress()
+    check_mode(word_match)
     names = list(CONVENTIONS) if "all" in conventions else list(dict.fromkeys(conventions))
     for name in names:
         get_convention(name)
@@ -298,7 +319,7 @@ def run_hub_eval(predicted: Sequence[Path], gold=None, corpus=None, data=None, s
         run_dir = pick_run(checkpoint, console, need_parser=True)
     if gold is None and corpus is None:
         corpus = _default_eval_corpus(run_dir, data, console)
-    gold_set, golds = load_full_gold(gold, corpus, split, steps.bar("reading gold trees"))
+    gold_set, golds = load_full_gold(gold, corpus, split, steps.bar("reading gold trees"), treebank)
     if baseline is not None and predicted:
         raise InduceError("give only one of: a predicted file, --baseline, --checkpoint")
     sources = ([baseline_source(baseline, seed)] if baseline is not None else
@@ -306,14 +327,15 @@ def run_hub_eval(predicted: Sequence[Path], gold=None, corpus=None, data=None, s
     notes = [note for source in sources for note in source.notes]
     convention = names[0] if names else DEFAULT_CONVENTION
     if agreement:
-        return EvalOutcome("agreement", {**agreement_report(sources, golds, convention, max_length),
+        return EvalOutcome("agreement", {**agreement_report(sources, golds, convention, max_length, word_match),
                                          "gold": gold_set.label, "notes": notes})
     if compare:
         report = compare_report(sources[0], sources[1], golds, convention, (list(variants) or ["nary"])[0],
-                                max_length, resamples, seed)
+                                max_length, resamples, seed, word_match)
         return EvalOutcome("compare", {**report, "gold": gold_set.label, "notes": notes})
     results = convention_results(sources[0], golds, names or [DEFAULT_CONVENTION], list(variants) or ["nary"],
-                                 max_length, resamples, seed)
+                                 max_length, resamples, seed, word_match)
     return EvalOutcome("conventions", {"predicted": sources[0].label, "gold": gold_set.label, "results": results,
+                                       "treebank": gold_set.treebank,
                                        "notes": notes, "bootstrap": {"resamples": resamples, "seed": seed,
                                                                      "interval": bootstrap.INTERVAL}})

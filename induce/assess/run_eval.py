@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional, Protocol, Sequence
 
@@ -68,6 +68,8 @@ def run_eval(
     steps: Optional[ProgressBars] = None,
     pred_format: str = "auto",
     resamples: int = 1000,
+    word_match: str = "normalized",
+    treebank: Optional[str] = None,
 ) -> EvalOutcome:
     """Evaluate one source of trees, named by at most one of ``predicted`` (a file of bracketed trees, one
     per line), ``baseline`` (right, left, balanced, random: seeded by ``seed``), ``checkpoint`` (a run
@@ -76,21 +78,26 @@ def run_eval(
     instead. ``wsj10`` / ``wsj40`` / ``max_length``, ``keep_punct``, ``count_root``, ``multiset``: the
     convention (:class:`induce.evaluation.EvalConvention`). ``per_sentence``: a CSV with one row per
     sentence. ``pred_format``: the predicted file's format (:data:`induce.trees.formats.FORMATS`);
-    ``resamples``: of the bootstrap intervals in the summary (``ci``, seeded by ``seed``). What was chosen
+    ``resamples``: of the bootstrap intervals in the summary (``ci``, seeded by ``seed``); ``word_match``: how the
+    predicted words are compared with the gold's (:mod:`induce.evaluation.words`); ``treebank``: the profile of
+    the gold's tags (:mod:`induce.trees.treebanks`; default: the corpus's, else ``ptb``). What was chosen
     is said on ``console`` (stderr); ``steps`` draws the progress bars.
     Argument errors name the command's flags.
 
     Long because it takes each option of ``induce eval`` as a typed argument (24 lines of signature);
     the body is about 50 lines."""
     from induce.evaluation import baseline_predictions
+    from induce.evaluation.words import check_mode
     from induce.files import check_not_input, check_output_file
     from induce.inference.runs import pick_run
     from induce.inference.scoring import gold_files, load_gold, parse_gold, score
 
     console = console or Console(stderr=True)
     steps = steps or NoProgress()
+    check_mode(word_match)
     check_output_file(per_sentence, "--per-sentence")
-    convention, length_option = eval_convention(wsj10, wsj40, max_length, keep_punct, count_root, multiset)
+    convention, length_option = eval_convention(wsj10, wsj40, max_length, keep_punct, count_root, multiset,
+                                                treebank)
     if sum(x is not None for x in (predicted, baseline, checkpoint, untrained)) > 1:
         raise InduceError("give only one of: a predicted file, --baseline, --checkpoint, --untrained")
     if untrained is None and (sets or inits is not None):
@@ -134,14 +141,16 @@ def run_eval(
                                 device=device, progress=steps.bar("parsing"))
         source = f"run {run_dir}"
     summary, result = score(pred_trees, gold_set, convention, source, locations=locations,
-                            length_option=length_option, progress=steps.bar("scoring"), resamples=resamples, seed=seed)
+                            length_option=length_option, progress=steps.bar("scoring"), resamples=resamples, seed=seed,
+                            word_match=word_match)
     if per_sentence is not None:
         _write_per_sentence(per_sentence, result)
     return EvalOutcome("scores", summary)
 
 
 def eval_convention(wsj10: bool = False, wsj40: bool = False, max_length: Optional[int] = None,
-                    keep_punct: bool = False, count_root: bool = False, multiset: bool = False):
+                    keep_punct: bool = False, count_root: bool = False, multiset: bool = False,
+                    treebank: Optional[str] = None):
     """``(EvalConvention, length option)`` of the flags: the smallest of the length limits given, and
     the flag that set it (named when no sentence is left)."""
     from induce.evaluation import EvalConvention
@@ -153,8 +162,13 @@ def eval_convention(wsj10: bool = False, wsj40: bool = False, max_length: Option
     limits = [n for n, _ in named_limits]
     if max_length is not None and max_length < 1:
         raise InduceError(f"--max-length {max_length}: give a number of words >= 1")
+    if treebank is not None:
+        from induce.trees.treebanks import get_profile
+
+        treebank = get_profile(treebank).name
     convention = EvalConvention(
-        keep_punct=keep_punct, count_root=count_root, multiset=multiset, max_length=min(limits) if limits else None
+        keep_punct=keep_punct, count_root=count_root, multiset=multiset, max_length=min(limits) if limits else None,
+        treebank=treebank,
     )
     return convention, (min(named_limits)[1] if named_limits else "--max-length")
 
@@ -185,6 +199,7 @@ def _untrained_summary(model, sets, inits, seed, lm, per_sentence, gold, corpus,
         corpus = _default_eval_corpus(None, data, console)
     preparing = steps.bar("preparing gold trees") if gold is None or not gold.is_dir() else None
     gold_set = load_gold(gold, corpus, split, convention, reading=steps.bar("reading gold trees"), preparing=preparing)
+    convention = replace(convention, treebank=gold_set.treebank)  # what the gold was read as, as score() says
     vocab, vocab_label = untrained_vocabulary(gold_set.sentences, gold_set.corpus_dir)
     summary = evaluate_untrained(model, run_config.model, gold_set.sentences, vocab, convention, inits=inits, seed=seed,
                                  batch_size=batch_size, decoder=decoder, device=device,

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from induce.cli import DEVICE_HELP, PROGRESS_HELP, default_gold_hint, progress_steps
+from induce.cli import DEVICE_HELP, PROGRESS_HELP, WORD_MATCH_HELP, default_gold_hint, progress_steps
 from induce.errors import InduceError
 
 
@@ -28,6 +28,8 @@ def ensemble_command(
     convention: str = typer.Option("induce", "--convention", help="Whose tokens and sentences (and the figure "
                                    "reported): a convention name of induce eval."),
     pred_format: str = typer.Option("auto", "--pred-format", help="Format of the prediction files."),
+    word_match: str = typer.Option("normalized", "--word-match", metavar="normalized|exact|position",
+                                   help=WORD_MATCH_HELP),
     batch_size: int = typer.Option(64, "--batch-size", help="Sentences per forward pass when parsing with a run."),
     device: str = typer.Option("auto", "--device", help="With a run: " + DEVICE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
@@ -42,6 +44,7 @@ def ensemble_command(
     from induce.assess.hub import ensemble_report, load_full_gold, sources_of
     from induce.assess.run_eval import _default_eval_corpus
     from induce.evaluation.ensemble import parse_weights
+    from induce.evaluation.words import check_mode
     from induce.files import check_not_input, check_output_file
     from induce.trees.brackets import write_trees
     from induce.trees.nodes import to_nltk
@@ -49,6 +52,7 @@ def ensemble_command(
     if len(sources) < 2:
         raise InduceError(f"induce ensemble takes two sources or more, {len(sources)} given")
     parsed = None if weights is None else parse_weights(weights, len(sources))
+    check_mode(word_match)
     check_output_file(output, "--output")
     check_not_input(output, {"a source": [s for s in sources if s.is_file()]}, "--output")
     console = Console(stderr=True)
@@ -59,14 +63,15 @@ def ensemble_command(
         gold_set, golds = load_full_gold(gold, corpus, split, steps.bar("reading gold trees"))
         with default_gold_hint(default_gold, lambda: gold_set.label):
             members = sources_of(sources, golds, gold_set, pred_format, batch_size, None, device, steps)
-        trees, report = ensemble_report(members, golds, parsed, convention)
+        trees, report = ensemble_report(members, golds, parsed, convention, word_match)
     for note in (note for member in members for note in member.notes):
         console.print(note, highlight=False, soft_wrap=True)
-    from induce.evaluation.conventions import TOKEN_FILTERS, get_convention
+    from induce.evaluation.conventions import get_convention, token_filter
 
-    keep = TOKEN_FILTERS[get_convention(convention).tokens]
+    tokens = get_convention(convention).tokens
     lines = []
     for tree, full in zip(trees, golds):
+        keep = token_filter(tokens, full.treebank) if full is not None else None
         words = [w for w, t in zip(full.words, full.tags) if keep(t)] if full is not None else []
         words = words or (full.words if full is not None else ["-NONE-"])
         lines.append(to_nltk(tree, words) if tree is not None else _flat(words))

@@ -10,7 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from induce.cli import DEVICE_HELP, LATEST_RUN_HELP, PROGRESS_HELP, THREADS_HELP, default_gold_hint, progress_steps
+from induce.cli import (DEVICE_HELP, LATEST_RUN_HELP, PROGRESS_HELP, THREADS_HELP, WORD_MATCH_HELP, default_gold_hint,
+                        progress_steps)
 from induce.errors import InduceError
 from induce.trees.kinds import decoder_help
 
@@ -100,6 +101,11 @@ def eval_command(
                                  "runs A B: the F1 difference A - B, its 95% interval and a one-sided p-value."),
     resamples: int = typer.Option(1000, "--resamples", min=1, help="Bootstrap resamples (--compare and the intervals "
                                   "of --convention --json; seeded by --seed)."),
+    word_match: str = typer.Option("normalized", "--word-match", metavar="normalized|exact|position",
+                                   help=WORD_MATCH_HELP),
+    treebank: Optional[str] = typer.Option(
+        None, "--treebank", metavar="ptb|ktb", help="Whose tags the gold trees carry (punctuation, empty elements, "
+        "ID nodes: see induce preprocess --help). Default: what the prepared corpus recorded, else ptb."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
     per_sentence: Optional[Path] = typer.Option(None, "--per-sentence", help="Write a CSV with one row per sentence."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help=PROGRESS_HELP),
@@ -132,7 +138,7 @@ def eval_command(
         _hub_eval(console, progress, as_json, predicted, gold=gold, corpus=corpus, data=data, split=split,
                   baseline=baseline, checkpoint=checkpoint, seed=seed, conventions=conventions, variants=gold_variants,
                   pred_format=pred_format, agreement=agreement, compare=compare, max_length=limit, resamples=resamples,
-                  batch_size=batch_size, decoder=decoder, device=device)
+                  batch_size=batch_size, decoder=decoder, device=device, word_match=word_match, treebank=treebank)
         return
     if len(predicted) > 1:
         raise InduceError(f"{len(predicted)} prediction files: evaluate one at a time, or use --agreement / --compare")
@@ -143,7 +149,8 @@ def eval_command(
                            untrained=untrained, inits=inits, sets=sets, lm=lm, decoder=decoder, batch_size=batch_size,
                            device=device, data=data, corpus=corpus, split=split, wsj10=wsj10, wsj40=wsj40,
                            max_length=max_length, keep_punct=keep_punct, count_root=count_root, multiset=multiset,
-                           per_sentence=per_sentence, console=console, steps=steps)
+                           per_sentence=per_sentence, console=console, steps=steps, word_match=word_match,
+                           treebank=treebank)
     if as_json:
         typer.echo(json.dumps(outcome.summary, sort_keys=True))
     elif outcome.kind == "perplexity":
@@ -200,6 +207,10 @@ def _print_table(summary: dict, console: Console) -> None:
         )
     console.print(table)
     console.print(f"convention: {summary['convention']['description']}")
+    if summary.get("words"):
+        from induce.evaluation.words import describe
+
+        console.print(describe(summary["words"]), highlight=False, soft_wrap=True)
 
 
 def _print_untrained(summary: dict, console: Console) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from induce.evaluation.words import describe
+
 
 def _value(value, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
@@ -24,9 +26,30 @@ def print_conventions(summary: dict, console: Console) -> None:
                           _value(row["figures"][key], digits), counts if first else "",
                           end_section=k == len(row["reported"]) - 1)
     console.print(table)
+    if summary.get("treebank", "ptb") != "ptb":
+        from induce.trees.treebanks import get_profile
+
+        profile = get_profile(summary["treebank"])
+        console.print(f"gold treebank: {profile.title}, prepared as {profile.reference}; its punctuation: "
+                      f"{' '.join(sorted(profile.li_punct))}", highlight=False, soft_wrap=True)
     for row in summary["results"]:
         if row["gold_variant"] == summary["results"][0]["gold_variant"]:
             console.print(f"{row['convention']}: {row['description']}", highlight=False, soft_wrap=True)
+    summaries = [row.get("words") for row in summary["results"]]
+    if all(words == summaries[0] for words in summaries):  # the conventions compared the same words
+        _print_words([summaries[0]], [""], console)
+    else:
+        _print_words(summaries, [f"{row['convention']} ({row['gold_variant']})" for row in summary["results"]],
+                     console)
+
+
+def _print_words(summaries: list, labels: list, console: Console) -> None:
+    """How each source's words matched the gold's (:func:`induce.evaluation.words.describe`), one line per
+    source that has words (a run or a baseline has none), prefixed with its label."""
+    for label, summary in zip(labels, summaries):
+        if summary:
+            console.print(f"{label}: {describe(summary)}" if label else describe(summary), highlight=False,
+                          soft_wrap=True)
 
 
 def print_agreement(summary: dict, console: Console) -> None:
@@ -42,6 +65,7 @@ def print_agreement(summary: dict, console: Console) -> None:
     console.print(f"mean pairwise F1 (self-F1): {_value(summary['mean_pairwise_f1'])}; {summary['description']}; "
                   f"tokens and sentences of the {summary['convention']} convention{_limit_text(summary)}",
                   highlight=False, soft_wrap=True)
+    _print_words(summary.get("words") or [], labels, console)
 
 
 def _p_text(summary: dict) -> str:
@@ -64,6 +88,7 @@ def print_compare(summary: dict, console: Console) -> None:
                   f"{summary['n_sentences']} sentences, seed {summary['seed']}; convention {summary['convention']}, "
                   f"gold variant {summary['gold_variant']}{_limit_text(summary)}", highlight=False, soft_wrap=True)
     console.print(summary["method"], highlight=False, soft_wrap=True)
+    _print_words(summary.get("words") or [], ["A", "B"], console)
 
 
 def print_ensemble(report: dict, console: Console) -> None:
@@ -79,6 +104,7 @@ def print_ensemble(report: dict, console: Console) -> None:
     table.add_row("best member", _value(report["best"]))
     table.add_row("ensemble", _value(report["ensemble"]))
     console.print(table)
+    _print_words(report.get("words") or [], report["members"], console)
 
 
 def print_hub(outcome, console: Console) -> None:

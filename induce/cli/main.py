@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "induce.cli.preprocess",
     "induce.cli.evaluate",
     "induce.cli.ensemble",
+    "induce.cli.leaderboard",
     "induce.cli.train",
     "induce.cli.parse",
     "induce.cli.generate",

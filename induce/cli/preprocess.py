@@ -60,6 +60,11 @@ def preprocess_command(
         False, "--allow-predicted-tags", help="Accept *.auto.* files (predicted POS tags decide punctuation: not "
                                               "recommended)."
     ),
+    treebank: str = typer.Option(
+        "ptb", "--treebank", metavar="ptb|ktb", help="Whose rules prepare the trees (punctuation tags, empty elements, "
+        "ID nodes, function tags, unary chains, the split), recorded in meta.json. ptb: the Penn Treebank (WSJ "
+        "sections; another tag set is refused). ktb: the Keyaki Treebank as Li et al. (2020) prepare and split it "
+        "(--data: its folder; random.seed(0) 80/10/10), or the --train/--valid/--test files given."),
     force: bool = typer.Option(False, "--force", help="Rebuild even if the output exists."),
 ) -> None:
     """Prepare a corpus: original/gold/no-punctuation trees and Mikolov-style LM text per split."""
@@ -84,6 +89,7 @@ def preprocess_command(
         allow_predicted_tags=allow_predicted_tags,
         console=console,
         default=default,
+        treebank=treebank,
     )
     _print_corpus(folder, console)
     console.print(f"{folder} ready ({time.perf_counter() - started:.1f} s)", highlight=False)

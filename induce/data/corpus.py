@@ -184,9 +184,22 @@ class PreparedCorpus:
             self._cache[key] = [located.tree for located in read_trees(self._file(split, suffix))]
         return self._cache[key]
 
+    @property
+    def treebank(self) -> str:
+        """The treebank profile the corpus was prepared with (``meta.json``; :mod:`induce.trees.treebanks`)."""
+        return (self.meta.get("treebank") or {}).get("name", "ptb")
+
     def gold_trees(self, split: str) -> list[nltk.Tree]:
-        """Cleaned gold trees (no traces / function tags), punctuation kept, root label ``ROOT``."""
-        return self._trees(split, ".gold.txt")
+        """Cleaned gold trees (no traces / function tags), punctuation kept, root label ``ROOT``; each says
+        which treebank's tags it carries when that is not the PTB's (:func:`induce.trees.treebanks.mark`),
+        so that whoever evaluates against them finds its words."""
+        trees = self._trees(split, ".gold.txt")
+        if self.treebank != "ptb":
+            from induce.trees.treebanks import mark
+
+            for tree in trees:
+                mark(tree, self.treebank)
+        return trees
 
     def nopunct_trees(self, split: str) -> list[nltk.Tree]:
         """Gold trees after the word-tag filter; leaves are the original (un-normalised) words."""

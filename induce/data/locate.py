@@ -269,6 +269,7 @@ def prepare_corpus(
     allow_predicted_tags: bool = False,
     console: Optional[Console] = None,
     default: bool = False,
+    treebank: Optional[str] = None,
 ) -> Path:
     """What ``induce preprocess`` does: pick the source from the options, prepare, return the folder.
 
@@ -277,7 +278,13 @@ def prepare_corpus(
     ``synthetic``; with none, the treebank found under the data root, as :func:`default_corpus`
     (synthetic fallback with a warning), which ``default`` asks for explicitly (then no source may
     be given). ``sections`` (``{split: (section, ...)}``) applies to the LDC layout only.
+    ``treebank`` (:mod:`induce.trees.treebanks`; default ``ptb``): whose rules prepare the trees; ``ktb``
+    reads the Keyaki Treebank folder ``data`` (or ``data/ktb``; default ``$INDUCE_DATA/ktb``) and splits it
+    as Li et al. do (:func:`induce.data.preprocess.preprocess_keyaki`), or prepares the files given.
     """
+    from induce.trees.treebanks import get_profile
+
+    profile = get_profile(treebank)
     console = console or Console(stderr=True)
     split_files = {split: files for split, files in (split_files or {}).items() if files}
     if split_files and "train" not in split_files:
@@ -290,11 +297,17 @@ def prepare_corpus(
                                     ("--synthetic", synthetic)) if on]
     if len(chosen) > 1:
         raise InduceError(f"choose one source, not {' and '.join(chosen)}")
+    if profile.name != "ptb" and (lm_text is not None or synthetic or default):
+        raise InduceError(f"--treebank {profile.name} prepares treebank files: drop --lm-text, --synthetic and "
+                          "--default")
     if split_files:
         return preprocess.preprocess_tree_files(
             split_files, corpora_dir, name or "custom", source_kind="files", max_vocab=max_vocab, force=force,
-            allow_predicted_tags=allow_predicted_tags, console=console,
+            allow_predicted_tags=allow_predicted_tags, console=console, treebank=profile.name,
         )
+    if profile.name == "ktb":
+        return preprocess.preprocess_keyaki(_keyaki_folder(data), corpora_dir, name or "ktb", max_vocab, force,
+                                            console)
     if lm_text is not None:
         return preprocess.preprocess_lm_text(lm_text, corpora_dir, name or "ptb-lm", max_vocab, force, console)
     if synthetic:
@@ -302,3 +315,14 @@ def prepare_corpus(
             corpora_dir, name or DEFAULT_NAMES["synthetic"], synthetic_sizes, seed, max_vocab, force, console
         )
     return _prepare_found_treebank(data, corpora_dir, name, sections, max_vocab, force, console)
+
+
+def _keyaki_folder(data: Optional[Path]) -> Path:
+    """The Keyaki Treebank folder of ``--data`` (the folder, or its ``ktb/``), else ``$INDUCE_DATA/ktb``."""
+    if data is None:
+        root = os.environ.get("INDUCE_DATA")
+        if not root:
+            raise InduceError("--treebank ktb: give --data, the Keyaki Treebank folder (with its treebank/*.psd)")
+        data = Path(root)
+    data = Path(data)
+    return data / "ktb" if (data / "ktb").is_dir() and not any(data.glob("*.psd")) else data

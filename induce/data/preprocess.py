@@ -45,6 +45,7 @@ from induce.files import (
 )
 from induce.trees.brackets import read_trees, tree_to_line
 from induce.trees.ptb import TRACE_TAG, TagCensus, clean_tree
+from induce.trees.treebanks import KTB, PTB, TreebankProfile, get_profile, is_null_word, keyaki_tree, li_normalize_word
 
 #: Bumped when the output format or a convention changes (invalidates cached corpora).
 FORMAT_VERSION = 1
@@ -65,6 +66,19 @@ CONVENTIONS = {
     "<unk> outside the vocabulary; one sentence per line, no <eos> written",
     "vocab": "most frequent training tokens, ties alphabetical; max_vocab counts <eos> and <unk>",
     "dropped": "trees with no word after the word-tag filter are dropped from all files of the split",
+}
+
+#: What differs in a corpus prepared with ``--treebank ktb`` (:mod:`induce.trees.treebanks`, :mod:`induce.data.keyaki`).
+KTB_CONVENTIONS = {
+    **CONVENTIONS,
+    "gold": "induce.trees.treebanks.keyaki_tree(keep_punct=True, collapse=False): ID/META/LS/LST subtrees and empty "
+    "elements removed, labels cut at - _ =, POS tags and punctuation kept, unary chains NOT collapsed (the evaluator "
+    "removes punctuation by tag first; Li et al.'s conventions collapse after it); empty root -> its only child",
+    "nopunct": "induce.trees.treebanks.keyaki_tree(keep_punct=False): Li et al.'s no-punctuation tree (PU -LRB- -RRB- "
+    "CODE QUOT also removed, then unary chains collapsed into their top node, the root included)",
+    "lm_text": "Li et al.'s normalisation of the nopunct leaves: lower-cased, numbers -> [num] "
+    "(induce.trees.treebanks.li_normalize_word), <unk> outside the vocabulary",
+    "dropped": "trees with no word left without punctuation are left out before the split (Li et al.), and counted",
 }
 
 LogFn = Callable[[str], None]
@@ -187,6 +201,18 @@ def check_ptb_tags(path: Path, trees: Sequence[nltk.Tree]) -> None:
         raise InputError(census.loss_message(), path)
 
 
+def check_tags(path: Path, trees: Sequence[nltk.Tree], profile: TreebankProfile) -> None:
+    """Refuse a file whose trees are not of ``profile``'s treebank: for the PTB, :func:`check_ptb_tags`; for the
+    Keyaki Treebank, a tree without its ``ID`` node (:func:`induce.data.keyaki.check_keyaki`)."""
+    if profile.name == PTB.name:
+        check_ptb_tags(path, trees)
+        return
+    for number, tree in enumerate(trees):
+        if not any(sub.label() == "ID" for sub in tree.subtrees()):
+            raise InputError(f"tree {number + 1} is not a Keyaki Treebank tree: no (ID ...) node (--treebank ktb "
+                             "reads the treebank's .psd files as released)", path)
+
+
 # ----------------------------------------------------------------------------- building
 
 
@@ -202,21 +228,25 @@ class _SplitData:
     traces: int = 0
 
 
-def _process_trees(trees: Sequence[nltk.Tree], progress: Progress, label: str) -> _SplitData:
+def _process_trees(trees: Sequence[nltk.Tree], progress: Progress, label: str,
+                   profile: TreebankProfile = PTB) -> _SplitData:
+    """The files of one split under ``profile``'s rules (:data:`CONVENTIONS`, :data:`KTB_CONVENTIONS`)."""
     data = _SplitData(read=len(trees))
     task = progress.add_task(f"cleaning {label}", total=len(trees))
+    ktb = profile.name == KTB.name
     for index, tree in enumerate(trees):
-        nopunct = clean_tree(tree, keep_punct=False)
+        nopunct = keyaki_tree(tree, keep_punct=False) if ktb else clean_tree(tree, keep_punct=False)
         if nopunct is None:
             data.dropped += 1
             continue
-        gold = clean_tree(tree, keep_punct=True)
+        gold = profile.gold_tree(tree) if ktb else clean_tree(tree, keep_punct=True)
         data.orig.append(tree_to_line(tree))
         data.gold.append(tree_to_line(gold))
         data.nopunct.append(tree_to_line(nopunct))
-        data.tokens.append([mikolov.normalize_word(word) for word in nopunct.leaves()])
+        normalize = li_normalize_word if ktb else mikolov.normalize_word
+        data.tokens.append([normalize(word) for word in nopunct.leaves()])
         data.gold_words += len(gold.leaves())
-        data.traces += sum(1 for _, tag in tree.pos() if tag == TRACE_TAG)
+        data.traces += sum(1 for word, tag in tree.pos() if (is_null_word(word) if ktb else tag == TRACE_TAG))
         if index % 1000 == 0:
             progress.update(task, completed=index)
     progress.update(task, completed=len(trees))
@@ -379,6 +409,7 @@ def _tree_corpus_builder(
     source: dict,
     max_vocab: int,
     console: Optional[Console],
+    profile: TreebankProfile = PTB,
 ) -> Callable[[Path], dict]:
     def build(folder: Path) -> dict:
         with _progress(console) as progress:
@@ -387,7 +418,7 @@ def _tree_corpus_builder(
             for split in SPLITS:
                 if split not in trees:
                     continue
-                data = _process_trees(trees[split], progress, split)
+                data = _process_trees(trees[split], progress, split, profile)
                 if not data.orig:
                     files = [record["path"] for record in source.get("files", {}).get(split, [])]
                     where = f" ({', '.join(files)})" if files else ""
@@ -399,7 +430,8 @@ def _tree_corpus_builder(
                 splits[split] = data
         vocab, lm_counts = _write_lm_corpus(folder, {s: d.tokens for s, d in splits.items()}, max_vocab)
         return {
-            "conventions": CONVENTIONS,
+            "conventions": KTB_CONVENTIONS if profile.name == KTB.name else CONVENTIONS,
+            "treebank": profile.describe(),
             "has_trees": True,
             "kind": "treebank",
             "source": source,
@@ -421,7 +453,8 @@ def _tree_corpus_builder(
     return build
 
 
-def _read_split_files(split_files: dict[str, list[Path]], progress: Progress) -> dict[str, list[nltk.Tree]]:
+def _read_split_files(split_files: dict[str, list[Path]], progress: Progress,
+                      profile: TreebankProfile = PTB) -> dict[str, list[nltk.Tree]]:
     trees: dict[str, list[nltk.Tree]] = {}
     for split, files in split_files.items():
         total = sum(path.stat().st_size for path in files)
@@ -435,7 +468,7 @@ def _read_split_files(split_files: dict[str, list[Path]], progress: Progress) ->
                 progress.update(task, completed=base + (size * done // max(count, 1)))
 
             file_trees = [located.tree for located in read_trees(path, progress=report)]
-            check_ptb_tags(path, file_trees)
+            check_tags(path, file_trees, profile)
             split_trees.extend(file_trees)
             done_bytes += size
         trees[split] = split_trees
@@ -453,9 +486,12 @@ def preprocess_tree_files(
     console: Optional[Console] = None,
     extra_source: Optional[dict] = None,
     rebuild_stale: bool = False,
+    treebank: Optional[str] = None,
 ) -> Path:
-    """Prepare ``out_dir/name`` from ``{split: [tree files]}`` (LDC, NLTK sample or explicit files)."""
+    """Prepare ``out_dir/name`` from ``{split: [tree files]}`` (LDC, NLTK sample or explicit files), each
+    tree prepared by the rules of ``treebank`` (:mod:`induce.trees.treebanks`; default ``ptb``)."""
     log = _logger(console)
+    profile = get_profile(treebank)
     if "train" not in split_files:
         raise InduceError("no training trees: a train split is required")
     for split, files in split_files.items():
@@ -476,8 +512,10 @@ def preprocess_tree_files(
         "kind": source_kind,
         "max_vocab": max_vocab,
         "sha256": {split: [r["sha256"] for r in recs] for split, recs in records.items()},
+        **({} if profile.name == PTB.name else {"treebank": profile.name}),
     }
-    build = _tree_corpus_builder(lambda progress: _read_split_files(split_files, progress), source, max_vocab, console)
+    build = _tree_corpus_builder(lambda progress: _read_split_files(split_files, progress, profile), source, max_vocab,
+                                 console, profile)
     return _prepare(Path(out_dir) / name, fingerprint, build, force, log, rebuild_stale)
 
 
@@ -550,4 +588,34 @@ def preprocess_lm_text(
             "max_vocab": max_vocab,
         }
 
+    return _prepare(Path(out_dir) / name, fingerprint, build, force, log)
+
+
+def preprocess_keyaki(
+    folder: Path,
+    out_dir: Path,
+    name: str = "ktb",
+    max_vocab: int = DEFAULT_MAX_VOCAB,
+    force: bool = False,
+    console: Optional[Console] = None,
+) -> Path:
+    """Prepare ``out_dir/name`` from a Keyaki Treebank folder (its ``treebank/*.psd``) split as Li et al.
+    split it (:mod:`induce.data.keyaki`); ``meta.json`` records the split's counts under ``source.split``."""
+    from induce.data import keyaki
+
+    log = _logger(console)
+    files = keyaki.treebank_files(Path(folder))
+    _check_not_replacing_inputs(Path(out_dir) / name, files)
+    records = [_file_record(path) for path in files]
+    fingerprint = {"format_version": FORMAT_VERSION, "kind": "keyaki", "max_vocab": max_vocab,
+                   "sha256": [record["sha256"] for record in records], "treebank": KTB.name}
+    source = {"kind": "keyaki", "files": {"all": records}}
+
+    def split(progress: Progress) -> dict[str, list[nltk.Tree]]:
+        task = progress.add_task("reading the Keyaki Treebank", total=len(files))
+        trees, record = keyaki.split_trees(Path(folder), lambda done, total: progress.update(task, completed=done))
+        source["split"] = record
+        return trees
+
+    build = _tree_corpus_builder(split, source, max_vocab, console, KTB)
     return _prepare(Path(out_dir) / name, fingerprint, build, force, log)

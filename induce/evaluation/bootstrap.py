@@ -137,3 +137,21 @@ def result_intervals(result, resamples: int = DEFAULT_RESAMPLES, seed: int = 0) 
     intervals = {key: confidence_interval(sentences, key, resamples=resamples, seed=seed)
                  for key in ("corpus_f1", "sentence_f1")}
     return {**intervals, "resamples": resamples, "seed": seed, "interval": INTERVAL}
+
+
+def mean_interval(sentence_sets: Sequence[Sequence], key: str, corpus_formula: str = "plain",
+                  resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> list:
+    """``[low, high]``: the 95% bootstrap interval of the mean of figure ``key`` over several runs scored on
+    the same sentences (``sentence_sets[r][i]`` is run ``r``'s record of sentence ``i``, records with an
+    ``index``): each resample draws sentences once for every run (paired), scores each run on it and
+    averages, so that the interval is of the mean over these runs on a new sample of sentences, not of the
+    spread between runs. Sentences some run lacks are left out."""
+    if not sentence_sets:
+        raise InduceError("no run to average: the interval of a mean needs at least one scored run")
+    common = set.intersection(*({s.index for s in records} for records in sentence_sets))
+    runs = [[s for s in records if s.index in common] for records in sentence_sets]
+    for records in runs:
+        records.sort(key=lambda s: s.index)
+    indices = resample_indices(len(common), resamples, seed)
+    means = np.mean([figure_samples(records, key, corpus_formula, indices) for records in runs], axis=0)
+    return list(percentile_interval(means))

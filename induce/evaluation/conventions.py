@@ -64,7 +64,7 @@ from induce.trees.transforms import (
 )
 
 from . import evalb
-from .metrics import same_word
+from .words import DEFAULT_WORD_MATCH, WordCheck, words_match
 
 #: Li et al.'s removals: always, and with their ``ptb`` punctuation set (preprocess.py L86-89, L205-209).
 LI_ALWAYS = frozenset({"-NONE-", "ID", "META", "LS", "LST"})
@@ -76,6 +76,23 @@ TOKEN_FILTERS: dict[str, Callable[[str | None], bool]] = {
     "li_punct": lambda tag: tag not in LI_ALWAYS,
 }
 GOLD_VARIANTS = ("nary", "left", "right")
+
+
+def token_filter(tokens: str, treebank: str = "ptb") -> Callable[[str | None], bool]:
+    """Which gold tags a convention's ``tokens`` keep in a treebank (:mod:`induce.trees.treebanks`): for the
+    PTB, :data:`TOKEN_FILTERS`; for another treebank, ``word_tags`` keeps its words (its profile's
+    punctuation removed) and ``li_nopunct`` removes Li et al.'s punctuation table for that treebank (their
+    ``ktb`` table for the Keyaki Treebank)."""
+    if treebank == "ptb":
+        return TOKEN_FILTERS[tokens]
+    from induce.trees.treebanks import get_profile
+
+    profile = get_profile(treebank)
+    if tokens == "word_tags":
+        return profile.is_word
+    if tokens == "li_nopunct":
+        return lambda tag: tag not in LI_ALWAYS and tag not in profile.li_punct
+    return TOKEN_FILTERS[tokens]
 
 
 @dataclass(frozen=True)
@@ -196,11 +213,13 @@ class ConventionResult:
     sentences: list = field(default_factory=list)
     n_skipped: int = 0
     n_errors: int = 0
+    words: dict | None = None  # how the predicted words matched the gold's (WordCheck.summary)
 
     def to_dict(self) -> dict:
         return {"convention": self.convention.name, "gold_variant": self.gold_variant,
                 "description": self.convention.describe(), "figures": dict(self.figures),
-                "n_sentences": len(self.sentences), "n_skipped": self.n_skipped, "n_errors": self.n_errors}
+                "n_sentences": len(self.sentences), "n_skipped": self.n_skipped, "n_errors": self.n_errors,
+                "words": self.words}
 
 
 # ---- per-sentence span counting ---------------------------------------------------------------------
@@ -289,6 +308,7 @@ class FullGold:
 
     tree: Node
     words: list
+    treebank: str = "ptb"  # whose tags (induce.trees.treebanks)
 
     @property
     def tags(self) -> list:
@@ -298,12 +318,13 @@ class FullGold:
 def full_gold(sentence) -> FullGold | None:
     """:class:`FullGold` of a :class:`~induce.evaluation.metrics.GoldSentence` prepared with punctuation
     kept (``EvalConvention(keep_punct=True)``); None for a tree of traces only."""
-    return None if sentence.tree is None else FullGold(sentence.tree, list(sentence.all_words))
+    return None if sentence.tree is None else FullGold(sentence.tree, list(sentence.all_words),
+                                                       getattr(sentence, "treebank", "ptb"))
 
 
 def gold_view(gold: FullGold, convention: Convention, variant: str) -> tuple[Node | None, list]:
     """The gold tree in the convention's tokens, reshaped as its script does, and the keep mask."""
-    keep_tag = TOKEN_FILTERS[convention.tokens]
+    keep_tag = token_filter(convention.tokens, gold.treebank)
     keep = [keep_tag(tag) for tag in gold.tags]
     node = prune(gold.tree, keep)
     if node is None:
@@ -315,29 +336,22 @@ def gold_view(gold: FullGold, convention: Convention, variant: str) -> tuple[Nod
     return node, keep
 
 
-def words_match(predicted: str, gold: str) -> bool:
-    """The same word up to case and Unicode normalisation (:func:`~induce.evaluation.metrics.same_word`), or
-    a number written as a placeholder (``N``, ``[num]``, ``<num>``: the originals' preprocessing) for any
-    gold word with a digit."""
-    if same_word(predicted, gold):
-        return True
-    return predicted in ("N", "[num]", "<num>") and any(ch.isdigit() for ch in gold)
-
-
 def prediction_fits(pred_words: Sequence[str], gold_tokens: Sequence[str]) -> bool:
     """Whether a prediction's words are the gold sentence's tokens or some of them, in order
-    (:func:`words_match`): whichever tokens a convention keeps, a prediction of this sentence passes, and
-    a prediction of another sentence (a line repeated or left out) does not, but for sentences whose words
-    are among each other's."""
+    (:func:`induce.evaluation.words.words_match`, ``normalized``): whichever tokens a convention keeps, a
+    prediction of this sentence passes, and a prediction of another sentence (a line repeated or left out)
+    does not, but for sentences whose words are among each other's."""
     tokens = iter(gold_tokens)
     return all(any(words_match(word, token) for token in tokens) for word in pred_words)
 
 
 def align_prediction(pred: Node, pred_words: Sequence[str] | None, kept_words: Sequence[str],
-                     all_words: Sequence[str], keep: Sequence[bool], where=(None, None)) -> tuple[Node, bool]:
+                     all_words: Sequence[str], keep: Sequence[bool], where=(None, None),
+                     words: WordCheck | None = None) -> tuple[Node, bool]:
     """``(tree over the kept words, projected?)``: a prediction over the kept words is taken as it is; one
-    over every token has the others removed. Any other length, or a different word, is an
-    :class:`InputError` naming the line and both words."""
+    over every token has the others removed. Any other length is an :class:`InputError` naming the line;
+    the words are checked by ``words`` (a normalized :class:`~induce.evaluation.words.WordCheck` when None),
+    which refuses a word its mode does not accept, naming the line and both words."""
     n_pred = pred.end - pred.start
     if n_pred == len(kept_words):
         aligned, compare_to, projected = pred, kept_words, False
@@ -348,9 +362,7 @@ def align_prediction(pred: Node, pred_words: Sequence[str] | None, kept_words: S
             f"the predicted tree has {n_pred} leaves but the gold sentence has {len(kept_words)} words under this "
             f"convention ({len(all_words)} tokens in all): {' '.join(all_words)[:200]}", *where)
     if pred_words is not None:
-        for k, (p, g) in enumerate(zip(pred_words, compare_to)):
-            if not words_match(p, g):
-                raise InputError(f"word {k + 1} differs: predicted {p!r}, gold {g!r}", *where)
+        (words if words is not None else WordCheck(DEFAULT_WORD_MATCH)).check(pred_words, compare_to, where)
     return aligned, projected
 
 
@@ -373,10 +385,10 @@ def _diora_gold(node: Node) -> Node:
 
 def score_sentence(index: int, gold: FullGold, pred: Node | None, pred_words, convention: Convention,
                    variant: str = "nary", where=(None, None), baseline: Callable[[int], Node] | None = None,
-                   max_length: int | None = None):
+                   max_length: int | None = None, words: WordCheck | None = None):
     """One sentence under ``convention``: a :class:`SentenceCounts`, ``"skipped"`` (length filter or no token
     left) or ``"error"`` (an EVALB error sentence). ``baseline(n)`` builds the prediction over the kept
-    words instead of ``pred``."""
+    words instead of ``pred``; ``words`` checks and counts the predicted words (:func:`align_prediction`)."""
     gold_node, keep = gold_view(gold, convention, variant)
     length = sum(keep)
     limit = min(x for x in (convention.max_length, max_length, 10**9) if x is not None)
@@ -386,7 +398,7 @@ def score_sentence(index: int, gold: FullGold, pred: Node | None, pred_words, co
     if baseline is not None:
         aligned, projected = baseline(length), False
     else:
-        aligned, projected = align_prediction(pred, pred_words, kept_words, gold.words, keep, where)
+        aligned, projected = align_prediction(pred, pred_words, kept_words, gold.words, keep, where, words)
     pred_node = _pred_view(aligned, projected, convention)
     if convention.evalb is not None:
         if convention.evalb_prep == "diora":
@@ -411,11 +423,13 @@ def _flat(n_words: int) -> Node:
 def score_convention(golds: Sequence[FullGold | None], predictions: Sequence, convention: Convention,
                      variant: str = "nary", locations: Sequence | None = None,
                      baseline: Callable[[int], Node] | None = None,
-                     max_length: int | None = None) -> ConventionResult:
+                     max_length: int | None = None, word_match: str = DEFAULT_WORD_MATCH) -> ConventionResult:
     """Score one prediction per gold sentence (``(Node, words or None)`` pairs, None for a sentence without a
     prediction: a one-word sentence, which gets its only tree) under ``convention`` on the gold ``variant``
     (``nary``, ``left``, ``right``).
-    ``max_length``: a further length limit (``--wsj10``), applied with the convention's own."""
+    ``max_length``: a further length limit (``--wsj10``), applied with the convention's own.
+    ``word_match``: how the predicted words are compared with the gold's (:mod:`induce.evaluation.words`);
+    the result's ``words`` counts what differed."""
     if variant not in GOLD_VARIANTS:
         raise InvalidValueError(f"--gold-variant {variant}: choose one of {', '.join(GOLD_VARIANTS)}")
     if variant != "nary" and not convention.binarisable:
@@ -426,19 +440,22 @@ def score_convention(golds: Sequence[FullGold | None], predictions: Sequence, co
         where = locations[min(len(predictions), len(golds))] if extra else (None, None)
         raise InputError(f"{len(predictions)} predicted trees but {len(golds)} gold trees", *where)
     scored, skipped, errors = [], 0, 0
+    words = WordCheck(word_match)
     for index, gold in enumerate(golds):
         if gold is None:
             skipped += 1
             continue
-        pred, words = (None, None) if baseline is not None else (predictions[index] or (None, None))
+        pred, pred_words = (None, None) if baseline is not None else (predictions[index] or (None, None))
         where = tuple(locations[index]) if locations else (None, None)
         # No prediction (a one-word sentence Kim's pred_tree files skip): its only tree, flat.
         sentence_baseline = baseline or (_flat if pred is None else None)
-        outcome = score_sentence(index, gold, pred, words, convention, variant, where, sentence_baseline, max_length)
+        outcome = score_sentence(index, gold, pred, pred_words, convention, variant, where, sentence_baseline,
+                                 max_length, words)
         if outcome == "skipped":
             skipped += 1
         elif outcome == "error":
             errors += 1
         else:
             scored.append(outcome)
-    return ConventionResult(convention, variant, figures_of(scored, convention), scored, skipped, errors)
+    return ConventionResult(convention, variant, figures_of(scored, convention), scored, skipped, errors,
+                            words.summary() if words.sentences else None)

@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import math
 import statistics
-import unicodedata
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Optional, Sequence
 
 import nltk
@@ -31,6 +30,8 @@ import nltk
 from induce.errors import InduceError, InputError
 from induce.trees.nodes import Node, branching_nodes, constituents, from_nltk, prune, tagged_leaves
 from induce.trees.ptb import TRACE_TAG, WORD_TAGS, strip_function_tags
+
+from .words import WordCheck
 
 #: Gold labels whose recall is reported.
 REPORTED_LABELS = ("NP", "VP", "PP", "SBAR", "ADJP", "ADVP")
@@ -45,11 +46,18 @@ class EvalConvention:
     multiset: bool = False  # True: duplicate spans (unary chains) count as often as they occur
     min_length: int = 2  # shorter sentences (after removal) are skipped
     max_length: Optional[int] = None  # longer sentences (after removal) are skipped (WSJ10: 10, WSJ40: 40)
+    treebank: Optional[str] = None  # whose punctuation and words (induce.trees.treebanks); None: the gold's, else ptb
 
     def describe(self) -> str:
+        if (self.treebank or "ptb") == "ptb":
+            removal = "punctuation and traces removed by the word-tag filter (Kim et al. 2019)"
+        else:
+            from induce.trees.treebanks import get_profile
+
+            profile = get_profile(self.treebank)
+            removal = f"{profile.title}: punctuation ({' '.join(sorted(profile.punct_tags))}) removed"
         parts = [
-            "punctuation kept (traces removed)" if self.keep_punct
-            else "punctuation and traces removed by the word-tag filter (Kim et al. 2019)",
+            "punctuation kept (traces removed)" if self.keep_punct else removal,
             f"sentences of length < {self.min_length} skipped"
             + (f", length <= {self.max_length} after removal" if self.max_length else ", all lengths"),
             "length-1 spans not counted",
@@ -111,6 +119,7 @@ class EvalResult:
     sentences: list = field(default_factory=list)
     n_too_short: int = 0  # skipped: fewer than convention.min_length words after removal
     n_too_long: int = 0  # skipped: more than convention.max_length words after removal
+    words: Optional[dict] = None  # how the predicted words matched the gold's (WordCheck.summary)
 
     def to_dict(self) -> dict:
         """The JSON shape of ``induce eval --json`` (F1 and percentages in 0-100)."""
@@ -133,6 +142,7 @@ class EvalResult:
             "gold_other_binary_split_pct": gold.pct(gold.other_binary),
             "gold_nary_split_pct": gold.pct(gold.nary),
             "convention": {**asdict(self.convention), "description": self.convention.describe()},
+            "words": self.words,
         }
 
 
@@ -145,6 +155,7 @@ class GoldSentence:
     keep: list  # per entry of all_words: kept by the convention?
     tree: Optional[Node]  # over `words`; None when no word is kept
     labelled: list  # [(label, start, end)] of the kept tree, function tags stripped
+    treebank: str = "ptb"  # whose tags (induce.trees.treebanks): which tokens are words and punctuation
 
 
 #: Labels of the outermost wrapper bracket that treebank files put around a sentence.
@@ -160,12 +171,21 @@ def unwrap(tree: nltk.Tree) -> nltk.Tree:
 
 
 def prepare_gold(tree: nltk.Tree, convention: EvalConvention) -> GoldSentence:
-    """Remove traces (always) and, unless ``keep_punct``, every non-word leaf, from a treebank tree."""
+    """Remove traces (always) and, unless ``keep_punct``, every non-word leaf, from a treebank tree; the words
+    are those of the convention's treebank (:mod:`induce.trees.treebanks`: the PTB's word tags by default).
+    A tree of another treebank is first reduced as its profile says (a raw Keyaki tree: its ``ID`` node, empty
+    elements and unary chains go, as Li et al. do; a tree prepared so already is unchanged)."""
+    treebank = convention.treebank or getattr(tree, "treebank", None) or "ptb"  # treebanks.mark
+    is_word = _word_filter(treebank)
+    if treebank != "ptb":
+        from induce.trees.treebanks import get_profile
+
+        tree = get_profile(treebank).gold_tree(tree) or nltk.Tree("", [])
     tree = unwrap(tree)
     tagged = tagged_leaves(tree)
     pos = [(word, tag) for word, tag, _ in tagged if tag != TRACE_TAG]
     all_words = [word for word, _ in pos]
-    keep = [convention.keep_punct or tag in WORD_TAGS for _, tag in pos]
+    keep = [convention.keep_punct or is_word(tag) for _, tag in pos]
     # Index tree over the non-trace words: rebuild from the tree with traces pruned.
     full = from_nltk(tree)
     no_trace = _prune_unless_all(full, [tag != TRACE_TAG for _, tag, _ in tagged])
@@ -175,7 +195,15 @@ def prepare_gold(tree: nltk.Tree, convention: EvalConvention) -> GoldSentence:
     if kept is not None:
         # Preterminals are length-1 nodes; they are dropped with the other length-1 spans later.
         labelled = [(strip_function_tags(label or ""), i, j) for label, i, j in constituents(kept)]
-    return GoldSentence(words, all_words, keep, kept, labelled)
+    return GoldSentence(words, all_words, keep, kept, labelled, treebank)
+
+
+def _word_filter(treebank: str) -> Callable[[Optional[str]], bool]:
+    if treebank == "ptb":
+        return WORD_TAGS.__contains__
+    from induce.trees.treebanks import get_profile
+
+    return get_profile(treebank).is_word
 
 
 def _prune_unless_all(node: Node, keep: list) -> Optional[Node]:
@@ -210,15 +238,6 @@ def sentence_prf(n_match: int, n_pred: int, n_gold: int) -> tuple[float, float, 
     return precision, recall, f1
 
 
-def same_word(predicted: str, gold: str) -> bool:
-    """The same word up to case and Unicode normalisation (``Café`` written with a combining accent, NFD,
-    is ``Café`` with the precomposed letter, NFC)."""
-    if predicted == gold:
-        return True
-    predicted, gold = unicodedata.normalize("NFC", predicted), unicodedata.normalize("NFC", gold)
-    return predicted == gold or predicted.lower() == gold.lower()
-
-
 def prediction_node(tree: nltk.Tree) -> tuple[Node, list]:
     """Index tree and words of a predicted tree; trace leaves (under ``-NONE-``) are dropped."""
     tree = unwrap(tree)
@@ -231,8 +250,10 @@ def prediction_node(tree: nltk.Tree) -> tuple[Node, list]:
     return node, words
 
 
-def _align_prediction(pred: Node, gold: GoldSentence, pred_words: Optional[Sequence[str]], where) -> Optional[Node]:
-    """Bring a predicted tree onto the gold's kept words (projecting away punctuation if it covers it)."""
+def _align_prediction(pred: Node, gold: GoldSentence, pred_words: Optional[Sequence[str]], where,
+                      words: Optional[WordCheck] = None) -> Optional[Node]:
+    """Bring a predicted tree onto the gold's kept words (projecting away punctuation if it covers it); its
+    words are checked against the gold's by ``words`` (:mod:`induce.evaluation.words`)."""
     n_pred = pred.end - pred.start
     if n_pred == len(gold.words):
         aligned, compare_to = pred, gold.words
@@ -244,10 +265,8 @@ def _align_prediction(pred: Node, gold: GoldSentence, pred_words: Optional[Seque
             f"({len(gold.all_words)} with punctuation): {' '.join(gold.all_words)[:200]}",
             *where,
         )
-    if pred_words is not None:
-        for k, (p, g) in enumerate(zip(pred_words, compare_to)):
-            if not same_word(p, g):
-                raise InputError(f"word {k + 1} differs: predicted {p!r}, gold {g!r}", *where)
+    if pred_words is not None and words is not None:
+        words.check(pred_words, compare_to, where)
     return aligned
 
 
@@ -288,6 +307,7 @@ def evaluate(
     pred_locations: Optional[Sequence[tuple]] = None,
     check_words: bool = True,
     progress: Optional[Callable[[int, int], None]] = None,
+    word_match: str = "normalized",
 ) -> EvalResult:
     """Score predicted trees against gold trees.
 
@@ -298,8 +318,11 @@ def evaluate(
         :class:`GoldSentence` of each made by :func:`prepare_gold` under the same convention.
     progress: called as ``progress(done, total)`` every 1,000 sentences and at the end.
     pred_locations: ``(path, line)`` of each prediction, for error messages.
+    word_match: how a prediction's words are compared with the gold's (``exact``, ``normalized``, ``position``:
+        :mod:`induce.evaluation.words`); what differed is counted in the result's ``words``.
     """
     _check_same_count(pred_trees, gold_trees, pred_locations)
+    words = WordCheck(word_match) if check_words else None
     label_hits, label_totals = Counter(), Counter()
     tp = fp = fn = 0
     scores: list[SentenceScore] = []
@@ -310,6 +333,7 @@ def evaluate(
             progress(index, len(gold_trees))
         where = tuple(pred_locations[index]) if pred_locations else (None, None)
         gold = gold_tree if isinstance(gold_tree, GoldSentence) else prepare_gold(gold_tree, convention)
+        convention = convention if convention.treebank else replace(convention, treebank=gold.treebank)  # as read
         length = len(gold.words)
         if length < convention.min_length:
             too_short += 1
@@ -321,7 +345,7 @@ def evaluate(
             pred_node, pred_words = pred, None
         else:
             pred_node, pred_words = prediction_node(pred)
-        aligned = _align_prediction(pred_node, gold, pred_words if check_words else None, where)
+        aligned = _align_prediction(pred_node, gold, pred_words, where, words)
         pred_spans = _counted_spans(constituents(aligned), length, convention)
         gold_spans = _counted_spans(gold.labelled, length, convention)
         match = sum((pred_spans & gold_spans).values())
@@ -354,6 +378,7 @@ def evaluate(
         sentences=scores,
         n_too_short=too_short,
         n_too_long=too_long,
+        words=words.summary() if words is not None and words.sentences else None,
     )
 
 

@@ -26,6 +26,7 @@ class GoldSet:
     sentences: list
     label: str
     corpus_dir: Optional[Path] = None
+    treebank: str = "ptb"  # the profile its trees were read with (induce.trees.treebanks)
 
 
 def gold_files(gold: Path) -> list[Path]:
@@ -39,16 +40,22 @@ def gold_files(gold: Path) -> list[Path]:
 
 def load_gold(gold: Optional[Union[str, Path]] = None, corpus: Optional[Union[str, Path]] = None,
               split: str = "valid", convention=None, reading: Progress = None,
-              preparing: Progress = None) -> GoldSet:
+              preparing: Progress = None, treebank: Optional[str] = None) -> GoldSet:
     """Gold sentences of ``gold`` (a treebank file, one tree per line or multi-line ``.mrg``, or a
     folder whose ``*.mrg`` files are read in name order) or else of ``split`` of the prepared corpus
     ``corpus``, prepared under ``convention`` (default: Kim et al.'s) as soon as each tree is read:
     the nltk trees of a 40,000-tree file are not all kept. ``reading(done, total)`` and
-    ``preparing(done, total)`` report progress."""
+    ``preparing(done, total)`` report progress. ``treebank``: the profile of the gold's tags
+    (:mod:`induce.trees.treebanks`); default: the convention's, else the one the prepared corpus records
+    (``meta.json``), else ``ptb``; one that contradicts the corpus's is an error."""
+    from dataclasses import replace
+
     from induce.evaluation import EvalConvention, prepare_gold
     from induce.trees.brackets import read_trees
+    from induce.trees.treebanks import get_profile
 
     convention = convention or EvalConvention()
+    treebank = treebank or convention.treebank
     if gold is not None:
         files = gold_files(Path(gold))
         label, corpus_dir = str(gold), None
@@ -62,6 +69,13 @@ def load_gold(gold: Optional[Union[str, Path]] = None, corpus: Optional[Union[st
             raise InduceError(f"{corpus}: this corpus has no trees (LM text only); give --gold FILE")
         files = [prepared._file(split, ".gold.txt")]  # the split's gold file (its errors name the split)
         label, corpus_dir = f"{corpus}/{split}.gold.txt", Path(corpus)
+        recorded = (prepared.meta.get("treebank") or {}).get("name", "ptb")
+        if treebank is not None and treebank != recorded:
+            raise InduceError(f"--treebank {treebank}: the corpus {corpus} was prepared as {recorded} "
+                              f"(its meta.json); drop --treebank or give --treebank {recorded}")
+        treebank = recorded
+    treebank = get_profile(treebank).name
+    convention = replace(convention, treebank=treebank)
     one_file = len(files) == 1
     sentences = []
     for number, path in enumerate(files):
@@ -75,7 +89,7 @@ def load_gold(gold: Optional[Union[str, Path]] = None, corpus: Optional[Union[st
             preparing(len(located), len(located))
         if reading is not None and not one_file:
             reading(number + 1, len(files))
-    return GoldSet(sentences, label, corpus_dir)
+    return GoldSet(sentences, label, corpus_dir, treebank)
 
 
 def parse_gold(run, gold_sentences: list, convention, batch_size: int = 64, decoder: Optional[str] = None,
@@ -115,18 +129,25 @@ def parse_gold(run, gold_sentences: list, convention, batch_size: int = 64, deco
 
 
 def score(pred_trees: list, gold: GoldSet, convention, source: str, locations=None,
-          length_option: str = "max_length", progress: Progress = None, resamples: int = 1000, seed: int = 0):
+          length_option: str = "max_length", progress: Progress = None, resamples: int = 1000, seed: int = 0,
+          word_match: str = "normalized"):
     """``(summary, result)``: the figures of ``pred_trees`` against ``gold`` (the dict ``induce eval
     --json`` prints: :meth:`EvalResult.to_dict` with ``predicted`` = ``source`` and ``gold`` = the gold
     set's label) and the :class:`~induce.evaluation.EvalResult` (per sentence). No sentence left after
     the length filters is an :class:`InduceError` naming ``length_option``. ``ci``: 95% bootstrap intervals
-    of the F1 figures (``resamples``, ``seed``: :func:`induce.evaluation.bootstrap.result_intervals`)."""
-    from induce.evaluation import evaluate, require_sentences
+    of the F1 figures (``resamples``, ``seed``: :func:`induce.evaluation.bootstrap.result_intervals`).
+    ``word_match``: how predicted words are compared with the gold's (:mod:`induce.evaluation.words`)."""
+    from dataclasses import replace
 
-    result = evaluate(pred_trees, gold.sentences, convention, pred_locations=locations, progress=progress)
+    from induce.evaluation import evaluate, require_sentences
+    from induce.trees.treebanks import get_profile
+
+    convention = replace(convention, treebank=gold.treebank)
+    result = evaluate(pred_trees, gold.sentences, convention, pred_locations=locations, progress=progress,
+                      word_match=word_match)
     require_sentences(result, length_option)
     summary = result.to_dict()
-    summary.update({"predicted": source, "gold": gold.label})
+    summary.update({"predicted": source, "gold": gold.label, "treebank": get_profile(gold.treebank).describe()})
     from induce.evaluation.bootstrap import result_intervals
 
     summary["ci"] = result_intervals(result, resamples, seed)

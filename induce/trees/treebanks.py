@@ -1,0 +1,253 @@
+"""Treebank profiles: what differs between treebanks for preprocessing and evaluation (``--treebank NAME``).
+
+A :class:`TreebankProfile` says which tokens are punctuation and which are words, which nodes are not
+syntax (empty elements, ``ID`` and other annotation nodes), how function tags are cut from labels,
+whether unary chains are collapsed, and how the data is split. It is recorded in a prepared corpus's
+``meta.json`` (``treebank``) and in ``induce eval``'s output, so that a figure says which rules made it.
+
+* ``ptb`` — the Penn Treebank (WSJ), the default: the word-tag filter of Kim et al. (2019) (a leaf is a word
+  iff its gold POS tag is in :data:`induce.trees.ptb.WORD_TAGS`), ``-NONE-`` empty elements, function tags
+  cut by :func:`induce.trees.ptb.strip_function_tags`, no unary collapse, split by WSJ sections (02-21 /
+  22 / 23). A file whose tags are not the PTB's is refused (:class:`induce.trees.ptb.TagCensus`).
+* ``ktb`` — the Keyaki Treebank (Japanese, CorpusSearch format), exactly as Li et al. (2020) prepare it
+  (i-lijun/UnsupConstParseEval ``afa5176`` ``preprocess.py``, ``Sentence`` and ``KTBHelper``), see
+  :func:`keyaki_tree`: subtrees labelled ``-NONE- ID META LS LST`` and empty elements (one leaf written
+  ``*...*`` or ``*...*-N``, such as ``*pro*``, ``*T*``, ``*``) removed, then (without punctuation) the
+  subtrees labelled ``PU -LRB- -RRB- LS LST META CODE QUOT``; each time a node left without children goes
+  too; labels cut at the first ``-``, ``_`` or ``=`` (``-LRB-``/``-RRB-`` kept); unary chains collapsed
+  into their top node, the root included. Their split: :mod:`induce.data.keyaki`.
+
+Another treebank (CTB, SPMRL, Negra, ...) becomes a profile here with a fixture test written from its
+documented format; none is guessed.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import nltk
+
+from induce.errors import InvalidValueError
+from induce.trees.nodes import fold
+from induce.trees.ptb import WORD_TAGS
+
+#: Li et al.'s removals of every treebank: empty elements and annotation nodes (preprocess.py L205-207).
+LI_ALWAYS = frozenset({"-NONE-", "ID", "META", "LS", "LST"})
+#: Li et al.'s punctuation tables (preprocess.py L86-89), by treebank.
+LI_PUNCT_PTB = frozenset({",", ".", ":", "``", "''", "-LRB-", "-RRB-", "#", "LS", "LST", "SYM"})
+LI_PUNCT_KTB = frozenset({"PU", "-LRB-", "-RRB-", "LS", "LST", "META", "CODE", "QUOT"})
+
+
+@dataclass(frozen=True)
+class TreebankProfile:
+    """The rules of one treebank. ``word_tags``: the tags of words (None: every tag not in ``punct_tags``);
+    ``punct_tags``: the tags the no-punctuation filter removes; ``li_punct``: Li et al.'s punctuation table
+    for this treebank (the ``li2020`` conventions); ``collapse_root``: whether Li et al. collapse a unary root;
+    the rest describes the preprocessing for the manifest."""
+
+    name: str
+    title: str
+    reference: str
+    punct_tags: frozenset
+    word_tags: frozenset | None
+    li_punct: frozenset
+    collapse_root: bool
+    empty_elements: str
+    non_syntactic: str
+    function_tags: str
+    unary: str
+    split: str
+    file_pattern: str
+
+    def is_word(self, tag: str | None) -> bool:
+        """Whether a leaf with gold tag ``tag`` is a word (kept by the no-punctuation filter)."""
+        if self.word_tags is not None:
+            return tag in self.word_tags
+        return tag not in self.punct_tags and tag not in LI_ALWAYS
+
+    def gold_tree(self, tree: nltk.Tree) -> nltk.Tree | None:
+        """A tree of this treebank, as read or as prepared, reduced to its syntax with punctuation and POS tags
+        kept (None when no word is left), which is what the evaluator reads: the Keyaki Treebank's by
+        :func:`keyaki_tree` without collapsing unary chains (a chain collapsed into its top node loses the POS
+        tag that says what is punctuation; the conventions that count unary chains collapse them after
+        removing punctuation, as Li et al. do); a PTB tree is returned as it is (its traces and function tags go
+        where it is evaluated or prepared: :func:`induce.trees.ptb.clean_tree`). Idempotent."""
+        return keyaki_tree(tree, keep_punct=True, collapse=False) if self.name == "ktb" else tree
+
+    def describe(self) -> dict:
+        """The profile as ``meta.json`` and ``induce eval --json`` record it."""
+        return {"name": self.name, "title": self.title, "reference": self.reference,
+                "punctuation": sorted(self.punct_tags),
+                "words": "POS tag in " + " ".join(sorted(self.word_tags)) if self.word_tags is not None
+                else "every token whose tag is not punctuation (nor " + " ".join(sorted(LI_ALWAYS)) + ")",
+                "empty_elements": self.empty_elements, "non_syntactic": self.non_syntactic,
+                "function_tags": self.function_tags, "unary": self.unary, "split": self.split}
+
+
+PTB = TreebankProfile(
+    name="ptb", title="Penn Treebank (WSJ)", reference="Marcus et al. 1993; word-tag filter of Kim et al. 2019",
+    punct_tags=frozenset({"''", "``", ".", ":", ",", "-LRB-", "-RRB-", "#", "$"}), word_tags=WORD_TAGS,
+    li_punct=LI_PUNCT_PTB, collapse_root=False,
+    empty_elements="-NONE- leaves (traces, null elements) and the constituents they leave empty",
+    non_syntactic="none", function_tags="cut after the first - or = (NP-SBJ-1 -> NP; -NONE-, -LRB- kept)",
+    unary="kept", split="WSJ sections: train 02-21, valid 22, test 23", file_pattern="*.mrg")
+
+KTB = TreebankProfile(
+    name="ktb", title="Keyaki Treebank (Japanese)",
+    reference="Butler et al. 2018, version 1.1; prepared as Li et al. 2020 do (i-lijun/UnsupConstParseEval@afa5176 "
+              "preprocess.py)",
+    punct_tags=LI_PUNCT_KTB, word_tags=None, li_punct=LI_PUNCT_KTB, collapse_root=True,
+    empty_elements="subtrees of one leaf written *...* or *...*-N (*pro*, *T*, *speaker*, *), and -NONE-",
+    non_syntactic="subtrees labelled ID, META, LS, LST (and, without punctuation, PU -LRB- -RRB- CODE QUOT); "
+                  "a node left without children goes too",
+    function_tags="cut at the first -, _ or = (IP-MAT -> IP; -LRB-, -RRB- kept)",
+    unary="unary chains collapsed into their top node, the root included",
+    split="Li et al.: the sentences of the .psd files in name order, those with a word left after punctuation "
+          "removal shuffled by Python's random.seed(0); test = the first 10%, valid = the next 10%, train = the "
+          "rest", file_pattern="*.psd")
+
+PROFILES = {profile.name: profile for profile in (PTB, KTB)}
+DEFAULT_TREEBANK = "ptb"
+
+
+def get_profile(name: str | None, option: str = "--treebank") -> TreebankProfile:
+    """The profile named ``name`` (None: ``ptb``); another name is an error naming ``option``."""
+    name = name or DEFAULT_TREEBANK
+    if name not in PROFILES:
+        raise InvalidValueError(f"{option} {name}: unknown treebank; choose one of {', '.join(PROFILES)}")
+    return PROFILES[name]
+
+
+def mark(tree: nltk.Tree, treebank: str) -> nltk.Tree:
+    """Record on ``tree`` (an attribute, lost by copies) which treebank's tags it carries; returned."""
+    tree.treebank = treebank
+    return tree
+
+
+def treebank_of(tree: nltk.Tree) -> str | None:
+    """The treebank :func:`mark` recorded on ``tree``, or None."""
+    return getattr(tree, "treebank", None)
+
+
+# ---- the Keyaki Treebank as Li et al. prepare it -----------------------------------------------------------
+
+_INDEXED_NULL = re.compile(r"^\*(.*)\*-[0-9]+$")
+_LABEL_CUT = re.compile(r"[-_=]")
+_NUMBER = re.compile(r"^([0-9]{1,3})(,[0-9]{3})*$")
+#: Li et al.'s number placeholder (preprocess.py ``Dictionary.NUM``).
+LI_NUM = "[num]"
+
+
+def is_null_word(word: str) -> bool:
+    """A Keyaki empty element: ``*...*`` (``*pro*``, ``*T*``, and ``*`` itself) or ``*...*-N`` (preprocess.py
+    ``is_ktb_null_element``)."""
+    return (word.startswith("*") and word.endswith("*")) or _INDEXED_NULL.match(word) is not None
+
+
+def _remove(tree: nltk.Tree, labels: frozenset) -> nltk.Tree | None:
+    """A copy of ``tree`` without the subtrees labelled in ``labels``, the empty elements (a subtree whose
+    only leaf is a null word), and the nodes this leaves without children; None when the root loses every
+    child (preprocess.py ``remove_nodes``: Li et al. climb from a removed node through parents of one child
+    and delete the top one; removing the root's last child deletes the tree)."""
+
+    def children_of(node) -> list:
+        return [child for child in node if isinstance(child, nltk.Tree)] if isinstance(node, nltk.Tree) else []
+
+    def combine(node, kept: list):
+        if not isinstance(node, nltk.Tree):
+            return node
+        root = node is tree  # Li et al. never remove the root itself, only every child of it
+        if node.label() in labels and not root:
+            return None
+        children, position = [], 0
+        for child in node:
+            if isinstance(child, nltk.Tree):
+                if kept[position] is not None:
+                    children.append(kept[position])
+                position += 1
+            else:
+                children.append(child)
+        if not children:
+            return None
+        copy = nltk.Tree(node.label(), children)
+        leaves = copy.leaves()
+        if len(leaves) == 1 and is_null_word(leaves[0]) and not root:
+            return None
+        return copy
+
+    return fold(tree, children_of, combine)
+
+
+def _cut_labels(tree: nltk.Tree) -> nltk.Tree:
+    """Labels cut at the first ``-``, ``_`` or ``=`` (``-LRB-``, ``-RRB-`` kept): preprocess.py ``clean_tree``."""
+
+    def combine(node, children: list):
+        label = node.label()
+        if label not in ("-RRB-", "-LRB-"):
+            label = _LABEL_CUT.split(label)[0]
+        rebuilt, position = [], 0
+        for child in node:
+            if isinstance(child, nltk.Tree):
+                rebuilt.append(children[position])
+                position += 1
+            else:
+                rebuilt.append(child)
+        return nltk.Tree(label, rebuilt)
+
+    return fold(tree, lambda node: [c for c in node if isinstance(c, nltk.Tree)], combine)
+
+
+def _unwrap_empty_root(tree: nltk.Tree) -> nltk.Tree:
+    """nltk's ``remove_empty_top_bracketing``: a root labelled ``''`` with one child tree is that child."""
+    if tree.label() == "" and len(tree) == 1 and isinstance(tree[0], nltk.Tree):
+        return tree[0]
+    return tree
+
+
+def collapse_unary_chains(tree: nltk.Tree, collapse_root: bool = True) -> nltk.Tree:
+    """Li et al.'s ``collapse_unary`` (in place, returned): a node whose only child is a tree takes that
+    child's children, keeping its own label, until it has several children or a word; with
+    ``collapse_root=False`` a root of one child is left as it is (its child is collapsed)."""
+    stack = [tree[0]] if not collapse_root and len(tree) == 1 else [tree]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, nltk.Tree):
+            continue
+        if len(node) == 1 and isinstance(node[0], nltk.Tree):
+            node[0:] = list(node[0])
+            stack.append(node)
+        else:
+            stack.extend(node)
+    return tree
+
+
+def keyaki_tree(tree: nltk.Tree, keep_punct: bool = True, collapse: bool = True) -> nltk.Tree | None:
+    """A Keyaki tree (as read, its ``( (IP-MAT ...) (ID ...))`` wrapper included) prepared as Li et al.'s
+    ``Sentence(tree, "ktb", remove_punct=not keep_punct)`` prepares it, but with the words as written (they
+    lower-case them and write numbers ``[num]``: :func:`li_normalize_word`, for the LM text): None when no
+    word is left. See the module docstring for the steps; ``collapse=False`` stops before the unary
+    collapse (:meth:`TreebankProfile.gold_tree`)."""
+    tree = _unwrap_empty_root(tree.copy(deep=True))
+    for labels in (LI_ALWAYS,) if keep_punct else (LI_ALWAYS, LI_PUNCT_KTB):
+        removed = _remove(tree, labels)
+        if removed is None:
+            return None
+        tree = removed
+    tree = _unwrap_empty_root(_cut_labels(tree))
+    if collapse:
+        tree = _unwrap_empty_root(collapse_unary_chains(tree, collapse_root=True))
+    return tree if tree.leaves() else None
+
+
+def li_normalize_word(word: str) -> str:
+    """Li et al.'s word normalisation (preprocess.py ``normalize_a_word``): lower case; ``[num]`` for a number
+    with thousands separators (``20,000``) or anything Python's ``float()`` reads (``3.5``, ``1e5``, full-width
+    ``１２``)."""
+    word = word.lower()
+    if _NUMBER.match(word):
+        return LI_NUM
+    try:
+        float(word)
+    except ValueError:
+        return word
+    return LI_NUM
