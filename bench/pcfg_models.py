@@ -292,7 +292,7 @@ PARTS = (
     ("inside", re.compile(r"\binside(_lowrank)?\(")),
     ("emissions", re.compile(r"vocab_mlp|term_mlp|emissions")),
     ("inference network", re.compile(r"self\.encoder|self\.embedding|self\.rnn|self\.params|pad_packed|"
-                                     r"pack_padded|states\.max|self\.latent|gaussian_kl|noise|logvar")),
+                                     r"pack_padded|states\.max|gaussian_kl|noise|logvar")),
     ("rules", re.compile(r"rule_mlp|parent_mlp|left_mlp|right_mlp|rules\.view|rules\.expand")),
     ("roots", re.compile(r"root_mlp")),
 )
@@ -450,10 +450,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
-    parser.add_argument("--batches", nargs="+", type=int, default=[4, 16], help="sentences per batch B")
-    parser.add_argument("--lengths", nargs="+", type=int, default=[20, 30], help="words per sentence N")
-    parser.add_argument("--threads", nargs="+", type=int, default=[1, 2], help="torch thread counts")
-    parser.add_argument("--steps", type=int, default=5, help="timed rounds after one warm-up step (default 5)")
+    parser.add_argument("--batches", nargs="+", type=int, help="sentences per batch B (default 4 16)")
+    parser.add_argument("--lengths", nargs="+", type=int, help="words per sentence N (default 20 30)")
+    parser.add_argument("--threads", nargs="+", type=int, help="torch thread counts (default 1 2)")
+    parser.add_argument("--steps", type=int, help="timed rounds after one warm-up step (default 5)")
     parser.add_argument("--long-step", type=float, default=30.0, metavar="SECONDS",
                         help="an entry whose warm-up step took longer runs in --long-steps rounds only (default 30)")
     parser.add_argument("--long-steps", type=int, default=2, help="(default 2)")
@@ -467,17 +467,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="profile our step of these models instead (first batch, length and thread count)")
     parser.add_argument("--profile-steps", type=int, default=3, help="profiled steps (default 3)")
     parser.add_argument("--tiny", action="store_true",
-                        help="tiny models, B 2, 4 words, 1 step, 1 thread (a check that every entry runs; its "
-                             "numbers mean nothing)")
+                        help="tiny models; by default B 2, 4 words, 1 thread, 1 step (a check that every entry "
+                             "runs; its numbers mean nothing)")
     parser.add_argument("--json", type=Path, help="also write the figures here (rewritten after every cell)")
     args = parser.parse_args(argv)
     externals = parse_externals(args.external, parser)
     # each entry says which models its code base has (MODELS; all three when it does not say)
     implemented = {name: tuple(getattr(bench_models.load_entry(path), "MODELS", MODELS))
                    for name, path in externals.items()}
-    if args.tiny:
-        args.batches, args.lengths, args.threads, args.steps = [2], [4], [1], 1
-        args.profile_steps = 1
+    defaults = dict(batches=[2], lengths=[4], threads=[1], steps=1) if args.tiny else \
+        dict(batches=[4, 16], lengths=[20, 30], threads=[1, 2], steps=5)
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     if min(args.lengths) < 2:
         parser.error("--lengths: a PCFG derives no sentence of fewer than 2 words")
     console = Console(width=220)
