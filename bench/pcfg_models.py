@@ -26,6 +26,7 @@ that stops keeps what it measured.
     python bench/pcfg_models.py --external compound-pcfg=.originals/compound-pcfg/bench_entry.py \\
         --external tn-pcfg=.originals/tn-pcfg/bench_entry.py --threads 1 2 --json pcfg_steps.json
     python bench/pcfg_models.py --tiny --external ...   # a quick check that every entry runs
+    python bench/pcfg_models.py --markdown pcfg_steps.json   # the table of bench/RESULTS.md
 
 **Profile** (``--profile``): our step alone under :mod:`torch.profiler` (``with_stack``) for
 ``--profile-steps`` steps after two warm-up steps, at the first batch size, length and thread count
@@ -274,6 +275,37 @@ def cell_table(rows: list[dict], externals: list[str]) -> Table:
     return table
 
 
+def markdown_table(rows: list[dict]) -> str:
+    """The rows of one or more ``--json`` files as a Markdown table (what bench/RESULTS.md shows): per cell the
+    medians, each original's ratio to ours and the peak memory of a step (MiB above the model and optimiser
+    state), the anchor (the faster original) and the load average around the cell; ``(n)`` after a median
+    when it is of fewer than 3 steps."""
+    names = list(dict.fromkeys(name for row in rows for name in row["originals"]))
+    header = ["model", "B x N", "threads", "ours ms", *(f"{name} ms (ratio)" for name in names), "x anchor",
+              "peak MiB: ours / " + " / ".join(names), "load"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+
+    def mib(value):
+        return "-" if value is None else f"{value:,.0f}"
+
+    for row in rows:
+        cells = [row["model"], f"{row['batch']} x {row['length']}", str(row["threads"]), f"{row['ours']['ms']:,.0f}"]
+        peaks = [mib(row["ours"]["peak_mib"])]
+        for name in names:
+            figure = row["originals"].get(name, {"skipped": "not run"})
+            if "ms" in figure:
+                steps = len(figure["steps_ms"])
+                cells.append(f"{figure['ms']:,.0f}{'' if steps >= 3 else f' ({steps})'} ({figure['ratio']:.1f}x)")
+                peaks.append(mib(figure["peak_mib"]))
+            else:
+                cells.append(figure["skipped"])
+                peaks.append("-")
+        anchor = "-" if row["anchor"] is None else f"**{row['anchor_ratio']:.1f}x** ({row['anchor']})"
+        cells += [anchor, " / ".join(peaks), f"{row['load_before']:.1f}-{row['load_after']:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def write_json(path: Path, payload: dict) -> None:
     """``payload`` as JSON at ``path``, atomically (a temporary file in the same folder, then renamed)."""
     path = Path(path)
@@ -470,7 +502,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="tiny models; by default B 2, 4 words, 1 thread, 1 step (a check that every entry "
                              "runs; its numbers mean nothing)")
     parser.add_argument("--json", type=Path, help="also write the figures here (rewritten after every cell)")
+    parser.add_argument("--markdown", nargs="+", type=Path, metavar="JSON",
+                        help="print the rows of these --json files as a Markdown table, and nothing else")
     args = parser.parse_args(argv)
+    if args.markdown:
+        print(markdown_table([row for path in args.markdown for row in json.loads(path.read_text())["rows"]]))
+        return 0
     externals = parse_externals(args.external, parser)
     # each entry says which models its code base has (MODELS; all three when it does not say)
     implemented = {name: tuple(getattr(bench_models.load_entry(path), "MODELS", MODELS))

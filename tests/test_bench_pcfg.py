@@ -78,9 +78,12 @@ def test_the_faster_original_is_the_anchor_and_each_is_timed_in_every_round(benc
     assert npcfg["originals"]["slow"]["ms"] >= 50 > npcfg["originals"]["fast"]["ms"]
     assert npcfg["anchor_ratio"] == npcfg["originals"]["fast"]["ratio"]
     assert cpcfg["originals"]["slow"] == {"skipped": "slow has no cpcfg"} and cpcfg["anchor"] == "fast"
+    table = bench.markdown_table([npcfg, cpcfg]).splitlines()
+    assert table[0].startswith("| model | B x N | threads | ours ms | slow ms (ratio) | fast ms (ratio) | x anchor |")
+    assert f"**{npcfg['anchor_ratio']:.1f}x** (fast)" in table[2] and "| slow has no cpcfg |" in table[3]
     import steps_log
 
-    # one warm-up step and three rounds per cell; the rounds each in their own order
+    # one warm-up step and three rounds per cell
     assert steps_log.STEPS.count("slow") == 4 and steps_log.STEPS.count("fast") == 8
     sys.modules.pop("steps_log")
 
