@@ -50,6 +50,7 @@ def stand_in(folder: Path, name: str, seconds: float, models: tuple = ("npcfg", 
     return entry
 
 
+@pytest.mark.slow  # ~3 s of CPU: three models built, stepped and their peaks measured
 def test_tiny_run_of_our_models(bench, tmp_path, one_thread):
     out = tmp_path / "steps.json"
     assert bench.main(["--tiny", "--json", str(out)]) == 0
@@ -174,6 +175,7 @@ def _prepared() -> str | None:
     return None
 
 
+@pytest.mark.slow  # ~3.5 s of CPU
 @pytest.mark.skipif(_prepared() is not None, reason=str(_prepared()))
 def test_tiny_run_of_the_originals(bench, tmp_path, one_thread):
     """The prepared originals' entries run at tiny sizes beside ours: compound-pcfg's N-PCFG and C-PCFG,
