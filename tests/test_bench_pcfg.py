@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
+import types
 from pathlib import Path
 
 import pytest
@@ -100,16 +100,21 @@ def test_skip_leaves_an_original_out_of_the_matching_cells(bench, tmp_path, one_
     sys.modules.pop("steps_log", None)
 
 
-def test_a_long_step_runs_in_the_first_rounds_only(bench):
+def test_a_long_step_runs_in_the_first_rounds_only(bench, monkeypatch):
+    """The warm-up times come from a stand-in clock that only the steps advance (a loaded machine can stall
+    any real step past the threshold)."""
+    clock = [0.0]
+    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+
     class Sleeper:
         def __init__(self, seconds):
             self.seconds, self.calls = seconds, 0
 
         def step(self):
             self.calls += 1
-            time.sleep(self.seconds)
+            clock[0] += self.seconds
 
-    quick, long = bench.Entry("quick", Sleeper(0.0)), bench.Entry("long", Sleeper(0.03))
+    quick, long = bench.Entry("quick", Sleeper(0.01)), bench.Entry("long", Sleeper(0.03))
     bench.interleave([quick, long], steps=4, long_step=0.02, long_steps=2)
     assert (quick.trainer.calls, len(quick.times)) == (5, 4)
     assert (long.trainer.calls, len(long.times)) == (3, 2)
@@ -157,7 +162,6 @@ def test_the_profile_attributes_a_line_to_the_first_part_it_names(bench):
 def _frames_calling_from(file_name: str, lines: list[str]):
     """A stand-in frame chain, innermost first, whose frames sit on ``lines`` of a fake ``induce/models/`` file."""
     import linecache
-    import types
 
     path = f"{os.sep}repo{os.sep}induce{os.sep}models{os.sep}{file_name}" if file_name != "other.py" else "/x/other.py"
     linecache.cache[path] = (0, None, [f"{line}\n" for line in lines], path)
