@@ -10,8 +10,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from induce.cli import (DEVICE_HELP, LATEST_RUN_HELP, PROGRESS_HELP, THREADS_HELP, WORD_MATCH_HELP, default_gold_hint,
-                        progress_steps)
+from induce.cli import (
+    DEVICE_HELP,
+    LATEST_RUN_HELP,
+    PROGRESS_HELP,
+    THREADS_HELP,
+    WORD_MATCH_HELP,
+    default_gold_hint,
+    progress_steps,
+)
 from induce.errors import InduceError
 from induce.trees.kinds import decoder_help
 
