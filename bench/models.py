@@ -271,28 +271,38 @@ def gemm_peak(repeats: int = 5, device: str = "cpu") -> float:
     return 2 * 1400 * 1550 * 4830 / statistics.median(timer.seconds())
 
 
+def load_entry(path: str):
+    """The Python file at ``path`` run as a module, its folder first on ``sys.path`` (the original code
+    imports its sibling modules)."""
+    import importlib.util
+    import sys
+
+    folder = str(Path(path).resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    spec = importlib.util.spec_from_file_location(f"external_{Path(path).stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 class ExternalTrainer:
     """Someone else's training step, timed like ours: ``path`` is a Python file defining
     ``make_trainer()`` that returns an object with ``.step()`` (one full training step: forward,
     backward, clipping, optimiser) and ``.batch`` / ``.bptt``. Used to time the original
-    implementations side by side (their code is not part of this project; see bench/RESULTS.md)."""
+    implementations side by side (their code is not part of this project; see bench/RESULTS.md).
+    ``options`` go to ``make_trainer`` as keywords (``bench/pcfg_models.py``'s entries take the model, the
+    batch and the sentence length, and have ``.length`` where these have ``.bptt``)."""
 
-    def __init__(self, path: str, device: str = "cpu"):
-        import importlib.util
+    def __init__(self, path: str, device: str = "cpu", **options):
         import inspect
-        import sys
 
-        folder = str(Path(path).resolve().parent)
-        if folder not in sys.path:
-            sys.path.insert(0, folder)  # the original code imports its sibling modules
-        spec = importlib.util.spec_from_file_location(f"external_{Path(path).stem}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = load_entry(path)
         takes_device = "device" in inspect.signature(module.make_trainer).parameters
         if device != "cpu" and not takes_device:
             raise SystemExit(f"{path}: make_trainer() takes no device argument; it cannot be timed on {device}")
-        self.inner = module.make_trainer(device=device) if takes_device else module.make_trainer()
-        self.batch, self.bptt = self.inner.batch, self.inner.bptt
+        self.inner = module.make_trainer(device=device, **options) if takes_device else module.make_trainer(**options)
+        self.batch, self.bptt = self.inner.batch, getattr(self.inner, "bptt", None)
         self.timer = StepTimer(torch.device(device))
 
     @property

@@ -3,6 +3,7 @@ a checkout, exactly where expected (a different version of the code is refused, 
 provenance of every file; missing files are named. Fake checkouts stand in for the repositories here."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -26,11 +27,23 @@ def fake_checkout(prepare, name: str, folder: Path, skip: tuple = ()) -> Path:
     for file_name in original.files:
         if file_name not in skip:
             expected = "".join(f"{p.old}\n" for p in original.patches if p.file == file_name)
+            (folder / file_name).parent.mkdir(parents=True, exist_ok=True)
             (folder / file_name).write_text(f"# {file_name}\n{expected}# end\n")
     return folder
 
 
-def test_patches_applied_and_recorded(prepare, tmp_path):
+@pytest.fixture
+def pinned_to_fakes(prepare, monkeypatch):
+    """The originals' pins set to the sha256 of :func:`fake_checkout`'s files (the real ones pin the tested commit)."""
+    for name, original in prepare.ORIGINALS.items():
+        fake = {}
+        for file_name in original.pinned:
+            expected = "".join(f"{p.old}\n" for p in original.patches if p.file == file_name)
+            fake[file_name] = prepare.sha256(f"# {file_name}\n{expected}# end\n".encode())
+        monkeypatch.setitem(prepare.ORIGINALS, name, dataclasses.replace(original, pinned=fake))
+
+
+def test_patches_applied_and_recorded(prepare, tmp_path, pinned_to_fakes):
     out = tmp_path / "out"
     for name in prepare.ORIGINALS:
         assert prepare.main([f"--{name}", str(fake_checkout(prepare, name, tmp_path / name)), "--out", str(out)]) == 0
@@ -47,6 +60,26 @@ def test_patches_applied_and_recorded(prepare, tmp_path):
         assert record["checkout_commit"] is None and len(record["files"][0]["sha256"]) == 64
     assert "dtype=torch.bool" in (out / "onlstm" / "ON_LSTM.py").read_text()
     assert "nn.Module.__init__(self)" in (out / "prpn" / "LSTMCell.py").read_text()
+    assert "torch.zeros(batch_size, 1, device=x.device)" in (out / "compound-pcfg" / "models.py").read_text()
+    assert (out / "tn-pcfg" / "parser" / "pcfgs" / "tdpcfg.py").is_file()  # the package's folders are kept
+
+
+def test_a_pinned_file_of_another_version_is_refused(prepare, tmp_path, capsys):
+    """TN-PCFG needs no patch, so only the pins tell its tested version from another: a checkout whose
+    pinned module differs (here: every file is a placeholder) is refused, and nothing is written."""
+    checkout = fake_checkout(prepare, "tn-pcfg", tmp_path / "tn-pcfg")
+    out = tmp_path / "out"
+    assert prepare.main(["--tn-pcfg", str(checkout), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "parser/model/C_PCFG.py: sha256" in err and "not the version" in err
+    assert list(out.iterdir()) == []
+
+
+def test_the_pins_are_those_of_the_tested_files(prepare):
+    """Every pinned file is one the original's step imports, and each pin is a sha256."""
+    for original in prepare.ORIGINALS.values():
+        assert set(original.pinned) <= set(original.files)
+        assert all(len(pin) == 64 and int(pin, 16) >= 0 for pin in original.pinned.values())
 
 
 def test_unexpected_version_is_refused_and_leaves_nothing(prepare, tmp_path, capsys):

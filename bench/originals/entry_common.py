@@ -1,4 +1,4 @@
-"""What the three ``bench_entry.py`` share; ``bench/originals/prepare.py`` copies it next to each of them.
+"""What the ``bench_entry.py`` files share; ``bench/originals/prepare.py`` copies it next to each of them.
 
 ``TINY`` (``INDUCE_BENCH_TINY=1``): the entries build tiny models, a quick check that they run.
 """
@@ -23,6 +23,25 @@ class RandomBatches:
         tokens = self.batches[self.used % len(self.batches)]
         self.used += 1
         return tokens[:-1], tokens[1:].reshape(-1)
+
+
+class RandomSentences:
+    """Batch-major ``[batch, length]`` batches of random token ids, every sentence ``length`` words long (the
+    PCFG entries and ``bench/pcfg_models.py``'s own step), drawn up front from a generator seeded with 0 (8 of
+    them, used in turn), so that a timed step holds only the training work."""
+
+    def __init__(self, batch: int, length: int, device: torch.device, count: int = 8):
+        generator = torch.Generator().manual_seed(0)
+        self.batches = [torch.randint(0, VOCAB, (batch, length), generator=generator).to(device)
+                        for _ in range(count)]
+        self.lengths = torch.full((batch,), length, dtype=torch.long, device=device)
+        self.used = 0
+
+    def next(self) -> tuple:
+        """``(tokens [batch, length], lengths [batch])``."""
+        tokens = self.batches[self.used % len(self.batches)]
+        self.used += 1
+        return tokens, self.lengths
 
 
 def awd_loss(criterion, decoder, output, targets, rnn_hs, dropped_rnn_hs, alpha: float = 2.0, beta: float = 1.0):
