@@ -1,5 +1,6 @@
 // The dense PCFG's inside pass on the CPU as compiled loops: the max-product (Viterbi) word tables, chart
-// and backward, and the sum-product chart and its outside pass (the training pass).
+// and backward, and the sum-product chart and its outside pass (the training pass); and the log normaliser
+// of the emissions over the vocabulary.
 //
 // Built at first use by induce/kernels/pcfg/native.py with the machine's C++ compiler and loaded
 // through ctypes (plain C entry points, float32, contiguous arrays). The PyTorch twin of each
@@ -24,6 +25,8 @@
 //   ey, ez [B, T, N, N]     [b, t, a, c]: exp(y - y_max), exp(z - z_max), y_max, z_max [B, T, N]
 //   e_nn   [G, N, Cp]       exp(rules - c_nn), c_nn [G, N]: the NN block's row maxima (G = 1: one grammar)
 //   beta, e [B, T, T, N], m [B, T, T]: a cell's log score, exp(beta - m) and m = max_a beta
+// and, for the emissions over the vocabulary (induce/kernels/pcfg/emissions.py), each row's log normaliser
+// and its gradient with respect to the row's scores.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -666,6 +669,32 @@ void sum_sentence_backward(const SumChart& g, const SumGrads& d, int b, int L, f
     }
 }
 
+// ------------------------------------------------------------------------- emissions over the vocabulary
+// Rows of n floats read V at a time; a last part shorter than V is copied into a vector of `fill`.
+inline vec load_part(const float* x, int64_t n, float fill) {
+    float part[V];
+    for (int l = 0; l < V; ++l) part[l] = l < n ? x[l] : fill;
+    return load(part);
+}
+
+// log sum_i exp(x[i]) over a row of n floats, as torch.logsumexp: the maximum taken out (0 when it is
+// infinite), the exps summed in vectors, the lanes in order (a NaN makes the sum NaN).
+float row_logsumexp(const float* x, int64_t n) {
+    vec top_v = splat(-INFINITY);
+    int64_t i = 0;
+    for (; i + V <= n; i += V) top_v = vmax(top_v, load(x + i));
+    if (i < n) top_v = vmax(top_v, load_part(x + i, n - i, -INFINITY));
+    float top = top_v[0];
+    for (int l = 1; l < V; ++l) top = top_v[l] > top ? top_v[l] : top;
+    const float shift = std::isinf(top) ? 0.0f : top;
+    vec sum = splat(0.0f);
+    for (i = 0; i + V <= n; i += V) sum += vexp(load(x + i) - shift);
+    if (i < n) sum += vexp(load_part(x + i, n - i, -INFINITY) - shift);
+    float total = sum[0];
+    for (int l = 1; l < V; ++l) total += sum[l];
+    return std::log(total) + shift;
+}
+
 int clamp_threads(int threads) { return threads < 1 ? 1 : threads; }
 
 }  // namespace
@@ -789,6 +818,32 @@ void induce_sum_backward(const float* ey, const float* y_max, const float* ez, c
         for (int b = 0; b < B; ++b) {
             const int L = int(std::min<int64_t>(lengths[b], T));
             if (L >= 2) sum_sentence_backward(g, d, b, L, scratch.data());
+        }
+    }
+}
+
+// out[r] = log sum_v exp(x[r, v]) for R rows of n floats (twin: torch.logsumexp(x, -1)); rows in parallel.
+void induce_row_logsumexp(const float* x, float* out, int64_t R, int64_t n, int threads) {
+#pragma omp parallel for schedule(static) num_threads(clamp_threads(threads))
+    for (int64_t r = 0; r < R; ++r) out[r] = row_logsumexp(x + r * n, n);
+}
+
+// The gradient of log-normalised rows with respect to their scores for row gradients summing to s[r]:
+// d[r, v] = -exp(x[r, v] - lse[r]) s[r] (d may be x itself); the words' own shares are the caller's to add.
+// Rows in parallel.
+void induce_softmax_backward(const float* x, const float* lse, const float* s, float* d, int64_t R, int64_t n,
+                             int threads) {
+#pragma omp parallel for schedule(static) num_threads(clamp_threads(threads))
+    for (int64_t r = 0; r < R; ++r) {
+        const float* row = x + r * n;
+        float* out = d + r * n;
+        const float shift = lse[r], scale = -s[r];
+        int64_t i = 0;
+        for (; i + V <= n; i += V) store(out + i, vexp(load(row + i) - shift) * scale);
+        if (i < n) {
+            float part[V];
+            store(part, vexp(load_part(row + i, n - i, -INFINITY) - shift) * scale);
+            for (int64_t j = i; j < n; ++j) out[j] = part[j - i];
         }
     }
 }

@@ -214,6 +214,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.induce_max_backward.argtypes = [p, p, p, p, p, p, p, p, p, p, i, i, i, i]
     lib.induce_sum_chart.argtypes = [p, p, p, p, p, p, p, i64, p, p, p, p, p, i, i, i, i, i]
     lib.induce_sum_backward.argtypes = [p, p, p, p, p, p, i64, p, p, p, p, p, p, p, p, p, p, p, i, i, i, i, i]
+    lib.induce_row_logsumexp.argtypes = [p, p, i64, i64, i]
+    lib.induce_softmax_backward.argtypes = [p, p, p, p, i64, i64, i]
     return lib
 
 
@@ -371,3 +373,23 @@ def sum_backward(state: SumState, grad_chart: torch.Tensor):
                                   d_enn.data_ptr(), d_spans.data_ptr(), B, T, N, Np, torch.get_num_threads())
     d_r_nn = (d_enn.view(B, N, N, Np) * s.e_nn.view(-1, N, N, Np))[..., :N]
     return d_ey[..., :N], d_ez[..., :N], d_w2, d_r_nn.view(B, N, N, N), d_spans
+
+
+# ---------------------------------------------------------------------------------- emissions' normaliser
+def row_logsumexp(x: torch.Tensor) -> torch.Tensor:
+    """``torch.logsumexp(x, -1)`` of a contiguous float32 ``x [R, n]``: ``[R]``, each row read once."""
+    R, n = x.shape
+    out = x.new_empty(R)
+    library().induce_row_logsumexp(x.data_ptr(), out.data_ptr(), R, n, torch.get_num_threads())
+    return out
+
+
+def softmax_backward(x: torch.Tensor, lse: torch.Tensor, s: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``out = -exp(x - lse[:, None]) * s[:, None]`` for contiguous float32 ``x, out [R, n]`` (``out`` may be ``x``)
+    and ``lse, s [R]``: the gradient of ``x - logsumexp(x)`` for row gradients that sum to ``s``, without the
+    entries' own shares. Returns ``out``."""
+    R, n = x.shape
+    lse, s = lse.contiguous(), s.to(torch.float32).contiguous()
+    library().induce_softmax_backward(x.data_ptr(), lse.data_ptr(), s.data_ptr(), out.data_ptr(), R, n,
+                                      torch.get_num_threads())
+    return out
