@@ -4,6 +4,8 @@ in float32 (the compiled paths) and float64; the emission scores' function on it
 sentence, a second backward pass); and checkpoints of the old computation load and score the same."""
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -126,18 +128,27 @@ def test_the_objective_and_every_gradient_are_the_old_computations(monkeypatch, 
 @pytest.mark.parametrize("name", ["npcfg", "cpcfg"])
 def test_at_the_papers_sizes_the_step_is_the_old_computations(monkeypatch, name):
     """30 nonterminals, 60 preterminals, the inference network 512 wide, a vocabulary of 10,000, sentences of
-    20 to 2 words, float32."""
+    20 to 2 words, float32: every gradient is no further from the float64 computation than the old float32
+    step's (twice its distance, plus 1e-5 of the largest entry). Some gradients (the roots') cancel so much that
+    the old float32 step is ~1e-2 from float64 itself; a fixed tolerance cannot tell that from a loss of
+    precision (the emission network's first layer split over [embedding; z] lost it: ~3e-2 against ~5e-6)."""
     torch.manual_seed(1)
     cls = get_model_class(name)
     model = cls(10_000, cls.Config()).train()
     tokens = torch.randint(0, 10_000, (4, 20))
     lengths = torch.tensor([20, 17, 9, 2])
     noise = torch.randn(4, max(1, model.config.z_dim))
+    exact = copy.deepcopy(model).double()
+    ref, ref_grads = _losses_and_grads(exact, lambda: old_loss(exact, tokens, lengths, noise.double()))
     want, want_grads = _losses_and_grads(model, lambda: old_loss(model, tokens, lengths, noise))
     got, got_grads = _losses_and_grads(model, lambda: new_loss(model, tokens, lengths, noise, monkeypatch))
     _close(got, want, 2e-5, "loss")
+    assert got_grads.keys() == want_grads.keys()
     for key in want_grads:
-        _close(got_grads[key], want_grads[key], 2e-4, key)
+        scale = float(ref_grads[key].abs().max())
+        old_error = float((want_grads[key].double() - ref_grads[key]).abs().max()) / scale
+        new_error = float((got_grads[key].double() - ref_grads[key]).abs().max()) / scale
+        assert new_error <= 2 * old_error + 1e-5, (key, new_error, old_error)
 
 
 # ---------------------------------------------------------------------------------------- the emission scores
