@@ -13,7 +13,6 @@ import nltk
 import numpy as np
 import pytest
 import torch
-from test_pcfg_models import derivations, internal_nodes, shapes, span_posteriors
 from typer.testing import CliRunner
 
 import induce.models.simple_pcfg as simple
@@ -27,7 +26,7 @@ from induce.training import load_checkpoint
 from induce.training.trainer import TrainingInterrupted, resume, train
 from induce.trees.grammar_decoders import mbr_decoder, viterbi_decoder
 
-from helpers import make_corpus
+from helpers import derivations, internal_nodes, make_corpus, shapes, span_posteriors
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 VOCAB = 7
