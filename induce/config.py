@@ -443,7 +443,7 @@ def model_config_path(model_name: str) -> Path:
 #: The models shipped with induce, each with its ``<model>.yaml`` here (a plugin's model has none);
 #: ``tests/test_config.py`` checks that this is the set of models the registry finds in the package.
 SHIPPED_MODELS = frozenset({"cpcfg", "memlstm", "npcfg", "onlstm", "palm", "palm-rb", "palm-s", "prpn", "rellstm",
-                            "relrnn", "tnpcfg"})
+                            "relrnn", "scpcfg", "snpcfg", "tnpcfg"})
 
 
 def model_layer(model_name: str) -> tuple[dict, Optional[str]]:

@@ -8,11 +8,15 @@
 - ``python_path`` / ``child_env``: the environment for a child ``python -m induce`` process that must
   import this checkout.
 - ``script_module``: a script of the repository outside the package (``bench/...``) imported as a module.
+- ``shapes``, ``internal_nodes``, ``derivations``, ``span_posteriors``: brute-force enumeration of a small
+  grammar's derivations (the neural PCFGs' tests).
 """
 from __future__ import annotations
 
 import contextlib
 import importlib.util
+import itertools
+import math
 import os
 import sys
 from pathlib import Path
@@ -174,3 +178,47 @@ def script_module(path: Path, name: str) -> Iterator[ModuleType]:
         yield module
     finally:
         sys.modules.pop(name, None)
+
+
+def shapes(i: int, j: int):
+    """Every binary tree over the words ``i .. j-1``: an int for a word, ``(left, right, (i, j))`` otherwise."""
+    if j - i == 1:
+        yield i
+        return
+    for k in range(i + 1, j):
+        for left, right in itertools.product(list(shapes(i, k)), list(shapes(k, j))):
+            yield (left, right, (i, j))
+
+
+def internal_nodes(tree) -> list:
+    return [] if isinstance(tree, int) else [*internal_nodes(tree[0]), *internal_nodes(tree[1]), tree]
+
+
+def derivations(words, roots, rules, emit):
+    """``(log probability, tree)`` of every derivation of ``words``: each tree shape, each nonterminal on each
+    internal node and each preterminal on each word. ``roots [NT]``, ``rules [NT, S, S]`` (nonterminals first),
+    ``emit [T, V]``: probabilities."""
+    nt, n = roots.numel(), len(words)
+    for tree in shapes(0, n):
+        nodes = internal_nodes(tree)
+        for labels in itertools.product(range(nt), repeat=len(nodes)):
+            label = {node[2]: a for node, a in zip(nodes, labels)}
+            for tags in itertools.product(range(emit.size(0)), repeat=n):
+                def symbol(child, tags=tags, label=label):
+                    return nt + tags[child] if isinstance(child, int) else label[child[2]]
+
+                p = roots[label[(0, n)]] * math.prod(emit[tags[i], words[i]] for i in range(n))
+                for node in nodes:
+                    p = p * rules[label[node[2]], symbol(node[0]), symbol(node[1])]
+                yield math.log(p), tree
+
+
+def span_posteriors(found) -> dict:
+    """``{(i, j): posterior probability of the span}`` of the spans of two words or more, from every derivation
+    ``found`` (``(log probability, tree)``, :func:`derivations`)."""
+    log_z = torch.tensor([lp for lp, _ in found], dtype=torch.float64).logsumexp(0).item()
+    posterior: dict = {}
+    for lp, tree in found:
+        for node in internal_nodes(tree):
+            posterior[node[2]] = posterior.get(node[2], 0.0) + math.exp(lp - log_z)
+    return posterior

@@ -32,7 +32,7 @@ from induce.training.trainer import TrainingInterrupted, resume, train
 from induce.trees.decoders import parse_batch
 from induce.trees.grammar_decoders import mbr_decoder, viterbi_decoder
 
-from helpers import make_corpus
+from helpers import derivations, internal_nodes, make_corpus, shapes, span_posteriors
 
 QUIET = Console(quiet=True)
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -48,50 +48,6 @@ def tiny_model(name: str, seed: int = 0):
     torch.manual_seed(seed)
     cls = get_model_class(name)
     return cls(VOCAB, cls.Config(**TINY[name])).double()
-
-
-def shapes(i: int, j: int):
-    """Every binary tree over the words ``i .. j-1``: an int for a word, ``(left, right, (i, j))`` otherwise."""
-    if j - i == 1:
-        yield i
-        return
-    for k in range(i + 1, j):
-        for left, right in itertools.product(list(shapes(i, k)), list(shapes(k, j))):
-            yield (left, right, (i, j))
-
-
-def internal_nodes(tree) -> list:
-    return [] if isinstance(tree, int) else [*internal_nodes(tree[0]), *internal_nodes(tree[1]), tree]
-
-
-def derivations(words, roots, rules, emit):
-    """``(log probability, tree)`` of every derivation of ``words``: each tree shape, each nonterminal on each
-    internal node and each preterminal on each word. ``roots [NT]``, ``rules [NT, S, S]`` (nonterminals first),
-    ``emit [T, V]``: probabilities."""
-    nt, n = roots.numel(), len(words)
-    for tree in shapes(0, n):
-        nodes = internal_nodes(tree)
-        for labels in itertools.product(range(nt), repeat=len(nodes)):
-            label = {node[2]: a for node, a in zip(nodes, labels)}
-            for tags in itertools.product(range(emit.size(0)), repeat=n):
-                def symbol(child, tags=tags, label=label):
-                    return nt + tags[child] if isinstance(child, int) else label[child[2]]
-
-                p = roots[label[(0, n)]] * math.prod(emit[tags[i], words[i]] for i in range(n))
-                for node in nodes:
-                    p = p * rules[label[node[2]], symbol(node[0]), symbol(node[1])]
-                yield math.log(p), tree
-
-
-def span_posteriors(found) -> dict:
-    """``{(i, j): posterior probability of the span}`` of the spans of two words or more, from every derivation
-    ``found`` (``(log probability, tree)``, :func:`derivations`)."""
-    log_z = torch.tensor([lp for lp, _ in found], dtype=torch.float64).logsumexp(0).item()
-    posterior: dict = {}
-    for lp, tree in found:
-        for node in internal_nodes(tree):
-            posterior[node[2]] = posterior.get(node[2], 0.0) + math.exp(lp - log_z)
-    return posterior
 
 
 def dense_grammar_probabilities(model, z=None):

@@ -31,6 +31,8 @@ recorded without a GPU):
    :data:`PCFG_GRAMMARS`, both semirings, forward and backward. Its kernels specialise on the number
    of nonterminals only (sentence length, width and span count are runtime arguments; the inputs are
    converted to float32 first), so one short batch per grammar covers every length.
+6. **inside_simple** (the simple PCFGs) at the parent counts of :data:`SIMPLE_PARENTS`: both semirings,
+   forward and backward (:func:`drive_inside_simple`).
 
 Models run in ``jobs`` processes; the CPU time is the models' own arithmetic at the configs' sizes.
 """
@@ -56,6 +58,14 @@ SPAN_COUNT_SWEEP = tuple(range(1, 321)) + tuple(
 #: 1000 in fast_tnpcfg_r1000_nt9000_t4500, 300 in nblpcfg_r300_nt15_t30) and the small, odd and
 #: block-boundary ranks (its kernels specialise on the rank's divisibility by 16 and tile it by <= 128).
 LOWRANK_RANKS = (1, 7, 16, 100, 128, 129, 300, 500, 1000)
+#: Parent counts driven through inside_simple, whose split sums are inside_lowrank's kernels with the
+#: parents as the rank: the released simple PCFGs' (SN-PCFG 4,096 and 8,192, SC-PCFG 512 and 2,048
+#: nonterminals), the CPU profile's curve (64, 256, 1,024) and small, odd and block-boundary counts.
+SIMPLE_PARENTS = (1, 7, 16, 64, 129, 256, 512, 1024, 2048, 4096, 8192)
+#: The longest sentence a sentence-level model is driven with (or its ``data.max_length`` if shorter): the
+#: inside kernels take lengths, widths and span counts unspecialised, and every one of them launches by
+#: width 5, so longer sentences only cost CPU time (at a paper-size simple PCFG, minutes).
+DRIVEN_SENTENCE_LENGTH = 8
 #: ``(nonterminals, preterminals)`` of the dense PCFGs: Kim et al.'s N-PCFG and C-PCFG (30, 60),
 #: a small grammar for CPU runs, and the largest the Triton tier takes (64 nonterminals).
 PCFG_GRAMMARS = ((30, 60), (10, 20), (64, 32))
@@ -169,12 +179,12 @@ def drive_config(label: str, cfg, recorder: Recorder, number: int = 0) -> None:
 def drive_sentence_model(label: str, cfg, model, recorder: Recorder, number: int = 0) -> None:
     """A sentence-level model (e.g. the neural PCFGs): :meth:`sentence_loss` in training (fp32, bf16 autocast)
     and validation, then :meth:`parse_structure`, on padded batches of the longest training sentence
-    (``data.max_length``, 40 when unset) and the shortest the model trains on. Their kernels (the inside
-    algorithms) specialise on the grammar's size, not on the sentence length (a runtime argument), so a few
-    lengths cover every length the model meets."""
+    (``data.max_length``, 40 when unset, at most :data:`DRIVEN_SENTENCE_LENGTH`) and the shortest the model
+    trains on. Their kernels (the inside algorithms) specialise on the grammar's size, not on the sentence
+    length (a runtime argument), so a few lengths cover every length the model meets."""
     import torch
 
-    longest = cfg.data.max_length or 40
+    longest = min(cfg.data.max_length or 40, DRIVEN_SENTENCE_LENGTH)
     shortest = max(2, getattr(model, "shortest_sentence", 1))
     batch = drive_batch(cfg.data.batch_size)
 
@@ -281,6 +291,22 @@ def drive_inside_lowrank(recorder: Recorder, number: int = 0) -> None:
         kernels.inside_lowrank(terms, roots, *factors, torch.tensor([5, 2])).sum().backward()
 
 
+def drive_inside_simple(recorder: Recorder, number: int = 0, parents: Sequence[int] = SIMPLE_PARENTS) -> None:
+    """The simple PCFG's inside pass at every parent count of :data:`SIMPLE_PARENTS`: sum and max, forward and
+    backward, two sentences of 5 and 2 words (lengths and widths are runtime arguments: no variant)."""
+    import torch
+
+    import induce.kernels as kernels
+
+    recorder.label, recorder.kind, recorder.order = "inside_simple", "simple PCFG parents", (number, 0)
+    T = 3
+    for NT in parents:
+        for semiring in ("sum", "max"):
+            leaves = [torch.zeros(shape, requires_grad=True) for shape in
+                      ((2, 5, T), (2, NT), (2, NT + T, NT), (2, NT + T, NT))]
+            kernels.inside_simple(*leaves, torch.tensor([5, 2]), semiring=semiring).sum().backward()
+
+
 def drive_inside(recorder: Recorder, number: int = 0, grammars: Sequence[tuple] = PCFG_GRAMMARS) -> None:
     """:func:`induce.kernels.inside` at each grammar size: sum and max, forward and backward, a padded
     batch of two sentences (5 and 4 words: every kernel launches, widths 3 to 5)."""
@@ -321,8 +347,8 @@ def _drive_part(numbers: Sequence[int]) -> Recorder:
 
 def record(jobs: int = 1, counts: Sequence[int] = SPAN_COUNT_SWEEP,
            progress: Optional[Callable[[str], None]] = None) -> Recorder:
-    """Drive every shipped config (in ``jobs`` processes), sweep the span counts, drive cumax and the two
-    inside algorithms (dense and low-rank)."""
+    """Drive every shipped config (in ``jobs`` processes), sweep the span counts, drive cumax and the three
+    inside algorithms (dense, low-rank and simple)."""
     import torch
 
     configs = shipped_configs()
@@ -351,6 +377,7 @@ def record(jobs: int = 1, counts: Sequence[int] = SPAN_COUNT_SWEEP,
             drive_cumax(recorder, len(configs) + 1)
             drive_inside_lowrank(recorder, len(configs) + 2)
             drive_inside(recorder, len(configs) + 3)
+            drive_inside_simple(recorder, len(configs) + 4)
     finally:
         torch.set_num_threads(threads)
     return recorder

@@ -1,6 +1,6 @@
 """Kernels shared by the models: cumax, the ON-LSTM cell step, PRPN stick-breaking gates,
-linear-recurrence scans, PaLM span attention, the dense-PCFG inside algorithm and TN-PCFG's low-rank one,
-each in three tiers (``reference``, ``torch``, ``triton``).
+linear-recurrence scans, PaLM span attention, the dense-PCFG inside algorithm, TN-PCFG's low-rank one and
+the simple PCFG's, each in three tiers (``reference``, ``torch``, ``triton``).
 
 This module is the public API: one function per op, which states the op's conventions, picks a tier
 (:func:`induce.kernels._dispatch.kernel`) and calls it. The tiers live by op: the recurrent models' ops in
@@ -12,7 +12,7 @@ Every function takes ``backend: str = "auto"``; see :mod:`induce.kernels._dispat
 process-wide switch behind the CLI's ``--kernels``. Asking for ``"triton"`` where it cannot run
 raises :class:`KernelBackendError` (an :class:`induce.errors.InduceError`).
 
-**Spans of the inside ops** (:func:`inside`, :func:`inside_lowrank`, :func:`span_marginals`,
+**Spans of the inside ops** (:func:`inside`, :func:`inside_lowrank`, :func:`inside_simple`, :func:`span_marginals`,
 :func:`viterbi`) follow :mod:`induce.trees`: fenceposts, ``(i, j)`` is the words
 ``i .. j-1``, ``0 <= i < j <= length``, and a tensor over the spans of sentences padded to ``N`` words is
 ``[B, N + 1, N + 1]`` with ``[b, i, j]`` the span ``(i, j)`` of sentence ``b``. Every span takes part,
@@ -55,6 +55,7 @@ __all__ = [
     "get_backend",
     "inside",
     "inside_lowrank",
+    "inside_simple",
     "linear_scan",
     "onlstm_cell",
     "resolve",
@@ -237,6 +238,48 @@ def inside_lowrank(
     """
     impl = kernel("inside_lowrank", backend, terms, roots, head, left, right, span_scores)
     return impl(terms, roots, head, left, right, lengths, span_scores=span_scores)
+
+
+def inside_simple(
+    terms: torch.Tensor,
+    roots: torch.Tensor,
+    left: torch.Tensor,
+    right: torch.Tensor,
+    lengths: torch.Tensor,
+    span_scores: Optional[torch.Tensor] = None,
+    semiring: str = "sum",
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Log partition ``[B]`` of a simple PCFG (Liu, Yang, Kim & Tu 2023), whose binary rules choose their two
+    children independently: ``p(A -> B C) = p_L(B | A) p_R(C | A)``.
+
+    ``terms [B, N, T]``: ``log p(word_i | preterminal)`` (positions past ``lengths`` are ignored);
+    ``roots [B, NT]``: ``log p(S -> A)``; ``left [B, S, NT]``, ``right [B, S, NT]`` (``S = NT + T``, nonterminals
+    first): ``left[b, B, A] = log p_L(B | A)``, ``right[b, C, A] = log p_R(C | A)``, children first as the
+    authors' ``simple_pcfg.py`` takes them (normalised over the children there; this op does not check it and
+    computes the partition of whatever weights it is given). Factors expanded over the batch (stride 0, one
+    grammar for all sentences) are used once, not per sentence. ``lengths [B]``: integers in ``1 .. N``. A span
+    of one word holds a preterminal, a longer span a nonterminal, so a one-word sentence has no binary
+    derivation: it scores ``-inf``, with no gradient and marginals 0, as in :func:`inside`.
+
+    ``span_scores [B, N + 1, N + 1]`` (optional; spans as in the module docstring) adds ``span_scores[b, i, j]``
+    to every derivation with a constituent over the words ``i .. j-1``: its gradient at zero is the span
+    marginals (:func:`span_marginals`), decoded by MBR (:func:`induce.trees.grammar_decoders.mbr_trees`).
+
+    The inside score of a parent factors over each split into a left and a right child's share, so a sentence
+    costs ``O(N^3 NT + N^2 NT^2)`` (one ``[spans, NT] @ [NT, 2 NT]`` product per width), where the dense rule
+    tensor costs ``O(N^3 NT^3)``: thousands of nonterminals fit. ``semiring="sum"`` returns ``log Z``;
+    ``"max"`` the best derivation's log score (max-product factors the same way, through max-plus products
+    that no matrix unit does), whose gradient with respect to ``span_scores`` marks one best tree
+    (:func:`induce.trees.grammar_decoders.tree_of_spans`). Computed in float32 or better; outputs take
+    ``terms``' dtype.
+
+    Tiers: ``reference`` (the definition, span by span), ``torch`` (TN-PCFG's rank-space pass with the parents
+    as the rank, hand-written outside pass; :mod:`induce.kernels.pcfg.simple_torch`), ``triton`` (its split sums
+    fused).
+    """
+    impl = kernel("inside_simple", backend, terms, roots, left, right, span_scores)
+    return impl(terms, roots, left, right, lengths, span_scores=span_scores, semiring=semiring)
 
 
 def inside(

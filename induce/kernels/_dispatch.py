@@ -54,6 +54,8 @@ TIER_MODULES: Dict[str, Dict[str, str]] = {
                "triton": f"{_PCFG}.dense_triton"},
     "inside_lowrank": {"reference": f"{_PCFG}.lowrank_reference", "torch": f"{_PCFG}.lowrank_torch",
                        "triton": f"{_PCFG}.lowrank_triton"},
+    "inside_simple": {"reference": f"{_PCFG}.simple_reference", "torch": f"{_PCFG}.simple_torch",
+                      "triton": f"{_PCFG}.simple_triton"},
 }
 
 _global_backend = "auto"

@@ -18,6 +18,7 @@ _BUILTIN_MODULES = (
     "induce.models.relmem",  # rellstm, relrnn, memlstm: language models only (parser_kind "none")
     "induce.models.pcfg",  # npcfg, cpcfg: neural PCFGs, trained sentence by sentence
     "induce.models.tnpcfg",  # tnpcfg: the low-rank neural PCFG
+    "induce.models.simple_pcfg",  # snpcfg, scpcfg: simple PCFGs (independent left and right productions)
 )
 
 

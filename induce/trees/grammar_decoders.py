@@ -9,8 +9,8 @@ Spans are fenceposts, as everywhere in :mod:`induce.trees` and :mod:`induce.kern
   max-product pass, :func:`induce.kernels.viterbi`).
 * :func:`mbr_decoder` and :func:`viterbi_decoder` are the kind's registered decoders: they read one sentence's
   structure ``[n, >= n + 1, C]`` (the first ``n`` rows of the model's ``span_posteriors``
-  ``[B, N + 1, N + 1, C]``): channel 0 holds the span marginals, channel 1, when present (dense grammars),
-  the 0/1 indicator of the Viterbi tree's spans.
+  ``[B, N + 1, N + 1, C]``): channel 0 holds the span marginals, channel 1, when present (dense grammars;
+  simple grammars on request), the 0/1 indicator of the Viterbi tree's spans.
 
 Trees come back as :data:`induce.trees.nodes.IndexTree` (nested pairs of word positions, built by
 :func:`induce.trees.nodes.build_binary`), what the other decoders of :mod:`induce.trees.decoders` return:
@@ -90,6 +90,8 @@ def mbr_decoder(structure, length: int) -> IndexTree:
 def viterbi_decoder(structure, length: int) -> IndexTree:
     """The most probable derivation's tree (:func:`tree_of_spans` of the indicator channel)."""
     if np.asarray(structure).shape[-1] < 2:
-        raise InvalidValueError("decoder 'viterbi' needs the full rule tensor, which a low-rank grammar never "
-                                "builds (its max-product has no low-rank form); use --decoder mbr")
+        raise InvalidValueError("decoder 'viterbi' needs the best derivation's spans, which this model does not "
+                                "compute (a low-rank grammar never builds the full rule tensor its max-product "
+                                "needs; a grammar may compute them on request: see its model options); use "
+                                "--decoder mbr")
     return tree_of_spans(_fence_table(structure, length, 1), length)

@@ -40,8 +40,9 @@ from induce.kernels.pcfg.lowrank_reference import check_inputs
 
 #: Public functions here that are not kernel ops: :func:`inside_lowrank_with`, the autograd function the Triton
 #: tier runs with its fused split sums, the eager split sums it takes here (:func:`merge_forward`,
-#: :func:`merge_backward`) and :func:`log_matmul` (``bench/inside_lowrank.py`` times it).
-TIER_HELPERS = ("inside_lowrank_with", "log_matmul", "merge_backward", "merge_forward")
+#: :func:`merge_backward`), :func:`log_matmul` (``bench/inside_lowrank.py`` times it) and
+#: :func:`rank_space_inside`, the pass on prepared inputs (the simple PCFG's op runs it too).
+TIER_HELPERS = ("inside_lowrank_with", "log_matmul", "merge_backward", "merge_forward", "rank_space_inside")
 
 #: ``log`` of the smallest normal float32: products below it are clamped (see the module docstring).
 _TINY = torch.finfo(torch.float32).tiny
@@ -193,6 +194,19 @@ class _LowRankInside(torch.autograd.Function):
                 grad_spans, None, None, None)
 
 
+def rank_space_inside(leaf_left: torch.Tensor, leaf_right: torch.Tensor, mat1: torch.Tensor,
+                      mat2: Optional[torch.Tensor], offset: torch.Tensor, root_rank: torch.Tensor,
+                      span_scores: Optional[torch.Tensor], lengths: torch.Tensor, merge_fwd: Callable,
+                      merge_bwd: Callable) -> torch.Tensor:
+    """``log_z [B]`` of the rank-space pass (:class:`_LowRankInside`, arguments as its ``forward``) on prepared
+    inputs: the leaves' child vectors, the probability-space factors from a span's scores to its child vectors
+    and their log ``offset``, the root scores in rank space. Lengths >= 2; ``span_scores`` masked to the spans
+    of each sentence. The simple PCFG's op runs it with its parents as the rank
+    (:mod:`induce.kernels.pcfg.simple_torch`)."""
+    return _LowRankInside.apply(leaf_left, leaf_right, mat1, mat2, offset, root_rank, span_scores, lengths,
+                                merge_fwd, merge_bwd)
+
+
 def _span_starts(N: int) -> dict:
     """``starts[w]``: where the spans of width ``w`` (``N - w + 1`` of them) begin in a list of the spans
     of widths ``2 .. N - 1`` packed by width; ``starts[N]`` is the list's length."""
@@ -292,8 +306,8 @@ def inside_lowrank_with(
     leaf = log_matmul(terms, torch.cat([left_b[:, NT:], right_b[:, NT:]], dim=-1))  # [B, N, 2r]
     mat1, mat2, offset = _child_route(head_b, torch.cat([left_b[:, :NT], right_b[:, :NT]], dim=-1))
     root_rank = torch.logsumexp(roots[:, :, None] + head, dim=1)  # [B, r]
-    log_z = _LowRankInside.apply(leaf[..., :r].contiguous(), leaf[..., r:].contiguous(), mat1, mat2, offset,
-                                 root_rank, span_scores, lengths, merge_fwd, merge_bwd)
+    log_z = rank_space_inside(leaf[..., :r].contiguous(), leaf[..., r:].contiguous(), mat1, mat2, offset,
+                              root_rank, span_scores, lengths, merge_fwd, merge_bwd)
     return torch.where(one_word, torch.full_like(log_z, float("-inf")), log_z).to(out_dtype)
 
 
