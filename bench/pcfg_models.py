@@ -12,16 +12,17 @@ plus the KL for ``cpcfg``), ``backward``, ``clip_grad_norm_`` at ``optim.clip`` 
 ``optim`` settings (lr 1e-3, betas 0.75 / 0.999, clip 3 for all three).
 
 Protocol: one untimed warm-up step each, then ``--steps`` rounds; each round runs one step of every entry in
-its own shuffled order, so that load from other processes falls on all of them alike. An entry whose
-warm-up step took longer than ``--long-step`` seconds takes part in the first ``--long-steps`` rounds only
-(the originals' slowest steps take minutes). Medians over the timed steps; the ratio of an original is its
-median over ours, and the *anchor* is the faster original. After the rounds one more untimed step per
-entry measures its **peak memory**: glibc's heap trimmed (``malloc_trim``), the peak resident set reset
-(``/proc/self/clear_refs``), the step, then ``VmHWM`` minus the resident set before it: the most memory
-the step held at once above the model and optimiser state (PyTorch keeps no allocation statistics on a
-CPU). ``--skip NAME:MODEL:BxN`` (shell-style patterns, e.g. ``compound-pcfg:*:16x30``) leaves an entry
-out of a cell, said in the table; the JSON (``--json``) is rewritten after every cell, so a long run
-that stops keeps what it measured.
+its own shuffled order, so that load from other processes falls on all of them alike. An entry whose warm-up
+step took longer than ``--long-step`` seconds takes part in the first ``--long-steps`` rounds only (the
+originals' slowest steps take minutes). Medians over the timed steps (wall clock; the JSON also has each
+entry's median CPU time per step, ``cpu_ms``, less sensitive to other processes on a loaded machine); the
+ratio of an original is its median over ours, and the *anchor* is the faster original. After the rounds one
+more untimed step per entry measures its **peak memory**: glibc's heap trimmed (``malloc_trim``), the peak
+resident set reset (``/proc/self/clear_refs``), the step, then ``VmHWM`` minus the resident set before it: the
+most memory the step held at once above the model and optimiser state (PyTorch keeps no allocation statistics
+on a CPU). ``--skip NAME:MODEL:BxN`` (shell-style patterns, e.g. ``compound-pcfg:*:16x30``) leaves an entry
+out of a cell, said in the table; the JSON (``--json``) is rewritten after every cell, so a long run that
+stops keeps what it measured.
 
     python bench/pcfg_models.py --external compound-pcfg=.originals/compound-pcfg/bench_entry.py \\
         --external tn-pcfg=.originals/tn-pcfg/bench_entry.py --threads 1 2 --json pcfg_steps.json
@@ -106,8 +107,8 @@ class OurStep:
     """Our model at its shipped config (``tiny``: :data:`TINY`), Adam from the config's ``optim``; ``step()`` is the
     trainer's sentence-level step (module docstring). ``.batch``, ``.length`` as the originals' entries."""
 
-    def __init__(self, model: str, batch: int, length: int, tiny: bool = False):
-        config = load_config(model)
+    def __init__(self, model: str, batch: int, length: int, tiny: bool = False, sizes: Path | None = None):
+        config = load_config(model, config_file=sizes / f"{model}.yaml" if sizes else None)
         cls = get_model_class(model)
         torch.manual_seed(0)
         self.model = cls(VOCAB, cls.Config(**{**config.model, **(TINY[model] if tiny else {})})).train()
@@ -157,14 +158,16 @@ class Entry:
         self.timer = bench_models.StepTimer(torch.device("cpu"))
         self.warmup_s: float | None = None
         self.peak_mib: float | None = None
+        self.cpu_times: list[float] = []
 
     def step(self, record: bool) -> float:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         if record:
             self.timer.start()
         self.trainer.step()
         if record:
             self.timer.stop()
+            self.cpu_times.append(time.process_time() - cpu)
         return time.perf_counter() - start
 
     @property
@@ -214,7 +217,7 @@ def run_cell(model: str, batch: int, length: int, threads: int, externals: dict[
     torch.set_num_threads(threads)
     cell = f"{batch}x{length}"
     load_before = os.getloadavg()[0]
-    entries = [Entry("ours", OurStep(model, batch, length, tiny=args.tiny))]
+    entries = [Entry("ours", OurStep(model, batch, length, tiny=args.tiny, sizes=args.sizes))]
     originals: dict[str, dict] = {}
     for name, path in externals.items():
         if model not in implemented[name]:
@@ -230,6 +233,7 @@ def run_cell(model: str, batch: int, length: int, threads: int, externals: dict[
         for entry in entries:
             entry.peak_mib = peak_step_mib(entry.trainer.step)
     figures = {entry.name: {"ms": 1e3 * statistics.median(entry.times), "steps_ms": [1e3 * t for t in entry.times],
+                            "cpu_ms": 1e3 * statistics.median(entry.cpu_times),
                             "warmup_ms": 1e3 * entry.warmup_s, "peak_mib": entry.peak_mib} for entry in entries}
     ours = figures.pop("ours")
     for name, figure in figures.items():
@@ -430,20 +434,22 @@ def breakdown(events) -> dict:
     return {"parts": {k: dict(v) for k, v in parts.items()}, "lines": dict(lines), "phases": dict(phases)}
 
 
-def profile_model(model: str, batch: int, length: int, threads: int, steps: int, tiny: bool) -> dict:
+def profile_model(model: str, batch: int, length: int, threads: int, steps: int, tiny: bool,
+                  sizes: Path | None = None) -> dict:
     """Our step of ``model`` under the profiler (module docstring); also its median without the profiler
     (5 steps, after 2 warm-up steps)."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     torch.set_num_threads(threads)
-    ours = OurStep(model, batch, length, tiny=tiny)
+    ours = OurStep(model, batch, length, tiny=tiny, sizes=sizes)
     for _ in range(2):
         ours.step()
-    plain = []
+    plain, cpu = [], []
     for _ in range(5):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         ours.step()
         plain.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - cpu_start)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
             with LineMarks():
@@ -451,7 +457,8 @@ def profile_model(model: str, batch: int, length: int, threads: int, steps: int,
     result = breakdown(prof.events())
     total = sum(result["phases"].values())
     return {"model": model, "batch": batch, "length": length, "threads": threads, "profiled_steps": steps,
-            "unprofiled_ms": 1e3 * statistics.median(plain), "profiled_ms_per_step": total / steps, **result}
+            "unprofiled_ms": 1e3 * statistics.median(plain),
+            "unprofiled_cpu_ms": 1e3 * statistics.median(cpu), "profiled_ms_per_step": total / steps, **result}
 
 
 def profile_tables(profile: dict, lines: int = 8) -> list[Table]:
@@ -494,6 +501,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", action="append", default=[], metavar="NAME:MODEL:BxN",
                         help="leave an external out of the cells matching this pattern (shell-style, e.g. "
                              "compound-pcfg:*:16x30); repeatable")
+    parser.add_argument("--sizes", type=Path, metavar="DIR",
+                        help="our models at the sizes of DIR/<model>.yaml over the shipped config (e.g. "
+                             "induce/configs/cpu: the CPU profile's); the originals keep theirs")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory step")
     parser.add_argument("--profile", nargs="+", choices=MODELS, metavar="MODEL",
                         help="profile our step of these models instead (first batch, length and thread count)")
@@ -526,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
         profiles = []
         for model in args.profile:
             profiles.append(profile_model(model, args.batches[0], args.lengths[0], args.threads[0],
-                                          args.profile_steps, args.tiny))
+                                          args.profile_steps, args.tiny, args.sizes))
             for table in profile_tables(profiles[-1]):
                 console.print(table)
             if args.json:
@@ -539,7 +549,8 @@ def main(argv: list[str] | None = None) -> int:
                 for length in args.lengths:
                     rows.append(run_cell(model, batch, length, threads, externals, implemented, args))
                     console.print(f"{model} B {batch} N {length} {threads} thread(s): ours "
-                                  f"{rows[-1]['ours']['ms']:.1f} ms" + "".join(
+                                  f"{rows[-1]['ours']['ms']:.1f} ms (CPU {rows[-1]['ours']['cpu_ms']:.1f} ms)"
+                                  + "".join(
                                       f", {name} {figure['ms']:.0f} ms ({figure['ratio']:.1f}x)"
                                       for name, figure in rows[-1]["originals"].items() if "ms" in figure))
                     if args.json:

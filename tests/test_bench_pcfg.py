@@ -60,8 +60,17 @@ def test_tiny_run_of_our_models(bench, tmp_path, one_thread):
     for row in rows:
         assert (row["batch"], row["length"], row["threads"]) == (2, 4, 1)
         assert row["ours"]["ms"] > 0 and len(row["ours"]["steps_ms"]) == 1 and row["ours"]["peak_mib"] >= 0
+        assert row["ours"]["cpu_ms"] > 0
         assert row["originals"] == {} and row["anchor"] is None
     assert payload["started"]["tiny"] is True
+
+
+def test_sizes_put_our_model_at_another_configs_sizes(bench, tmp_path):
+    """``--sizes DIR``: DIR/<model>.yaml over the shipped config (the CPU profile's sizes), the rest kept."""
+    (tmp_path / "npcfg.yaml").write_text("model:\n  nt_states: 3\n  t_states: 4\n  state_dim: 8\n")
+    small = bench.OurStep("npcfg", 2, 4, sizes=tmp_path)
+    assert (small.model.config.nt_states, small.model.config.t_states, small.model.config.state_dim) == (3, 4, 8)
+    assert small.clip == 3.0 and small.optimizer.defaults["betas"] == (0.75, 0.999)
 
 
 def test_the_faster_original_is_the_anchor_and_each_is_timed_in_every_round(bench, tmp_path, one_thread):

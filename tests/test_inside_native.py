@@ -1,10 +1,14 @@
-"""The compiled max-product path of the torch tier (``induce.kernels.pcfg.native``) against its eager
-twin: word tables, chart and Viterbi trees equal bit for bit, gradients of the chart to float rounding,
-on shapes below and above the vector width, with padding, ``-inf`` rules and two threads; the eager
-fallback when no compiler works; and a damaged cached library built again, never loaded."""
+"""The compiled paths of the torch tier (``induce.kernels.pcfg.native``) against their eager twins. Max mode:
+word tables, chart and Viterbi trees equal bit for bit, gradients of the chart to float rounding, on shapes
+below and above the vector width, with padding, ``-inf`` rules and two threads. Sum mode (the training pass):
+``log Z``, the chart and the gradient of every input to float rounding, over the same range and with one
+grammar expanded over the batch; its vector ``exp`` and ``log`` against the float64 functions. The eager
+fallback when no compiler works; a damaged cached library built again, never loaded; a second source built
+through the same cache."""
 from __future__ import annotations
 
 import _ctypes
+import ctypes
 import json
 import os
 import shutil
@@ -12,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -132,6 +137,153 @@ def test_float64_and_graphs_stay_on_the_eager_loops():
             assert inside_native.usable(x)
     with inside_native.use_native(False):
         assert not inside_native.usable(x.detach())
+
+
+# ------------------------------------------------------------------------------------------------- sum mode
+def _sum_pass(inp, upstream, shared=False):
+    """``log Z``, the chart and the gradients of every input of the sum mode for ``upstream`` on the chart
+    (plus ``log Z`` itself); ``shared``: one grammar (the first sentence's rules and roots) expanded over the
+    batch, as the N-PCFG passes it."""
+    leaves = {k: inp[k].clone().requires_grad_() for k in ("terms", "rules", "roots", "span_scores")}
+    rules, roots = leaves["rules"], leaves["roots"]
+    if shared:
+        rules, roots = rules[:1].expand_as(rules), roots[:1].expand_as(roots)
+    log_z, chart = K.inside(leaves["terms"], rules, roots, inp["lengths"], span_scores=leaves["span_scores"],
+                            chart=True, backend="torch")
+    finite = torch.isfinite(chart)
+    loss = log_z.where(torch.isfinite(log_z), 0).sum() + (chart.where(finite, 0) * upstream.where(finite, 0)).sum()
+    loss.backward()
+    return log_z.detach(), chart.detach(), {k: v.grad for k, v in leaves.items()}
+
+
+#: The compiled sum mode against its eager twin: relative to the largest entry of each tensor (sums of the same
+#: float32 terms in another order, and its exp and log within a few ulp of the C library's).
+SUM_TOLERANCE = 2e-5
+
+
+def _assert_close_to_float_rounding(got, want, name):
+    finite = want[torch.isfinite(want)]
+    scale = float(finite.abs().max()) if finite.numel() else 0.0
+    torch.testing.assert_close(got, want, rtol=SUM_TOLERANCE, atol=SUM_TOLERANCE * max(scale, 1.0), msg=name,
+                               equal_nan=True)
+
+
+def _compare_sum(inp, upstream, threads=1, shared=False):
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        (z_e, chart_e, grads_e), (z_n, chart_n, grads_n) = _both(lambda: _sum_pass(inp, upstream, shared))
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(torch.isinf(z_e), torch.isinf(z_n)) and torch.equal(torch.isinf(chart_e), torch.isinf(chart_n))
+    _assert_close_to_float_rounding(z_n, z_e, "log Z")
+    _assert_close_to_float_rounding(chart_n, chart_e, "chart")
+    for name in grads_e:
+        _assert_close_to_float_rounding(grads_n[name], grads_e[name], name)
+
+
+@pytest.mark.parametrize("B,T,NT,P", [(2, 5, 1, 1), (3, 7, 3, 2), (2, 9, 17, 19), (2, 6, 30, 60), (1, 13, 5, 17)])
+def test_the_sum_mode_equals_the_eager_twin_to_float_rounding(B, T, NT, P):
+    inp = _sparse(pcfg_inputs(B, T, NT, P, seed=T), seed=NT)
+    _compare_sum(inp, torch.randn(B, T + 1, T + 1, NT, generator=torch.Generator().manual_seed(B)))
+
+
+@pytest.mark.slow
+@settings(max_examples=25, deadline=None)
+@given(B=st.integers(1, 4), T=st.integers(2, 11), NT=st.integers(1, 20), P=st.integers(1, 20),
+       seed=st.integers(0, 10_000), threads=st.sampled_from([1, 2]), shared=st.booleans(),
+       sparse=st.booleans(), upstream=st.booleans())
+def test_sum_values_and_every_gradient_equal_the_eager_twin(B, T, NT, P, seed, threads, shared, sparse, upstream):
+    """Padded batches (lengths 1 .. T), rules -inf or not, one grammar expanded over the batch or one per
+    sentence, the gradient of ``log Z`` alone or with an upstream gradient on a third of the chart's cells."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = [T, *torch.randint(1, T + 1, (B - 1,), generator=gen).tolist()]
+    inp = pcfg_inputs(B, T, NT, P, lengths=lengths, seed=seed)
+    if sparse:
+        inp = _sparse(inp, seed)
+    cells = torch.randn(B, T + 1, T + 1, NT, generator=gen) * (torch.rand(B, T + 1, T + 1, NT, generator=gen) < 0.3)
+    _compare_sum(inp, cells if upstream else torch.zeros_like(cells), threads, shared)
+
+
+def test_a_paper_size_training_batch_equals_the_eager_twin():
+    """30 nonterminals, 60 preterminals, sentences of 24 to 2 words: the N-PCFG's shared grammar and the
+    compound PCFG's grammar per sentence, two threads."""
+    inp = pcfg_inputs(4, 24, 30, 60, lengths=[24, 20, 11, 2], seed=3)
+    upstream = torch.zeros(4, 25, 25, 30)
+    _compare_sum(inp, upstream, threads=2, shared=True)
+    _compare_sum(inp, upstream, threads=1, shared=False)
+
+
+def test_the_sum_mode_takes_the_compiled_path_with_a_graph():
+    x = torch.zeros(2, 3, requires_grad=True)
+    with inside_native.use_native(True):
+        assert inside_native.usable_for_sum(x) and not inside_native.usable(x)
+        assert not inside_native.usable_for_sum(x.double())
+    with inside_native.use_native(False):
+        assert not inside_native.usable_for_sum(x)
+
+
+def _vector_math(x: torch.Tensor, which: int) -> torch.Tensor:
+    """The library's vector exp (0) or log (1) of ``x`` (1-D float32)."""
+    lib = inside_native.library()
+    width = lib.induce_vector_width()
+    n = -(-x.numel() // width) * width
+    padded, out = torch.ones(n), torch.empty(n)
+    padded[: x.numel()] = x
+    lib.induce_vector_math(padded.data_ptr(), out.data_ptr(), n, which)
+    return out[: x.numel()]
+
+
+def _ulps(got: torch.Tensor, want: torch.Tensor) -> np.ndarray:
+    return np.abs(got.numpy().view(np.int32).astype(np.int64) - want.numpy().view(np.int32).astype(np.int64))
+
+
+def test_the_vector_exp_and_log_are_within_two_ulp_of_the_float64_functions():
+    x = torch.linspace(-110.0, 90.0, 400_001)
+    want = x.double().exp().float()
+    got = _vector_math(x, 0)
+    assert torch.equal(got == 0, want == 0) and torch.equal(torch.isinf(got), torch.isinf(want))
+    finite = torch.isfinite(want) & (want > 0)  # subnormals included
+    assert _ulps(got[finite], want[finite]).max() <= 2
+    y = torch.cat([torch.logspace(-45, 38.5, 400_001).float(), torch.rand(100_000) * 4, torch.tensor([1e-45, 1.0])])
+    y = y[y > 0]
+    assert _ulps(_vector_math(y, 1), y.double().log().float()).max() <= 2
+    specials = torch.tensor([float("-inf"), float("inf"), float("nan"), 0.0, -1.0])
+    assert _vector_math(specials, 0)[:4].tolist()[:2] == [0.0, float("inf")]
+    assert torch.isnan(_vector_math(specials, 0)[2]) and _vector_math(specials, 0)[3] == 1.0
+    logs = _vector_math(specials, 1)
+    assert torch.isnan(logs[0]) and logs[1] == float("inf") and torch.isnan(logs[2])
+    assert logs[3] == float("-inf") and torch.isnan(logs[4])
+
+
+def test_without_a_working_compiler_the_sum_mode_runs_on_the_eager_loops(fresh_build, monkeypatch):
+    inp = pcfg_inputs(2, 6, 4, 5, seed=1, span_scores=False)
+    with inside_native.use_native(False):
+        want = K.inside(**inp, backend="torch")
+    monkeypatch.setenv("CXX", "false")
+    assert not inside_native.usable_for_sum(inp["terms"])
+    assert torch.equal(K.inside(**inp, backend="torch"), want)
+
+
+def test_a_second_source_is_built_through_the_same_cache(fresh_build, tmp_path):
+    """``build`` serves another C++ source: its own library in the cache, its declared entry point; a source
+    without the declared entry point is refused, saying why."""
+    source = tmp_path / "second_kernels.cpp"
+    source.write_text('extern "C" int induce_answer() { return 42; }\n')
+
+    def declare(lib):
+        lib.induce_answer.restype = ctypes.c_int
+        return lib
+
+    lib = inside_native.build(str(source), declare)
+    assert lib is not None and lib.induce_answer() == 42 and inside_native.failure(str(source)) is None
+    assert [p.name.split("-")[0] for p in fresh_build.rglob("*.so")] == ["second_kernels"]
+
+    def declare_missing(lib):
+        return lib.induce_no_such_function
+
+    assert inside_native.build(str(source), declare_missing, name="other") is None
+    assert "not a build of second_kernels.cpp" in inside_native.failure(str(source))
 
 
 @pytest.fixture

@@ -37,7 +37,8 @@ fidelity table says which one the configs use):
   bi-LSTM runs over packed sequences and the max pool skips the padding, which gives the released values
   on unpadded sentences.
 * The emissions are computed once per grammar (``[B, T, V]``), not once per word position as
-  ``CompPCFG.forward`` does (``[B, N, T, V]``): the same numbers, without the ``N``-fold memory.
+  ``CompPCFG.forward`` does (``[B, N, T, V]``): the same numbers, without the ``N``-fold memory; their
+  normaliser and the lookup of the words are one function (:func:`induce.kernels.pcfg.emissions.emission_scores`).
 * One-word sentences have no binary derivation: the sentence-level objective leaves them out of training
   and validation (:attr:`shortest_sentence`), as compound-pcfg's ``train.py`` does; they parse as the word.
 
@@ -55,6 +56,7 @@ from torch import nn
 
 from induce.errors import InduceError
 from induce.kernels import inside, span_marginals
+from induce.kernels.pcfg.emissions import emission_scores
 from induce.kernels.pcfg.marginals import score_and_span_gradient
 from induce.trees.kinds import GRAMMAR
 
@@ -130,33 +132,47 @@ class DenseGrammar(nn.Module):
         self.root_mlp = symbol_mlp(dim + self.z_dim, dim, self.nt)
         self.vocab_mlp = symbol_mlp(dim + self.z_dim, dim, vocab_size)
 
-    def _with_z(self, emb: torch.Tensor, z: Optional[torch.Tensor], batch: int) -> torch.Tensor:
-        """``emb [K, D]`` -> ``[B, K, D + z_dim]`` (``[1, K, D]`` expanded when there is no ``z``)."""
+    def roots_and_rules(self, batch: int, z: Optional[torch.Tensor]):
+        """``(roots [B, NT], rules [B, NT, S, S])``, log space: one grammar expanded over the batch (stride 0)
+        when there is no ``z``."""
         if z is None:
-            return emb.unsqueeze(0).expand(batch, *emb.shape)
-        return torch.cat([emb.unsqueeze(0).expand(batch, *emb.shape), z.unsqueeze(1).expand(-1, emb.size(0), -1)], -1)
+            roots = self.root_mlp(self.root_emb).log_softmax(-1).expand(batch, self.nt)
+            rules = self.rule_mlp(self.nt_emb).log_softmax(-1).view(1, self.nt, self.symbols, self.symbols)
+            return roots, rules.expand(batch, -1, -1, -1)
+        roots = self.root_mlp[1:](linear_with_z(self.root_mlp[0], self.root_emb, z))[:, 0].log_softmax(-1)
+        rules = linear_with_z(self.rule_mlp, self.nt_emb, z).log_softmax(-1)
+        return roots, rules.view(batch, self.nt, self.symbols, self.symbols)
+
+    def emission_hidden(self, z: Optional[torch.Tensor]) -> torch.Tensor:
+        """The emission network's last hidden layer ``[1 or B, T, state_dim]`` (before the layer over the
+        vocabulary, ``vocab_mlp[-1]``)."""
+        return self.vocab_mlp[1:-1](linear_with_z(self.vocab_mlp[0], self.t_emb, z))
 
     def distributions(self, batch: int, z: Optional[torch.Tensor]):
         """``(roots [B, NT], rules [B, NT, S, S], emissions [B, T, V])``, log space: the grammar of each of
         ``batch`` sentences (one grammar expanded over the batch when there is no ``z``)."""
-        if z is None:
-            # One grammar for every sentence: computed once, expanded over the batch (stride 0).
-            roots = self.root_mlp(self.root_emb).log_softmax(-1).expand(batch, self.nt)
-            rules = self.rule_mlp(self.nt_emb).log_softmax(-1).view(1, self.nt, self.symbols, self.symbols)
-            rules = rules.expand(batch, -1, -1, -1)
-            emissions = self.vocab_mlp(self.t_emb).log_softmax(-1).unsqueeze(0).expand(batch, -1, -1)  # [B, T, V]
-        else:
-            roots = self.root_mlp(torch.cat([self.root_emb.expand(batch, -1), z], -1)).log_softmax(-1)
-            rules = self.rule_mlp(self._with_z(self.nt_emb, z, batch)).log_softmax(-1)
-            rules = rules.view(batch, self.nt, self.symbols, self.symbols)
-            emissions = self.vocab_mlp(self._with_z(self.t_emb, z, batch)).log_softmax(-1)  # [B, T, V]
-        return roots, rules, emissions
+        roots, rules = self.roots_and_rules(batch, z)
+        emissions = self.vocab_mlp[-1](self.emission_hidden(z)).log_softmax(-1)  # [1 or B, T, V]
+        return roots, rules, emissions.expand(batch, -1, -1)
 
     def forward(self, tokens: torch.Tensor, z: Optional[torch.Tensor]):
-        batch, n = tokens.shape
-        roots, rules, emissions = self.distributions(batch, z)
-        terms = emissions.gather(2, tokens.unsqueeze(1).expand(batch, self.t, n)).transpose(1, 2)  # [B, N, T]
+        """The emissions over the vocabulary are normalised and read at the words in one function
+        (:func:`induce.kernels.pcfg.emissions.emission_scores`): the ``[B, T, V]`` log-probabilities are not kept."""
+        roots, rules = self.roots_and_rules(tokens.shape[0], z)
+        last = self.vocab_mlp[-1]
+        terms = emission_scores(self.emission_hidden(z), last.weight, last.bias, tokens)  # [B, N, T]
         return terms, rules, roots
+
+
+def linear_with_z(layer: nn.Linear, emb: torch.Tensor, z: Optional[torch.Tensor]) -> torch.Tensor:
+    """``layer([emb; z_b])`` for each sentence ``b``: ``emb [K, D]``, ``z [B, Z]`` -> ``[B, K, out]`` (``[1, K, out]``
+    without ``z``), over the concatenation. Not split into the symbols' part ``emb @ W_emb^T`` once plus each
+    sentence's ``z`` part: the same function, but in float32 at the paper's sizes its gradients of the emission
+    network came out ~1e-2 (relative) from the float64 ones, the concatenation's ~1e-5."""
+    if z is None:
+        return layer(emb)[None]
+    symbols = emb.unsqueeze(0).expand(z.shape[0], *emb.shape)
+    return layer(torch.cat([symbols, z.unsqueeze(1).expand(-1, emb.shape[0], -1)], -1))
 
 
 class InferenceNetwork(nn.Module):

@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from induce.kernels import inside_lowrank
+from induce.kernels.pcfg.emissions import emission_scores
 from induce.trees.kinds import GRAMMAR
 
 from .base import SENTENCE_LEVEL, LanguageModel, LMOutput, ModelConfig, StepTensor
@@ -108,8 +109,8 @@ class TNPCFG(LanguageModel):
         log space; one grammar expanded over the batch (stride 0: the kernel uses it once)."""
         batch, n = tokens.shape
         roots = self.root_mlp(self.root_emb).log_softmax(-1).expand(batch, self.nt)
-        emissions = self.term_mlp(self.term_emb).log_softmax(-1)  # [T, V]
-        terms = emissions[:, tokens].permute(1, 2, 0)  # [B, N, T]
+        last = self.term_mlp[-1]  # the emissions normalised over the vocabulary and read at the words in one function
+        terms = emission_scores(self.term_mlp[:-1](self.term_emb)[None], last.weight, last.bias, tokens)  # [B, N, T]
         head = self.parent_mlp(self.rule_state_emb[: self.nt]).log_softmax(-1)
         left = self.left_mlp(self.rule_state_emb).log_softmax(-2)
         right = self.right_mlp(self.rule_state_emb).log_softmax(-2)
@@ -123,13 +124,13 @@ class TNPCFG(LanguageModel):
 
     def step_tensors(self, batch_size: int, length: int) -> list[StepTensor]:
         """The rank-space inside pass keeps its two charts ``[B, N, N, r]`` (left and right children) for the
-        outside pass (:mod:`induce.kernels.inside_lowrank_torch`), and the emissions ``[T, V]`` are kept
-        for ``log_softmax``'s backward pass; no ``[NT, S, S]`` tensor exists."""
+        outside pass (:mod:`induce.kernels.inside_lowrank_torch`), and the emission logits ``[T, V]`` are kept
+        for their normaliser's backward pass; no ``[NT, S, S]`` tensor exists."""
         chart = (batch_size, length, length, self.config.rank)
         keys = ("data.batch_size", "data.max_length", "model.rank")
         return [StepTensor("the inside pass's left-child chart", chart, keys),
                 StepTensor("the inside pass's right-child chart", chart, keys),
-                StepTensor("the emission log-probabilities", (self.t, self.vocab_size), ("model.t_states",))]
+                StepTensor("the emission logits", (self.t, self.vocab_size), ("model.t_states",))]
 
     @torch.no_grad()
     def parse_structure(self, tokens: torch.Tensor, lengths: torch.Tensor) -> dict:

@@ -383,11 +383,6 @@ class SentenceLevel(Objective):
                               "without unary rules derives no one-word sentence): use a corpus of longer sentences")
         self._batches: tuple[int, list[list[int]], list[int]] = (0, [], [])  # (epoch, shards, whole sizes)
         final_cap = length_cap(self.config, self.config.train.epochs)
-        if not self.validation_sentences():
-            raise InduceError(f"{data.corpus.path}: no sentence of its valid split has at most {final_cap} words (the "
-                              "training length cap: data.max_length, or the curriculum's at the last epoch), so "
-                              "there is nothing to validate on; raise data.max_length or use a corpus with shorter "
-                              "valid sentences")
         longest = max((len(s) for s in self.train_sentences if final_cap is None or len(s) <= final_cap), default=0)
         if longest:
             fits.check_declared_step_fits(self.model, self.config, self.device, longest, self.ctx.world_size)
@@ -447,12 +442,13 @@ class SentenceLevel(Objective):
 
     def validation_sentences(self) -> list[list[int]]:
         """The valid sentences the validation loss reads: those within the length cap of the run's last epoch
-        (:func:`length_cap`; all when there is none). A run trained on sentences of at most 20 words is selected on
-        sentences of at most 20 words: over every length, the longer sentences (most of the tokens) would weigh a
-        distribution it never trains on. (compound-pcfg validates on every length, with a cap of 40 words that
-        leaves few out; ``bench/RESULTS.md``'s fidelity table.)"""
+        (:func:`length_cap`; all when there is no cap, or no valid sentence within it). A run trained on sentences
+        of at most 20 words is selected on sentences of at most 20 words: over every length, the longer sentences
+        (most of the tokens) would weigh a distribution it never trains on. (compound-pcfg validates on every
+        length, with a cap of 40 words that leaves few out; ``bench/RESULTS.md``'s fidelity table.)"""
         cap = length_cap(self.config, self.config.train.epochs)
-        return [s for s in self.valid_sentences if cap is None or len(s) <= cap]
+        within = [s for s in self.valid_sentences if cap is None or len(s) <= cap]
+        return within or self.valid_sentences  # none that short (a tiny corpus): every length, as before
 
     def validate(self) -> float:
         """The model's ``sentence_loss`` in eval mode (what selects the checkpoint) per token of

@@ -25,7 +25,12 @@ nonterminal per span (Kim et al.'s ``_viterbi`` keeps backpointers for every cel
 gradient of the max). The gradient of the best score is the best tree either way
 (:func:`induce.kernels.viterbi`). On float32 CPU tensors without a graph (a Viterbi parse) the max
 mode's word tables, chart and backward run as compiled loops (:mod:`induce.kernels.pcfg.native`, ~3x
-faster; same values bit for bit); the loops here are their eager twin, and the only path elsewhere.
+faster; same values bit for bit); so do the sum mode's chart and outside pass on float32 CPU tensors, graph
+or not (the training pass; its word tables stay the matrix products here). The compiled sum mode keeps the
+numerics above (the same scaled probability space and clamp; its ``exp`` and ``log`` within a few ulp of
+the C library's) and sums in another order: values and gradients equal this twin's to float rounding; it
+fills each sentence's chart to that sentence's length only. The loops here are their eager twin, and the
+only path elsewhere.
 
 The chart is computed over the padded length ``T`` (as TN-PCFG's ``s[arange(B), 0, lens]``);
 ``log Z`` of a sentence is read at its own length (a span inside the sentence never reads past it),
@@ -214,6 +219,12 @@ def _sum_forward_state(ey, y_max, ez, z_max, w2, r_nn, spans):
 
 #: The torch tier's chart: ``(forward, backward)`` as :class:`InsideSum` calls them.
 TORCH_CHART = (_sum_forward_state, _sum_backward)
+
+
+def _native_chart(lengths: torch.Tensor):
+    """The compiled twin of :data:`TORCH_CHART` (:func:`induce.kernels.pcfg.native.sum_chart`), over each
+    sentence's length ``lengths [B]``."""
+    return (lambda *tables: native.sum_chart(*tables, lengths), native.sum_backward)
 
 
 class InsideSum(torch.autograd.Function):
@@ -480,6 +491,8 @@ def run_inside(terms, rules, roots, lengths, span_scores, semiring: str, chart: 
     if T < 2:
         chart_sw = terms.new_zeros(B, T, T, NT) + 0.0 * (rules.sum() + terms.sum() + spans.sum() + words.sum())
     elif semiring == "sum":
+        if sum_chart is TORCH_CHART and native.usable_for_sum(terms, rules, spans):
+            sum_chart = _native_chart(lengths)
         chart_sw = InsideSum.apply(terms + words[..., None], rules, spans, sum_chart)
     else:  # a word's score shifts its tables (the max over its preterminals) by itself: added after them,
         # so that the tables need no graph when only the span scores ask for a gradient (viterbi)

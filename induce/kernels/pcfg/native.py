@@ -1,21 +1,32 @@
-"""The max-product (Viterbi) inside pass on the CPU as compiled loops: the fused path of the torch tier.
+"""The dense PCFG's inside pass on the CPU as compiled loops: the fused path of the torch tier, for the
+max-product (Viterbi) pass and for the sum-product pass that training runs (chart and outside pass).
 
 PyTorch has no fused "add, then maximum" reduction: its max mode (:func:`~induce.kernels.pcfg.dense_torch.
 _max_forward`, the eager twin) writes every sum to memory before reducing it, ~7 G elements a second
 on one thread, where the sum mode's matrix products run several times faster. ``native.cpp``
-keeps the sums in registers. It is built at first use with the machine's C++ compiler (``$CXX``, else
-``c++``; ``-O3 -march=native``, OpenMP when the compiler has it), into
-``$INDUCE_CACHE_DIR`` (default ``$XDG_CACHE_HOME/induce``, else ``~/.cache/induce``), keyed by the
-source, the compiler and the CPU, and loaded through :mod:`ctypes`. Where no compiler works the torch
+keeps the sums in registers. The sum mode's eager twin (:func:`~induce.kernels.pcfg.dense_torch._sum_forward`
+and ``_sum_backward``) runs some forty small operations per span width each way; the compiled loops run a
+sentence's whole chart, and its outside pass, in one call (sentences in parallel, no barrier per width), over
+each sentence's own length rather than the padded one.
+
+Sources are built at first use with the machine's C++ compiler (``$CXX``, else ``c++``; ``-O3 -march=native``,
+OpenMP when the compiler has it), into ``$INDUCE_CACHE_DIR`` (default ``$XDG_CACHE_HOME/induce``, else
+``~/.cache/induce``), keyed by the source, the compiler and the CPU, and loaded through :mod:`ctypes`
+(:func:`build`: any source of this folder; :func:`library`: ``native.cpp``). Where no compiler works the torch
 tier keeps its eager loops (:func:`unavailable_reason` says why); ``INDUCE_NATIVE_KERNELS=0`` or
-:func:`use_native` turns the path off. Values equal the eager twin's bit for bit (the tests compare them).
+:func:`use_native` turns the path off. Max mode: values equal the eager twin's bit for bit. Sum mode: the same
+arithmetic in scaled probability space, clamped as the eager twin is (a sum below the smallest normal float
+is clamped before its log), summed in another order: values and gradients equal the eager twin's to float
+rounding (the tests compare them).
 
 A build records the library's size and sha256 beside it (``inside_native-KEY.json``), and a cached library
 is loaded only when it matches that record: loading a truncated library kills the process with SIGBUS,
 and a foreign one under the cached name lacks the entry points. One that does not match (or has no
 record) is built again; where that fails too, the eager loops run and :func:`unavailable_reason` says why.
 
-Only float32 CPU tensors without a graph take this path (the Viterbi parse's); anything else stays eager.
+Which inputs take the path: float32 CPU tensors; for the max mode only without a graph (the Viterbi parse's,
+:func:`usable`), for the sum mode with or without one (:func:`usable_for_sum`: its autograd function calls
+the compiled chart and outside pass). Anything else stays eager.
 """
 from __future__ import annotations
 
@@ -30,7 +41,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Dict, Iterator, NamedTuple, Optional, Tuple
 
 import torch
 
@@ -42,7 +53,8 @@ FLAG_SETS = (
     ["-O3"],
 )
 _override: Optional[bool] = None
-_failure: Optional[str] = None
+#: Why each source's last build failed (``None``: it did not, or it was not tried), by source file name.
+_failures: Dict[str, Optional[str]] = {}
 
 
 def cache_dir() -> Path:
@@ -94,7 +106,7 @@ def _mismatch(target: Path) -> Optional[str]:
     return None
 
 
-def _compile(compiler: str, flags: list, target: Path) -> Optional[str]:
+def _compile(compiler: str, flags: list, target: Path, source: Path = SOURCE) -> Optional[str]:
     """Builds the library at ``target`` and its build record (each written whole: a temporary file renamed);
     the error, or None."""
     temporary = []
@@ -107,7 +119,7 @@ def _compile(compiler: str, flags: list, target: Path) -> Optional[str]:
     except OSError as err:
         return f"cannot write the build cache {target.parent} ({err}; set INDUCE_CACHE_DIR)"
     tmp, tmp_record = temporary
-    cmd = [compiler, *flags, "-std=c++17", "-shared", "-fPIC", str(SOURCE), "-o", tmp]
+    cmd = [compiler, *flags, "-std=c++17", "-shared", "-fPIC", str(source), "-o", tmp]
     try:
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if run.returncode != 0:
@@ -127,63 +139,90 @@ def _compile(compiler: str, flags: list, target: Path) -> Optional[str]:
                 os.unlink(name)
 
 
-def _ready(compiler: str, flags: list, target: Path) -> Optional[str]:
+def _ready(compiler: str, flags: list, target: Path, source: Path = SOURCE) -> Optional[str]:
     """Makes sure ``target`` holds the library its build recorded, building it where it is missing or does not
     match; the error, or None."""
     if not target.exists():
-        return _compile(compiler, flags, target)
+        return _compile(compiler, flags, target, source)
     problem = _mismatch(target)
     if problem is None:
         return None
-    error = _compile(compiler, flags, target)
+    error = _compile(compiler, flags, target, source)
     return None if error is None else f"{target}: not loaded, {problem}; building it again failed: {error}"
 
 
-@functools.cache
-def library() -> Optional[ctypes.CDLL]:
-    """The compiled library (built on the first call of a process whose cache lacks it), or None."""
-    global _failure
-    _failure = None
+def build(source_name: str, declare: Callable[[ctypes.CDLL], ctypes.CDLL],
+          name: Optional[str] = None) -> Optional[ctypes.CDLL]:
+    """The library of the C++ source ``source_name`` (a file of this folder, or an absolute path), built into the
+    cache where it is missing or does not match its build record, loaded, and given its entry points'
+    signatures by ``declare`` (which raises ``AttributeError`` for a library that lacks one); None where that
+    fails, and :func:`failure` says why. Cached as ``NAME-KEY.so`` (``name``: the source's stem unless given),
+    with the flags of the first of :data:`FLAG_SETS` that compiles. Not cached in memory: a caller keeps the
+    library (:func:`library` does, with :func:`functools.cache`)::
+
+        @functools.cache
+        def my_library():
+            return native.build("my_kernels.cpp", declare_my_entry_points)
+    """
+    source = SOURCE.with_name(source_name) if not os.path.isabs(source_name) else Path(source_name)
+    stem = name or source.stem
+    _failures[source_name] = None
     compiler = shutil.which(os.environ.get("CXX", "c++"))
     if compiler is None:
-        _failure = f"no C++ compiler found ({os.environ.get('CXX', 'c++')!r}; set $CXX)"
+        _failures[source_name] = f"no C++ compiler found ({os.environ.get('CXX', 'c++')!r}; set $CXX)"
         return None
     try:
         version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.SubprocessError) as err:
-        _failure = f"{compiler}: {err}"
+        _failures[source_name] = f"{compiler}: {err}"
         return None
     errors = []
     for flags in FLAG_SETS:
-        key = hashlib.sha256("\n".join([SOURCE.read_text(), compiler, version, " ".join(flags),
+        key = hashlib.sha256("\n".join([source.read_text(), compiler, version, " ".join(flags),
                                         _machine_key()]).encode()).hexdigest()[:16]
-        target = cache_dir() / "native" / f"inside_native-{key}.so"
-        error = _ready(compiler, flags, target)
+        target = cache_dir() / "native" / f"{stem}-{key}.so"
+        error = _ready(compiler, flags, target, source)
         if error is None:
             try:
-                return _declare(ctypes.CDLL(str(target)))
+                return declare(ctypes.CDLL(str(target)))
             except OSError as err:
                 error = f"{target}: {err}"
             except AttributeError as err:  # matches its record, yet lacks an entry point: not this source's build
-                error = f"{target}: not a build of {SOURCE.name} ({err})"
+                error = f"{target}: not a build of {source.name} ({err})"
         errors.append(error)
-    _failure = errors[0]
+    _failures[source_name] = errors[0]
     return None
+
+
+def failure(source_name: str) -> Optional[str]:
+    """Why the last :func:`build` of ``source_name`` failed (None when it did not, or was not tried)."""
+    return _failures.get(source_name)
+
+
+@functools.cache
+def library() -> Optional[ctypes.CDLL]:
+    """The compiled ``native.cpp`` (built on the first call of a process whose cache lacks it), or None."""
+    return build(SOURCE.name, _declare, "inside_native")
 
 
 def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     p, i, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
     lib.induce_vector_width.restype = i
+    lib.induce_vector_math.argtypes = [p, p, i64, i]
     lib.induce_word_table.argtypes = [p, p, p, i, i, i, i, i, i64, i64, i64, i]
     lib.induce_max_chart.argtypes = [p, p, p, p, p, p, i, i, i, i]
     lib.induce_max_backward.argtypes = [p, p, p, p, p, p, p, p, p, p, i, i, i, i]
+    lib.induce_sum_chart.argtypes = [p, p, p, p, p, p, p, i64, p, p, p, p, p, i, i, i, i, i]
+    lib.induce_sum_backward.argtypes = [p, p, p, p, p, p, i64, p, p, p, p, p, p, p, p, p, p, p, i, i, i, i, i]
+    lib.induce_row_logsumexp.argtypes = [p, p, i64, i64, i]
+    lib.induce_softmax_backward.argtypes = [p, p, p, p, i64, i64, i]
     return lib
 
 
 def unavailable_reason() -> Optional[str]:
     """Why the compiled path cannot run here (None when it can, or when it was not tried yet)."""
     library()
-    return _failure
+    return failure(SOURCE.name)
 
 
 @contextlib.contextmanager
@@ -197,12 +236,22 @@ def use_native(enabled: bool) -> Iterator[None]:
         _override = before
 
 
+def switched_on() -> bool:
+    """Whether the compiled path may run (:func:`use_native`, else ``INDUCE_NATIVE_KERNELS`` not ``0``)."""
+    return _override if _override is not None else os.environ.get("INDUCE_NATIVE_KERNELS", "1") != "0"
+
+
 def usable(*tensors: torch.Tensor) -> bool:
-    """Whether these inputs take the compiled path: switched on, float32 on the CPU, no graph, built."""
-    on = _override if _override is not None else os.environ.get("INDUCE_NATIVE_KERNELS", "1") != "0"
-    if not on or torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+    """Whether these inputs take the compiled max-mode path: switched on, float32 on the CPU, no graph, built."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return False
-    if any(t.dtype != torch.float32 or t.device.type != "cpu" for t in tensors):
+    return usable_for_sum(*tensors)
+
+
+def usable_for_sum(*tensors: torch.Tensor) -> bool:
+    """Whether these inputs take the compiled sum-mode path: switched on, float32 on the CPU, built (a graph
+    or not: the sum mode's autograd function calls the compiled chart and outside pass)."""
+    if not switched_on() or any(t.dtype != torch.float32 or t.device.type != "cpu" for t in tensors):
         return False
     return library() is not None
 
@@ -249,3 +298,98 @@ def max_backward(grad_chart: torch.Tensor, chart_sw: torch.Tensor, y: torch.Tens
                                   d_y.data_ptr(), d_z.data_ptr(), d_w2.data_ptr(), d_r.data_ptr(), d_spans.data_ptr(),
                                   B, T, NT, torch.get_num_threads())
     return d_y, d_z, d_w2, d_r.view(B, NT, NT, NT), d_spans
+
+
+# ----------------------------------------------------------------------------------------------- sum mode
+class SumState(NamedTuple):
+    """What :func:`sum_backward` reads of :func:`sum_chart`'s pass, as the library reads it: rows of ``N``
+    floats padded with zeros to ``Np`` (a whole number of the library's vectors). The word tables ``ey, ez
+    [B, T, N, Np]`` (``[b, t, parent, child]``) with their shifts ``y_max, z_max [B, T, Np]``, the NN rules
+    ``e_nn [G, N, N * Np]`` (``exp(rules - c_nn)``, ``[g, parent, left * Np + right]``) and ``c_nn [G, Np]``
+    (``G = 1``: one grammar expanded over the batch), ``spans [B, T, T]``, ``lengths [B]`` (int64), the chart
+    ``beta, e [B, T, T, Np]`` (``e = exp(beta - m)``) and ``m [B, T, T]``."""
+
+    ey: torch.Tensor
+    y_max: torch.Tensor
+    ez: torch.Tensor
+    z_max: torch.Tensor
+    e_nn: torch.Tensor
+    c_nn: torch.Tensor
+    spans: torch.Tensor
+    lengths: torch.Tensor
+    beta: torch.Tensor
+    e: torch.Tensor
+    m: torch.Tensor
+
+
+def _padded(x: torch.Tensor, width: int) -> torch.Tensor:
+    """``x [..., n]`` as a new contiguous tensor ``[..., width]``, zeros past ``n``."""
+    out = x.new_zeros(*x.shape[:-1], width)
+    out[..., : x.shape[-1]] = x
+    return out
+
+
+def sum_chart(ey: torch.Tensor, y_max: torch.Tensor, ez: torch.Tensor, z_max: torch.Tensor, w2: torch.Tensor,
+              r_nn: torch.Tensor, spans: torch.Tensor, lengths: torch.Tensor) -> Tuple[torch.Tensor, SumState]:
+    """The sum mode's chart ``[B, T(start), T(width - 1), NT]`` of :func:`~induce.kernels.pcfg.dense_torch.
+    _sum_forward` (its inputs: the scaled word tables ``ey, ez [B, T, NT, NT]`` with their shifts ``y_max,
+    z_max [B, T, NT]``, ``w2 [B, T - 1, NT]``, the NN rules ``r_nn [B, NT, NT, NT]`` (log; one grammar expanded
+    over the batch is read once), ``spans [B, T, T]``) over each sentence's length ``lengths [B]``: cells past
+    it stay 0 (never read). Returns the chart and the state :func:`sum_backward` takes."""
+    B, T, N, _ = ey.shape
+    width = library().induce_vector_width()
+    Np = -(-N // width) * width
+    shared = B > 1 and r_nn.stride(0) == 0
+    grammar = r_nn[:1] if shared else r_nn  # [G, N, N, N]
+    c_nn = grammar.amax((-1, -2))  # [G, N]
+    e_nn = _padded((grammar - c_nn[..., None, None]).exp(), Np).view(grammar.shape[0], N, N * Np)
+    ey_p, ez_p = _padded(ey, Np), _padded(ez, Np)
+    ey_t, ez_t = _padded(ey.transpose(-1, -2), Np), _padded(ez.transpose(-1, -2), Np)
+    y_max, z_max, c_nn = _padded(y_max, Np), _padded(z_max, Np), _padded(c_nn, Np)
+    w2, spans = w2.contiguous(), spans.contiguous()
+    lengths = lengths.to(device="cpu", dtype=torch.int64).contiguous()
+    beta, e, m = ey.new_zeros(B, T, T, Np), ey.new_zeros(B, T, T, Np), ey.new_zeros(B, T, T)
+    library().induce_sum_chart(ey_t.data_ptr(), y_max.data_ptr(), ez_t.data_ptr(), z_max.data_ptr(), w2.data_ptr(),
+                               e_nn.data_ptr(), c_nn.data_ptr(), 0 if shared else 1, spans.data_ptr(),
+                               lengths.data_ptr(), beta.data_ptr(), e.data_ptr(), m.data_ptr(), B, T, N, Np,
+                               torch.get_num_threads())
+    return beta[..., :N], SumState(ey_p, y_max, ez_p, z_max, e_nn, c_nn, spans, lengths, beta, e, m)
+
+
+def sum_backward(state: SumState, grad_chart: torch.Tensor):
+    """The outside pass over :func:`sum_chart`'s chart for its gradient ``grad_chart [B, T, T, NT]``: the
+    gradients of ``(ey, ez, w2, r_nn, spans)``, as :func:`~induce.kernels.pcfg.dense_torch._sum_backward`
+    returns them (``r_nn``'s per sentence, ``[B, NT, NT, NT]``, also for one grammar expanded over the batch)."""
+    s = state
+    B, T, N, Np = s.ey.shape
+    grad = _padded(grad_chart.to(torch.float32), Np)  # consumed: the children's shares are added into it
+    d_ey, d_ez = torch.zeros_like(s.ey), torch.zeros_like(s.ez)
+    d_w2, d_spans = s.ey.new_zeros(B, T - 1, N), s.ey.new_zeros(B, T, T)
+    d_enn = s.ey.new_zeros(B, N, N * Np)
+    library().induce_sum_backward(s.ey.data_ptr(), s.y_max.data_ptr(), s.ez.data_ptr(), s.z_max.data_ptr(),
+                                  s.e_nn.data_ptr(), s.c_nn.data_ptr(), 0 if s.e_nn.shape[0] == 1 else 1,
+                                  s.spans.data_ptr(), s.lengths.data_ptr(), s.beta.data_ptr(), s.e.data_ptr(),
+                                  s.m.data_ptr(), grad.data_ptr(), d_ey.data_ptr(), d_ez.data_ptr(), d_w2.data_ptr(),
+                                  d_enn.data_ptr(), d_spans.data_ptr(), B, T, N, Np, torch.get_num_threads())
+    d_r_nn = (d_enn.view(B, N, N, Np) * s.e_nn.view(-1, N, N, Np))[..., :N]
+    return d_ey[..., :N], d_ez[..., :N], d_w2, d_r_nn.view(B, N, N, N), d_spans
+
+
+# ---------------------------------------------------------------------------------- emissions' normaliser
+def row_logsumexp(x: torch.Tensor) -> torch.Tensor:
+    """``torch.logsumexp(x, -1)`` of a contiguous float32 ``x [R, n]``: ``[R]``, each row read once."""
+    R, n = x.shape
+    out = x.new_empty(R)
+    library().induce_row_logsumexp(x.data_ptr(), out.data_ptr(), R, n, torch.get_num_threads())
+    return out
+
+
+def softmax_backward(x: torch.Tensor, lse: torch.Tensor, s: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``out = -exp(x - lse[:, None]) * s[:, None]`` for contiguous float32 ``x, out [R, n]`` (``out`` may be ``x``)
+    and ``lse, s [R]``: the gradient of ``x - logsumexp(x)`` for row gradients that sum to ``s``, without the
+    entries' own shares. Returns ``out``."""
+    R, n = x.shape
+    lse, s = lse.contiguous(), s.to(torch.float32).contiguous()
+    library().induce_softmax_backward(x.data_ptr(), lse.data_ptr(), s.data_ptr(), out.data_ptr(), R, n,
+                                      torch.get_num_threads())
+    return out

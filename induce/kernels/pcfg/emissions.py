@@ -1,0 +1,104 @@
+"""The emission scores of the neural PCFGs: the last layer of the emission network, normalised over the
+vocabulary and read at the batch's words, in one autograd function.
+
+``emission_scores(hidden, weight, bias, tokens)`` equals ``(hidden @ weight.T + bias).log_softmax(-1)`` read
+at each word (to float rounding): ``hidden [G, P, D]`` the preterminals' last hidden layer, one grammar per
+sentence (``G = B``, the compound PCFG) or one for the whole batch (``G = 1``: N-PCFG, TN-PCFG), ``weight
+[V, D]`` and ``bias [V]`` the layer over the vocabulary, ``tokens [B, N]``; returns ``terms [B, N, P]``.
+
+Why not ``log_softmax`` and ``gather``: they write the ``[G, P, V]`` log-probabilities (kept for the
+backward pass), and the backward pass fills a zero ``[G, P, V]`` gradient, scatters the words' gradients
+into it, reads it with the kept output to make the logits' gradient, then reads that again for the bias.
+Here the logits are kept instead, with one log normaliser per row; the backward pass writes the logits'
+gradient ``-softmax * (sum of the row's word gradients)`` over the kept logits in one pass, adds the words'
+own gradients at their entries, and hands it to the two matrix products of the layer. The objective and
+every gradient are the same functions as before (the logits' gradient is the same expression); the sums
+run in another order. On float32 CPU tensors the normaliser and the softmax pass are compiled loops
+(:mod:`induce.kernels.pcfg.native`); elsewhere, torch operations compute the same.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from induce.kernels.pcfg import native
+
+
+def _row_logsumexp(logits: torch.Tensor) -> torch.Tensor:
+    if native.usable_for_sum(logits):
+        return native.row_logsumexp(logits)
+    return torch.logsumexp(logits, -1)
+
+
+def _softmax_backward(logits: torch.Tensor, lse: torch.Tensor, row_sums: torch.Tensor, out: torch.Tensor):
+    """``out = -exp(logits - lse) * row_sums`` (rows), ``out`` possibly ``logits`` itself."""
+    if native.usable_for_sum(logits):
+        return native.softmax_backward(logits, lse, row_sums, out)
+    return torch.sub(logits, lse[:, None], out=out).exp_().mul_(-row_sums[:, None].to(out.dtype))
+
+
+def _picked(logits: torch.Tensor, tokens: torch.Tensor, G: int, P: int) -> torch.Tensor:
+    """The logits at the words: ``[G * P, B * N]`` for one grammar (``G = 1``), else ``[B, P, N]``."""
+    V = logits.shape[-1]
+    if G == 1:
+        return logits.index_select(1, tokens.reshape(-1))
+    B, N = tokens.shape
+    return logits.view(B, P, V).gather(2, tokens[:, None, :].expand(B, P, N))
+
+
+def _logits(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """``[G * P, V]``: the layer over the vocabulary."""
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    return torch.addmm(bias, flat, weight.t()) if bias is not None else flat @ weight.t()
+
+
+class _EmissionScores(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, tokens):  # type: ignore[override]
+        G, P, _ = hidden.shape
+        B, N = tokens.shape
+        logits = _logits(hidden, weight, bias)
+        lse = _row_logsumexp(logits)
+        picked = _picked(logits, tokens, G, P)
+        if G == 1:
+            terms = (picked - lse[:, None]).view(P, B, N).permute(1, 2, 0)
+        else:
+            terms = (picked - lse.view(B, P, 1)).transpose(1, 2)
+        ctx.save_for_backward(hidden, weight, bias, tokens)
+        ctx.logits, ctx.lse, ctx.logits_used = logits, lse, False
+        return terms
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, d_terms):  # type: ignore[override]
+        hidden, weight, bias, tokens = ctx.saved_tensors
+        G, P, D = hidden.shape
+        B, N = tokens.shape
+        # the logits' gradient takes the logits' memory; a second backward pass through this graph (retain_graph)
+        # computes them again first
+        logits = _logits(hidden, weight, bias) if ctx.logits_used else ctx.logits
+        ctx.logits_used = True
+        d_terms = d_terms.to(logits.dtype)
+        if G == 1:
+            d_picked = d_terms.permute(2, 0, 1).reshape(P, B * N)
+            d_logits = _softmax_backward(logits, ctx.lse, d_picked.sum(1), logits)
+            d_logits.index_add_(1, tokens.reshape(-1), d_picked)
+        else:
+            d_picked = d_terms.transpose(1, 2)  # [B, P, N]
+            d_logits = _softmax_backward(logits, ctx.lse, d_picked.sum(2).reshape(-1), logits)
+            d_logits.view(B, P, -1).scatter_add_(2, tokens[:, None, :].expand(B, P, N), d_picked)
+        d_hidden = (d_logits @ weight).view(G, P, D) if ctx.needs_input_grad[0] else None
+        d_weight = d_logits.t() @ hidden.reshape(G * P, D) if ctx.needs_input_grad[1] else None
+        d_bias = d_logits.sum(0) if bias is not None and ctx.needs_input_grad[2] else None
+        return d_hidden, d_weight, d_bias, None
+
+
+def emission_scores(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                    tokens: torch.Tensor) -> torch.Tensor:
+    """``terms [B, N, P]``: ``log_softmax(hidden @ weight.T + bias)`` over the vocabulary, read at ``tokens [B, N]``
+    (module docstring); ``hidden [G, P, D]`` with ``G`` 1 or ``B``, ``weight [V, D]``, ``bias [V]`` or None."""
+    if hidden.dim() != 3 or hidden.shape[0] not in (1, tokens.shape[0]):
+        raise ValueError(f"emission_scores: hidden must be [1 or B={tokens.shape[0]}, P, D], got {tuple(hidden.shape)}")
+    return _EmissionScores.apply(hidden, weight, bias, tokens)
