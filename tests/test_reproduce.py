@@ -505,3 +505,35 @@ def test_a_runs_summary_reads_mid_epoch_evaluations_as_evaluations_not_epochs(tm
     assert (summary["best_epoch"], summary["best_steps"], summary["best_mid_epoch"]) == (2, 130, True)
     assert (summary["best_dev_f1"], summary["peak_dev_f1"], summary["last_dev_f1"]) == (41.0, 41.0, 38.0)
     assert summary["monitor_valid_ppl"] == 640.0 and not summary["perplexity_bound"]
+
+
+def test_models_of_all_train_sentences_train_on_every_sentence_and_the_report_says_so(tmp_path):
+    """A profile that trains on the first N sentences gives the models of `all_train_sentences` every training
+    sentence (the same monitor sentences of dev); the others keep the subset; results.json and the report say
+    which model read which corpus."""
+    from induce.config import load_config_file
+    from induce.data.corpus import PreparedCorpus
+
+    corpus = make_corpus(tmp_path / "corpora", train=40, valid=8, test=4)
+    profile = toy_profile(tmp_path / "profile", models=["palm-rb", "prpn"], random_init_seeds=0,
+                          train_sentences=10, monitor_sentences=5, all_train_sentences=["prpn"], steps_per_model=2)
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["reproduce", "--profile", str(profile), "--corpus", str(corpus), "--out", str(out),
+                                 "--corpora-dir", str(tmp_path / "corpora"), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    corpora = {model: PreparedCorpus(load_config_file(out / "runs" / f"{model}-seed1" / "config.yaml").data.corpus)
+               for model in ("palm-rb", "prpn")}
+    assert [len(corpora[m].lm_sentences("train")) for m in ("palm-rb", "prpn")] == [10, 40]
+    assert [len(corpora[m].lm_sentences("valid")) for m in ("palm-rb", "prpn")] == [5, 5]
+    results = json.loads((out / "results.json").read_text())
+    assert [entry["models"] for entry in results["corpus"]["train_other"].values()] == [["prpn"]]
+    report = (out / "REPORT.md").read_text()
+    assert "on the first 10 training sentences (PRPN: on every training sentence)" in report
+    assert "training data of PRPN" in report
+
+
+def test_a_profile_refuses_an_unknown_model_in_all_train_sentences(tmp_path):
+    profile = toy_profile(tmp_path / "profile", all_train_sentences=["nosuch"])
+    result = runner.invoke(app, ["reproduce", "--profile", str(profile), "--out", str(tmp_path / "out"),
+                                 "--no-progress"])
+    assert result.exit_code == 2 and "nosuch" in result.output and "Traceback" not in result.output

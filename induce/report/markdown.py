@@ -139,7 +139,10 @@ def _preamble(*, results, profile, where, models, per_model, eval_corpus, budget
         scope.append("trained for " + ", ".join(f"{minutes(b)} ({display(m)})" for m, b in budgets.items())
                      + " per seed")
     if profile.get("train_sentences"):
-        scope.append(f"on the first {profile['train_sentences']:,} training sentences")
+        everything = [m for m in models if m in (profile.get("all_train_sentences") or [])]
+        scope.append(f"on the first {profile['train_sentences']:,} training sentences"
+                     + (f" ({', '.join(display(m) for m in everything)}: on every training sentence)"
+                        if everything else ""))
     warning = ("**Read this first.** " + splits_sentence(results, where)
                + f" The models are those of profile `{profile['name']}`"
                + (f" ({profile.get('description')})" if profile.get("description") else "")
@@ -217,6 +220,10 @@ def _setup(*, results, profile, split, where, models, per_model, eval_corpus, tr
         ["seeds", ", ".join(str(s) for s in seeds)],
         ["training budget", budget_text(budget, budgets, models, results.get("chunk_s"), results.get("step_budgets"))],
         ["training data", train_text],
+        *([[f"training data of {', '.join(display(m) for m in other['models'])}",
+            f"`{other['path']}`: {text_size((other.get('splits') or {}).get('train', {}))} (every training sentence; "
+            "the length cap of their configs applies)"]
+           for other in (results["corpus"].get("train_other") or {}).values()]),
         ["vocabulary", f"{eval_corpus.get('vocab_size', '?'):,} types (including `<unk>`, `<eos>`)"
          if isinstance(eval_corpus.get("vocab_size"), int) else "?"],
         ["model selection", "each run's `best` checkpoint, which all its figures come from, chosen while it trained "

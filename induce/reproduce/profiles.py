@@ -61,6 +61,10 @@ class Profile(pydantic.BaseModel):
         "checkpoint and the same command continues (null: train to the end in one go)"
     )
     train_sentences: Optional[int] = pydantic.Field(None, ge=1, description="train on the first N training sentences")
+    all_train_sentences: list[str] = pydantic.Field(
+        default_factory=list, description="models trained on every training sentence instead of the first "
+        "train_sentences (their configs' length cap still applies), e.g. the grammars, which need many sentences"
+    )
     monitor_sentences: Optional[int] = pydantic.Field(
         None, ge=1, description="per-epoch validation on the first N dev sentences (the final evaluation uses all)"
     )
@@ -103,6 +107,12 @@ class Profile(pydantic.BaseModel):
                 parse_duration(duration)
         elif value is not None:
             parse_duration(value)
+        return value
+
+    @pydantic.field_validator("all_train_sentences")
+    @classmethod
+    def _all_train_models(cls, value):
+        _check_model_names(dict.fromkeys(value))
         return value
 
     @pydantic.field_validator("steps_per_model")

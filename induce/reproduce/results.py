@@ -150,7 +150,8 @@ def collect_results(repro, started_at: str, seconds: float) -> dict:
         "machine": machine_info(repro.eval_device),
         "split": repro.final_split,
         "splits": splits_summary(repro),
-        "corpus": {"eval": corpus_summary(repro.eval_corpus), "train": corpus_summary(repro.train_corpus)},
+        "corpus": {"eval": corpus_summary(repro.eval_corpus), "train": corpus_summary(repro.train_corpus),
+                   **_other_training_corpora(repro)},
         "monitor": monitor_summary(repro, run_configs),
         "convention": _convention_text(),
         "models": models, "baselines": baselines, "random_init": _init_entries(repro, seeds_of), "gold": gold,
@@ -409,6 +410,20 @@ def summarise(per_seed: list[dict]) -> dict:
     for label in REPORTED_LABELS:
         out[f"recall_{label}"] = pick(lambda d, name=label: d["scores"]["all"]["label_recall"][name])
     return out
+
+
+def _other_training_corpora(repro) -> dict:
+    """``{"train_other": {path: {"models": [...], **corpus_summary}}}`` of the training corpora that some models
+    use instead of ``train`` (the profile's ``all_train_sentences``); empty when every model uses ``train``."""
+    from induce.data.corpus import PreparedCorpus
+
+    other: dict = {}
+    for model, folder in (getattr(repro, "train_dirs", None) or {}).items():
+        if Path(folder) == Path(repro.train_corpus.path):
+            continue
+        entry = other.setdefault(str(folder), {**corpus_summary(PreparedCorpus(folder)), "models": []})
+        entry["models"].append(model)
+    return {"train_other": other} if other else {}
 
 
 def corpus_summary(corpus) -> dict:

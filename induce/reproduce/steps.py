@@ -129,6 +129,14 @@ class PipelineSteps:
                                       self.profile.monitor_sentences)
             detail += f"; training corpus {train_dir}"
         self.train_corpus = PreparedCorpus(train_dir)
+        # The models of `all_train_sentences` train on every training sentence, monitored on the same dev subset.
+        self.train_dirs = {model: train_dir for model in self.profile.models}
+        full = [model for model in self.profile.models if model in self.profile.all_train_sentences]
+        if full and self.profile.train_sentences:
+            full_dir = (subset_corpus(eval_dir, self.options.corpora_dir, None, self.profile.monitor_sentences)
+                        if self.profile.monitor_sentences else eval_dir)
+            self.train_dirs.update(dict.fromkeys(full, full_dir))
+            detail += f"; {', '.join(full)}: every training sentence, {full_dir}"
         #: split -> Mikolov's text of that split (None: not found)
         self.mikolov_texts = {split: self._find_mikolov(corpus, split) for split in self.eval_splits}
         self.mikolov = self.mikolov_texts[self.final_split]
@@ -139,7 +147,8 @@ class PipelineSteps:
             f" (also evaluated: {', '.join(s for s in self.eval_splits if s != self.final_split)})"
             if len(self.eval_splits) > 1 else "")
         self.configs = {
-            model: {seed: build_run_config(self.profile, model, self._train_overrides(train_dir, model, seed))
+            model: {seed: build_run_config(self.profile, model,
+                                           self._train_overrides(self.train_dirs[model], model, seed))
                     for seed in self.profile.seeds}
             for model in self.profile.models
         }
