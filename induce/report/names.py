@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Optional
 
 NAMES = {"prpn": "PRPN", "onlstm": "ON-LSTM", "palm": "PaLM-U", "palm-s": "PaLM-S", "palm-rb": "PaLM-RB",
-         "npcfg": "N-PCFG", "cpcfg": "C-PCFG", "tnpcfg": "TN-PCFG",
+         "npcfg": "N-PCFG", "cpcfg": "C-PCFG", "tnpcfg": "TN-PCFG", "snpcfg": "SN-PCFG", "scpcfg": "SC-PCFG",
          "right": "right-branching", "left": "left-branching", "balanced": "balanced", "random": "random trees"}
 
 
