@@ -32,7 +32,7 @@ test-fast: install
 test-triton: install
 	$(PYTHON) -m pytest -q -m triton
 
-# The main job on the default data: prepare the corpus, train PRPN, ON-LSTM, PaLM-U/S/RB, evaluate them
+# The main job on the default data: prepare the corpus, train PRPN, ON-LSTM, PaLM-U/S/RB, C-PCFG, TN-PCFG, evaluate them
 # and the baselines (on the test split when the data has WSJ 23, else on dev; models selected on dev only),
 # write $(OUT)/REPORT.md and $(OUT)/results.json (`induce reproduce`).
 # PROFILE=auto (default: gpu when torch sees a CUDA device, else cpu) | gpu (paper-size models, ~25 min of one
