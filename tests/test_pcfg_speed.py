@@ -186,3 +186,29 @@ def test_emission_scores_are_the_log_softmax_read_at_the_words(G, V, native_on):
 def test_emission_scores_refuse_a_hidden_layer_of_another_batch():
     with pytest.raises(ValueError, match=r"hidden must be \[1 or B=3, P, D\]"):
         emission_scores(torch.zeros(2, 4, 5), torch.zeros(7, 5), None, torch.zeros(3, 2, dtype=torch.long))
+
+
+@pytest.mark.parametrize("G", [1, 3])
+def test_emission_scores_under_bf16_autocast_give_float32_gradients_near_the_eager_ones(G):
+    """Under autocast the layer's logits are bf16 while its inputs stay float32: the backward returns each
+    gradient in its input's dtype (it raised a dtype mismatch), close to the eager log-softmax's under the same
+    autocast."""
+    torch.manual_seed(0)
+    B, N, P, D, V = 3, 5, 4, 8, 50
+    tokens = torch.randint(0, V, (B, N))
+    leaves = [torch.randn(G, P, D, requires_grad=True), torch.randn(V, D, requires_grad=True),
+              torch.randn(V, requires_grad=True)]
+    grads = []
+    for fused in (True, False):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            if fused:
+                terms = emission_scores(*leaves, tokens)
+            else:
+                logp = F.log_softmax(F.linear(leaves[0], leaves[1], leaves[2]), -1)  # [G, P, V]
+                index = tokens.reshape(1, 1, -1).expand(G, P, -1) if G == 1 else tokens[:, None, :].expand(B, P, N)
+                picked = logp.gather(2, index)
+                terms = picked.view(P, B, N).permute(1, 2, 0) if G == 1 else picked.transpose(1, 2)
+        grads.append(torch.autograd.grad(terms.float().sum(), leaves))
+    for ours, eager, leaf in zip(*grads, leaves):
+        assert ours.dtype == leaf.dtype == torch.float32
+        torch.testing.assert_close(ours, eager, rtol=0.05, atol=0.05 * eager.abs().max().item())

@@ -89,9 +89,13 @@ class _EmissionScores(torch.autograd.Function):
             d_picked = d_terms.transpose(1, 2)  # [B, P, N]
             d_logits = _softmax_backward(logits, ctx.lse, d_picked.sum(2).reshape(-1), logits)
             d_logits.view(B, P, -1).scatter_add_(2, tokens[:, None, :].expand(B, P, N), d_picked)
-        d_hidden = (d_logits @ weight).view(G, P, D) if ctx.needs_input_grad[0] else None
-        d_weight = d_logits.t() @ hidden.reshape(G * P, D) if ctx.needs_input_grad[1] else None
-        d_bias = d_logits.sum(0) if bias is not None and ctx.needs_input_grad[2] else None
+        # under autocast the logits (and so d_logits) may be bf16 while the inputs are float32: each gradient is
+        # computed and returned in its input's dtype
+        d_hidden = (d_logits.to(weight.dtype) @ weight).view(G, P, D).to(hidden.dtype) \
+            if ctx.needs_input_grad[0] else None
+        d_weight = (d_logits.t().to(hidden.dtype) @ hidden.reshape(G * P, D)).to(weight.dtype) \
+            if ctx.needs_input_grad[1] else None
+        d_bias = d_logits.sum(0).to(bias.dtype) if bias is not None and ctx.needs_input_grad[2] else None
         return d_hidden, d_weight, d_bias, None
 
 
