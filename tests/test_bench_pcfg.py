@@ -113,7 +113,8 @@ def test_a_long_step_runs_in_the_first_rounds_only(bench, monkeypatch):
     """The warm-up times come from a stand-in clock that only the steps advance (a loaded machine can stall
     any real step past the threshold)."""
     clock = [0.0]
-    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=lambda: clock[0], process_time=lambda: clock[0]))
+    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=lambda: clock[0],
+                                                             process_time=lambda: clock[0]))
 
     class Sleeper:
         def __init__(self, seconds):

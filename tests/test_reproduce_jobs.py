@@ -144,7 +144,10 @@ def _steps_done(run: Path) -> int:
 
 def _interrupt_when(args: list[str], ready) -> str:
     """Start ``args``, send SIGINT once ``ready()`` holds, return the output; the command must exit 130."""
-    parent = subprocess.Popen(args, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # SIGINT at its default in the child (an earlier test of this process may have left it ignored, and an ignored
+    # SIGINT stays ignored across exec: the command would never see the Ctrl-C)
+    parent = subprocess.Popen(args, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 300
         while not ready():

@@ -66,6 +66,8 @@ SIMPLE_PARENTS = (1, 7, 16, 64, 129, 256, 512, 1024, 2048, 4096, 8192)
 #: inside kernels take lengths, widths and span counts unspecialised, and every one of them launches by
 #: width 5, so longer sentences only cost CPU time (at a paper-size simple PCFG, minutes).
 DRIVEN_SENTENCE_LENGTH = 8
+#: The most sentences a sentence-level model's step is driven with (the shipped dense and low-rank PCFGs train on 4).
+SENTENCE_DRIVE_BATCH = 4
 #: ``(nonterminals, preterminals)`` of the dense PCFGs: Kim et al.'s N-PCFG and C-PCFG (30, 60),
 #: a small grammar for CPU runs, and the largest the Triton tier takes (64 nonterminals).
 PCFG_GRAMMARS = ((30, 60), (10, 20), (64, 32))
@@ -186,7 +188,9 @@ def drive_sentence_model(label: str, cfg, model, recorder: Recorder, number: int
 
     longest = min(cfg.data.max_length or 40, DRIVEN_SENTENCE_LENGTH)
     shortest = max(2, getattr(model, "shortest_sentence", 1))
-    batch = drive_batch(cfg.data.batch_size)
+    # at most SENTENCE_DRIVE_BATCH sentences: a paper-size simple PCFG's CPU step at 16 sentences held 20 GB (its
+    # per-sentence rule tensors), and its inside kernels are driven at every parent count by drive_inside_simple
+    batch = min(drive_batch(cfg.data.batch_size), SENTENCE_DRIVE_BATCH)
 
     def sentences(rows: int, width: int) -> tuple:
         lengths = torch.tensor([width] + [shortest] * (rows - 1))
