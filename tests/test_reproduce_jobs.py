@@ -205,3 +205,47 @@ def test_a_clock_budget_is_flagged_in_the_results_and_the_report(tmp_path):
     report = (tmp_path / "out" / "REPORT.md").read_text()
     assert "**Stopped by the clock.**" in report and note in report
     assert os.path.isfile(tmp_path / "out" / "runs" / "onlstm-seed1" / "status.json")
+
+
+def test_the_costliest_runs_start_first():
+    from induce.reproduce.jobs import plan_units
+
+    names = ["train prpn seed 1", "train prpn seed 2", "train cpcfg seed 1", "train cpcfg seed 2", "train onlstm seed 1",
+             "untrained prpn (5 inits)", "baseline right", "evaluate prpn seed 1", "evaluate prpn seed 2",
+             "evaluate cpcfg seed 1", "evaluate cpcfg seed 2", "evaluate onlstm seed 1"]
+    minutes = {"cpcfg": 60.0, "onlstm": 7.0}
+    ordered = [unit.name for unit in plan_units(names, cost=lambda model: minutes.get(model, 0.0))]
+    assert ordered == ["cpcfg seed 1", "cpcfg seed 2", "onlstm seed 1", "prpn seed 1", "prpn seed 2",
+                       "untrained prpn (5 inits)", "baselines"]
+    cpcfg = plan_units(names, cost=lambda model: minutes.get(model, 0.0))[0]
+    assert cpcfg.steps == ["train cpcfg seed 1", "evaluate cpcfg seed 1"]
+    # without costs: the plan's order
+    assert [unit.name for unit in plan_units(names)][:3] == ["prpn seed 1", "prpn seed 2", "cpcfg seed 1"]
+
+
+def test_the_schedule_estimate_by_hand():
+    from induce.reproduce.jobs import schedule_minutes
+
+    # two workers: 60 | 30 + 6 + 6 + 6 ... the 6s fill the second worker until it passes the first
+    assert schedule_minutes([60, 30, 6, 6, 6, 6, 6], 2) == 60
+    assert schedule_minutes([60, 30, 6, 6, 6, 6, 6, 6], 2) == 66  # 30 + 5*6 = 60, the sixth 6 goes to either
+    assert schedule_minutes([6, 6, 6, 6, 6, 30, 60], 2) == 78  # the same runs, the longest last: 6 + 6 + 6 + 60
+    assert schedule_minutes([5, 5, 5], 1) == 15
+    assert schedule_minutes([], 2) == 0
+
+
+def test_a_profile_with_measured_minutes_says_its_estimate(tmp_path):
+    import pydantic
+
+    from induce.reproduce.profiles import Profile
+
+    with pytest.raises(pydantic.ValidationError, match="nosuchmodel"):
+        Profile(cpu_minutes={"nosuchmodel": 3.0})
+    with pytest.raises(pydantic.ValidationError, match="0 or more"):
+        Profile(cpu_minutes={"prpn": -1.0})
+    make_corpus(tmp_path / "corpora", train=20, valid=6, test=4)
+    toy_profile(tmp_path / "profile", models=["prpn"], steps_per_model=2, cpu_minutes={"prpn": 1.5},
+                random_init_seeds=0, overrides=["data.batch_size=4", "data.eval_batch_size=4", "data.bptt=8"])
+    result = reproduce(tmp_path, "out")
+    assert result.exit_code == 0, result.output
+    assert "estimated time: about 2 min" in " ".join(result.output.split())

@@ -46,6 +46,7 @@ def test_a_sentence_level_model_is_validated_within_its_training_length_cap(tmp_
     assert min(lengths) <= 7 < max(lengths)  # the cap leaves some out: the test can tell the two apart
     within = [s for s in objective.valid_sentences if len(s) <= 7]
     assert objective.validation_sentences() == within
+    assert f"validation on the {len(within):,} valid sentences of at most 7 words" in objective.describe(1)
     expected = SentenceLevel.loss_per_token(objective.model, within, 4, "cpu")
     assert objective.validate() == pytest.approx(expected, rel=1e-12)
     assert objective.validate() != pytest.approx(
@@ -75,6 +76,7 @@ def test_without_a_valid_sentence_within_the_cap_every_valid_sentence_validates(
     objective = seen["objective"]
     assert min(len(s) for s in objective.valid_sentences) > 4
     assert objective.validation_sentences() == objective.valid_sentences
+    assert "validation on every valid sentence (none has at most 4 words" in objective.describe(1)  # announced
 
 
 def test_a_compound_pcfg_selected_with_z_at_its_mean_still_reports_its_bound():

@@ -132,6 +132,8 @@ def test_eval_on_a_ktb_corpus_uses_its_profile_and_says_so(tmp_path):
     assert result.exit_code == 0, result.output
     results = json.loads(result.stdout)["results"]
     assert all(abs(r["figures"]["corpus_f1"] - 100.0) < 1e-9 for r in results), results
+    li = next(r for r in results if r["convention"] == "li2020")
+    assert "(ktb, no punctuation)" in li["description"] and "ptb" not in li["description"]
     result = runner.invoke(app, ["eval", "--baseline", "left", "--corpus", str(out / "ktb"), "--split", "test",
                                  "--convention", "li2020", "--no-progress"])
     assert result.exit_code == 0 and "gold treebank: Keyaki Treebank (Japanese)" in result.stdout

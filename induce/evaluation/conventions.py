@@ -128,9 +128,12 @@ class Convention:
         """Gold trees can be binarised: the new nodes have no label, so not under labelled EVALB."""
         return not (self.evalb is not None and self.evalb.labelled)
 
-    def describe(self) -> str:
+    def describe(self, treebank: str = "ptb") -> str:
+        """Title, source and limits; ``treebank`` names whose punctuation table Li et al.'s conventions use (the
+        title says ``ptb``, which :func:`token_filter` replaces by the gold treebank's own)."""
         limits = f"sentences of {self.min_length}" + (f"-{self.max_length}" if self.max_length else "+") + " tokens"
-        return f"{self.title} ({self.reference}); {limits}" + (f"; {self.notes}" if self.notes else "")
+        title = self.title.replace("(ptb,", f"({treebank},") if treebank != "ptb" else self.title
+        return f"{title} ({self.reference}); {limits}" + (f"; {self.notes}" if self.notes else "")
 
 
 def _li(name: str, tokens: str, extra: str, **switches) -> Convention:
@@ -214,10 +217,11 @@ class ConventionResult:
     n_skipped: int = 0
     n_errors: int = 0
     words: dict | None = None  # how the predicted words matched the gold's (WordCheck.summary)
+    treebank: str = "ptb"  # the gold's (induce.trees.treebanks)
 
     def to_dict(self) -> dict:
         return {"convention": self.convention.name, "gold_variant": self.gold_variant,
-                "description": self.convention.describe(), "figures": dict(self.figures),
+                "description": self.convention.describe(self.treebank), "figures": dict(self.figures),
                 "n_sentences": len(self.sentences), "n_skipped": self.n_skipped, "n_errors": self.n_errors,
                 "words": self.words}
 
@@ -457,5 +461,6 @@ def score_convention(golds: Sequence[FullGold | None], predictions: Sequence, co
             errors += 1
         else:
             scored.append(outcome)
+    treebank = next((gold.treebank for gold in golds if gold is not None), "ptb")
     return ConventionResult(convention, variant, figures_of(scored, convention), scored, skipped, errors,
-                            words.summary() if words.sentences else None)
+                            words.summary() if words.sentences else None, treebank)

@@ -31,7 +31,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Optional
 
 from rich.markup import escape
 
@@ -50,9 +50,15 @@ class Unit:
     steps: list[str] = field(default_factory=list)
 
 
-def plan_units(step_names: list[str]) -> list[Unit]:
+def plan_units(step_names: list[str], cost: Optional[Callable[[str], float]] = None) -> list[Unit]:
     """The plan's steps (after ``prepare``) grouped into units: ``train M seed S`` with ``evaluate M seed S``,
-    each ``untrained ...`` alone, every ``baseline ...`` in one; in the plan's order, the runs first."""
+    each ``untrained ...`` alone, every ``baseline ...`` in one; the runs first, then the others in the plan's
+    order.
+
+    ``cost(model)`` (e.g. the profile's estimated CPU-minutes of one run) orders the runs, the costliest first
+    (equal costs in the plan's order): with N jobs, starting the longest runs first keeps the last one from
+    starting after the others are done (the longest-first rule). The order changes no figure: every run starts
+    from its own files and seeds."""
     runs: dict[str, Unit] = {}
     others: list[Unit] = []
     baselines = Unit("baselines", "baselines")
@@ -66,7 +72,20 @@ def plan_units(step_names: list[str]) -> list[Unit]:
         else:
             slug = name.split(" (")[0].replace(" ", "-")
             others.append(Unit(name, slug, [name]))
-    return list(runs.values()) + others + ([baselines] if baselines.steps else [])
+    ordered = list(runs.values())
+    if cost is not None:
+        ordered.sort(key=lambda unit: -cost(unit.name.split(" seed ")[0]))
+    return ordered + others + ([baselines] if baselines.steps else [])
+
+
+def schedule_minutes(costs: list[float], jobs: int) -> float:
+    """Minutes until the last of ``costs`` (minutes each) ends, started in this order on ``jobs`` workers, each
+    as soon as one is free: the wall time a plan takes on an idle machine with a core per job."""
+    free = [0.0] * max(1, jobs)
+    for minutes in costs:
+        free.sort()
+        free[0] += minutes
+    return max(free)
 
 
 def _child_env(threads: int) -> dict[str, str]:

@@ -64,7 +64,7 @@ from induce.config import DEFAULT_THREADS, use_threads
 from induce.errors import InduceError, InputError
 from induce.files import check_output_folder, now, os_error_reason
 
-from .jobs import LOGS_DIR, JobRunner, plan_units
+from .jobs import LOGS_DIR, JobRunner, plan_units, schedule_minutes
 from .profiles import Profile, build_run_config, load_profile, resolve_profile_name
 from .results import collect_results, read_json
 from .steps import PipelineSteps, write_json
@@ -266,6 +266,18 @@ class Reproduction(PipelineSteps):
             self.failed_runs.setdefault((model, seed), f"{type(err).__name__}: {err}")
             raise
 
+    def _say_estimate(self) -> None:
+        """The profile's time on an idle machine with a core per job, from its measured ``cpu_minutes`` (when
+        they cover every model): the runs' minutes, costliest first, over ``jobs`` workers."""
+        minutes = self.profile.cpu_minutes
+        if not minutes or any(m not in minutes for m in self.profile.models):
+            return
+        runs = sorted((minutes[m] for m in self.profile.models for _ in self.profile.seeds), reverse=True)
+        wall = schedule_minutes(runs, self.jobs)
+        self._log(f"estimated time: about {wall:.0f} min on an idle machine with {self.jobs} free "
+                  f"core{'s' if self.jobs > 1 else ''} ({sum(runs):.0f} CPU-minutes of training and evaluation, "
+                  "measured); a busy machine takes longer and gives the same figures")
+
     def run(self) -> dict:
         import torch
 
@@ -285,10 +297,12 @@ class Reproduction(PipelineSteps):
                          if self.jobs > 1 else ""))
             steps = self.plan()
             total = len(steps) + 2
+            self._say_estimate()
             self._step("prepare corpus", 1, total, self.prepare, fatal=True)
             if self.jobs > 1:
                 index_of = {name: index for index, (name, _) in enumerate(steps, start=2)}
-                JobRunner(self, plan_units([name for name, _ in steps]), index_of, total).run()
+                units = plan_units([name for name, _ in steps], cost=lambda m: self.profile.cpu_minutes.get(m, 0.0))
+                JobRunner(self, units, index_of, total).run()
             else:
                 for index, (name, action) in enumerate(steps, start=2):
                     self._step(name, index, total, action)

@@ -56,6 +56,11 @@ class Profile(pydantic.BaseModel):
     )
     jobs: int = pydantic.Field(1, ge=1, description="(model, seed) runs trained and evaluated at once, each in its "
                                "own process with `threads` threads (induce reproduce --jobs)")
+    cpu_minutes: dict[str, float] = pydantic.Field(
+        default_factory=dict, description="measured CPU-minutes of one run of each model (its training and "
+        "evaluation, `threads` threads, an idle machine): with several jobs the costliest runs start first, and "
+        "the start line estimates the whole profile's time from them; it changes no figure"
+    )
     chunk: Optional[str] = pydantic.Field(
         None, description="wall-clock training time per invocation, e.g. 3h: then every run pauses at a resumable "
         "checkpoint and the same command continues (null: train to the end in one go)"
@@ -107,6 +112,14 @@ class Profile(pydantic.BaseModel):
                 parse_duration(duration)
         elif value is not None:
             parse_duration(value)
+        return value
+
+    @pydantic.field_validator("cpu_minutes")
+    @classmethod
+    def _minutes(cls, value):
+        _check_model_names(value)
+        if any(minutes < 0 for minutes in value.values()):
+            raise ValueError("minutes must be 0 or more")
         return value
 
     @pydantic.field_validator("all_train_sentences")

@@ -487,8 +487,16 @@ class SentenceLevel(Objective):
 
     def describe(self, epoch: int) -> str:
         cap = length_cap(self.config, epoch)
+        final = length_cap(self.config, self.config.train.epochs)
+        read = len(self.validation_sentences())
+        if final is None or not self.valid_sentences:
+            selection = ""
+        elif read < len(self.valid_sentences) or all(len(s) <= final for s in self.valid_sentences):
+            selection = f"; validation on the {read:,} valid sentences of at most {final} words"
+        else:
+            selection = f"; validation on every valid sentence (none has at most {final} words, the training cap)"
         return (f"an epoch reads them in batches of {self.config.data.batch_size} whole sentences"
-                + (f" of at most {cap} words" if cap is not None else ""))
+                + (f" of at most {cap} words" if cap is not None else "") + selection)
 
     def tokens_per_epoch(self) -> int:
         return sum(len(s) + 1 for s in self.train_sentences)
