@@ -210,8 +210,9 @@ def test_a_clock_budget_is_flagged_in_the_results_and_the_report(tmp_path):
 def test_the_costliest_runs_start_first():
     from induce.reproduce.jobs import plan_units
 
-    names = ["train prpn seed 1", "train prpn seed 2", "train cpcfg seed 1", "train cpcfg seed 2", "train onlstm seed 1",
-             "untrained prpn (5 inits)", "baseline right", "evaluate prpn seed 1", "evaluate prpn seed 2",
+    names = ["train prpn seed 1", "train prpn seed 2", "train cpcfg seed 1", "train cpcfg seed 2",
+             "train onlstm seed 1", "untrained prpn (5 inits)", "baseline right", "evaluate prpn seed 1",
+             "evaluate prpn seed 2",
              "evaluate cpcfg seed 1", "evaluate cpcfg seed 2", "evaluate onlstm seed 1"]
     minutes = {"cpcfg": 60.0, "onlstm": 7.0}
     ordered = [unit.name for unit in plan_units(names, cost=lambda model: minutes.get(model, 0.0))]

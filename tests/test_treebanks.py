@@ -175,3 +175,27 @@ def test_a_keyaki_gold_file_is_read_with_treebank_ktb(tmp_path):
     # Read as the PTB (the default), its words are only those tagged VB or MD: Li et al.'s trees do not fit.
     result = runner.invoke(app, ["eval", str(pred), "--gold", str(KEYAKI), "--json", "--no-progress"])
     assert result.exit_code != 0 or json.loads(result.stdout)["corpus_f1"] < 100.0
+
+
+def test_ensemble_and_leaderboard_read_a_keyaki_gold_file_with_treebank_ktb(tmp_path):
+    lines = "".join(tree_to_line(keyaki_tree(t, keep_punct=False)) + "\n" for t in _trees())
+    runs = tmp_path / "runs" / "gold-copy"
+    runs.mkdir(parents=True)
+    for name in ("a", "b"):
+        (runs / f"{name}.txt").write_text(lines, encoding="utf-8")
+    runner = CliRunner()
+    result = runner.invoke(app, ["ensemble", str(runs / "a.txt"), str(runs / "b.txt"), "-o", str(tmp_path / "ens.txt"),
+                                 "--gold", str(KEYAKI), "--treebank", "ktb", "--json", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["member_f1"] == [100.0, 100.0]  # the gold's own trees
+    # Without it the gold is read as the PTB, whose word tags keep none of these words: refused, not scored.
+    result = runner.invoke(app, ["ensemble", str(runs / "a.txt"), str(runs / "b.txt"), "-o",
+                                 str(tmp_path / "ens2.txt"), "--gold", str(KEYAKI), "--json", "--no-progress"])
+    assert result.exit_code != 0 or json.loads(result.stdout)["member_f1"][0] < 100.0
+    result = runner.invoke(app, ["leaderboard", str(tmp_path / "runs"), "--gold", str(KEYAKI), "--treebank", "ktb",
+                                 "--convention", "li2020", "-o", str(tmp_path / "board"), "--json", "--no-progress",
+                                 "--resamples", "20"])
+    assert result.exit_code == 0, result.output
+    board = json.loads(result.stdout)
+    assert board["models"], board
+    assert all(abs(r["figure"] - 100.0) < 1e-9 for run in board["runs"] for r in run["by_convention"].values()), board

@@ -177,10 +177,11 @@ def build_leaderboard(sources: Sequence[Path] = (), gold=None, corpus=None, spli
                       pattern: str = DEFAULT_PATTERN, pred_format: str = "auto", word_match: str = "normalized",
                       resamples: int = 1000, seed: int = 0, flag_above: float = FLAG_ABOVE,
                       ensembles: bool = True, batch_size: int = 64, device: str = "auto", steps=None,
-                      figure: str | None = None) -> dict:
+                      figure: str | None = None, treebank: str | None = None) -> dict:
     """The leaderboard (module docstring) as a JSON-ready dict: ``models`` (per model and convention: the
     summary over runs, its interval, the ensemble), ``runs`` (per run and convention: figure, interval,
-    words), ``across_models`` (per convention), ``flags``, and what was scored how."""
+    words), ``across_models`` (per convention), ``flags``, and what was scored how. ``treebank``: whose tags the
+    gold carries (default: what the prepared corpus recorded, else ptb)."""
     from induce.assess.run_eval import NoProgress
     from induce.evaluation import bootstrap
     from induce.evaluation.conventions import get_convention, score_convention
@@ -202,7 +203,7 @@ def build_leaderboard(sources: Sequence[Path] = (), gold=None, corpus=None, spli
         where = ", ".join(map(str, sources)) or str(manifest)
         raise InduceError(f"no prediction file ({pattern}) or run folder found in {where}")
     _unique_labels(entries)
-    gold_set, golds = load_full_gold(gold, corpus, split, steps.bar("reading gold trees"))
+    gold_set, golds = load_full_gold(gold, corpus, split, steps.bar("reading gold trees"), treebank)
     for entry in entries:
         entry.source = (run_source(entry.path, gold_set, batch_size, None, device, steps.bar(f"parsing with "
                                                                                              f"{entry.path}"))

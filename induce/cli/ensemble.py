@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from induce.cli import DEVICE_HELP, PROGRESS_HELP, WORD_MATCH_HELP, default_gold_hint, progress_steps
+from induce.cli import DEVICE_HELP, PROGRESS_HELP, TREEBANK_HELP, WORD_MATCH_HELP, default_gold_hint, progress_steps
 from induce.errors import InduceError
 
 
@@ -30,6 +30,7 @@ def ensemble_command(
     pred_format: str = typer.Option("auto", "--pred-format", help="Format of the prediction files."),
     word_match: str = typer.Option("normalized", "--word-match", metavar="normalized|exact|position",
                                    help=WORD_MATCH_HELP),
+    treebank: str | None = typer.Option(None, "--treebank", metavar="ptb|ktb", help=TREEBANK_HELP),
     batch_size: int = typer.Option(64, "--batch-size", help="Sentences per forward pass when parsing with a run."),
     device: str = typer.Option("auto", "--device", help="With a run: " + DEVICE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
@@ -60,7 +61,7 @@ def ensemble_command(
     if default_gold:
         corpus = _default_eval_corpus(None, data, console)
     with progress_steps(console, progress) as steps:
-        gold_set, golds = load_full_gold(gold, corpus, split, steps.bar("reading gold trees"))
+        gold_set, golds = load_full_gold(gold, corpus, split, steps.bar("reading gold trees"), treebank)
         with default_gold_hint(default_gold, lambda: gold_set.label):
             members = sources_of(sources, golds, gold_set, pred_format, batch_size, None, device, steps)
         trees, report = ensemble_report(members, golds, parsed, convention, word_match)

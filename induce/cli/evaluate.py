@@ -15,6 +15,7 @@ from induce.cli import (
     LATEST_RUN_HELP,
     PROGRESS_HELP,
     THREADS_HELP,
+    TREEBANK_HELP,
     WORD_MATCH_HELP,
     default_gold_hint,
     progress_steps,
@@ -111,8 +112,7 @@ def eval_command(
     word_match: str = typer.Option("normalized", "--word-match", metavar="normalized|exact|position",
                                    help=WORD_MATCH_HELP),
     treebank: Optional[str] = typer.Option(
-        None, "--treebank", metavar="ptb|ktb", help="Whose tags the gold trees carry (punctuation, empty elements, "
-        "ID nodes: see induce preprocess --help). Default: what the prepared corpus recorded, else ptb."),
+        None, "--treebank", metavar="ptb|ktb", help=TREEBANK_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
     per_sentence: Optional[Path] = typer.Option(None, "--per-sentence", help="Write a CSV with one row per sentence."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help=PROGRESS_HELP),

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from induce.cli import DEVICE_HELP, PROGRESS_HELP, WORD_MATCH_HELP, default_gold_hint, progress_steps
+from induce.cli import DEVICE_HELP, PROGRESS_HELP, TREEBANK_HELP, WORD_MATCH_HELP, default_gold_hint, progress_steps
 
 
 def leaderboard_command(
@@ -33,6 +33,7 @@ def leaderboard_command(
     pred_format: str = typer.Option("auto", "--pred-format", help="Format of the prediction files (see induce eval)."),
     word_match: str = typer.Option("normalized", "--word-match", metavar="normalized|exact|position",
                                    help=WORD_MATCH_HELP),
+    treebank: Optional[str] = typer.Option(None, "--treebank", metavar="ptb|ktb", help=TREEBANK_HELP),
     out: Path = typer.Option(Path("leaderboard"), "-o", "--out", help="Folder to write leaderboard.md, "
                              "leaderboard.json and leaderboard.png into."),
     figure: Optional[str] = typer.Option(None, "--figure", metavar="corpus_f1|sentence_f1|...", help="The figure "
@@ -71,7 +72,8 @@ def leaderboard_command(
         board = build_leaderboard(sources, gold=gold, corpus=corpus, split=split, conventions=conventions,
                                   manifest=manifest, pattern=pattern, pred_format=pred_format, word_match=word_match,
                                   resamples=resamples, seed=seed, flag_above=flag_above, ensembles=ensembles,
-                                  batch_size=batch_size, device=device, steps=steps, figure=figure)
+                                  batch_size=batch_size, device=device, steps=steps, figure=figure,
+                                  treebank=treebank)
         written = write_leaderboard(board, out, [*sources, *([gold] if gold else [])])
     for note in board["notes"]:
         console.print(note, highlight=False, soft_wrap=True)
