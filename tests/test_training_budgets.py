@@ -252,3 +252,25 @@ def test_the_run_records_its_thread_count_and_sets_it_back(tmp_path, corpus):
           progress=False)
     assert torch.get_num_threads() == 2
     assert load_config_file(tmp_path / "run" / "config.yaml").train.threads == DEFAULT_THREADS
+
+
+def test_a_slow_first_step_does_not_stop_a_clock_budget(tmp_path, corpus, monkeypatch):
+    """On a GPU the first step of an invocation compiles kernels (Triton) and builds the CUDA context: timed as a
+    step, it made the expected evaluation longer than the whole budget, and every invocation stopped after one
+    step. The first step is left out of the training speed."""
+    from induce.training.objectives import StreamLM
+
+    batch = StreamLM.next_batch
+    calls = []
+
+    def first_slow(self, loop):
+        calls.append(1)
+        if len(calls) == 1:
+            time.sleep(1.5)  # one-off costs, ~100x a step here
+        return batch(self, loop)
+
+    monkeypatch.setattr(StreamLM, "next_batch", first_slow)
+    result = train(config(corpus, "train.epochs=1000", "train.time_budget=4", "train.dev_f1=false",
+                          "train.log_interval=1000"), tmp_path / "run", console=QUIET, progress=False)
+    assert result.stop_reason == "time_budget"
+    assert result.steps > 5, result.steps  # before: 1

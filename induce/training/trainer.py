@@ -184,7 +184,9 @@ class Trainer:
     checked between steps: training stops when the time used plus the expected cost of the evaluation that
     follows the stop would reach the budget (that cost: the last evaluation's duration in this invocation;
     before the first one, the evaluation's tokens at the training steps' measured time per token, an
-    overestimate for the recurrent models, whose evaluation only runs forward). So the run ends within the
+    overestimate for the recurrent models, whose evaluation only runs forward; the invocation's first step,
+    whose one-off costs are no step's speed, is not counted, so no reserve is kept before a second step has been
+    timed). So the run ends within the
     budget unless that one evaluation takes longer than expected; the status records ``seconds`` (this
     invocation's wall time) either way.
 
@@ -260,10 +262,12 @@ class Trainer:
         #: A run large for a CPU: the time of batches 2-4 is measured and extrapolated.
         self.warn_large = False
         self.timing_started = 0.0
-        #: Wall seconds of this invocation's training steps and their tokens (this process): the clock budget's
-        #: estimate of the first evaluation.
+        #: Wall seconds of this invocation's training steps and their tokens (this process), its first step left
+        #: out (a CUDA context, Triton and native compilation, the allocator's warm-up: on a GPU that one step
+        #: can take longer than hundreds of others): the clock budget's estimate of the first evaluation.
         self.step_seconds = 0.0
         self.step_tokens = 0
+        self.first_step_timed = False
         #: Wall seconds of this invocation's last evaluation (None before the first).
         self.last_eval_seconds: Optional[float] = None
 
@@ -404,8 +408,10 @@ class Trainer:
                 break
             loop.epoch_loss_sum += self._step(batch)
             loop.train_cpu_seconds += time.process_time() - cpu_started
-            self.step_seconds += time.monotonic() - wall_started
-            self.step_tokens += batch.tokens
+            if self.first_step_timed:  # the invocation's first step carries one-off costs: not a step's speed
+                self.step_seconds += time.monotonic() - wall_started
+                self.step_tokens += batch.tokens
+            self.first_step_timed = True
             loop.epoch_tokens += batch.tokens
             loop.tokens_total += batch.tokens
             interval_tokens += batch.tokens
