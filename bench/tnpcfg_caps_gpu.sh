@@ -1,11 +1,9 @@
 #!/bin/bash
 # TN-PCFG at the r500 size (induce/configs/cpu/tnpcfg.yaml) trained with a 20-word and a 40-word cap, two seeds
 # each, four runs at once on one GPU; every STAGE optimiser steps each run's last checkpoint is scored by
-# `induce eval` on the corpus's valid split (WSJ 22, every length, the default convention). Written for a lent
-# device machine (bench/gpu_notes.md), where it has NOT yet run: the WSJ corpus carried as corpora/ptb-wsj and,
-# where pydantic or nltk are missing there, their wheels in .whl/ (the device README says how), e.g.
-#
-#     run(command="BUDGET=480 bash bench/tnpcfg_caps_gpu.sh", carry=["corpora/ptb-wsj", ".whl"], timeout_s=590)
+# `induce eval` on the corpus's valid split (WSJ 22, every length, the default convention). For a one-GPU machine
+# (it ran on an H200: bench/RESULTS.md): the prepared WSJ corpus in corpora/ptb-wsj and, where pydantic or nltk are
+# not installed, their wheels in .whl/ (installed into /tmp/site), e.g. `BUDGET=480 bash bench/tnpcfg_caps_gpu.sh`.
 #
 # Writes $OUT/results.jsonl (one line per run and stage: cap, seed, steps, sentence / corpus F1, split shares),
 # $OUT/log.txt and one log per run. BUDGET: seconds for everything (default 470); STAGE: steps between scorings
