@@ -26,7 +26,8 @@
 //   e_nn   [G, N, Cp]       exp(rules - c_nn), c_nn [G, N]: the NN block's row maxima (G = 1: one grammar)
 //   beta, e [B, T, T, N], m [B, T, T]: a cell's log score, exp(beta - m) and m = max_a beta
 // and, for the emissions over the vocabulary (induce/kernels/pcfg/emissions.py), each row's log normaliser
-// and its gradient with respect to the row's scores.
+// and its gradient with respect to the row's scores; and the split sums of the rank-space pass (the low-rank
+// and simple PCFGs' sum mode), forward and backward.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -695,6 +696,64 @@ float row_logsumexp(const float* x, int64_t n) {
     return std::log(total) + shift;
 }
 
+// ------------------------------------------------------------------- the rank-space split sums
+// The split sums of the low-rank (TN-PCFG) and simple PCFGs' sum mode, a span (b, i) of width w at a time:
+// charts [B, N, N, r] as induce/kernels/pcfg/lowrank_torch.py lays them out, so that the w - 1 pairs of
+// children of the span are rows u = 0 .. w - 2 of left[b, i, u] and right[b, i + w - 1, N - w + 1 + u].
+// Twins: merge_forward and merge_backward there (the same sums, in vectors of V ranks; a part of a row
+// shorter than V is read into a vector filled with -inf and written back lane by lane).
+inline void store_part(float* x, vec v, int64_t n) {
+    float part[V];
+    store(part, v);
+    for (int64_t l = 0; l < n; ++l) x[l] = part[l];
+}
+
+// z[k] = log sum_u exp(l[u r + k] + rr[u r + k]) for k < r: the maximum over the splits taken out per rank
+// (0 where it is -inf, so that a rank without a finite pair stays -inf, where the eager twin gives NaN).
+void merge_span(const float* l, const float* rr, float* z, int splits, int64_t r) {
+    for (int64_t k = 0; k < r; k += V) {
+        const int64_t m = r - k < V ? r - k : V;
+        vec top = splat(-INFINITY);
+        for (int u = 0; u < splits; ++u) {
+            const vec pair = m == V ? load(l + u * r + k) + load(rr + u * r + k)
+                                    : load_part(l + u * r + k, m, -INFINITY) + load_part(rr + u * r + k, m, 0.0f);
+            top = vmax(top, pair);
+        }
+        const vec shift = top == splat(-INFINITY) ? splat(0.0f) : top;
+        vec sum = splat(0.0f);
+        for (int u = 0; u < splits; ++u) {
+            const vec pair = m == V ? load(l + u * r + k) + load(rr + u * r + k)
+                                    : load_part(l + u * r + k, m, -INFINITY) + load_part(rr + u * r + k, m, 0.0f);
+            sum += vexp(pair - shift);
+        }
+        const vec out = vlog(sum) + shift;
+        if (m == V) store(z + k, out); else store_part(z + k, out, m);
+    }
+}
+
+// gl[u r + k] += g[k] exp(l[u r + k] + rr[u r + k] - z[k]), and gr likewise: each pair's share of the span's
+// gradient.
+void merge_span_backward(const float* l, const float* rr, const float* z, const float* g, float* gl, float* gr,
+                         int splits, int64_t r) {
+    for (int64_t k = 0; k < r; k += V) {
+        const int64_t m = r - k < V ? r - k : V;
+        const vec zk = m == V ? load(z + k) : load_part(z + k, m, 0.0f);
+        const vec gk = m == V ? load(g + k) : load_part(g + k, m, 0.0f);
+        for (int u = 0; u < splits; ++u) {
+            const int64_t at = u * r + k;
+            if (m == V) {
+                const vec share = vexp(load(l + at) + load(rr + at) - zk) * gk;
+                store(gl + at, load(gl + at) + share);
+                store(gr + at, load(gr + at) + share);
+            } else {
+                const vec share = vexp(load_part(l + at, m, -INFINITY) + load_part(rr + at, m, 0.0f) - zk) * gk;
+                store_part(gl + at, load_part(gl + at, m, 0.0f) + share, m);
+                store_part(gr + at, load_part(gr + at, m, 0.0f) + share, m);
+            }
+        }
+    }
+}
+
 int clamp_threads(int threads) { return threads < 1 ? 1 : threads; }
 
 }  // namespace
@@ -845,6 +904,36 @@ void induce_softmax_backward(const float* x, const float* lse, const float* s, f
             store(part, vexp(load_part(row + i, n - i, -INFINITY) - shift) * scale);
             for (int64_t j = i; j < n; ++j) out[j] = part[j - i];
         }
+    }
+}
+
+// z[b, i, :] for the spans (i, i + width) of every sentence: merge_span over the charts [B, N, N, r] into
+// z [B, N - width + 1, r]. Spans in parallel.
+void induce_merge_forward(const float* left, const float* right, float* z, int B, int N, int r, int width,
+                          int threads) {
+    const int n = N - width + 1;
+    const int64_t row = int64_t(N) * r, chart = int64_t(N) * row;
+#pragma omp parallel for schedule(static) num_threads(clamp_threads(threads))
+    for (int64_t item = 0; item < int64_t(B) * n; ++item) {
+        const int64_t b = item / n, i = item % n;
+        merge_span(left + b * chart + i * row, right + b * chart + (i + width - 1) * row + int64_t(N - width + 1) * r,
+                   z + item * r, width - 1, r);
+    }
+}
+
+// The gradients of induce_merge_forward added into grad_left / grad_right [B, N, N, r] from grad_z [B, n, r]
+// (z its output). The spans of one width touch disjoint rows of both charts: spans in parallel.
+void induce_merge_backward(const float* left, const float* right, const float* z, const float* grad_z,
+                           float* grad_left, float* grad_right, int B, int N, int r, int width, int threads) {
+    const int n = N - width + 1;
+    const int64_t row = int64_t(N) * r, chart = int64_t(N) * row;
+#pragma omp parallel for schedule(static) num_threads(clamp_threads(threads))
+    for (int64_t item = 0; item < int64_t(B) * n; ++item) {
+        const int64_t b = item / n, i = item % n;
+        const int64_t at_left = b * chart + i * row;
+        const int64_t at_right = b * chart + (i + width - 1) * row + int64_t(N - width + 1) * r;
+        merge_span_backward(left + at_left, right + at_right, z + item * r, grad_z + item * r,
+                            grad_left + at_left, grad_right + at_right, width - 1, r);
     }
 }
 

@@ -216,6 +216,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.induce_sum_backward.argtypes = [p, p, p, p, p, p, i64, p, p, p, p, p, p, p, p, p, p, p, i, i, i, i, i]
     lib.induce_row_logsumexp.argtypes = [p, p, i64, i64, i]
     lib.induce_softmax_backward.argtypes = [p, p, p, p, i64, i64, i]
+    lib.induce_merge_forward.argtypes = [p, p, p, i, i, i, i, i]
+    lib.induce_merge_backward.argtypes = [p, p, p, p, p, p, i, i, i, i, i]
     return lib
 
 
@@ -393,3 +395,26 @@ def softmax_backward(x: torch.Tensor, lse: torch.Tensor, s: torch.Tensor, out: t
     library().induce_softmax_backward(x.data_ptr(), lse.data_ptr(), s.data_ptr(), out.data_ptr(), R, n,
                                       torch.get_num_threads())
     return out
+
+
+# ------------------------------------------------------------------------ the rank-space split sums
+def merge_forward(left_chart: torch.Tensor, right_chart: torch.Tensor, width: int) -> torch.Tensor:
+    """The compiled twin of :func:`induce.kernels.pcfg.lowrank_torch.merge_forward`: contiguous float32 charts
+    ``[B, N, N, r]`` -> ``z [B, N - width + 1, r]``, one pass over each span's pairs of children (no
+    ``[B, n, width - 1, r]`` temporary)."""
+    B, N, _, r = left_chart.shape
+    z = left_chart.new_empty(B, N - width + 1, r)
+    library().induce_merge_forward(left_chart.data_ptr(), right_chart.data_ptr(), z.data_ptr(), B, N, r, width,
+                                   torch.get_num_threads())
+    return z
+
+
+def merge_backward(left_chart: torch.Tensor, right_chart: torch.Tensor, z: torch.Tensor, grad_z: torch.Tensor,
+                   grad_left: torch.Tensor, grad_right: torch.Tensor, width: int) -> None:
+    """The compiled twin of :func:`induce.kernels.pcfg.lowrank_torch.merge_backward`: adds each pair's share
+    ``grad_z * exp(pair - z)`` into the contiguous float32 gradient charts ``[B, N, N, r]`` in place."""
+    B, N, _, r = left_chart.shape
+    z, grad_z = z.contiguous(), grad_z.contiguous()
+    library().induce_merge_backward(left_chart.data_ptr(), right_chart.data_ptr(), z.data_ptr(), grad_z.data_ptr(),
+                                    grad_left.data_ptr(), grad_right.data_ptr(), B, N, r, width,
+                                    torch.get_num_threads())

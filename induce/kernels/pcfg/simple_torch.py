@@ -12,8 +12,9 @@ per-span normalisers and clamping (:func:`induce.kernels.pcfg.lowrank_torch.rank
 module docstring for the stability argument): the split sums in log space, the products in probability
 space with each span's maximum and each column of ``[left_NT | right_NT]``'s maximum taken out. Nothing of
 the rank route is built: the leaves are one product ``terms @ [left_T | right_T]`` and the roots are the
-parents' scores as they are. The split sums are :func:`~induce.kernels.pcfg.lowrank_torch.merge_forward` /
-:func:`~induce.kernels.pcfg.lowrank_torch.merge_backward` here, fused kernels in the Triton tier (the tiers
+parents' scores as they are. The split sums are the low-rank tier's (:func:`~induce.kernels.pcfg.lowrank_torch.
+split_sums`: compiled loops for float32 CPU tensors, else :func:`~induce.kernels.pcfg.lowrank_torch.merge_forward` /
+:func:`~induce.kernels.pcfg.lowrank_torch.merge_backward`) here, fused kernels in the Triton tier (the tiers
 differ only there, :func:`inside_simple_with`).
 
 **Max mode.** Max-product factors the same way (a best left child does not depend on the right one), with
@@ -33,7 +34,7 @@ from typing import Callable, Optional
 
 import torch
 
-from induce.kernels.pcfg.lowrank_torch import log_matmul, merge_backward, merge_forward, rank_space_inside
+from induce.kernels.pcfg.lowrank_torch import log_matmul, rank_space_inside, split_sums
 from induce.kernels.pcfg.simple_reference import check_inputs
 
 #: Public functions here that are not kernel ops: the pass with the split sums as arguments (the Triton tier
@@ -154,5 +155,5 @@ def inside_simple(
     semiring: str = "sum",
 ) -> torch.Tensor:
     """Log partition (or best derivation's log score) ``[B]``; see :func:`induce.kernels.inside_simple`."""
-    return inside_simple_with(merge_forward, merge_backward, terms, roots, left, right, lengths, span_scores,
-                              semiring)
+    merge_fwd, merge_bwd = split_sums(terms, roots, left, right, span_scores)
+    return inside_simple_with(merge_fwd, merge_bwd, terms, roots, left, right, lengths, span_scores, semiring)
