@@ -46,16 +46,17 @@ def append_jsonl(path: Path, row: dict) -> None:
         handle.write(json.dumps(row) + "\n")
 
 
-def pick_snapshots(snaps: list[dict], marks: list[float]) -> list[tuple[float, dict]]:
+def pick_snapshots(snaps: list[dict], marks: list[float], last: bool = True) -> list[tuple[float, dict]]:
     """``(mark, snapshot)`` for each CPU-minute mark: the first snapshot whose training CPU reaches it; marks
-    past the last snapshot are left out, and the last snapshot is always scored (mark = its own minutes)."""
+    past the last snapshot are left out, and the last snapshot is scored too (mark = its own minutes) unless
+    ``last`` is False (while the run is still going)."""
     ordered = sorted(snaps, key=lambda s: s["step"])
     chosen: list[tuple[float, dict]] = []
     for mark in marks:
         hit = next((s for s in ordered if s["train_cpu_seconds"] / 60 >= mark), None)
         if hit is not None and all(hit is not c for _, c in chosen):
             chosen.append((mark, hit))
-    if ordered and all(ordered[-1] is not c for _, c in chosen):
+    if last and ordered and all(ordered[-1] is not c for _, c in chosen):
         chosen.append((round(ordered[-1]["train_cpu_seconds"] / 60, 2), ordered[-1]))
     return chosen
 
@@ -108,7 +109,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
     key = {"corpus": str(args.corpus), "split": args.split, "max_length": args.max_length}
     done = {row["name"] for row in read_jsonl(curve) if all(row.get(k) == v for k, v in key.items())}
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    for mark, snap in pick_snapshots(read_jsonl(out / "snaps.jsonl"), marks):
+    for mark, snap in pick_snapshots(read_jsonl(out / "snaps.jsonl"), marks, last=not args.marks_only):
         if snap["name"] in done:
             continue
         folder = out / "snaps" / snap["name"]
@@ -158,6 +159,7 @@ def main() -> None:
     ev.add_argument("--split", default="valid")
     ev.add_argument("--max-length", type=int, default=None)
     ev.add_argument("--marks", default=DEFAULT_MARKS, help="CPU-minutes, comma-separated")
+    ev.add_argument("--marks-only", action="store_true", help="not the last copy too (a run still going)")
     ta = sub.add_parser("table", help="Markdown tables of the scored curves")
     ta.add_argument("outs", nargs="+")
     args, rest = parser.parse_known_args()

@@ -31,6 +31,7 @@ def test_each_mark_takes_the_first_copy_that_reaches_it_and_the_last_copy_is_alw
     assert [(mark, s["step"]) for mark, s in picked] == [(1, 20), (3, 30), (4.17, 40)]
     # mark 2 (120 s) is reached first by step 20, already taken for mark 1; mark 10 is past the end
     assert curve.pick_snapshots([], [1]) == []
+    assert [s["step"] for _, s in curve.pick_snapshots(snaps, [1, 2, 3, 10], last=False)] == [20, 30]
 
 
 def train_args(out: Path, corpus: Path, **extra) -> argparse.Namespace:
@@ -41,6 +42,10 @@ def train_args(out: Path, corpus: Path, **extra) -> argparse.Namespace:
 
 
 OVERRIDES = ["train.max_steps=20", "train.dev_f1=false", "train.seed=3", "data.batch_size=4"]
+
+
+def eval_args(out: Path, corpus: Path) -> argparse.Namespace:
+    return argparse.Namespace(out=out, corpus=str(corpus), split="valid", max_length=None, marks="0", marks_only=False)
 
 
 def model_tensors(path: Path) -> dict:
@@ -69,12 +74,12 @@ def test_copies_hold_the_run_s_weights_and_do_not_change_the_run(curve, tmp_path
     plain = model_tensors(tmp_path / "plain" / "last.safetensors")
     assert all((plain[k] == last[k]).all() for k in last)
     # scoring: the first copy at or after each mark, and the last one, with induce eval's figures
-    curve.cmd_eval(argparse.Namespace(out=out, corpus=str(corpus), split="valid", max_length=None, marks="0"))
+    curve.cmd_eval(eval_args(out, corpus))
     scored = [json.loads(line) for line in (out / "curve.jsonl").read_text().splitlines()]
     assert [r["step"] for r in scored] == [5, 20]
     assert all(0 <= r["sentence_f1"] <= 100 and r["sentences"] > 0 for r in scored)
     # run again: nothing scored twice
-    curve.cmd_eval(argparse.Namespace(out=out, corpus=str(corpus), split="valid", max_length=None, marks="0"))
+    curve.cmd_eval(eval_args(out, corpus))
     assert len((out / "curve.jsonl").read_text().splitlines()) == 2
 
 
