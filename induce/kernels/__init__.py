@@ -235,6 +235,10 @@ def inside_lowrank(
     Max-product (Viterbi) has no low-rank form: ``max_{b,c} sum_r U V W`` does not factor through
     the rank, so an exact Viterbi parse needs the ``[NT, S, S]`` rule tensor. Decode with MBR over
     the marginals instead (:func:`induce.trees.grammar_decoders.mbr_trees`), as TN-PCFG does.
+
+    Tiers: ``reference``, ``torch`` (the rank-space pass with a hand-written outside pass; for float32 CPU
+    tensors its split sums run as compiled loops, :func:`induce.kernels.pcfg.lowrank_torch.split_sums`),
+    ``triton`` (its split sums fused).
     """
     impl = kernel("inside_lowrank", backend, terms, roots, head, left, right, span_scores)
     return impl(terms, roots, head, left, right, lengths, span_scores=span_scores)
@@ -275,8 +279,9 @@ def inside_simple(
     ``terms``' dtype.
 
     Tiers: ``reference`` (the definition, span by span), ``torch`` (TN-PCFG's rank-space pass with the parents
-    as the rank, hand-written outside pass; :mod:`induce.kernels.pcfg.simple_torch`), ``triton`` (its split sums
-    fused).
+    as the rank, hand-written outside pass; :mod:`induce.kernels.pcfg.simple_torch`; for float32 CPU tensors its
+    split sums run as compiled loops, :func:`induce.kernels.pcfg.lowrank_torch.split_sums`), ``triton`` (its
+    split sums fused).
     """
     impl = kernel("inside_simple", backend, terms, roots, left, right, span_scores)
     return impl(terms, roots, left, right, lengths, span_scores=span_scores, semiring=semiring)
