@@ -708,6 +708,11 @@ inline void store_part(float* x, vec v, int64_t n) {
     for (int64_t l = 0; l < n; ++l) x[l] = part[l];
 }
 
+// l[at + i] + rr[at + i] for the m <= V lanes i of one vector (the lanes past m -inf).
+inline vec pair_at(const float* l, const float* rr, int64_t at, int64_t m) {
+    return m == V ? load(l + at) + load(rr + at) : load_part(l + at, m, -INFINITY) + load_part(rr + at, m, 0.0f);
+}
+
 // z[k] = log sum_u exp(l[u r + k] + rr[u r + k]) for k < r: the maximum over the splits taken out per rank
 // (0 where it is -inf, so that a rank without a finite pair stays -inf, where the eager twin gives NaN).
 void merge_span(const float* l, const float* rr, float* z, int splits, int64_t r) {
@@ -715,15 +720,13 @@ void merge_span(const float* l, const float* rr, float* z, int splits, int64_t r
         const int64_t m = r - k < V ? r - k : V;
         vec top = splat(-INFINITY);
         for (int u = 0; u < splits; ++u) {
-            const vec pair = m == V ? load(l + u * r + k) + load(rr + u * r + k)
-                                    : load_part(l + u * r + k, m, -INFINITY) + load_part(rr + u * r + k, m, 0.0f);
+            const vec pair = pair_at(l, rr, u * r + k, m);
             top = vmax(top, pair);
         }
         const vec shift = top == splat(-INFINITY) ? splat(0.0f) : top;
         vec sum = splat(0.0f);
         for (int u = 0; u < splits; ++u) {
-            const vec pair = m == V ? load(l + u * r + k) + load(rr + u * r + k)
-                                    : load_part(l + u * r + k, m, -INFINITY) + load_part(rr + u * r + k, m, 0.0f);
+            const vec pair = pair_at(l, rr, u * r + k, m);
             sum += vexp(pair - shift);
         }
         const vec out = vlog(sum) + shift;
@@ -741,12 +744,11 @@ void merge_span_backward(const float* l, const float* rr, const float* z, const 
         const vec gk = m == V ? load(g + k) : load_part(g + k, m, 0.0f);
         for (int u = 0; u < splits; ++u) {
             const int64_t at = u * r + k;
+            const vec share = vexp(pair_at(l, rr, at, m) - zk) * gk;
             if (m == V) {
-                const vec share = vexp(load(l + at) + load(rr + at) - zk) * gk;
                 store(gl + at, load(gl + at) + share);
                 store(gr + at, load(gr + at) + share);
             } else {
-                const vec share = vexp(load_part(l + at, m, -INFINITY) + load_part(rr + at, m, 0.0f) - zk) * gk;
                 store_part(gl + at, load_part(gl + at, m, 0.0f) + share, m);
                 store_part(gr + at, load_part(gr + at, m, 0.0f) + share, m);
             }
@@ -899,11 +901,7 @@ void induce_softmax_backward(const float* x, const float* lse, const float* s, f
         const float shift = lse[r], scale = -s[r];
         int64_t i = 0;
         for (; i + V <= n; i += V) store(out + i, vexp(load(row + i) - shift) * scale);
-        if (i < n) {
-            float part[V];
-            store(part, vexp(load_part(row + i, n - i, -INFINITY) - shift) * scale);
-            for (int64_t j = i; j < n; ++j) out[j] = part[j - i];
-        }
+        if (i < n) store_part(out + i, vexp(load_part(row + i, n - i, -INFINITY) - shift) * scale, n - i);
     }
 }
 
