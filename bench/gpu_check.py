@@ -15,24 +15,31 @@ preflight        20 s   wheels installed (``--wheels``: ``pip install --no-index
                         put on PYTHONPATH), every import, CUDA, the data and ``--originals`` checked;
                         refuses in seconds (exit 2) when something is missing
 prepare-corpus   45 s   ``induce preprocess`` of the data root, and one subset per model for the epochs
-compile-test     60 s   ``tests/test_triton_compile_h100.py`` (every Triton kernel variant for sm_90)
-kernel-tests    150 s   the Triton, ON-LSTM cell, batching and LSTM-weight tests, on CUDA
-capture-tests    60 s   ``tests/test_training_graphs.py``: CUDA-graph capture of the three models
-cudnn-weights    15 s   a paper-size WeightDropLSTM step raises no "RNN module weights" warning
 bench-onlstm     70 s   ``bench/models.py --device cuda``: our step (eager and ``+graphs``) against the
 bench-prpn       50 s   original implementation (``--external``, from ``--originals``), interleaved, and
 bench-palm       50 s   2 whole ``induce train`` epochs, epoch 1 included (``--epochs``)
+kernel-tests    150 s   the Triton, ON-LSTM cell, batching and LSTM-weight tests, on CUDA
+capture-tests    60 s   ``tests/test_training_graphs.py``: CUDA-graph capture of the three models
+cudnn-weights    15 s   a paper-size WeightDropLSTM step raises no "RNN module weights" warning
+pcfg-train       60 s   ``induce train`` of the SN-PCFG and TN-PCFG at their papers' sizes for
+                        ``PCFG_STEPS`` steps, then their dev evaluation: seconds per step, from the
+                        runs' ``metrics.jsonl`` (``pcfg_gpu.json``)
+compile-test     60 s   ``tests/test_triton_compile_h100.py`` (every Triton kernel variant for sm_90);
+                        last, since CI runs it on a CPU as well
 ==============  ======  ===========================================================================
 
-The budgets (520 s in all) are estimates from the H100 figures in bench/RESULTS.md and bench/gpu_notes.md,
-not measurements (bench/RESULTS.md, "`make gpu-check`"). Without ``--originals`` the benchmarks
-run without the originals and the summary records them as skipped, with the reason.
+The step benchmarks and the kernel tests come first, so that a run cut short by the whole run's limit
+loses what matters least. The budgets (580 s in all) are estimates from the H100 figures in
+bench/RESULTS.md and bench/gpu_notes.md, not measurements (bench/RESULTS.md, "`make gpu-check`").
+Without ``--originals`` the benchmarks run without the originals and the summary records them as skipped,
+with the reason.
 
-OUT (default ``gpu-check/``) receives at most four files, none in a sub-folder, each far below 16 MiB (the
+OUT (default ``gpu-check/``) receives at most five files, none in a sub-folder, each far below 16 MiB (the
 log is capped), so that it comes back whole from a remote machine: ``summary.json`` (every step's command,
 status, seconds, budget and note, a failed step's output tail, versions and device), ``gpu-check.log``
 (everything printed), ``gpu_training.json`` (the rows of ``bench/gpu_training.json``: copy it there to
-record them) and ``bench_models.json`` (the rows ``bench/models.py --json`` wrote for the three models).
+record them), ``bench_models.json`` (the rows ``bench/models.py --json`` wrote for the three models) and
+``pcfg_gpu.json`` (the PCFG runs' steps, tokens/s and seconds per step).
 Scratch (prepared corpus, run folders, Triton cache, installed wheels) goes to ``--work`` (default: a
 temporary folder, removed at the end).
 
@@ -72,7 +79,8 @@ LIMIT_FACTOR = 1.5  # a step is stopped at this multiple of its budget
 PREFLIGHT_BUDGET = 20.0
 DRY_STEP_LIMIT, DRY_TIME_LIMIT = 300.0, 1800.0  # a dry run checks that steps start, on any (loaded) CPU
 LOG_CAP = 12 * 2**20  # bytes of log kept (what comes back from a remote machine: < 16 MiB a file)
-SUMMARY, LOG, TRAINING_JSON, BENCH_JSON = "summary.json", "gpu-check.log", "gpu_training.json", "bench_models.json"
+SUMMARY, LOG, TRAINING_JSON, BENCH_JSON, PCFG_JSON = ("summary.json", "gpu-check.log", "gpu_training.json",
+                                                     "bench_models.json", "pcfg_gpu.json")
 
 #: modules every step needs (the device image lacks nltk and pydantic: they come as wheels)
 REQUIRED_MODULES = ("torch", "triton", "numpy", "rich", "typer", "yaml", "safetensors", "nltk", "pydantic", "pytest",
@@ -98,8 +106,10 @@ BENCHMARKS = (
     Benchmark("prpn", "prpn", 50, 6000),  # ~130k tokens at ~15k tok/s
     Benchmark("palm-h1120-m10", "palm", 50, 15000),  # ~330k tokens at ~50k tok/s (the size of the original)
 )
-STEP_NAMES = ("prepare-corpus", "compile-test", "kernel-tests", "capture-tests", "cudnn-weights",
-              *(f"bench-{b.original}" for b in BENCHMARKS))  # after the preflight, in order (see plan())
+STEP_NAMES = ("prepare-corpus", *(f"bench-{b.original}" for b in BENCHMARKS), "kernel-tests", "capture-tests",
+              "cudnn-weights", "pcfg-train", "compile-test")  # after the preflight, in order (see plan())
+PCFG_MODELS = ("snpcfg", "tnpcfg")  # trained at their shipped (paper) sizes in pcfg-train
+PCFG_STEPS = 40  # optimiser steps of each PCFG run (train.max_steps)
 MONITOR_SENTENCES = 200  # validation sentences of the subsets
 DRY_SENTENCES, DRY_MONITOR = 24, 6
 
@@ -161,12 +171,6 @@ def plan(paths: Paths, dry: bool) -> list[Step]:
                str(monitor)),
     ]
     steps = [Step("prepare-corpus", 45, "induce preprocess + epoch subsets", commands)]
-    steps.append(pytest_step("compile-test", 60, "Triton kernels compiled for sm_90", (COMPILE_TEST,), dry))
-    steps.append(pytest_step("kernel-tests", 150, "Triton / cell / batching / LSTM weights", KERNEL_TESTS, dry))
-    steps.append(pytest_step("capture-tests", 60, "CUDA-graph capture, three models", CAPTURE_TESTS, dry))
-    sizes_args = ("cpu", "8", "16", "2", "5") if dry else ("cuda", "400", "1150", "20", "70")
-    steps.append(Step("cudnn-weights", 15, "no cuDNN weight-copy warning", [
-        python("-W", "error:RNN module weights:UserWarning", TASKS, "cudnn-weights", *sizes_args)]))
     for bench in BENCHMARKS:
         sentences = DRY_SENTENCES if dry else bench.sentences
         command = python("bench/models.py", "--models", bench.entry, "--cuda-graphs",
@@ -190,7 +194,33 @@ def plan(paths: Paths, dry: bool) -> list[Step]:
                                        if entry is None else f"{entry} is missing (bench/originals/prepare.py "
                                        f"--{bench.original} CHECKOUT writes it)")
         steps.append(step)
+    steps.append(pytest_step("kernel-tests", 150, "Triton / cell / batching / LSTM weights", KERNEL_TESTS, dry))
+    steps.append(pytest_step("capture-tests", 60, "CUDA-graph capture, three models", CAPTURE_TESTS, dry))
+    sizes_args = ("cpu", "8", "16", "2", "5") if dry else ("cuda", "400", "1150", "20", "70")
+    steps.append(Step("cudnn-weights", 15, "no cuDNN weight-copy warning", [
+        python("-W", "error:RNN module weights:UserWarning", TASKS, "cudnn-weights", *sizes_args)]))
+    steps.append(pcfg_step(paths, dry, monitor))
+    steps.append(pytest_step("compile-test", 60, "Triton kernels compiled for sm_90", (COMPILE_TEST,), dry))
     return steps
+
+
+def pcfg_step(paths: Paths, dry: bool, monitor: int) -> Step:
+    """``induce train`` of each of PCFG_MODELS for PCFG_STEPS steps (its shipped config: the paper's size; the
+    toy config on a dry run), then the figures of the runs into OUT/pcfg_gpu.json."""
+    sentences = DRY_SENTENCES if dry else BENCHMARKS[0].sentences
+    commands, runs = [], []
+    for model in PCFG_MODELS:
+        run = paths.work / "runs" / model
+        command = python("-m", "induce.cli.main", "train", "--model", model, "--out", str(run), "--corpus",
+                         str(paths.corpora / subset_name(sentences, monitor)),
+                         "--device", "cpu" if dry else "cuda", f"train.max_steps={1 if dry else PCFG_STEPS}")
+        if dry:
+            command[command.index("--model") + 2:command.index("--model") + 2] = [
+                "--config", str(REPO / "induce" / "configs" / "toy" / f"{model}.yaml")]
+        commands.append(command)
+        runs.append(str(run))
+    commands.append(python(TASKS, "run-figures", str(paths.out / PCFG_JSON), *runs))
+    return Step("pcfg-train", 60, f"{' and '.join(PCFG_MODELS)} at paper size: {PCFG_STEPS} steps + dev", commands)
 
 
 class Output:
@@ -439,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     begin, deadline, cpu = time.monotonic(), time.monotonic() + args.time_limit, children_cpu()
     data = args.data or (Path(os.environ["INDUCE_DATA"]) if os.environ.get("INDUCE_DATA") else None)
     args.out.mkdir(parents=True, exist_ok=True)
-    for name in (SUMMARY, LOG, TRAINING_JSON, BENCH_JSON):
+    for name in (SUMMARY, LOG, TRAINING_JSON, BENCH_JSON, PCFG_JSON):
         (args.out / name).unlink(missing_ok=True)
     work = args.work or Path(tempfile.mkdtemp(prefix="gpu-check-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@
     python bench/gpu_check_tasks.py cudnn-weights DEVICE N_IN N_HIDDEN BATCH STEPS
     python bench/gpu_check_tasks.py dry-data DATA_ROOT OUT_ROOT N_TRAIN N_VALID
     python bench/gpu_check_tasks.py subsets CORPUS CORPORA_DIR N1,N2,.. N_VALID
+    python bench/gpu_check_tasks.py run-figures OUT_JSON RUN_DIR [RUN_DIR ...]
 
 ``preflight`` prints ``GPU_CHECK_PROBE {"problems": [...], "info": {...}}`` as its last line: imports, the
 carried wheels' requirements, CUDA, versions, the data. Standard library at the top: every other import is
@@ -122,6 +123,28 @@ def subsets(corpus: str, corpora: str, sizes: str, n_valid: int) -> None:
         print("subset:", subset_corpus(corpus, corpora, int(n_train), n_valid))
 
 
+def run_figures(out: str, runs: list) -> None:
+    """One row per run folder: its model, steps, tokens, training seconds, tokens/s and seconds per step (from
+    the last row of its ``metrics.jsonl``, kept whole: the dev evaluation too); printed and written to ``out``."""
+    rows = []
+    for run in map(Path, runs):
+        config = (run / "config.yaml").read_text(encoding="utf-8") if (run / "config.yaml").is_file() else ""
+        model = next((line.split(":", 1)[1].strip() for line in config.splitlines()
+                      if line.startswith("model_name:")), run.name)
+        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+                   if line.strip()]
+        last = records[-1]
+        steps = last.get("steps")
+        row = {"model": model, "run": run.name, "steps": steps, "tokens": last.get("tokens"),
+               "train_seconds": last.get("train_seconds"), "tokens_per_s": last.get("tokens_per_s"),
+               "last_row": last}
+        if steps and last.get("train_seconds"):
+            row["s_per_step"] = round(last["train_seconds"] / steps, 4)
+        rows.append(row)
+        print("pcfg run:", json.dumps(row))
+    Path(out).write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+
+
 if __name__ == "__main__":
     task, args = sys.argv[1], sys.argv[2:]
     if task == "preflight":
@@ -132,5 +155,7 @@ if __name__ == "__main__":
         dry_data(args[0], args[1], int(args[2]), int(args[3]))
     elif task == "subsets":
         subsets(args[0], args[1], args[2], int(args[3]))
+    elif task == "run-figures":
+        run_figures(args[0], args[1:])
     else:
         sys.exit(f"unknown task {task!r}")

@@ -16,8 +16,8 @@ import torch
 from helpers import script_module
 
 REPO = Path(__file__).resolve().parents[1]
-STEPS = ["preflight", "prepare-corpus", "compile-test", "kernel-tests", "capture-tests", "cudnn-weights",
-         "bench-onlstm", "bench-prpn", "bench-palm"]
+STEPS = ["preflight", "prepare-corpus", "bench-onlstm", "bench-prpn", "bench-palm", "kernel-tests", "capture-tests",
+         "cudnn-weights", "pcfg-train", "compile-test"]
 TREE = "( (S (NP-SBJ (DT The) (NN {noun}) ) (VP (VBD {verb}) (PP (IN on) (NP (DT the) (NN {place}) ))) (. .) ))\n"
 NOUNS, VERBS, PLACES = ("cat", "dog", "man", "bird", "child"), ("sat", "slept", "ran"), ("mat", "hill", "roof", "road")
 
@@ -115,10 +115,17 @@ def test_dry_run_starts_every_step(gpu_check, tmp_path, monkeypatch):
     for row in rows:
         assert row["original_tok_s"] > 0 and row["induce_train_epoch1_tok_s"] > 0 and row["device"].startswith("cpu")
 
+    # the PCFG runs (toy sizes on the dry run): one row per model, with its steps and seconds per step
+    pcfg = json.loads((out / "pcfg_gpu.json").read_text())
+    assert [row["model"] for row in pcfg] == list(gpu_check.PCFG_MODELS)
+    for row in pcfg:
+        assert row["steps"] == 1 and row["s_per_step"] > 0 and "dev_f1" in row["last_row"]
+
     # what comes back from a remote machine: at most 8 plain files, no folders, each < 16 MiB
     entries = list(out.iterdir())
     assert len(entries) <= 8 and all(p.is_file() and p.stat().st_size < 16 * 2**20 for p in entries)
-    assert {p.name for p in entries} == {"summary.json", "gpu-check.log", "gpu_training.json", "bench_models.json"}
+    assert {p.name for p in entries} == {"summary.json", "gpu-check.log", "gpu_training.json", "bench_models.json",
+                                         "pcfg_gpu.json"}
 
 
 def test_without_originals_the_original_step_is_skipped_with_the_reason(gpu_check, tmp_path):
