@@ -445,6 +445,32 @@ def test_a_batch_too_large_for_the_memory_says_what_fits(tmp_path, monkeypatch, 
     assert "a training step on 11 rows" in out and not (tmp_path / "run").exists()
 
 
+def test_the_memory_probe_runs_a_training_step_and_leaves_the_random_streams_alone(tmp_path, one_thread):
+    """The probe's two small steps run in training mode (cuDNN's LSTM refuses a backward pass through an
+    eval-mode forward: PaLM on a GPU), draw their dropout masks like a real step, and leave the random
+    generator where it was and the model's mode as it was."""
+    from induce.training import fits
+    from induce.training.lm import LMLoss
+
+    from helpers import TinyLSTM
+
+    model = TinyLSTM(30)
+    modes = []
+    model.lstm.register_forward_pre_hook(lambda module, args: modes.append(module.training))
+
+    def draw(module, args, out):  # a random draw, as a dropout mask is
+        torch.rand(3)
+
+    model.lstm.register_forward_hook(draw)
+    for mode in (False, True):
+        model.train(mode)
+        before = torch.get_rng_state()
+        memory = fits.measure_step_memory(LMLoss(model, 2.0, 1.0), model, torch.device("cpu"), 12)
+        assert torch.equal(torch.get_rng_state(), before) and model.training is mode
+        assert memory.per_row > 0 and all(p.grad is None for p in model.parameters())
+    assert modes == [True] * 4
+
+
 def test_a_full_disk_during_training_fails_the_run_and_keeps_the_last_checkpoint(tmp_path, tiny_corpus, monkeypatch):
     """ENOSPC while epoch 2's checkpoint is written (the file half-written): exit 2 with one line, the
     run marked failed, epoch 1's checkpoint whole (it loads), and --resume finishes the run."""

@@ -93,10 +93,11 @@ def assert_same(a, b):
 def assert_close(a, b):
     """Losses, weights and gradients of two runs close (CUDA: capturable Adam rounds differently)."""
     for (name, pa), pb in zip(a.model.named_parameters(), b.model.parameters()):
-        torch.testing.assert_close(pa, pb, rtol=1e-4, atol=1e-5, msg=name)
+        torch.testing.assert_close(pa, pb, rtol=1e-4, atol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
         assert (pa.grad is None) == (pb.grad is None), name
         if pa.grad is not None:
-            torch.testing.assert_close(pa.grad, pb.grad, rtol=1e-3, atol=1e-5, msg=name)
+            torch.testing.assert_close(pa.grad, pb.grad, rtol=1e-3, atol=1e-5,
+                                       msg=lambda m, name=name: f"{name} (gradient): {m}")
 
 
 def rng_states(device):

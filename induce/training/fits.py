@@ -182,9 +182,10 @@ def longest_segment(config, row_length: int) -> int:
 
 def saved_bytes(loss_module, model, device: torch.device, rows: int, length: int, gold_width: Optional[int]) -> int:
     """Bytes of the tensors a training step on ``rows`` rows of ``length`` tokens keeps for its
-    backward pass. Eval mode (no dropout draws: the random streams are untouched) and no optimiser
-    step: the run is not changed. Each storage counts once; the parameters are not counted
-    (:func:`check_parameters_fit` has them)."""
+    backward pass. Training mode, as the step it stands for (its dropout masks count, and cuDNN's
+    LSTM refuses a backward pass through a forward run in eval mode), with the random generators'
+    states restored afterwards (``fork_rng``) and no optimiser step: the run is not changed. Each
+    storage counts once; the parameters are not counted (:func:`check_parameters_fit` has them)."""
     tokens = torch.zeros(rows, length, dtype=torch.long, device=device)
     gold = None if gold_width is None else torch.zeros(rows, length, gold_width, device=device)
     parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -198,11 +199,14 @@ def saved_bytes(loss_module, model, device: torch.device, rows: int, length: int
         return tensor
 
     was_training = model.training
-    model.eval()
+    model.train()
+    devices = [device.index if device.index is not None else torch.cuda.current_device()] \
+        if device.type == "cuda" else []
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        with torch.random.fork_rng(devices=devices), \
+                torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
             loss, _, _ = loss_module(tokens, tokens, model.init_state(rows, device), gold)
-        loss.backward()
+            loss.backward()
     finally:
         model.zero_grad(set_to_none=True)
         model.train(was_training)

@@ -313,6 +313,8 @@ def capture_cuda_graph(step: StaticStep):
     ``CUDAGraph.capture_begin`` / ``capture_end`` rather than the ``torch.cuda.graph`` context: when the
     body raises, the capture is ended here (its own error, "capture invalidated", says less than the
     body's and is dropped) and the ``torch.cuda.stream`` block restores the current stream either way.
+    A capture that fails also leaves the device's random generator in capture mode (see
+    :func:`_release_generator`), which is undone before the error goes up.
     """
     owner = step.owner
     graph = torch.cuda.CUDAGraph()
@@ -325,13 +327,27 @@ def capture_cuda_graph(step: StaticStep):
             owner.abandoned.append(graph)  # see the module docstring: the allocator may still refer to it
             with contextlib.suppress(RuntimeError):
                 graph.capture_end()
+            _release_generator(owner.device)
             raise
         try:
             graph.capture_end()
         except BaseException:
             owner.abandoned.append(graph)
+            _release_generator(owner.device)
             raise
     return graph, outputs
+
+
+def _release_generator(device: torch.device) -> None:
+    """Give ``device``'s default random generator a fresh copy of its state (same seed and offset).
+
+    ``capture_begin`` puts the generator's state in capture mode and only a *successful* ``capture_end``
+    takes it out; after a failed capture every later random draw outside a graph (the eager fallback's
+    dropout) would fail with "Offset increment outside graph capture encountered unexpectedly" (seen on
+    an H200, torch 2.11). The copy is not in capture mode; the abandoned graph keeps the old one."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    generator = torch.cuda.default_generators[index]
+    generator.graphsafe_set_state(generator.clone_state())
 
 
 class StaticSteps:
