@@ -90,9 +90,18 @@ def assert_same(a, b):
             assert torch.equal(pa.grad, pb.grad), name
 
 
+#: Parameters whose gradient is zero but for rounding: PRPN's distance convolution feeds a BatchNorm in
+#: training mode, which subtracts the batch mean, bias included. Adam turns that noise into steps of about
+#: the lr whose sign depends on the rounding, so the eager and captured runs' values drift apart (1.5e-5
+#: to 1.5e-3 after 12 steps on an H200) while every parameter that the loss depends on agrees.
+GRADIENT_NOISE_ONLY = {"parser.conv.bias"}
+
+
 def assert_close(a, b):
     """Losses, weights and gradients of two runs close (CUDA: capturable Adam rounds differently)."""
     for (name, pa), pb in zip(a.model.named_parameters(), b.model.parameters()):
+        if a.config.model_name == "prpn" and name in GRADIENT_NOISE_ONLY:
+            continue
         torch.testing.assert_close(pa, pb, rtol=1e-4, atol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
         assert (pa.grad is None) == (pb.grad is None), name
         if pa.grad is not None:
@@ -247,11 +256,12 @@ def test_a_new_optimizer_or_lr_rebuilds_the_steps(corpus, tmp_path):
     other_inputs, other_targets = batching.segment(parts.objective.train_data, 6, 4)
     steps.step(optimizer, params, other_inputs, other_targets, state)
     assert len(steps.steps) == 2
+    steps._pool = object()  # as a capture leaves it: a new optimiser drops it with the graphs
     parts.optimisation.switch_to_asgd()
     asgd = parts.optimisation.optimizer
     assert isinstance(asgd, torch.optim.ASGD)
     steps.step(asgd, params, inputs, targets, state)
-    assert len(steps.steps) == 1 and steps.builds == 4
+    assert len(steps.steps) == 1 and steps.builds == 4 and steps._pool is None
     assert next(iter(steps.steps.values())).optimizer is asgd
 
 

@@ -69,7 +69,8 @@ eager, for that step and every later one, with the process as an eager run would
 * the capture is ended and the current stream restored even when the capture itself raises (torch's
   ``torch.cuda.graph`` context leaves its capture stream current when ``capture_end`` raises, so
   :func:`capture_cuda_graph` drives ``CUDAGraph.capture_begin`` / ``capture_end`` itself); the
-  device is synchronised; every captured graph is dropped with the shared pool's handle. The failed
+  device is synchronised; every captured graph is dropped with the shared pool's handle (as on every
+  :meth:`StaticSteps.invalidate`: a pool whose graphs are gone is not captured into again). The failed
   graph object is kept alive: torch's allocator may still hold its capture filter (recent torch ends
   allocation to the pool only after a successful ``cudaStreamEndCapture``), and new allocations,
   made outside any capture, go to the ordinary pool. What the failed capture allocated stays reserved
@@ -320,7 +321,11 @@ def capture_cuda_graph(step: StaticStep):
     graph = torch.cuda.CUDAGraph()
     torch.cuda.synchronize(owner.device)
     with torch.cuda.stream(owner.capture_stream()):
-        graph.capture_begin(pool=owner.memory_pool())
+        try:
+            graph.capture_begin(pool=owner.memory_pool())
+        except BaseException:
+            _release_generator(owner.device)
+            raise
         try:
             outputs = step.body()
         except BaseException:
@@ -405,15 +410,19 @@ class StaticSteps:
         return False
 
     def invalidate(self) -> None:
-        """Drop every cached step (and its graph; their memory returns to the shared pool)."""
+        """Drop every cached step, its graph and the shared pool's handle (the next capture makes a new
+        pool). A handle whose graphs are all gone must not be captured into again: torch keeps the pool
+        while tensors allocated in it live (the gradients the graphs left in ``.grad``), and a capture
+        into a pool that no graph uses any more fails an internal assert of its caching allocator (seen
+        on an H200, torch 2.11, at the first capture after the switch to ASGD)."""
         self.steps.clear()
+        self._pool = None
 
     def capture_failed(self, err: BaseException) -> None:
         """After a failed capture: every step runs eagerly from here (the module docstring says what is
         restored); the graphs and the pool's handle are dropped."""
         self.capture = False
         self.invalidate()
-        self._pool = None
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
