@@ -16,8 +16,9 @@ preflight        20 s   wheels installed (``--wheels``: ``pip install --no-index
                         refuses in seconds (exit 2) when something is missing
 prepare-corpus   40 s   ``induce preprocess`` of the data root, and one subset per model for the epochs
 bench-onlstm     65 s   ``bench/models.py --device cuda``: our step (eager and ``+graphs``) against the
-bench-prpn       75 s   original implementation (``--external``, from ``--originals``), interleaved, and
-bench-palm       60 s   2 whole ``induce train`` epochs, epoch 1 included (``--epochs``)
+bench-prpn       75 s   original implementation (``--external``, from ``--originals``), interleaved, our
+bench-palm       60 s   step's costliest operators (``--profile-ops``) and 2 whole ``induce train`` epochs,
+                        epoch 1 included (``--epochs``)
 kernel-tests     60 s   the Triton, ON-LSTM cell, batching and LSTM-weight tests, on CUDA
 capture-tests    35 s   ``tests/test_training_graphs.py``: CUDA-graph capture of the three models
 cudnn-weights    10 s   a paper-size WeightDropLSTM step raises no "RNN module weights" warning
@@ -177,7 +178,7 @@ def plan(paths: Paths, dry: bool) -> list[Step]:
                          "--corpus", str(paths.corpora / subset_name(sentences, monitor)),
                          "--train-override", "train.dev_f1=false",
                          "--json", str(paths.work / f"bench-{bench.entry}.json"),
-                         "--training-json", str(paths.out / TRAINING_JSON))
+                         "--training-json", str(paths.out / TRAINING_JSON), "--profile-ops", "1" if dry else "3")
         if dry:
             command += ["--device", "cpu", "--tiny", "--threads", "1", "--steps", "1", "--warmup", "1",
                         "--parse-sentences", "0", "--epochs", "1", "--train-override", "data.batch_size=2",

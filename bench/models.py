@@ -335,6 +335,24 @@ def train_speeds(entries: list[str], steps: int, warmup: int, bf16: bool,
     return trainers
 
 
+def op_profile(trainer: Trainer, steps: int, bf16: bool, top: int = 12) -> list[dict]:
+    """Where one of our eager training steps spends its time: ``steps`` more steps under ``torch.profiler``,
+    the ``top`` operators by self time on the device (on a CPU, self CPU time), per step, in ms."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = trainer.device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            trainer.step(bf16, record=False)
+        if cuda:
+            torch.cuda.synchronize(trainer.device)
+    field = "self_device_time_total" if cuda else "self_cpu_time_total"
+    events = sorted(prof.key_averages(), key=lambda e: getattr(e, field), reverse=True)[:top]
+    return [{"op": e.key, "calls_per_step": e.count / steps, "self_ms_per_step": getattr(e, field) / 1000 / steps}
+            for e in events]
+
+
 #: Kernel tiers whose launches are counted (the reference tier is the tests' ground truth, not a training path).
 TIERS = ("torch", "triton")
 
@@ -518,6 +536,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="skip counting the kernel launches per training step (each model and tier, and "
                              "the externals; a few extra steps per model, ~2 minutes on CPU at the papers' sizes)")
     parser.add_argument("--tiny", action="store_true", help="tiny models (tests of this script; numbers mean nothing)")
+    parser.add_argument("--profile-ops", type=int, default=0, metavar="STEPS",
+                        help="after the timing, profile this many more eager steps of each of our models and print "
+                             "its costliest operators (self time on the device, or the CPU); the rows get top_ops")
     args = parser.parse_args(argv)
     _tiny = args.tiny
     cuda = args.device.startswith("cuda")
@@ -550,6 +571,8 @@ def main(argv: list[str] | None = None) -> None:
     speeds = {name: trainer.tokens_per_second() for name, trainer in trainers.items()}
     peak = max(peak_before, gemm_peak(device=args.device)) if roofline else None  # before and after the steps
     launches = launch_counts(args.models, externals, args.device) if args.launches else {}
+    top_ops = {entry: op_profile(trainers[entry], args.profile_ops, args.bf16) for entry in args.models} \
+        if args.profile_ops else {}
     rows = []
     for entry in args.models:
         batch, bptt, *_ = SETUPS[entry]
@@ -563,6 +586,8 @@ def main(argv: list[str] | None = None) -> None:
                "ceiling_tokens_per_s": flops and peak / flops, "parse_sentences_per_s": sentences_per_s}
         if launches:
             row.update({f"launches_{tier}": launches[entry][tier] for tier in TIERS})
+        if top_ops:
+            row["top_ops"] = top_ops[entry]
         rows.append(row)
         dash = lambda value, text: "-" if value is None else text  # noqa: E731
         table.add_row(entry, f"{batch} x {bptt}", f"{speeds[entry]:.0f}", dash(flops, f"{(flops or 0) / 1e6:.0f}"),
@@ -588,6 +613,15 @@ def main(argv: list[str] | None = None) -> None:
     console.print(table)
     if launches:
         console.print(launch_table(launches, args.models, args.device))
+    for entry, ops in top_ops.items():
+        where_ms = "device" if cuda else "CPU"
+        ops_table = Table(title=f"{entry}: costliest operators of one eager training step ({where_ms} self ms, "
+                                f"mean of {args.profile_ops} steps)")
+        for column in ("operator", "calls", "self ms"):
+            ops_table.add_column(column, justify="left" if column == "operator" else "right")
+        for op in ops:
+            ops_table.add_row(op["op"][:70], f"{op['calls_per_step']:.0f}", f"{op['self_ms_per_step']:.2f}")
+        console.print(ops_table)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     if training_json is not None:

@@ -106,10 +106,12 @@ def test_dry_run_starts_every_step(gpu_check, tmp_path, monkeypatch):
     assert "tests collected" in steps["kernel-tests"]["note"] and "tests collected" in steps["capture-tests"]["note"]
 
     # the benchmark rows: ours, graphed, the original (the stand-in), and one `induce train` epoch per model
-    speeds = {row["model"]: row["train_tokens_per_s"] for row in json.loads((out / "bench_models.json").read_text())}
+    bench_rows = {row["model"]: row for row in json.loads((out / "bench_models.json").read_text())}
     for entry in ("onlstm", "prpn", "palm-h1120-m10"):
         for name in (entry, f"{entry}+graphs", f"{entry}-original"):
-            assert speeds[name] > 0, name
+            assert bench_rows[name]["train_tokens_per_s"] > 0, name
+        ops = bench_rows[entry]["top_ops"]  # where our eager step spends its time (--profile-ops)
+        assert ops and all(op["self_ms_per_step"] >= 0 and op["op"] for op in ops), entry
     rows = json.loads((out / "gpu_training.json").read_text())
     assert [row["model"] for row in rows] == ["onlstm", "prpn", "palm-h1120-m10"]
     for row in rows:
