@@ -211,14 +211,11 @@ def pcfg_step(paths: Paths, dry: bool, monitor: int) -> Step:
     sentences = DRY_SENTENCES if dry else BENCHMARKS[0].sentences
     commands, runs = [], []
     for model in PCFG_MODELS:
-        run = paths.work / "runs" / model
-        command = python("-m", "induce.cli.main", "train", "--model", model, "--out", str(run), "--corpus",
-                         str(paths.corpora / subset_name(sentences, monitor)),
-                         "--device", "cpu" if dry else "cuda", f"train.max_steps={1 if dry else PCFG_STEPS}")
-        if dry:
-            command[command.index("--model") + 2:command.index("--model") + 2] = [
-                "--config", str(REPO / "induce" / "configs" / "toy" / f"{model}.yaml")]
-        commands.append(command)
+        run = paths.work / "runs" / model  # named after the model: run-figures reads the name from it
+        toy = ["--config", str(REPO / "induce" / "configs" / "toy" / f"{model}.yaml")] if dry else []
+        commands.append(python("-m", "induce.cli.main", "train", "--model", model, *toy, "--out", str(run),
+                               "--corpus", str(paths.corpora / subset_name(sentences, monitor)),
+                               "--device", "cpu" if dry else "cuda", f"train.max_steps={1 if dry else PCFG_STEPS}"))
         runs.append(str(run))
     commands.append(python(TASKS, "run-figures", str(paths.out / PCFG_JSON), *runs))
     return Step("pcfg-train", 45, f"{' and '.join(PCFG_MODELS)} at paper size: {PCFG_STEPS} steps + dev", commands)

@@ -124,18 +124,16 @@ def subsets(corpus: str, corpora: str, sizes: str, n_valid: int) -> None:
 
 
 def run_figures(out: str, runs: list) -> None:
-    """One row per run folder: its model, steps, tokens, training seconds, tokens/s and seconds per step (from
-    the last row of its ``metrics.jsonl``, kept whole: the dev evaluation too); printed and written to ``out``."""
+    """One row per run folder (named after its model): steps, tokens, training seconds, tokens/s and seconds per
+    step (from the last row of its ``metrics.jsonl``, kept whole: the dev evaluation too); printed and written
+    to ``out``."""
+    from induce.reproduce.results import read_history
+
     rows = []
     for run in map(Path, runs):
-        config = (run / "config.yaml").read_text(encoding="utf-8") if (run / "config.yaml").is_file() else ""
-        model = next((line.split(":", 1)[1].strip() for line in config.splitlines()
-                      if line.startswith("model_name:")), run.name)
-        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-                   if line.strip()]
-        last = records[-1]
+        last = read_history(run)[-1]
         steps = last.get("steps")
-        row = {"model": model, "run": run.name, "steps": steps, "tokens": last.get("tokens"),
+        row = {"model": run.name, "run": run.name, "steps": steps, "tokens": last.get("tokens"),
                "train_seconds": last.get("train_seconds"), "tokens_per_s": last.get("tokens_per_s"),
                "last_row": last}
         if steps and last.get("train_seconds"):

@@ -320,26 +320,24 @@ def capture_cuda_graph(step: StaticStep):
     owner = step.owner
     graph = torch.cuda.CUDAGraph()
     torch.cuda.synchronize(owner.device)
-    with torch.cuda.stream(owner.capture_stream()):
-        try:
+    try:
+        with torch.cuda.stream(owner.capture_stream()):
             graph.capture_begin(pool=owner.memory_pool())
-        except BaseException:
-            _release_generator(owner.device)
-            raise
-        try:
-            outputs = step.body()
-        except BaseException:
-            owner.abandoned.append(graph)  # see the module docstring: the allocator may still refer to it
-            with contextlib.suppress(RuntimeError):
+            try:
+                outputs = step.body()
+            except BaseException:
+                owner.abandoned.append(graph)  # see the module docstring: the allocator may still refer to it
+                with contextlib.suppress(RuntimeError):
+                    graph.capture_end()
+                raise
+            try:
                 graph.capture_end()
-            _release_generator(owner.device)
-            raise
-        try:
-            graph.capture_end()
-        except BaseException:
-            owner.abandoned.append(graph)
-            _release_generator(owner.device)
-            raise
+            except BaseException:
+                owner.abandoned.append(graph)
+                raise
+    except BaseException:
+        _release_generator(owner.device)
+        raise
     return graph, outputs
 
 
