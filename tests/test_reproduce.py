@@ -243,6 +243,25 @@ def test_the_report_covers_the_folders_earlier_runs_with_a_current_evaluation(tm
 
 
 @pytest.mark.slow
+def test_a_results_folder_copied_elsewhere_keeps_its_runs_and_evaluations(pipeline, tmp_path):
+    """A copy (file times not kept, as `cp -r` does) run again with one model trains and evaluates nothing: every
+    run's evaluation is still current there, and the report keeps the runs of the earlier invocation."""
+    import shutil
+
+    copy = tmp_path / "moved"
+    shutil.copytree(pipeline["out"], copy, copy_function=shutil.copy)
+    args = list(pipeline["args"])
+    args[args.index("--out") + 1] = str(copy)
+    result = runner.invoke(app, args + ["--models", "palm-rb"])
+    assert result.exit_code == 0, result.output
+    statuses = steps(copy)
+    assert statuses["train palm-rb seed 1"] == "skipped" and statuses["evaluate palm-rb seed 1"] == "skipped"
+    results = json.loads((copy / "results.json").read_text())
+    assert sorted(results["earlier_runs"]) == ["onlstm seed 1", "palm seed 1", "palm-s seed 1", "prpn seed 1"]
+    assert "not reported" not in (copy / "REPORT.md").read_text()
+
+
+@pytest.mark.slow
 def test_interrupted_run_is_continued_and_changed_config_retrained(pipeline):
     out, args = pipeline["out"], pipeline["args"]
     run = out / "runs" / "onlstm-seed1"

@@ -407,7 +407,8 @@ def test_a_sidecar_that_names_another_model_is_refused(tmp_path, corpus):
 def test_a_large_cpu_run_is_announced_with_an_estimate_and_a_cpu_sized_command(tmp_path, corpus, monkeypatch):
     from induce.training import advice
 
-    monkeypatch.setattr(advice, "LARGE_RUN_WORK", 0)  # this tiny run counts as "large"
+    monkeypatch.setattr(advice, "LARGE_RUN_SECONDS", 0)  # this tiny run counts as "large"
+    monkeypatch.setattr(advice, "SHOW_ESTIMATE_SECONDS", 0)
     console = Console(record=True, width=400)
     cfg = load_config("palm", overrides=[
         f"data.corpus={corpus}", "model.emb_size=6", "model.hidden_size=8", "model.rrnn_size=4",
@@ -415,11 +416,14 @@ def test_a_large_cpu_run_is_announced_with_an_estimate_and_a_cpu_sized_command(t
         "data.eval_batch_size=2", "train.epochs=3", "train.device=cpu", "train.dev_f1=false"])
     seen = []
     train(cfg, tmp_path / "run", console=console, progress=False,
-          on_batch=lambda t, e, b: seen.append(console.export_text(clear=False)) if (e, b) == (1, 4) else None)
-    text = seen[0]  # what was printed by the end of the 4th batch
+          on_batch=lambda t, e, b: seen.append((console.export_text(clear=False), t.parts.objective.batches_per_epoch(1)))
+          if (e, b) == (1, 4) else None)
+    text, per_epoch = seen[0]  # what was printed by the end of the 4th batch
     n_params = sum(t.numel() for t in model_tensors(tmp_path / "run", "best").values())
-    assert f"{n_params / 1e6:.1f}M parameters" in text and "training tokens per epoch, 3 epochs" in text
-    assert "estimate (measured on batches 2-4: " in text and " per epoch, ~" in text and "for 3 epochs" in text
+    assert f"{n_params / 1e6:.1f}M parameters" in text and "training tokens per epoch." in text
+    assert "estimate (measured on batches 2-4: " in text and " per epoch, ~" in text
+    # the end is the 3 epochs' batches less the 4 done
+    assert f"for the {3 * per_epoch - 4:,} batches to the end of the run (train.epochs;" in text
     # the exact CPU-sized command: --model palm with the sizes of induce/configs/cpu/palm.yaml, which load
     command = advice.cpu_sized_command("palm")
     assert f"    {command}\n" in text
@@ -428,11 +432,27 @@ def test_a_large_cpu_run_is_announced_with_an_estimate_and_a_cpu_sized_command(t
     assert int(words[-1]) == load_profile("cpu").step_budget("palm")
     sized = load_config("palm", overrides=words[4:-2])
     assert sized.model["hidden_size"] == 256 and sized.model["emb_size"] == 128
+    # a step budget ends the estimate where it comes first, and a short run gets no note
+    monkeypatch.setattr(advice, "LARGE_RUN_SECONDS", 1e30)
+    budgeted = Console(record=True, width=400)
+    train(tiny_config(corpus, "train.epochs=5", "train.max_steps=7"), tmp_path / "steps", console=budgeted,
+          progress=False)
+    text = budgeted.export_text()
+    assert "for the 3 batches to the end of the run (train.max_steps;" in text and "large run" not in text
     # a normal-sized run says nothing of the kind
-    monkeypatch.setattr(advice, "LARGE_RUN_WORK", 1e30)
+    monkeypatch.setattr(advice, "SHOW_ESTIMATE_SECONDS", 1e30)
     quiet = Console(record=True, width=400)
     train(tiny_config(corpus, "train.epochs=1"), tmp_path / "small", console=quiet, progress=False)
     assert "large run" not in quiet.export_text() and "estimate" not in quiet.export_text()
+
+
+def test_the_run_s_end_is_the_first_budget_it_reaches():
+    from induce.training.advice import batches_to_end
+
+    assert batches_to_end(3, 10, 4) == (26, "train.epochs")
+    assert batches_to_end(3, 10, 4, steps_left=7) == (7, "train.max_steps")
+    assert batches_to_end(3, 10, 4, steps_left=40, tokens_left=95, tokens_per_batch=10.0) == (10, "train.max_tokens")
+    assert batches_to_end(1, 10, 10, steps_left=5) == (0, "train.epochs")
 
 
 def test_the_bar_shows_eta_and_loss_from_the_first_batch(tmp_path, corpus):

@@ -24,7 +24,7 @@ from .subset import subset_corpus
 
 RUN_STAMP = "reproduce.json"
 #: Bumped when the content of the evaluation JSON files or of the trees files changes (forces re-evaluation).
-EVAL_VERSION = 4
+EVAL_VERSION = 5
 #: Config keys that may differ without making a finished run stale.
 VOLATILE_TRAIN_KEYS = ("device", "kernels", "threads", "log_interval", "tensorboard")
 
@@ -289,8 +289,14 @@ class PipelineSteps:
         return {name: evaluate(predictions, gold, convention(name)).to_dict() for name in SCORE_SETS}
 
     def _corpus_key(self, split: Optional[str] = None) -> dict:
-        return {"version": EVAL_VERSION, "split": split or self.final_split, "corpus": str(self.eval_corpus.path),
+        return {"version": EVAL_VERSION, "split": split or self.final_split, "corpus": self._key_path(self.eval_corpus.path),
                 "fingerprint": self.eval_corpus.meta.get("fingerprint")}
+
+    def _key_path(self, path: Path) -> str:
+        """A path as an evaluation key holds it: relative to ``OUT`` when inside it, so that a results folder
+        moved or copied elsewhere keeps its evaluations current; absolute otherwise."""
+        path, out = Path(path).absolute(), self.out.absolute()
+        return path.relative_to(out).as_posix() if path.is_relative_to(out) else str(path)
 
     def eval_path(self, stem: str, split: Optional[str] = None) -> Path:
         """``OUT/eval/<stem>.<split>.json`` (default: the final split)."""
@@ -298,13 +304,13 @@ class PipelineSteps:
 
     def _eval_key(self, model: str, seed: int, weights_sha256: Optional[str], split: Optional[str] = None) -> dict:
         """What an evaluation file must have been made from: this corpus split and the checkpoint whose
-        weights have ``weights_sha256`` (at this path, size and time); on the final split, also the untrained
-        models' sentences (``random_init_sentences``) it scores apart."""
+        weights have ``weights_sha256`` (at this path within ``OUT``, of this size); on the final split, also
+        the untrained models' sentences (``random_init_sentences``) it scores apart. No absolute path of ``OUT``
+        and no file time enters it: a results folder moved, or copied without its times, stays current."""
         split = split or self.final_split
         checkpoint = self.run_dir(model, seed) / "best.safetensors"
-        stat = checkpoint.stat()
-        key = {**self._corpus_key(split), "checkpoint": str(checkpoint), "checkpoint_mtime_ns": stat.st_mtime_ns,
-               "checkpoint_bytes": stat.st_size, "weights_sha256": weights_sha256,
+        key = {**self._corpus_key(split), "checkpoint": self._key_path(checkpoint),
+               "checkpoint_bytes": checkpoint.stat().st_size, "weights_sha256": weights_sha256,
                "mikolov": (self.mikolov_texts.get(split) or {}).get("key")}
         if split == self.final_split and self.profile.random_init_seeds:
             key["init_sentences"] = self.profile.random_init_sentences
@@ -349,8 +355,8 @@ class PipelineSteps:
         for split in sorted(self.eval_splits, key=lambda s: s != self.final_split):  # the final split first
             path = self.eval_path(f"{model}-seed{seed}", split)
             key = self._eval_key(model, seed, meta.get("weights_sha256"), split)
-            if read_json(path).get("key") == key and path.stat().st_mtime_ns >= checkpoint.stat().st_mtime_ns:
-                details.append(f"{split}: {path} is newer than {checkpoint}")
+            if read_json(path).get("key") == key:  # made from these weights (their hash, verified above)
+                details.append(f"{split}: {path} was made from {checkpoint} as it is")
                 continue
             if loaded is None:
                 from induce.inference.loading import load_run

@@ -1,10 +1,12 @@
-"""What a user is told when a run is far too large for its machine (a paper-size model on a CPU).
+"""What a user is told when a run is far too long for its machine (a paper-size model on a CPU).
 
-The size is known before the first step (parameters, tokens per epoch, epochs); the time is measured
-on the first batch and extrapolated to an epoch and to the whole run. On a CPU a large run gets the
-exact command of a CPU-sized run: the model sizes of ``configs/cpu/<model>.yaml`` (the configs that
-``induce reproduce --profile cpu`` layers over ``configs/<model>.yaml``) as ``key=value`` overrides,
-and that profile's step budget.
+Every CPU run times its batches 2-4 (the first one pays for warm-up) and extrapolates them to an epoch and
+to the run's end: the end its budgets set (``train.epochs``, and ``train.max_steps`` / ``train.max_tokens``
+where they come first). A run whose estimate exceeds :data:`LARGE_RUN_SECONDS` is told so, with the exact
+command of a CPU-sized run: the model sizes of ``configs/cpu/<model>.yaml`` (the configs that ``induce
+reproduce --profile cpu`` layers over ``configs/<model>.yaml``) as ``key=value`` overrides, and that
+profile's step budget. The estimate depends on the machine and its load; it is advice, and nothing in the
+run's results depends on it.
 """
 from __future__ import annotations
 
@@ -13,13 +15,26 @@ import shlex
 from pathlib import Path
 from typing import Optional
 
-#: A run is "large" when parameters x training tokens per epoch exceed this (PaLM at paper size on
-#: PTB: 24M x 0.93M = 2.2e13; the CPU configs: ~1e11-1e12). Tests lower it.
-LARGE_RUN_WORK = 2e12
+#: A CPU run is "large" when its measured estimate to the end of the run exceeds this many seconds (the cpu
+#: profile's longest run takes ~45 minutes; a paper-size PaLM or ON-LSTM run on a CPU, days). Tests change it.
+LARGE_RUN_SECONDS = 2 * 3600
+#: A CPU run whose estimate exceeds this many seconds prints the estimate (shorter runs have their bar's ETA).
+SHOW_ESTIMATE_SECONDS = 10 * 60
 
 
-def is_large_run(n_params: int, tokens_per_epoch: int) -> bool:
-    return n_params * tokens_per_epoch > LARGE_RUN_WORK
+def batches_to_end(epochs_left: int, batches_per_epoch: int, batch: int, steps_left: Optional[int] = None,
+                   tokens_left: Optional[int] = None, tokens_per_batch: float = 0.0) -> tuple[int, str]:
+    """``(batches, what ends the run)`` from the current position: ``batch`` batches done of the current
+    epoch's ``batches_per_epoch``, ``epochs_left`` epochs to run counting the current one (every later epoch
+    taken to have as many batches as this one), and the step / token budgets' remainders where set (``None``:
+    no such budget). ``what`` names the budget that comes first: ``"train.epochs"``, ``"train.max_steps"``
+    or ``"train.max_tokens"``."""
+    ends = [(max(0, epochs_left * batches_per_epoch - batch), "train.epochs")]
+    if steps_left is not None:
+        ends.append((max(0, steps_left), "train.max_steps"))
+    if tokens_left is not None and tokens_per_batch > 0:
+        ends.append((max(0, -(-tokens_left // max(1, round(tokens_per_batch)))), "train.max_tokens"))
+    return min(ends, key=lambda end: end[0])
 
 
 def format_duration(seconds: float) -> str:
@@ -71,11 +86,11 @@ def cpu_sized_command(model_name: str, config_dir: Optional[Path] = None) -> Opt
     return command + f" --time-budget {clock or FALLBACK_TIME_BUDGET}"
 
 
-def size_message(model_name: str, n_params: int, tokens_per_epoch: int, epochs: int, device: str) -> str:
-    """The warning printed before the first step of a large run on ``device``."""
+def size_message(model_name: str, n_params: int, tokens_per_epoch: int, device: str) -> str:
+    """The note printed after the estimate of a large run on ``device`` (:data:`LARGE_RUN_SECONDS`)."""
     lines = [
-        f"[yellow]note:[/] this is a large run for {device}: {n_params / 1e6:.1f}M parameters, "
-        f"{tokens_per_epoch:,} training tokens per epoch, {epochs} epochs (time estimate after the first batches)."
+        f"[yellow]note:[/] this is a large run for this {device}: {n_params / 1e6:.1f}M parameters, "
+        f"{tokens_per_epoch:,} training tokens per epoch."
     ]
     if device == "cpu":
         command = cpu_sized_command(model_name)
@@ -86,9 +101,12 @@ def size_message(model_name: str, n_params: int, tokens_per_epoch: int, epochs: 
     return "\n".join(lines)
 
 
-def estimate_message(seconds_per_batch: float, batches_per_epoch: int, epochs_left: int, batches: str) -> str:
-    """``~T per epoch, ~T for the N epochs`` from the mean time of the named ``batches`` (e.g. ``"2-4"``)."""
+def estimate_message(seconds_per_batch: float, batches_per_epoch: int, batches_left: int, ends: str,
+                     batches: str) -> str:
+    """``~T per epoch, ~T to the end of the run`` from the mean time of the named ``batches`` (e.g. ``"2-4"``);
+    ``batches_left`` and ``ends`` from :func:`batches_to_end`."""
     epoch = seconds_per_batch * batches_per_epoch
     return (f"estimate (measured on batches {batches}: {seconds_per_batch:.2g} s each): "
-            f"~{format_duration(epoch)} per epoch, ~{format_duration(epoch * epochs_left)} for "
-            f"{epochs_left} epoch{'s' if epochs_left != 1 else ''} (validation not included)")
+            f"~{format_duration(epoch)} per epoch, ~{format_duration(seconds_per_batch * batches_left)} for the "
+            f"{batches_left:,} batch{'es' if batches_left != 1 else ''} to the end of the run ({ends}; validation "
+            f"not included; this machine's speed and load decide it)")

@@ -499,5 +499,7 @@ class SentenceLevel(Objective):
                 + (f" of at most {cap} words" if cap is not None else "") + selection)
 
     def tokens_per_epoch(self) -> int:
-        return sum(len(s) + 1 for s in self.train_sentences)
+        """The tokens of the training sentences within the last epoch's length cap (the most an epoch reads)."""
+        cap = length_cap(self.config, self.config.train.epochs)
+        return sum(len(s) + 1 for s in self.train_sentences if cap is None or len(s) <= cap)
 

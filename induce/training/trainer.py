@@ -259,8 +259,8 @@ class Trainer:
         self.batches_this_run = 0
         #: Tokens of the current epoch before this invocation (a resumed epoch's speed counts the rest).
         self.epoch_tokens_at_start = 0
-        #: A run large for a CPU: the time of batches 2-4 is measured and extrapolated.
-        self.warn_large = False
+        #: A CPU run: the time of batches 2-4 is measured and extrapolated to the run's end (:mod:`advice`).
+        self.estimate_time = False
         self.timing_started = 0.0
         #: Wall seconds of this invocation's training steps and their tokens (this process), its first step left
         #: out (a CUDA context, Triton and native compilation, the allocator's warm-up: on a GPU that one step
@@ -429,14 +429,12 @@ class Trainer:
                 # ... and after batches 1, 2, 4, ... of this invocation, so that the bar shows a loss
                 # (and the ETA a rate) from the start.
                 self._show_loss(task, interval_start, interval_tokens)
-            if self.warn_large and self.batches_this_run in (1, 4):
+            if self.estimate_time and self.batches_this_run in (1, 4):
                 # Timed on batches 2-4 (the first one pays for warm-up); both ends follow a host sync.
                 if self.batches_this_run == 1:
                     self.timing_started = time.monotonic()
                 else:
-                    seconds = (time.monotonic() - self.timing_started) / 3
-                    epochs_left = cfg.train.epochs - loop.epoch + 1
-                    self._log(advice.estimate_message(seconds, batches_per_epoch, epochs_left, "2-4"))
+                    self._say_estimate((time.monotonic() - self.timing_started) / 3, batches_per_epoch)
             pending = None
             if ctx.distributed:
                 # Under DDP the processes agree on stopping through a broadcast (a host sync), so it is
@@ -611,7 +609,6 @@ class Trainer:
     def _announce(self) -> None:
         cfg, ctx, parts = self.config, self.ctx, self.parts
         n_params = sum(p.numel() for p in parts.model.parameters())
-        tokens_per_epoch = parts.objective.tokens_per_epoch()
         sentences = parts.corpus.lm_sentences("train")
         words = sum(len(sentence) for sentence in sentences)
         # One count, said what it counts: the words, the tokens with the sentence ends (what the model
@@ -623,10 +620,25 @@ class Trainer:
             + (f", {ctx.world_size} processes" if ctx.distributed else "")
             + (f", resuming epoch {parts.loop.epoch} at batch {parts.loop.batch}" if self.resume else "")
         )
-        self.warn_large = ctx.device.type == "cpu" and advice.is_large_run(n_params, tokens_per_epoch)
-        if self.warn_large:
-            self._log(advice.size_message(cfg.model_name, n_params, tokens_per_epoch, cfg.train.epochs,
-                                          ctx.device.type))
+        self.estimate_time = ctx.device.type == "cpu"
+
+    def _say_estimate(self, seconds_per_batch: float, batches_per_epoch: int) -> None:
+        """The time to the run's end (its budgets: epochs, steps, tokens) from the time of a batch; a run longer
+        than :data:`advice.LARGE_RUN_SECONDS` also gets the note with a CPU-sized command."""
+        cfg, loop, objective = self.config, self.parts.loop, self.parts.objective
+        train = cfg.train
+        tokens_per_epoch = objective.tokens_per_epoch()
+        batches, ends = advice.batches_to_end(
+            cfg.train.epochs - loop.epoch + 1, batches_per_epoch, loop.batch,
+            steps_left=None if train.max_steps is None else train.max_steps - loop.steps_total,
+            tokens_left=None if train.max_tokens is None else train.max_tokens - loop.run_tokens(self.ctx),
+            tokens_per_batch=tokens_per_epoch / max(1, batches_per_epoch))
+        seconds = seconds_per_batch * batches
+        if seconds > advice.LARGE_RUN_SECONDS:
+            n_params = sum(p.numel() for p in self.parts.model.parameters())
+            self._log(advice.size_message(cfg.model_name, n_params, tokens_per_epoch, self.ctx.device.type))
+        if seconds > advice.SHOW_ESTIMATE_SECONDS:
+            self._log(advice.estimate_message(seconds_per_batch, batches_per_epoch, batches, ends, "2-4"))
 
     def _make_progress(self) -> Progress:
         """The epoch bar: batches, elapsed time, ETA and the running loss (shown from the first batch)."""
