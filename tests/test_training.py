@@ -415,9 +415,12 @@ def test_a_large_cpu_run_is_announced_with_an_estimate_and_a_cpu_sized_command(t
         "model.attention_size=4", "model.max_span_length=3", "data.batch_size=4", "data.bptt=6",
         "data.eval_batch_size=2", "train.epochs=3", "train.device=cpu", "train.dev_f1=false"])
     seen = []
-    train(cfg, tmp_path / "run", console=console, progress=False,
-          on_batch=lambda t, e, b: seen.append((console.export_text(clear=False), t.parts.objective.batches_per_epoch(1)))
-          if (e, b) == (1, 4) else None)
+
+    def look(trainer, epoch, batch):
+        if (epoch, batch) == (1, 4):
+            seen.append((console.export_text(clear=False), trainer.parts.objective.batches_per_epoch(1)))
+
+    train(cfg, tmp_path / "run", console=console, progress=False, on_batch=look)
     text, per_epoch = seen[0]  # what was printed by the end of the 4th batch
     n_params = sum(t.numel() for t in model_tensors(tmp_path / "run", "best").values())
     assert f"{n_params / 1e6:.1f}M parameters" in text and "training tokens per epoch." in text

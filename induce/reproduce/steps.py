@@ -289,8 +289,9 @@ class PipelineSteps:
         return {name: evaluate(predictions, gold, convention(name)).to_dict() for name in SCORE_SETS}
 
     def _corpus_key(self, split: Optional[str] = None) -> dict:
-        return {"version": EVAL_VERSION, "split": split or self.final_split, "corpus": self._key_path(self.eval_corpus.path),
-                "fingerprint": self.eval_corpus.meta.get("fingerprint")}
+        corpus = self.eval_corpus
+        return {"version": EVAL_VERSION, "split": split or self.final_split, "corpus": self._key_path(corpus.path),
+                "fingerprint": corpus.meta.get("fingerprint")}
 
     def _key_path(self, path: Path) -> str:
         """A path as an evaluation key holds it: relative to ``OUT`` when inside it, so that a results folder
