@@ -1,4 +1,5 @@
-"""Treebank profiles (``--treebank ptb|ktb``) and the Keyaki Treebank prepared and split as Li et al. (2020) do.
+"""Treebank profiles (``--treebank ptb|ktb|ktb-2020``) and the Keyaki Treebank prepared and split as Li et al.
+(2020) do.
 
 The Keyaki trees are tests/data/keyaki (six trees of ``ted_talk_1.psd``, CC BY 4.0, attributed there); the
 expected trees below were written by hand from Li et al.'s ``preprocess.py`` rules (i-lijun/UnsupConstParseEval
@@ -23,7 +24,7 @@ from induce.data.preprocess import preprocess_keyaki, preprocess_tree_files
 from induce.errors import InduceError, InputError
 from induce.evaluation import EvalConvention, prepare_gold
 from induce.trees.brackets import read_trees, tree_to_line
-from induce.trees.treebanks import KTB, PTB, get_profile, is_null_word, keyaki_tree, li_normalize_word
+from induce.trees.treebanks import KTB, KTB_2020, PTB, get_profile, is_null_word, keyaki_tree, li_normalize_word
 
 KEYAKI = Path(__file__).parent / "data" / "keyaki" / "ted_talk_1.excerpt.psd"
 
@@ -57,6 +58,23 @@ def test_punctuation_goes_by_tag_before_the_collapse():
     assert sentence.treebank == "ktb"
     # Under the PTB's word tags a Keyaki tree would keep only its VB: the profile is what makes it work.
     assert prepare_gold(tree, EvalConvention()).words == ["行く"]
+
+
+def test_ktb_2020_keeps_empty_elements_as_words_and_quot_as_a_word_as_the_paper_time_script_did():
+    """Li et al.'s preprocess.py at 6377b10 (2020-05): no empty-element removal, no QUOT in the KTB table."""
+    tree = nltk.Tree.fromstring("( (IP-MAT (NP-SBJ *pro*) (NP-OB1 (QUOT 「) (N 本) (QUOT 」)) (VB 読む) (PU 。)) "
+                                "(ID 2_x;JP))")
+    assert keyaki_tree(tree, keep_punct=False).leaves() == ["本", "読む"]
+    paper = keyaki_tree(tree, keep_punct=False, profile=KTB_2020)
+    assert tree_to_line(paper) == "(IP (NP *pro*) (NP (QUOT 「) (N 本) (QUOT 」)) (VB 読む))"
+    assert KTB_2020.gold_tree(tree).leaves() == ["*pro*", "「", "本", "」", "読む", "。"]
+    assert prepare_gold(tree, EvalConvention(treebank="ktb-2020")).words == ["*pro*", "「", "本", "」", "読む"]
+    assert prepare_gold(tree, EvalConvention(treebank="ktb")).words == ["本", "読む"]
+    # a tree whose only word is an empty element keeps it under ktb-2020 and is dropped under ktb
+    empty = nltk.Tree.fromstring("( (IP-MAT (NP-SBJ *speaker*) (PU 。)) (ID 3_x;JP))")
+    assert keyaki_tree(empty, keep_punct=False) is None
+    assert keyaki_tree(empty, keep_punct=False, profile=KTB_2020).leaves() == ["*speaker*"]
+    assert get_profile("ktb-2020") is KTB_2020 and KTB_2020.describe()["name"] == "ktb-2020"
 
 
 def test_null_words_and_li_normalisation():
@@ -113,6 +131,20 @@ def test_preprocess_ktb_splits_as_li_et_al_and_records_the_profile_and_counts(tm
     assert [tree_to_line(t) for t in corpus.orig_trees("test")] == [tree_to_line(originals[i]) for i in split["test"]]
     assert "[num]" in (out / "ktb" / "train.txt").read_text(encoding="utf-8")  # Li et al.'s number placeholder
     assert all(getattr(t, "treebank", None) == "ktb" for t in corpus.gold_trees("test"))
+
+
+def test_preprocess_ktb_2020_records_its_profile_and_keeps_the_empty_elements(tmp_path):
+    out = tmp_path / "corpora"
+    result = CliRunner().invoke(app, ["preprocess", "--treebank", "ktb-2020", "--data", str(_folder(tmp_path)),
+                                      "--out-dir", str(out)])
+    assert result.exit_code == 0, result.output
+    corpus = PreparedCorpus(out / "ktb-2020")
+    assert corpus.treebank == "ktb-2020" and corpus.meta["source"]["split"]["profile"] == "ktb-2020"
+    assert "6377b10" in corpus.meta["source"]["split"]["recipe"]
+    text = "".join((out / "ktb-2020" / f"{split}.txt").read_text(encoding="utf-8") for split in ("train", "valid",
+                                                                                                  "test"))
+    assert "*hearer*" in text and "*t*" in text  # lower-cased by Li et al.'s normalisation, as every word
+    assert all(getattr(t, "treebank", None) == "ktb-2020" for t in corpus.gold_trees("test"))
 
 
 def test_eval_on_a_ktb_corpus_uses_its_profile_and_says_so(tmp_path):

@@ -30,7 +30,7 @@ def ensemble_command(
     pred_format: str = typer.Option("auto", "--pred-format", help="Format of the prediction files."),
     word_match: str = typer.Option("normalized", "--word-match", metavar="normalized|exact|position",
                                    help=WORD_MATCH_HELP),
-    treebank: str | None = typer.Option(None, "--treebank", metavar="ptb|ktb", help=TREEBANK_HELP),
+    treebank: str | None = typer.Option(None, "--treebank", metavar="ptb|ktb|ktb-2020", help=TREEBANK_HELP),
     batch_size: int = typer.Option(64, "--batch-size", help="Sentences per forward pass when parsing with a run."),
     device: str = typer.Option("auto", "--device", help="With a run: " + DEVICE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),

@@ -112,7 +112,7 @@ def eval_command(
     word_match: str = typer.Option("normalized", "--word-match", metavar="normalized|exact|position",
                                    help=WORD_MATCH_HELP),
     treebank: Optional[str] = typer.Option(
-        None, "--treebank", metavar="ptb|ktb", help=TREEBANK_HELP),
+        None, "--treebank", metavar="ptb|ktb|ktb-2020", help=TREEBANK_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
     per_sentence: Optional[Path] = typer.Option(None, "--per-sentence", help="Write a CSV with one row per sentence."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help=PROGRESS_HELP),

@@ -33,7 +33,7 @@ def leaderboard_command(
     pred_format: str = typer.Option("auto", "--pred-format", help="Format of the prediction files (see induce eval)."),
     word_match: str = typer.Option("normalized", "--word-match", metavar="normalized|exact|position",
                                    help=WORD_MATCH_HELP),
-    treebank: Optional[str] = typer.Option(None, "--treebank", metavar="ptb|ktb", help=TREEBANK_HELP),
+    treebank: Optional[str] = typer.Option(None, "--treebank", metavar="ptb|ktb|ktb-2020", help=TREEBANK_HELP),
     out: Path = typer.Option(Path("leaderboard"), "-o", "--out", help="Folder to write leaderboard.md, "
                              "leaderboard.json and leaderboard.png into."),
     figure: Optional[str] = typer.Option(None, "--figure", metavar="corpus_f1|sentence_f1|...", help="The figure "

@@ -61,10 +61,12 @@ def preprocess_command(
                                               "recommended)."
     ),
     treebank: str = typer.Option(
-        "ptb", "--treebank", metavar="ptb|ktb", help="Whose rules prepare the trees (punctuation tags, empty elements, "
-        "ID nodes, function tags, unary chains, the split), recorded in meta.json. ptb: the Penn Treebank (WSJ "
-        "sections; another tag set is refused). ktb: the Keyaki Treebank as Li et al. (2020) prepare and split it "
-        "(--data: its folder; random.seed(0) 80/10/10), or the --train/--valid/--test files given."),
+        "ptb", "--treebank", metavar="ptb|ktb|ktb-2020",
+        help="Whose rules prepare the trees (punctuation tags, empty elements, ID nodes, function tags, unary "
+        "chains, the split), recorded in meta.json. ptb: the Penn Treebank (WSJ sections; another tag set is "
+        "refused). ktb: the Keyaki Treebank as Li et al. (2020) prepare and split it (--data: its folder; "
+        "random.seed(0) 80/10/10), or the --train/--valid/--test files given. ktb-2020: the same as their script "
+        "prepared it at the paper's time (empty elements kept as words, QUOT not punctuation)."),
     force: bool = typer.Option(False, "--force", help="Rebuild even if the output exists."),
 ) -> None:
     """Prepare a corpus: original/gold/no-punctuation trees and Mikolov-style LM text per split."""

@@ -27,7 +27,7 @@ import nltk
 from induce.errors import InputError
 from induce.files import os_error_reason
 from induce.trees.brackets import tree_from_text
-from induce.trees.treebanks import KTB, keyaki_tree
+from induce.trees.treebanks import KTB, TreebankProfile, keyaki_tree
 
 #: The seed and shares of Li et al.'s split.
 SPLIT_SEED = 0
@@ -103,27 +103,28 @@ def li_split(kept: list[int]) -> dict[str, list[int]]:
     return {"train": sorted(rest), "valid": sorted(second), "test": sorted(first)}
 
 
-def split_trees(folder: Path, progress=None) -> tuple[dict[str, list[nltk.Tree]], dict]:
-    """``({split: [raw trees]}, record)``: Li et al.'s split of the Keyaki folder, and what the manifest
-    records of it (files and their hashes are recorded by the caller)."""
+def split_trees(folder: Path, progress=None, profile: TreebankProfile = KTB) -> tuple[dict[str, list[nltk.Tree]], dict]:
+    """``({split: [raw trees]}, record)``: Li et al.'s split of the Keyaki folder under ``profile`` (which
+    trees keep a word, hence what is shuffled), and what the manifest records of it (files and their hashes
+    are recorded by the caller)."""
     files = treebank_files(folder)
     blocks = read_blocks(files, progress)
     check_keyaki(blocks)
     lengths = {}
     for i, tree in enumerate(blocks.trees):
-        nopunct = keyaki_tree(tree, keep_punct=False)
+        nopunct = keyaki_tree(tree, keep_punct=False, profile=profile)
         if nopunct is not None:
             lengths[i] = len(nopunct.leaves())
     kept = sorted(lengths)
     positions = li_split(kept)
     record = {
-        "recipe": "Li et al. 2020, i-lijun/UnsupConstParseEval@afa5176 preprocess.py (KTBHelper)",
+        "recipe": f"Li et al. 2020: {profile.reference}",
         "files": len(files), "trees_read": len(blocks.trees), "last_trees_left_out": blocks.left_out,
         "no_word_without_punctuation": len(blocks.trees) - len(kept), "seed": SPLIT_SEED,
         "shuffled": len(kept), "held_out_each": int(len(kept) * HELD_OUT_SHARE),
         "test": "the first 10% of the shuffled positions (their train_test_split's 'dev', returned as test)",
         "valid": "the next 10% (their 'test', returned as dev)", "train": "the rest",
-        "profile": KTB.name,
+        "profile": profile.name,
         "li_len10": {split: sum(lengths[i] <= 10 for i in chosen) for split, chosen in positions.items()},
         "li_len40": {split: sum(lengths[i] <= 40 for i in chosen) for split, chosen in positions.items()},
     }

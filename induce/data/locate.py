@@ -305,9 +305,9 @@ def prepare_corpus(
             split_files, corpora_dir, name or "custom", source_kind="files", max_vocab=max_vocab, force=force,
             allow_predicted_tags=allow_predicted_tags, console=console, treebank=profile.name,
         )
-    if profile.name == "ktb":
-        return preprocess.preprocess_keyaki(_keyaki_folder(data), corpora_dir, name or "ktb", max_vocab, force,
-                                            console)
+    if profile.keyaki:
+        return preprocess.preprocess_keyaki(_keyaki_folder(data, profile.name), corpora_dir, name or profile.name,
+                                            max_vocab, force, console, profile=profile)
     if lm_text is not None:
         return preprocess.preprocess_lm_text(lm_text, corpora_dir, name or "ptb-lm", max_vocab, force, console)
     if synthetic:
@@ -317,12 +317,13 @@ def prepare_corpus(
     return _prepare_found_treebank(data, corpora_dir, name, sections, max_vocab, force, console)
 
 
-def _keyaki_folder(data: Optional[Path]) -> Path:
+def _keyaki_folder(data: Optional[Path], treebank: str = "ktb") -> Path:
     """The Keyaki Treebank folder of ``--data`` (the folder, or its ``ktb/``), else ``$INDUCE_DATA/ktb``."""
     if data is None:
         root = os.environ.get("INDUCE_DATA")
         if not root:
-            raise InduceError("--treebank ktb: give --data, the Keyaki Treebank folder (with its treebank/*.psd)")
+            raise InduceError(f"--treebank {treebank}: give --data, the Keyaki Treebank folder (with its "
+                              "treebank/*.psd)")
         data = Path(root)
     data = Path(data)
     return data / "ktb" if (data / "ktb").is_dir() and not any(data.glob("*.psd")) else data

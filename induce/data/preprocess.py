@@ -233,9 +233,9 @@ def _process_trees(trees: Sequence[nltk.Tree], progress: Progress, label: str,
     """The files of one split under ``profile``'s rules (:data:`CONVENTIONS`, :data:`KTB_CONVENTIONS`)."""
     data = _SplitData(read=len(trees))
     task = progress.add_task(f"cleaning {label}", total=len(trees))
-    ktb = profile.name == KTB.name
+    ktb = profile.keyaki
     for index, tree in enumerate(trees):
-        nopunct = keyaki_tree(tree, keep_punct=False) if ktb else clean_tree(tree, keep_punct=False)
+        nopunct = keyaki_tree(tree, keep_punct=False, profile=profile) if ktb else clean_tree(tree, keep_punct=False)
         if nopunct is None:
             data.dropped += 1
             continue
@@ -246,7 +246,8 @@ def _process_trees(trees: Sequence[nltk.Tree], progress: Progress, label: str,
         normalize = li_normalize_word if ktb else mikolov.normalize_word
         data.tokens.append([normalize(word) for word in nopunct.leaves()])
         data.gold_words += len(gold.leaves())
-        data.traces += sum(1 for word, tag in tree.pos() if (is_null_word(word) if ktb else tag == TRACE_TAG))
+        data.traces += sum(1 for word, tag in tree.pos()
+                           if (profile.drop_null_words and is_null_word(word) if ktb else tag == TRACE_TAG))
         if index % 1000 == 0:
             progress.update(task, completed=index)
     progress.update(task, completed=len(trees))
@@ -430,7 +431,7 @@ def _tree_corpus_builder(
                 splits[split] = data
         vocab, lm_counts = _write_lm_corpus(folder, {s: d.tokens for s, d in splits.items()}, max_vocab)
         return {
-            "conventions": KTB_CONVENTIONS if profile.name == KTB.name else CONVENTIONS,
+            "conventions": KTB_CONVENTIONS if profile.keyaki else CONVENTIONS,
             "treebank": profile.describe(),
             "has_trees": True,
             "kind": "treebank",
@@ -598,9 +599,11 @@ def preprocess_keyaki(
     max_vocab: int = DEFAULT_MAX_VOCAB,
     force: bool = False,
     console: Optional[Console] = None,
+    profile: TreebankProfile = KTB,
 ) -> Path:
     """Prepare ``out_dir/name`` from a Keyaki Treebank folder (its ``treebank/*.psd``) split as Li et al.
-    split it (:mod:`induce.data.keyaki`); ``meta.json`` records the split's counts under ``source.split``."""
+    split it (:mod:`induce.data.keyaki`) under ``profile`` (``ktb`` or ``ktb-2020``); ``meta.json`` records the
+    split's counts under ``source.split``."""
     from induce.data import keyaki
 
     log = _logger(console)
@@ -608,14 +611,15 @@ def preprocess_keyaki(
     _check_not_replacing_inputs(Path(out_dir) / name, files)
     records = [_file_record(path) for path in files]
     fingerprint = {"format_version": FORMAT_VERSION, "kind": "keyaki", "max_vocab": max_vocab,
-                   "sha256": [record["sha256"] for record in records], "treebank": KTB.name}
+                   "sha256": [record["sha256"] for record in records], "treebank": profile.name}
     source = {"kind": "keyaki", "files": {"all": records}}
 
     def split(progress: Progress) -> dict[str, list[nltk.Tree]]:
         task = progress.add_task("reading the Keyaki Treebank", total=len(files))
-        trees, record = keyaki.split_trees(Path(folder), lambda done, total: progress.update(task, completed=done))
+        trees, record = keyaki.split_trees(Path(folder), lambda done, total: progress.update(task, completed=done),
+                                           profile=profile)
         source["split"] = record
         return trees
 
-    build = _tree_corpus_builder(split, source, max_vocab, console, KTB)
+    build = _tree_corpus_builder(split, source, max_vocab, console, profile)
     return _prepare(Path(out_dir) / name, fingerprint, build, force, log)

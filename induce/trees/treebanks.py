@@ -16,9 +16,12 @@ whether unary chains are collapsed, and how the data is split. It is recorded in
   subtrees labelled ``PU -LRB- -RRB- LS LST META CODE QUOT``; each time a node left without children goes
   too; labels cut at the first ``-``, ``_`` or ``=`` (``-LRB-``/``-RRB-`` kept); unary chains collapsed
   into their top node, the root included. Their split: :mod:`induce.data.keyaki`. This is the repository as
-  it stands; at the paper's time (``6377b10``, 2020-05) the script kept Keyaki's empty elements as words and
-  ``QUOT`` out of the punctuation table (commits of 2021 changed both; bench/RESULTS.md, "The Keyaki Treebank
-  end to end").
+  it stands.
+* ``ktb-2020`` — the Keyaki Treebank as the same script prepared it at the paper's time (``6377b10``,
+  2020-05-04): Keyaki's empty elements (``*pro*``, ``*T*``, ...) stay in the sentence as words, and ``QUOT``
+  is not in the punctuation table; everything else as ``ktb``. Two commits of 2021 (``bddaf5a``, ``7290779``)
+  changed both; which preparation the paper's tables used is the paper's to say (bench/RESULTS.md, "The
+  Keyaki Treebank end to end").
 
 Another treebank (CTB, SPMRL, Negra, ...) becomes a profile here with a fixture test written from its
 documented format; none is guessed.
@@ -39,6 +42,8 @@ LI_ALWAYS = frozenset({"-NONE-", "ID", "META", "LS", "LST"})
 #: Li et al.'s punctuation tables (preprocess.py L86-89), by treebank.
 LI_PUNCT_PTB = frozenset({",", ".", ":", "``", "''", "-LRB-", "-RRB-", "#", "LS", "LST", "SYM"})
 LI_PUNCT_KTB = frozenset({"PU", "-LRB-", "-RRB-", "LS", "LST", "META", "CODE", "QUOT"})
+#: The KTB table at the paper's time (``6377b10``): without ``QUOT``.
+LI_PUNCT_KTB_2020 = LI_PUNCT_KTB - {"QUOT"}
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,10 @@ class TreebankProfile:
     unary: str
     split: str
     file_pattern: str
+    #: Keyaki (CorpusSearch) trees, prepared by :func:`keyaki_tree` with this profile's rules.
+    keyaki: bool = False
+    #: Keyaki's empty elements (one leaf written ``*...*`` or ``*...*-N``) are removed (else kept as words).
+    drop_null_words: bool = True
 
     def is_word(self, tag: str | None) -> bool:
         """Whether a leaf with gold tag ``tag`` is a word (kept by the no-punctuation filter)."""
@@ -75,7 +84,7 @@ class TreebankProfile:
         tag that says what is punctuation; the conventions that count unary chains collapse them after
         removing punctuation, as Li et al. do); a PTB tree is returned as it is (its traces and function tags go
         where it is evaluated or prepared: :func:`induce.trees.ptb.clean_tree`). Idempotent."""
-        return keyaki_tree(tree, keep_punct=True, collapse=False) if self.name == "ktb" else tree
+        return keyaki_tree(tree, keep_punct=True, collapse=False, profile=self) if self.keyaki else tree
 
     def describe(self) -> dict:
         """The profile as ``meta.json`` and ``induce eval --json`` record it."""
@@ -107,9 +116,21 @@ KTB = TreebankProfile(
     unary="unary chains collapsed into their top node, the root included",
     split="Li et al.: the sentences of the .psd files in name order, those with a word left after punctuation "
           "removal shuffled by Python's random.seed(0); test = the first 10%, valid = the next 10%, train = the "
-          "rest", file_pattern="*.psd")
+          "rest", file_pattern="*.psd", keyaki=True)
 
-PROFILES = {profile.name: profile for profile in (PTB, KTB)}
+KTB_2020 = TreebankProfile(
+    name="ktb-2020", title="Keyaki Treebank (Japanese), the preparation of Li et al.'s paper time",
+    reference="Butler et al. 2018, version 1.1; prepared as Li et al. 2020 did at the paper's time "
+              "(i-lijun/UnsupConstParseEval@6377b10 preprocess.py)",
+    punct_tags=LI_PUNCT_KTB_2020, word_tags=None, li_punct=LI_PUNCT_KTB_2020, collapse_root=True,
+    empty_elements="-NONE- subtrees removed; Keyaki's empty elements (*pro*, *T*, *speaker*, *, *...*-N) kept as "
+                   "words",
+    non_syntactic="subtrees labelled ID, META, LS, LST (and, without punctuation, PU -LRB- -RRB- CODE); a node "
+                  "left without children goes too",
+    function_tags=KTB.function_tags, unary=KTB.unary, split=KTB.split, file_pattern="*.psd", keyaki=True,
+    drop_null_words=False)
+
+PROFILES = {profile.name: profile for profile in (PTB, KTB, KTB_2020)}
 DEFAULT_TREEBANK = "ptb"
 
 
@@ -147,11 +168,11 @@ def is_null_word(word: str) -> bool:
     return (word.startswith("*") and word.endswith("*")) or _INDEXED_NULL.match(word) is not None
 
 
-def _remove(tree: nltk.Tree, labels: frozenset) -> nltk.Tree | None:
+def _remove(tree: nltk.Tree, labels: frozenset, null_words: bool = True) -> nltk.Tree | None:
     """A copy of ``tree`` without the subtrees labelled in ``labels``, the empty elements (a subtree whose
-    only leaf is a null word), and the nodes this leaves without children; None when the root loses every
-    child (preprocess.py ``remove_nodes``: Li et al. climb from a removed node through parents of one child
-    and delete the top one; removing the root's last child deletes the tree)."""
+    only leaf is a null word; kept with ``null_words=False``), and the nodes this leaves without children;
+    None when the root loses every child (preprocess.py ``remove_nodes``: Li et al. climb from a removed node
+    through parents of one child and delete the top one; removing the root's last child deletes the tree)."""
 
     def children_of(node) -> list:
         return [child for child in node if isinstance(child, nltk.Tree)] if isinstance(node, nltk.Tree) else []
@@ -174,7 +195,7 @@ def _remove(tree: nltk.Tree, labels: frozenset) -> nltk.Tree | None:
             return None
         copy = nltk.Tree(node.label(), children)
         leaves = copy.leaves()
-        if len(leaves) == 1 and is_null_word(leaves[0]) and not root:
+        if null_words and len(leaves) == 1 and is_null_word(leaves[0]) and not root:
             return None
         return copy
 
@@ -224,15 +245,18 @@ def collapse_unary_chains(tree: nltk.Tree, collapse_root: bool = True) -> nltk.T
     return tree
 
 
-def keyaki_tree(tree: nltk.Tree, keep_punct: bool = True, collapse: bool = True) -> nltk.Tree | None:
+def keyaki_tree(tree: nltk.Tree, keep_punct: bool = True, collapse: bool = True,
+                profile: TreebankProfile | None = None) -> nltk.Tree | None:
     """A Keyaki tree (as read, its ``( (IP-MAT ...) (ID ...))`` wrapper included) prepared as Li et al.'s
-    ``Sentence(tree, "ktb", remove_punct=not keep_punct)`` prepares it, but with the words as written (they
+    ``Sentence(tree, "ktb", remove_punct=not keep_punct)`` prepares it under ``profile`` (``ktb``, the default,
+    or ``ktb-2020``: its punctuation table, and whether empty elements go), but with the words as written (they
     lower-case them and write numbers ``[num]``: :func:`li_normalize_word`, for the LM text): None when no
     word is left. See the module docstring for the steps; ``collapse=False`` stops before the unary
     collapse (:meth:`TreebankProfile.gold_tree`)."""
+    profile = profile or KTB
     tree = _unwrap_empty_root(tree.copy(deep=True))
-    for labels in (LI_ALWAYS,) if keep_punct else (LI_ALWAYS, LI_PUNCT_KTB):
-        removed = _remove(tree, labels)
+    for labels in (LI_ALWAYS,) if keep_punct else (LI_ALWAYS, profile.li_punct):
+        removed = _remove(tree, labels, profile.drop_null_words)
         if removed is None:
             return None
         tree = removed
