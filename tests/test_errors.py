@@ -471,6 +471,22 @@ def test_the_memory_probe_runs_a_training_step_and_leaves_the_random_streams_alo
     assert modes == [True] * 4
 
 
+def test_the_memory_probe_leaves_a_batchnorm_s_running_statistics_alone():
+    """PRPN's BatchNorm layers update their running statistics in a training-mode forward: the probe puts them
+    back (else every LM run with a BatchNorm started from statistics the probe's zero batch had moved)."""
+    from induce.models.prpn import PRPN, PRPNConfig
+    from induce.training import fits
+    from induce.training.objectives import LMLoss
+
+    torch.manual_seed(0)
+    model = PRPN(30, PRPNConfig(emb_size=8, hidden_size=8, n_slots=3, n_lookback=2))
+    before = {name: buffer.clone() for name, buffer in model.named_buffers()}
+    assert any("running_mean" in name for name in before)
+    fits.measure_step_memory(LMLoss(model, 0.0, 0.0), model, torch.device("cpu"), 6)
+    after = dict(model.named_buffers())
+    assert all(torch.equal(before[name], after[name]) for name in before)
+
+
 def test_a_full_disk_during_training_fails_the_run_and_keeps_the_last_checkpoint(tmp_path, tiny_corpus, monkeypatch):
     """ENOSPC while epoch 2's checkpoint is written (the file half-written): exit 2 with one line, the
     run marked failed, epoch 1's checkpoint whole (it loads), and --resume finishes the run."""

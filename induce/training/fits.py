@@ -184,8 +184,9 @@ def saved_bytes(loss_module, model, device: torch.device, rows: int, length: int
     """Bytes of the tensors a training step on ``rows`` rows of ``length`` tokens keeps for its
     backward pass. Training mode, as the step it stands for (its dropout masks count, and cuDNN's
     LSTM refuses a backward pass through a forward run in eval mode), with the random generators'
-    states restored afterwards (``fork_rng``) and no optimiser step: the run is not changed. Each
-    storage counts once; the parameters are not counted (:func:`check_parameters_fit` has them)."""
+    states and the model's buffers (a BatchNorm's running statistics, which a training-mode forward
+    updates) restored afterwards, the gradients dropped and no optimiser step: the run is not changed.
+    Each storage counts once; the parameters are not counted (:func:`check_parameters_fit` has them)."""
     tokens = torch.zeros(rows, length, dtype=torch.long, device=device)
     gold = None if gold_width is None else torch.zeros(rows, length, gold_width, device=device)
     parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -199,6 +200,7 @@ def saved_bytes(loss_module, model, device: torch.device, rows: int, length: int
         return tensor
 
     was_training = model.training
+    buffers = [(buffer, buffer.detach().clone()) for buffer in model.buffers()]
     model.train()
     devices = [device.index if device.index is not None else torch.cuda.current_device()] \
         if device.type == "cuda" else []
@@ -210,6 +212,9 @@ def saved_bytes(loss_module, model, device: torch.device, rows: int, length: int
     finally:
         model.zero_grad(set_to_none=True)
         model.train(was_training)
+        with torch.no_grad():
+            for buffer, saved in buffers:
+                buffer.copy_(saved)
     return sum(seen.values())
 
 
