@@ -77,6 +77,23 @@ def test_ktb_2020_keeps_empty_elements_as_words_and_quot_as_a_word_as_the_paper_
     assert get_profile("ktb-2020") is KTB_2020 and KTB_2020.describe()["name"] == "ktb-2020"
 
 
+def test_ktb_2020_keeps_a_tree_whose_removal_stopped_at_the_root_as_the_paper_time_script_did():
+    """Removing the root's only child stopped that script's removals (an IndexError it let pass): the tree stays
+    as it was at that moment and the punctuation pass is not made; the later script drops the tree."""
+    tree = nltk.Tree.fromstring("( (LST (-LRB- （) (-RRB- ）)) (ID 4_x;JP))")
+    assert keyaki_tree(tree, keep_punct=False) is None
+    assert tree_to_line(keyaki_tree(tree, keep_punct=False, profile=KTB_2020)) == "(LST (-LRB- （) (-RRB- ）))"
+    # ID went first (reverse pre-order), then LST, the root's only child: nothing more is removed
+    stopped = nltk.Tree.fromstring("( (LST (PU 、) (ID 5)) (ID 6_x;JP))")
+    assert tree_to_line(keyaki_tree(stopped, keep_punct=False, profile=KTB_2020)) == "(LST 、)"  # then collapsed
+    # a deeper node whose parents of one child reach a child of the root deletes that child, without stopping
+    deep = nltk.Tree.fromstring("( (IP-MAT (PU 。)) (ID 7_x;JP))")
+    assert keyaki_tree(deep, keep_punct=False, profile=KTB_2020) is None and keyaki_tree(deep, keep_punct=False) is None
+    # removals that do not reach the root are the later script's, but for the empty elements
+    plain = nltk.Tree.fromstring("( (IP-MAT (NP-SBJ (PRO 私)) (PU 、) (VB 行く)) (ID 8_x;JP))")
+    assert keyaki_tree(plain, keep_punct=False, profile=KTB_2020) == keyaki_tree(plain, keep_punct=False)
+
+
 def test_null_words_and_li_normalisation():
     assert all(is_null_word(w) for w in ("*pro*", "*T*", "*", "*が*", "*T*-3"))
     assert not any(is_null_word(w) for w in ("私", "*a", "a*"))

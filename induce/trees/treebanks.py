@@ -18,10 +18,12 @@ whether unary chains are collapsed, and how the data is split. It is recorded in
   into their top node, the root included. Their split: :mod:`induce.data.keyaki`. This is the repository as
   it stands.
 * ``ktb-2020`` — the Keyaki Treebank as the same script prepared it at the paper's time (``6377b10``,
-  2020-05-04): Keyaki's empty elements (``*pro*``, ``*T*``, ...) stay in the sentence as words, and ``QUOT``
-  is not in the punctuation table; everything else as ``ktb``. Two commits of 2021 (``bddaf5a``, ``7290779``)
-  changed both; which preparation the paper's tables used is the paper's to say (bench/RESULTS.md, "The
-  Keyaki Treebank end to end").
+  2020-05-04): Keyaki's empty elements (``*pro*``, ``*T*``, ...) stay in the sentence as words, ``QUOT``
+  is not in the punctuation table, and a removal that reaches the root's only child stops the removals, the
+  tree kept as it is then (:func:`_remove_in_order`; 4 trees of Keyaki 1.1, such as an ``LST`` of brackets,
+  which the later script drops); everything else as ``ktb``. Commits of 2021 (``bddaf5a``, ``7290779``,
+  ``afa5176``) changed all three; which preparation the paper's tables used is the paper's to say
+  (bench/RESULTS.md, "The Keyaki Treebank end to end").
 
 Another treebank (CTB, SPMRL, Negra, ...) becomes a profile here with a fixture test written from its
 documented format; none is guessed.
@@ -125,8 +127,9 @@ KTB_2020 = TreebankProfile(
     punct_tags=LI_PUNCT_KTB_2020, word_tags=None, li_punct=LI_PUNCT_KTB_2020, collapse_root=True,
     empty_elements="-NONE- subtrees removed; Keyaki's empty elements (*pro*, *T*, *speaker*, *, *...*-N) kept as "
                    "words",
-    non_syntactic="subtrees labelled ID, META, LS, LST (and, without punctuation, PU -LRB- -RRB- CODE); a node "
-                  "left without children goes too",
+    non_syntactic="subtrees labelled ID, META, LS, LST (and, without punctuation, PU -LRB- -RRB- CODE), in reverse "
+                  "pre-order with their parents of one child; a removal that reaches the root's only child stops "
+                  "the removals (the tree kept as it is then)",
     function_tags=KTB.function_tags, unary=KTB.unary, split=KTB.split, file_pattern="*.psd", keyaki=True,
     drop_null_words=False)
 
@@ -168,9 +171,9 @@ def is_null_word(word: str) -> bool:
     return (word.startswith("*") and word.endswith("*")) or _INDEXED_NULL.match(word) is not None
 
 
-def _remove(tree: nltk.Tree, labels: frozenset, null_words: bool = True) -> nltk.Tree | None:
+def _remove(tree: nltk.Tree, labels: frozenset) -> nltk.Tree | None:
     """A copy of ``tree`` without the subtrees labelled in ``labels``, the empty elements (a subtree whose
-    only leaf is a null word; kept with ``null_words=False``), and the nodes this leaves without children;
+    only leaf is a null word), and the nodes this leaves without children;
     None when the root loses every child (preprocess.py ``remove_nodes``: Li et al. climb from a removed node
     through parents of one child and delete the top one; removing the root's last child deletes the tree)."""
 
@@ -195,11 +198,39 @@ def _remove(tree: nltk.Tree, labels: frozenset, null_words: bool = True) -> nltk
             return None
         copy = nltk.Tree(node.label(), children)
         leaves = copy.leaves()
-        if null_words and len(leaves) == 1 and is_null_word(leaves[0]) and not root:
+        if len(leaves) == 1 and is_null_word(leaves[0]) and not root:
             return None
         return copy
 
     return fold(tree, children_of, combine)
+
+
+def _remove_in_order(tree: nltk.Tree, labels: frozenset) -> tuple[nltk.Tree, bool]:
+    """``(tree, stopped)``: Li et al.'s ``remove_nodes`` step by step, for ``ktb-2020`` (their script at
+    ``6377b10``): each subtree labelled in ``labels``, in reverse pre-order, is deleted together with the parents
+    of one child above it, up to (not including) a child of the root; deleting the root's only child this way
+    fails (an ``IndexError`` in their code, which that version caught and let pass), and the tree stays as it
+    is at that moment, with the removals still to come not made (``stopped``: their second pass, punctuation,
+    is not made either). Positions are read from the tree as it is at each step, as theirs are."""
+    work = nltk.ParentedTree.convert(tree)
+    try:
+        for sub in reversed(list(work.subtrees())):
+            if sub.label() not in labels:
+                continue
+            position = sub.treeposition()
+            if not position:
+                continue
+            parent = work[position[:-1]]
+            while parent and len(parent) == 1:
+                sub = parent
+                position = sub.treeposition()
+                if not position[:-1]:
+                    break
+                parent = work[position[:-1]]
+            del work[sub.treeposition()]
+    except IndexError:
+        return nltk.Tree.convert(work), True
+    return nltk.Tree.convert(work), False
 
 
 def _cut_labels(tree: nltk.Tree) -> nltk.Tree:
@@ -256,10 +287,17 @@ def keyaki_tree(tree: nltk.Tree, keep_punct: bool = True, collapse: bool = True,
     profile = profile or KTB
     tree = _unwrap_empty_root(tree.copy(deep=True))
     for labels in (LI_ALWAYS,) if keep_punct else (LI_ALWAYS, profile.li_punct):
-        removed = _remove(tree, labels, profile.drop_null_words)
+        if not profile.drop_null_words:  # the paper-time script (ktb-2020): its removal as it ran then
+            tree, stopped = _remove_in_order(tree, labels)
+            if stopped:
+                break
+            continue
+        removed = _remove(tree, labels)
         if removed is None:
             return None
         tree = removed
+    if not tree.leaves():
+        return None
     tree = _unwrap_empty_root(_cut_labels(tree))
     if collapse:
         tree = _unwrap_empty_root(collapse_unary_chains(tree, collapse_root=True))
