@@ -60,6 +60,19 @@ def test_punctuation_goes_by_tag_before_the_collapse():
     assert prepare_gold(tree, EvalConvention()).words == ["行く"]
 
 
+def test_ktb_drops_a_sentence_whose_removals_reach_the_root_as_li_et_al_s_script_does():
+    """Their remove_nodes reads a position inside an already removed part (here CONJ, taken out with its NP-SBJ)
+    in the tree itself, where it names the root; deleting the root raises the IndexError that drops the sentence
+    (24 sentences of Keyaki 1.1). Removing the NP-SBJ alone would have left a sentence."""
+    tree = nltk.Tree.fromstring("( (IP-MAT (NP-SBJ (CONJ (NP *pro*)) (NP *pro*)) (NP-OB1 (N 本)) (VB 読む)) "
+                                "(ID 9_x;JP))")
+    assert keyaki_tree(tree, keep_punct=False) is None and keyaki_tree(tree, keep_punct=True) is None
+    assert keyaki_tree(tree, keep_punct=False, profile=KTB_2020).leaves() == ["*pro*", "*pro*", "本", "読む"]
+    # without the CONJ chain, the empty elements go and the sentence stays
+    plain = nltk.Tree.fromstring("( (IP-MAT (NP-SBJ *pro*) (NP-OB1 (N 本)) (VB 読む)) (ID 10_x;JP))")
+    assert tree_to_line(keyaki_tree(plain, keep_punct=False)) == "(IP (NP 本) (VB 読む))"
+
+
 def test_ktb_2020_keeps_empty_elements_as_words_and_quot_as_a_word_as_the_paper_time_script_did():
     """Li et al.'s preprocess.py at 6377b10 (2020-05): no empty-element removal, no QUOT in the KTB table."""
     tree = nltk.Tree.fromstring("( (IP-MAT (NP-SBJ *pro*) (NP-OB1 (QUOT 「) (N 本) (QUOT 」)) (VB 読む) (PU 。)) "

@@ -45,7 +45,16 @@ from induce.files import (
 )
 from induce.trees.brackets import read_trees, tree_to_line
 from induce.trees.ptb import TRACE_TAG, TagCensus, clean_tree
-from induce.trees.treebanks import KTB, PTB, TreebankProfile, get_profile, is_null_word, keyaki_tree, li_normalize_word
+from induce.trees.treebanks import (
+    KEYAKI_RECIPE,
+    KTB,
+    PTB,
+    TreebankProfile,
+    get_profile,
+    is_null_word,
+    keyaki_tree,
+    li_normalize_word,
+)
 
 #: Bumped when the output format or a convention changes (invalidates cached corpora).
 FORMAT_VERSION = 1
@@ -514,6 +523,7 @@ def preprocess_tree_files(
         "max_vocab": max_vocab,
         "sha256": {split: [r["sha256"] for r in recs] for split, recs in records.items()},
         **({} if profile.name == PTB.name else {"treebank": profile.name}),
+        **({"keyaki_recipe": KEYAKI_RECIPE} if profile.keyaki else {}),
     }
     build = _tree_corpus_builder(lambda progress: _read_split_files(split_files, progress, profile), source, max_vocab,
                                  console, profile)
@@ -611,7 +621,8 @@ def preprocess_keyaki(
     _check_not_replacing_inputs(Path(out_dir) / name, files)
     records = [_file_record(path) for path in files]
     fingerprint = {"format_version": FORMAT_VERSION, "kind": "keyaki", "max_vocab": max_vocab,
-                   "sha256": [record["sha256"] for record in records], "treebank": profile.name}
+                   "sha256": [record["sha256"] for record in records], "treebank": profile.name,
+                   "keyaki_recipe": KEYAKI_RECIPE}
     source = {"kind": "keyaki", "files": {"all": records}}
 
     def split(progress: Progress) -> dict[str, list[nltk.Tree]]:

@@ -13,10 +13,12 @@ whether unary chains are collapsed, and how the data is split. It is recorded in
   (i-lijun/UnsupConstParseEval ``afa5176`` ``preprocess.py``, ``Sentence`` and ``KTBHelper``), see
   :func:`keyaki_tree`: subtrees labelled ``-NONE- ID META LS LST`` and empty elements (one leaf written
   ``*...*`` or ``*...*-N``, such as ``*pro*``, ``*T*``, ``*``) removed, then (without punctuation) the
-  subtrees labelled ``PU -LRB- -RRB- LS LST META CODE QUOT``; each time a node left without children goes
-  too; labels cut at the first ``-``, ``_`` or ``=`` (``-LRB-``/``-RRB-`` kept); unary chains collapsed
-  into their top node, the root included. Their split: :mod:`induce.data.keyaki`. This is the repository as
-  it stands.
+  subtrees labelled ``PU -LRB- -RRB- LS LST META CODE QUOT``, each in reverse pre-order with its parents of
+  one child, step by step as their ``remove_nodes`` runs (:func:`_remove_in_order`: a sentence whose removals
+  reach the root, 24 of Keyaki 1.1 through the way that function reads positions, is dropped, as their
+  ``IndexError`` drops it); labels cut at the first ``-``, ``_`` or ``=`` (``-LRB-``/``-RRB-`` kept); unary
+  chains collapsed into their top node, the root included. Their split: :mod:`induce.data.keyaki`. This is
+  the repository as it stands.
 * ``ktb-2020`` — the Keyaki Treebank as the same script prepared it at the paper's time (``6377b10``,
   2020-05-04): Keyaki's empty elements (``*pro*``, ``*T*``, ...) stay in the sentence as words, ``QUOT``
   is not in the punctuation table, and a removal that reaches the root's only child stops the removals, the
@@ -39,6 +41,9 @@ from induce.errors import InvalidValueError
 from induce.trees.nodes import fold
 from induce.trees.ptb import WORD_TAGS
 
+#: Bumped when the Keyaki Treebank's preparation changes: it enters a prepared Keyaki corpus's fingerprint, so
+#: that a corpus prepared before is prepared again (2: the removals step by step as their script makes them).
+KEYAKI_RECIPE = 2
 #: Li et al.'s removals of every treebank: empty elements and annotation nodes (preprocess.py L205-207).
 LI_ALWAYS = frozenset({"-NONE-", "ID", "META", "LS", "LST"})
 #: Li et al.'s punctuation tables (preprocess.py L86-89), by treebank.
@@ -72,6 +77,8 @@ class TreebankProfile:
     keyaki: bool = False
     #: Keyaki's empty elements (one leaf written ``*...*`` or ``*...*-N``) are removed (else kept as words).
     drop_null_words: bool = True
+    #: A removal that reached the root (:func:`_remove_in_order`) keeps the tree as it is then (else it is dropped).
+    keep_stopped: bool = False
 
     def is_word(self, tag: str | None) -> bool:
         """Whether a leaf with gold tag ``tag`` is a word (kept by the no-punctuation filter)."""
@@ -112,8 +119,9 @@ KTB = TreebankProfile(
               "preprocess.py)",
     punct_tags=LI_PUNCT_KTB, word_tags=None, li_punct=LI_PUNCT_KTB, collapse_root=True,
     empty_elements="subtrees of one leaf written *...* or *...*-N (*pro*, *T*, *speaker*, *), and -NONE-",
-    non_syntactic="subtrees labelled ID, META, LS, LST (and, without punctuation, PU -LRB- -RRB- CODE QUOT); "
-                  "a node left without children goes too",
+    non_syntactic="subtrees labelled ID, META, LS, LST (and, without punctuation, PU -LRB- -RRB- CODE QUOT), in "
+                  "reverse pre-order with their parents of one child; a sentence whose removals reach the root is "
+                  "dropped",
     function_tags="cut at the first -, _ or = (IP-MAT -> IP; -LRB-, -RRB- kept)",
     unary="unary chains collapsed into their top node, the root included",
     split="Li et al.: the sentences of the .psd files in name order, those with a word left after punctuation "
@@ -131,7 +139,7 @@ KTB_2020 = TreebankProfile(
                   "pre-order with their parents of one child; a removal that reaches the root's only child stops "
                   "the removals (the tree kept as it is then)",
     function_tags=KTB.function_tags, unary=KTB.unary, split=KTB.split, file_pattern="*.psd", keyaki=True,
-    drop_null_words=False)
+    drop_null_words=False, keep_stopped=True)
 
 PROFILES = {profile.name: profile for profile in (PTB, KTB, KTB_2020)}
 DEFAULT_TREEBANK = "ptb"
@@ -171,51 +179,26 @@ def is_null_word(word: str) -> bool:
     return (word.startswith("*") and word.endswith("*")) or _INDEXED_NULL.match(word) is not None
 
 
-def _remove(tree: nltk.Tree, labels: frozenset) -> nltk.Tree | None:
-    """A copy of ``tree`` without the subtrees labelled in ``labels``, the empty elements (a subtree whose
-    only leaf is a null word), and the nodes this leaves without children;
-    None when the root loses every child (preprocess.py ``remove_nodes``: Li et al. climb from a removed node
-    through parents of one child and delete the top one; removing the root's last child deletes the tree)."""
-
-    def children_of(node) -> list:
-        return [child for child in node if isinstance(child, nltk.Tree)] if isinstance(node, nltk.Tree) else []
-
-    def combine(node, kept: list):
-        if not isinstance(node, nltk.Tree):
-            return node
-        root = node is tree  # Li et al. never remove the root itself, only every child of it
-        if node.label() in labels and not root:
-            return None
-        children, position = [], 0
-        for child in node:
-            if isinstance(child, nltk.Tree):
-                if kept[position] is not None:
-                    children.append(kept[position])
-                position += 1
-            else:
-                children.append(child)
-        if not children:
-            return None
-        copy = nltk.Tree(node.label(), children)
-        leaves = copy.leaves()
-        if len(leaves) == 1 and is_null_word(leaves[0]) and not root:
-            return None
-        return copy
-
-    return fold(tree, children_of, combine)
-
-
-def _remove_in_order(tree: nltk.Tree, labels: frozenset) -> tuple[nltk.Tree, bool]:
-    """``(tree, stopped)``: Li et al.'s ``remove_nodes`` step by step, for ``ktb-2020`` (their script at
-    ``6377b10``): each subtree labelled in ``labels``, in reverse pre-order, is deleted together with the parents
-    of one child above it, up to (not including) a child of the root; deleting the root's only child this way
-    fails (an ``IndexError`` in their code, which that version caught and let pass), and the tree stays as it
-    is at that moment, with the removals still to come not made (``stopped``: their second pass, punctuation,
-    is not made either). Positions are read from the tree as it is at each step, as theirs are."""
+def _remove_in_order(tree: nltk.Tree, labels: frozenset, null_words: bool) -> tuple[nltk.Tree, bool]:
+    """``(tree, stopped)``: Li et al.'s ``remove_nodes`` (preprocess.py), step by step. Each subtree labelled in
+    ``labels`` (with ``null_words``, also each subtree whose one leaf is an empty element, judged on the tree as it
+    is at that step), in reverse pre-order, is deleted together with the parents of one child above it, up to
+    (not including) a child of the root. Positions are read at each step, as theirs are, also for a subtree
+    that an earlier deletion already took out of the tree: its position inside the removed part is looked up in
+    the tree, so that such a subtree can reach the root. Deleting the root fails (their ``IndexError``):
+    ``stopped``, the tree as it is at that moment. What their versions do then: ``afa5176`` drops the sentence
+    (``ktb``), ``6377b10`` keeps the tree as it is and makes no further removal (``ktb-2020``)."""
     work = nltk.ParentedTree.convert(tree)
+
+    def removable(sub) -> bool:
+        if sub.label() in labels:
+            return True
+        leaves = sub.leaves() if null_words else []
+        return len(leaves) == 1 and is_null_word(leaves[0])
+
     try:
         for sub in reversed(list(work.subtrees())):
-            if sub.label() not in labels:
+            if not removable(sub):
                 continue
             position = sub.treeposition()
             if not position:
@@ -287,15 +270,11 @@ def keyaki_tree(tree: nltk.Tree, keep_punct: bool = True, collapse: bool = True,
     profile = profile or KTB
     tree = _unwrap_empty_root(tree.copy(deep=True))
     for labels in (LI_ALWAYS,) if keep_punct else (LI_ALWAYS, profile.li_punct):
-        if not profile.drop_null_words:  # the paper-time script (ktb-2020): its removal as it ran then
-            tree, stopped = _remove_in_order(tree, labels)
-            if stopped:
-                break
-            continue
-        removed = _remove(tree, labels)
-        if removed is None:
-            return None
-        tree = removed
+        tree, stopped = _remove_in_order(tree, labels, profile.drop_null_words)
+        if stopped:
+            if not profile.keep_stopped:
+                return None
+            break
     if not tree.leaves():
         return None
     tree = _unwrap_empty_root(_cut_labels(tree))
