@@ -314,7 +314,9 @@ def test_a_damaged_checkpoint_is_never_reported_as_finished(pipeline, monkeypatc
     result = runner.invoke(app, args + ["--models", "palm"])
     assert result.exit_code == 0, result.output
     statuses = steps(out)
-    assert statuses["train palm seed 1"] == "ran" and statuses["evaluate palm seed 1"] == "ran"
+    # Trained again, the run has the same weights bit for bit (seeded, one thread): the evaluation made from them
+    # before the damage is current again (its key holds the weights' hash, verified), so it is not repeated.
+    assert statuses["train palm seed 1"] == "ran" and statuses["evaluate palm seed 1"] == "skipped"
     palm = json.loads((out / "results.json").read_text())["models"]["palm"]
     assert palm["summary"]["sentence_f1_wsj40"]["mean"] is not None and palm["failed_seeds"] == {}
 

@@ -87,7 +87,7 @@ def cpu_sized_command(model_name: str, config_dir: Optional[Path] = None) -> Opt
 
 
 def size_message(model_name: str, n_params: int, tokens_per_epoch: int, device: str) -> str:
-    """The note printed after the estimate of a large run on ``device`` (:data:`LARGE_RUN_SECONDS`)."""
+    """The note printed with the estimate of a large run on ``device`` (:data:`LARGE_RUN_SECONDS`)."""
     lines = [
         f"[yellow]note:[/] this is a large run for this {device}: {n_params / 1e6:.1f}M parameters, "
         f"{tokens_per_epoch:,} training tokens per epoch."
