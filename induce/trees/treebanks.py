@@ -193,7 +193,9 @@ def _remove_in_order(tree: nltk.Tree, labels: frozenset, null_words: bool) -> tu
     def removable(sub) -> bool:
         if sub.label() in labels:
             return True
-        leaves = sub.leaves() if null_words else []
+        if not null_words:
+            return False
+        leaves = sub.leaves()
         return len(leaves) == 1 and is_null_word(leaves[0])
 
     try:
@@ -268,7 +270,7 @@ def keyaki_tree(tree: nltk.Tree, keep_punct: bool = True, collapse: bool = True,
     word is left. See the module docstring for the steps; ``collapse=False`` stops before the unary
     collapse (:meth:`TreebankProfile.gold_tree`)."""
     profile = profile or KTB
-    tree = _unwrap_empty_root(tree.copy(deep=True))
+    tree = _unwrap_empty_root(tree)  # not changed: each removal pass works on its own copy (_remove_in_order)
     for labels in (LI_ALWAYS,) if keep_punct else (LI_ALWAYS, profile.li_punct):
         tree, stopped = _remove_in_order(tree, labels, profile.drop_null_words)
         if stopped:
