@@ -19,7 +19,8 @@ bench-onlstm     65 s   ``bench/models.py --device cuda``: our step (eager and `
 bench-prpn       75 s   original implementation (``--external``, from ``--originals``), interleaved, our
 bench-palm       60 s   step's costliest operators (``--profile-ops``) and 2 whole ``induce train`` epochs,
                         epoch 1 included (``--epochs``)
-kernel-tests     60 s   the Triton, ON-LSTM cell, batching and LSTM-weight tests, on CUDA
+kernel-tests     60 s   the Triton, ON-LSTM cell, batching and LSTM-weight tests and the PCFG inside ops'
+                        Triton tiers (dense, low-rank, simple), on CUDA
 capture-tests    35 s   ``tests/test_training_graphs.py``: CUDA-graph capture of the three models
 cudnn-weights    10 s   a paper-size WeightDropLSTM step raises no "RNN module weights" warning
 pcfg-train       45 s   ``induce train`` of the SN-PCFG and TN-PCFG at their papers' sizes for
@@ -90,7 +91,8 @@ PROJECT_MODULES = ("induce.config", "induce.data.locate", "induce.training.train
                    "induce.kernels.recurrent.triton_impl", "induce.cli.main")
 COMPILE_TEST = "tests/test_triton_compile_h100.py"
 KERNEL_TESTS = ("tests/test_kernels_triton.py", "tests/test_onlstm_cell.py", "tests/test_batching.py",
-                "tests/test_weight_drop_lstm.py")
+                "tests/test_weight_drop_lstm.py", "tests/test_inside_triton.py", "tests/test_inside_lowrank_triton.py",
+                "tests/test_inside_simple_triton.py")
 CAPTURE_TESTS = ("tests/test_training_graphs.py",)
 
 
