@@ -66,7 +66,8 @@ DEFAULT_THREADS_TEXT = f"induce's default, {DEFAULT_THREADS} (measured: bench/RE
 
 def use_threads(threads: Optional[int] = None) -> int:
     """Set torch's CPU threads (intra-op) to ``threads``, or :data:`DEFAULT_THREADS` when None; returns the
-    count now in force. Process-wide: a command sets it once, before its work."""
+    count now in force. Process-wide: a command sets it once, before its work, and with it the allocator's
+    settings for that work (:func:`keep_freed_memory`)."""
     import torch
 
     count = DEFAULT_THREADS if threads is None else int(threads)
@@ -74,7 +75,44 @@ def use_threads(threads: Optional[int] = None) -> int:
         raise ConfigError(f"--threads {threads}: give 1 or more")
     if torch.get_num_threads() != count:
         torch.set_num_threads(count)
+    keep_freed_memory()
     return count
+
+
+#: glibc's ``mallopt`` parameters (``malloc.h``) and the values :func:`keep_freed_memory` gives them: blocks
+#: up to 32 MiB (the largest mmap threshold glibc accepts on 64-bit) come from the heap, and up to 1 GiB of
+#: freed memory at the heap's top stays with the process.
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+MMAP_THRESHOLD_BYTES, TRIM_THRESHOLD_BYTES = 32 * 2**20, 2**30
+_freed_memory_kept = False
+
+
+def keep_freed_memory() -> bool:
+    """Keep the memory of freed CPU tensors in the process for the next ones (glibc only; ``False`` elsewhere,
+    where nothing is changed). By default glibc maps large blocks for each tensor and unmaps them when freed,
+    and gives a freed heap top back to the system past a threshold that adapts to the largest block freed; a
+    training step that allocates and frees many tensors of a few MiB (a C-PCFG's per-sentence rule and
+    emission tensors) then has the kernel zero and fault in the same pages again at every step. Measured at
+    the cpu profile's C-PCFG, 150 steps on one thread: 1.55 M minor page faults and 3.8 s of system time
+    against 0.31 M and 1.3 s with these settings, user time equal, every weight equal bit for bit (allocation
+    does not change arithmetic; torch aligns its CPU tensors itself). The cost: memory freed by a command is
+    held until it ends. Idempotent."""
+    global _freed_memory_kept
+    if _freed_memory_kept:
+        return True
+    import ctypes
+    import platform
+
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    _freed_memory_kept = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
+        mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+    return _freed_memory_kept
 
 
 #: The largest float32: the trainer computes in float32, and torch refuses a Python float beyond it

@@ -2,6 +2,8 @@
 model section checked where the model is chosen (:func:`induce.models.configs.resolve_config`)."""
 from __future__ import annotations
 
+import platform
+import resource
 import subprocess
 import sys
 
@@ -319,3 +321,42 @@ def test_the_shipped_models_are_those_of_the_package():
     builtin = {name for name in list_models() if get_model_class(name).__module__.startswith("induce.")}
     assert SHIPPED_MODELS == builtin
     assert all(shipped_config(f"{name}.yaml") is not None for name in SHIPPED_MODELS)
+
+
+FAULT_SCRIPT = """
+import resource, sys, torch
+from induce.config import keep_freed_memory
+if sys.argv[1] == "keep":
+    assert keep_freed_memory()
+def step():  # eight 4 MiB tensors written, then freed: a training step's temporaries
+    tensors = [torch.ones(2**20) for _ in range(8)]
+    del tensors
+step(); step()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(10):
+    step()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's allocator")
+def test_freed_tensor_memory_is_kept_for_the_next_step():
+    """Ten rounds of a step's temporaries: with keep_freed_memory their pages are faulted in once, before the
+    rounds; with glibc's defaults (the control) the freed heap top goes back to the system and every round
+    faults all its pages in again."""
+    faults = {}
+    for mode in ("keep", "default"):
+        done = subprocess.run([sys.executable, "-c", FAULT_SCRIPT, mode], capture_output=True, text=True, check=True)
+        faults[mode] = int(done.stdout)
+    pages = 10 * 8 * 4 * 2**20 // resource.getpagesize()
+    assert faults["default"] > pages // 2, faults
+    assert faults["keep"] < pages // 50, faults
+
+
+def test_use_threads_keeps_freed_memory_where_glibc_allows(monkeypatch):
+    from induce import config as config_module
+
+    calls = []
+    monkeypatch.setattr(config_module, "keep_freed_memory", lambda: calls.append(1) or True)
+    config_module.use_threads(1)
+    assert calls == [1]
