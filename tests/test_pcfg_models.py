@@ -28,7 +28,7 @@ from induce.models.pcfg import sample_sentence
 from induce.models.registry import get_model_class
 from induce.report.figures import plot_structure
 from induce.training import load_checkpoint
-from induce.training.trainer import TrainingInterrupted, resume, train
+from induce.training.trainer import TIMING_FIELDS, TrainingInterrupted, resume, train
 from induce.trees.decoders import parse_batch
 from induce.trees.grammar_decoders import mbr_decoder, viterbi_decoder
 
@@ -289,6 +289,23 @@ def overrides(name: str, corpus) -> list[str]:
             "data.eval_batch_size=4", "train.device=cpu", "train.seed=3", "train.epochs=2", "train.log_interval=2",
             "data.curriculum_start=4", "data.curriculum_step=2", "data.max_length=8",
             "train.dev_f1_max_sentences=5"]
+
+
+@pytest.mark.parametrize("name", ["cpcfg", "tnpcfg"])
+def test_the_checkpoint_interval_changes_nothing_the_run_computes(tmp_path, corpus, name):
+    """Writing a resumable checkpoint after every batch or never mid-epoch: the same weights, optimiser state and
+    metrics (so a profile may choose its interval for speed, and a finished run stays current when it changes)."""
+    runs = {}
+    for every in ("1", "null"):
+        cfg = load_config(name, overrides=[*overrides(name, corpus), "train.dev_f1=false",
+                                           f"train.checkpoint_every={every}"])
+        train(cfg, tmp_path / every, console=QUIET, progress=False)
+        runs[every] = load_checkpoint(tmp_path / every / "last")[0]
+    a, b = runs["1"], runs["null"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a if k.startswith(("model.", "optim.")))
+    rows = {every: [{k: v for k, v in json.loads(line).items() if k not in TIMING_FIELDS}
+                    for line in (tmp_path / every / "metrics.jsonl").read_text().splitlines()] for every in runs}
+    assert rows["1"] == rows["null"]
 
 
 @pytest.mark.parametrize("name", ["npcfg", "cpcfg", "tnpcfg"])

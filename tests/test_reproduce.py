@@ -391,6 +391,16 @@ def test_missing_test_split_and_unknown_profile_are_clear_errors(pipeline, tmp_p
         load_profile(bad)
 
 
+def test_a_finished_run_stays_current_when_only_its_checkpoint_interval_changes():
+    from induce.reproduce.steps import _comparable
+
+    base = {"model": {"h": 4}, "optim": {"lr": 0.001}, "train": {"seed": 1, "checkpoint_every": 50}}
+    moved = {**base, "train": {"seed": 1, "checkpoint_every": 500}}
+    other_lr = {**base, "optim": {"lr": 0.002}}
+    assert _comparable(base) == _comparable(moved)
+    assert _comparable(base) != _comparable(other_lr)
+
+
 def test_profiles_are_valid():
     assert {"cpu", "gpu", "paper", "toy"} <= set(list_profiles())
     cpu = load_profile("cpu")

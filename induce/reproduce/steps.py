@@ -25,8 +25,9 @@ from .subset import subset_corpus
 RUN_STAMP = "reproduce.json"
 #: Bumped when the content of the evaluation JSON files or of the trees files changes (forces re-evaluation).
 EVAL_VERSION = 5
-#: Config keys that may differ without making a finished run stale.
-VOLATILE_TRAIN_KEYS = ("device", "kernels", "threads", "log_interval", "tensorboard")
+#: Config keys that may differ without making a finished run stale (``checkpoint_every``: where the resumable
+#: checkpoints are written changes nothing the run computes; tests/test_pcfg_models.py checks it).
+VOLATILE_TRAIN_KEYS = ("device", "kernels", "threads", "log_interval", "tensorboard", "checkpoint_every")
 
 
 def write_json(path: Path, payload) -> Path:
