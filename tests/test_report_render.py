@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 DATA = Path(__file__).resolve().parent / "data" / "report"
 
@@ -249,3 +250,16 @@ def test_a_missing_mikolov_text_is_named_for_the_final_split():
     results["mikolov"] = None
     text = render(results)
     assert "`ptb.test.txt`, or `ptb_lm/`" in text and "`ptb.valid.txt`, or" not in text
+
+
+def test_the_setup_names_the_vector_instructions_torch_used():
+    """Bit-for-bit equal figures need the same vector instructions (torch's CPU kernels and the compiled PCFG
+    loops round by them): the report's machine line names them, as ``induce reproduce`` records them."""
+    from induce.reproduce.results import machine_info
+
+    info = machine_info("cpu")
+    assert info["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    results = next(iter(variants().values()))
+    results = dict(results, machine=dict(results["machine"], cpu_capability="AVX2"))
+    machine_line = next(line for line in render(results).splitlines() if line.startswith("| machine |"))
+    assert "(AVX2)" in machine_line

@@ -239,7 +239,9 @@ def _setup(*, results, profile, split, where, models, per_model, eval_corpus, tr
         ["profile's model changes", "; ".join(
             f"{display(m)}: " + ", ".join(f"`{k}={v}`" for k, v in changes.items())
             for m, changes in results.get("profile_model_changes", {}).items()) or "none"],
-        ["machine", f"{machine.get('cpu', '?')}, {machine.get('cpu_count', '?')} cores, torch "
+        ["machine", f"{machine.get('cpu', '?')}"
+                    + (f" ({machine['cpu_capability']})" if machine.get("cpu_capability") else "")
+                    + f", {machine.get('cpu_count', '?')} cores, torch "
                     f"{machine.get('torch', '?')} "
                     f"(torch threads: {machine.get('torch_threads', '?')}), device {machine.get('device', '?')}"
                     + (f" ({machine['gpu']})" if machine.get("gpu") else "") + f"; {machine.get('platform', '')}"],

@@ -60,6 +60,9 @@ def machine_info(device: str) -> dict:
     info = {
         "platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
         "cpu": cpu, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "device": device,
+        # the vector instructions torch's CPU kernels use (AVX2, AVX512, ...): another set rounds some sums
+        # differently, so bit-for-bit equal figures need the same one
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
     if device.startswith("cuda") and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(torch.device(device))
