@@ -3,7 +3,6 @@ model section checked where the model is chosen (:func:`induce.models.configs.re
 from __future__ import annotations
 
 import platform
-import resource
 import subprocess
 import sys
 
@@ -323,34 +322,30 @@ def test_the_shipped_models_are_those_of_the_package():
     assert all(shipped_config(f"{name}.yaml") is not None for name in SHIPPED_MODELS)
 
 
-FAULT_SCRIPT = """
-import resource, sys, torch
+KEPT_SCRIPT = """
+import ctypes, torch
 from induce.config import keep_freed_memory
-if sys.argv[1] == "keep":
-    assert keep_freed_memory()
-def step():  # eight 4 MiB tensors written, then freed: a training step's temporaries
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                      "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = MallInfo2
+assert keep_freed_memory()
+for _ in range(3):  # a step's temporaries: eight 4 MiB tensors written, then freed
     tensors = [torch.ones(2**20) for _ in range(8)]
     del tensors
-step(); step()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(10):
-    step()
-print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(libc.mallinfo2().fordblks)
 """
 
 
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's allocator")
 def test_freed_tensor_memory_is_kept_for_the_next_step():
-    """Ten rounds of a step's temporaries: with keep_freed_memory their pages are faulted in once, before the
-    rounds; with glibc's defaults (the control) the freed heap top goes back to the system and every round
-    faults all its pages in again."""
-    faults = {}
-    for mode in ("keep", "default"):
-        done = subprocess.run([sys.executable, "-c", FAULT_SCRIPT, mode], capture_output=True, text=True, check=True)
-        faults[mode] = int(done.stdout)
-    pages = 10 * 8 * 4 * 2**20 // resource.getpagesize()
-    assert faults["default"] > pages // 2, faults
-    assert faults["keep"] < pages // 50, faults
+    """After a step's temporaries are freed, their 32 MiB stay in the process's heap as free memory for the next
+    step (glibc's ``mallinfo2``), instead of going back to the system to be faulted in again. (glibc's default
+    gives them back or not depending on the heap's layout, so it is not compared: on this machine the same
+    rounds left 0 to 52 MiB free without the setting.)"""
+    done = subprocess.run([sys.executable, "-c", KEPT_SCRIPT], capture_output=True, text=True, check=True)
+    assert int(done.stdout) >= 32 * 2**20, done.stdout
 
 
 def test_use_threads_keeps_freed_memory_where_glibc_allows(monkeypatch):
