@@ -402,7 +402,7 @@ def test_a_finished_run_stays_current_when_only_its_checkpoint_interval_changes(
 
 
 def test_profiles_are_valid():
-    assert {"cpu", "gpu", "paper", "toy"} <= set(list_profiles())
+    assert {"cpu", "cpu-long", "gpu", "paper", "toy"} <= set(list_profiles())
     cpu = load_profile("cpu")
     # the default profile stops by optimiser steps (the same training on every machine), one number per model,
     # and trains two models at a time
@@ -412,11 +412,52 @@ def test_profiles_are_valid():
     assert load_profile("paper").random_init_seeds == 25
     from induce.reproduce import build_run_config
 
-    for name in ("cpu", "gpu", "paper", "toy"):
+    for name in list_profiles():
         profile = load_profile(name)
         for model in profile.models:
             config = build_run_config(profile, model, ["train.seed=3"])
             assert config.model_name == model and config.train.seed == 3
+
+
+def test_a_profile_extends_another_key_by_key_and_layer_by_layer(tmp_path):
+    from induce.reproduce import build_run_config
+
+    base = toy_profile(tmp_path / "base", steps_per_model={"prpn": 20, "onlstm": 30}, seeds=[1])
+    (base / "prpn.yaml").write_text("model:\n  emb_size: 12\n  hidden_size: 14\n")
+    longer = tmp_path / "longer"
+    longer.mkdir()
+    (longer / "profile.yaml").write_text("extends: base\nseeds: [1, 2]\nsteps_per_model:\n  prpn: 50\n")
+    (longer / "prpn.yaml").write_text("model:\n  hidden_size: 16\n")
+    profile = load_profile(longer)
+    plain = load_profile(base)
+    assert profile.name == "longer" and profile.base_folders == [base]
+    # keys: the base's, this file's over them, mappings merged key by key
+    assert profile.seeds == [1, 2] and profile.models == plain.models
+    assert profile.step_budget("prpn") == 50 and profile.step_budget("onlstm") == 30
+    # model layers: the base folder's file, then this folder's
+    config = build_run_config(profile, "prpn", [])
+    assert config.model["emb_size"] == 12 and config.model["hidden_size"] == 16
+    assert build_run_config(profile, "onlstm", []).to_dict() == build_run_config(plain, "onlstm", []).to_dict()
+    # a base that does not exist, and a loop, are errors naming the file
+    (longer / "profile.yaml").write_text("extends: nowhere\n")
+    with pytest.raises(InduceError, match=r"longer.*profile\.yaml: extends: unknown profile 'nowhere'"):
+        load_profile(longer)
+    (longer / "profile.yaml").write_text("extends: longer\n")
+    with pytest.raises(InduceError, match="extends itself"):
+        load_profile(longer)
+
+
+def test_the_long_cpu_profile_is_the_cpu_profile_with_more_seeds_and_longer_palm_runs():
+    from induce.reproduce import build_run_config
+
+    cpu, long = load_profile("cpu"), load_profile("cpu-long")
+    assert long.models == cpu.models and len(long.seeds) >= 4 and long.jobs == cpu.jobs
+    for model in cpu.models:
+        assert build_run_config(long, model, []).model == build_run_config(cpu, model, []).model
+        assert long.cpu_minutes[model] > 0
+        palm_family = model.startswith("palm")
+        assert (long.step_budget(model) > cpu.step_budget(model)) == palm_family
+        assert (long.step_budget(model) == cpu.step_budget(model)) != palm_family
 
 
 def test_subset_corpus_keeps_the_vocabulary_and_is_reused(tmp_path):

@@ -276,7 +276,7 @@ class Reproduction(PipelineSteps):
         wall = schedule_minutes(runs, self.jobs)
         self._log(f"estimated time: about {wall:.0f} min on an idle machine with {self.jobs} free "
                   f"core{'s' if self.jobs > 1 else ''} ({sum(runs):.0f} CPU-minutes of training and evaluation, "
-                  "measured); a busy machine takes longer and gives the same figures")
+                  "from the profile's cpu_minutes); a busy machine takes longer and gives the same figures")
 
     def run(self) -> dict:
         import torch

@@ -5,6 +5,10 @@ in the package) or a folder of one's own, and the run configs they build (``defa
 ``auto`` (the default of ``induce reproduce`` and ``make reproduce``) is ``gpu`` when torch sees a
 CUDA device, else ``cpu`` (:func:`resolve_profile_name`).
 
+**Extending a profile.** ``extends: NAME`` builds a profile on another (shipped, or a folder beside this one):
+its ``profile.yaml`` keys are the base's with this file's over them (mappings such as ``steps_per_model``
+merged key by key), and each model's config layers are the base folder's ``<model>.yaml`` then this folder's.
+
 **Budgets.** ``steps_per_model`` gives each run ``train.max_steps`` (optimiser steps, one number per model):
 the same training on every machine, however loaded. ``time_per_model`` (``train.time_budget``) stops each run
 by the clock instead; a profile that chooses it gets figures that depend on the machine's speed, and every run
@@ -43,6 +47,10 @@ class Profile(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
 
     description: str = ""
+    extends: Optional[str] = pydantic.Field(
+        None, description="a profile this one builds on (a shipped name, or a folder beside this one's): its keys "
+        "and its <model>.yaml files come first, this profile's over them"
+    )
     models: list[str] = pydantic.Field(default_factory=lambda: ["prpn", "onlstm", "palm", "palm-s", "palm-rb"])
     seeds: list[int] = pydantic.Field(default_factory=lambda: [1])
     steps_per_model: Union[None, int, dict[str, int]] = pydantic.Field(
@@ -86,6 +94,13 @@ class Profile(pydantic.BaseModel):
     # Filled in by load_profile (not YAML keys).
     name: str = ""
     folder: Optional[Path] = None
+    base_folders: list[Path] = pydantic.Field(default_factory=list)  # the folders it extends, the first base first
+
+    def model_files(self, model: str) -> list[Path]:
+        """The profile's config files of ``model`` that exist, in layer order: its bases' ``<model>.yaml`` (the
+        first base first), then its own folder's."""
+        folders = [*self.base_folders, *([self.folder] if self.folder is not None else [])]
+        return [path for path in (folder / f"{model}.yaml" for folder in folders) if path.is_file()]
 
     @pydantic.field_validator("models")
     @classmethod
@@ -192,15 +207,43 @@ def list_profiles(config_dir: Path = CONFIG_DIR) -> list[str]:
     return sorted(p.parent.name for p in Path(config_dir).glob(f"*/{PROFILE_FILE}"))
 
 
-def load_profile(name_or_path: Union[str, Path], config_dir: Path = CONFIG_DIR) -> Profile:
-    """A profile by name (``induce/configs/<name>/``) or by folder path."""
+def _profile_folder(name_or_path: Union[str, Path], config_dir: Path, beside: Optional[Path] = None) -> Path:
     path = Path(name_or_path)
-    folder = path if (path / PROFILE_FILE).is_file() else Path(config_dir) / str(name_or_path)
+    candidates = [path] if path.is_absolute() else [*([beside / path] if beside is not None else []), path]
+    for folder in candidates:
+        if (folder / PROFILE_FILE).is_file():
+            return folder
+    folder = Path(config_dir) / str(name_or_path)
     if not (folder / PROFILE_FILE).is_file():
         known = ", ".join(list_profiles(config_dir)) or "(none)"
         raise InduceError(f"unknown profile {str(name_or_path)!r}: no {PROFILE_FILE} in {config_source(folder)}; "
                           f"profiles: {known}")
+    return folder
+
+
+def _read_layers(folder: Path, config_dir: Path, seen: tuple = ()) -> tuple[dict, list[Path]]:
+    """``folder``'s ``profile.yaml`` over those it extends (merged), and the folders it extends, the first base
+    first."""
+    if folder.resolve() in seen:
+        chain = " -> ".join(config_source(f) for f in (*seen, folder.resolve()))
+        raise InduceError(f"{config_source(folder / PROFILE_FILE)}: extends itself ({chain})")
     raw = read_yaml(folder / PROFILE_FILE)
+    base_name = raw.get("extends") if isinstance(raw, dict) else None
+    if base_name is None:
+        return raw, []
+    try:
+        base = _profile_folder(base_name, config_dir, beside=folder.parent)
+    except InduceError as err:
+        raise InduceError(f"{config_source(folder / PROFILE_FILE)}: extends: {err}") from None
+    base_raw, base_bases = _read_layers(base, config_dir, (*seen, folder.resolve()))
+    base_raw = {key: value for key, value in base_raw.items() if key != "extends"}
+    return deep_merge(base_raw, raw), [*base_bases, base]
+
+
+def load_profile(name_or_path: Union[str, Path], config_dir: Path = CONFIG_DIR) -> Profile:
+    """A profile by name (``induce/configs/<name>/``) or by folder path, with the profiles it extends."""
+    folder = _profile_folder(name_or_path, config_dir)
+    raw, bases = _read_layers(folder, config_dir)
     try:
         profile = Profile(**raw)
     except pydantic.ValidationError as err:
@@ -209,16 +252,16 @@ def load_profile(name_or_path: Union[str, Path], config_dir: Path = CONFIG_DIR) 
         raise InduceError(f"{config_source(folder / PROFILE_FILE)}: {problems}") from None
     profile.name = folder.name
     profile.folder = folder
+    profile.base_folders = bases
     return profile
 
 
 def build_run_config(profile: Profile, model: str, overrides: list[str]) -> RunConfig:
-    """``default.yaml`` < ``<model>.yaml`` (both shipped: an error when missing) < ``<profile folder>/<model>.yaml``
-    (where the profile changes the model) < ``profile.overrides`` < ``overrides``."""
+    """``default.yaml`` < ``<model>.yaml`` (both shipped: an error when missing) < the profile's ``<model>.yaml``
+    files (where it changes the model: those of the profiles it extends, then its own) < ``profile.overrides`` <
+    ``overrides``."""
     layers = [(read_shipped(DEFAULT_CONFIG), SHIPPED_PREFIX + DEFAULT_CONFIG), model_layer(model)]
-    if profile.folder is not None and (profile.folder / f"{model}.yaml").is_file():
-        path = profile.folder / f"{model}.yaml"
-        layers.append((read_yaml(path), config_source(path)))
+    layers += [(read_yaml(path), config_source(path)) for path in profile.model_files(model)]
     raw: dict = {}
     sources = []
     for loaded, source in layers:

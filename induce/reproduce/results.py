@@ -8,6 +8,7 @@ scoring F1 = 1, as ON-LSTM's evaluation does), so that every table compares like
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -15,7 +16,7 @@ import platform
 import re
 from pathlib import Path
 
-from induce.config import config_source, read_yaml
+from induce.config import config_source, deep_merge, read_yaml
 from induce.evaluation.metrics import mean_std
 from induce.files import now
 
@@ -128,12 +129,12 @@ def collect_results(repro, started_at: str, seconds: float) -> dict:
         gold = {name: {k: any_scores[name][f"gold_{k}"] for k in
                        ("left_split_pct", "right_split_pct", "other_binary_split_pct", "nary_split_pct")}
                 for name, _ in LENGTHS}
-    profile = repro.profile.model_dump(mode="json", exclude={"folder"})
+    profile = repro.profile.model_dump(mode="json", exclude={"folder", "base_folders"})
     profile_files = {}
     for model in repro.profile.models:
-        path = repro.profile.folder / f"{model}.yaml" if repro.profile.folder else None
-        if path is not None and path.is_file():
-            profile_files[model] = _flatten(read_yaml(path))
+        layers = [read_yaml(path) for path in repro.profile.model_files(model)]
+        if layers:
+            profile_files[model] = _flatten(functools.reduce(deep_merge, layers))
     budgets = dict(repro.budgets)
     for model in seeds_of:
         if model not in budgets:  # an earlier invocation's run: its own config's budget
