@@ -5,9 +5,10 @@ in the package) or a folder of one's own, and the run configs they build (``defa
 ``auto`` (the default of ``induce reproduce`` and ``make reproduce``) is ``gpu`` when torch sees a
 CUDA device, else ``cpu`` (:func:`resolve_profile_name`).
 
-**Extending a profile.** ``extends: NAME`` builds a profile on another (shipped, or a folder beside this one):
-its ``profile.yaml`` keys are the base's with this file's over them (mappings such as ``steps_per_model``
-merged key by key), and each model's config layers are the base folder's ``<model>.yaml`` then this folder's.
+**Extending a profile.** ``extends: NAME`` builds a profile on another (a folder ``NAME`` beside this one's, else
+the shipped profile ``NAME``): its ``profile.yaml`` keys are the base's with this file's over them (mappings such
+as ``steps_per_model`` merged key by key), and each model's config layers are the base folder's ``<model>.yaml``
+then this folder's.
 
 **Budgets.** ``steps_per_model`` gives each run ``train.max_steps`` (optimiser steps, one number per model):
 the same training on every machine, however loaded. ``time_per_model`` (``train.time_budget``) stops each run
@@ -48,7 +49,7 @@ class Profile(pydantic.BaseModel):
 
     description: str = ""
     extends: Optional[str] = pydantic.Field(
-        None, description="a profile this one builds on (a shipped name, or a folder beside this one's): its keys "
+        None, description="a profile this one builds on (a folder beside this one's, else a shipped name): its keys "
         "and its <model>.yaml files come first, this profile's over them"
     )
     models: list[str] = pydantic.Field(default_factory=lambda: ["prpn", "onlstm", "palm", "palm-s", "palm-rb"])
