@@ -159,6 +159,10 @@ def test_preprocess_ktb_splits_as_li_et_al_and_records_the_profile_and_counts(tm
     split = keyaki.li_split(list(range(24)))
     originals = _trees() * 4
     assert [tree_to_line(t) for t in corpus.orig_trees("test")] == [tree_to_line(originals[i]) for i in split["test"]]
+    # the trees without punctuation that the split made are the ones the files hold (made once, not twice)
+    for name in ("train", "test"):
+        written = (out / "ktb" / f"{name}.nopunct.txt").read_text(encoding="utf-8").splitlines()
+        assert written == [tree_to_line(keyaki_tree(originals[i], keep_punct=False)) for i in split[name]]
     assert "[num]" in (out / "ktb" / "train.txt").read_text(encoding="utf-8")  # Li et al.'s number placeholder
     assert all(getattr(t, "treebank", None) == "ktb" for t in corpus.gold_trees("test"))
 

@@ -103,10 +103,12 @@ def li_split(kept: list[int]) -> dict[str, list[int]]:
     return {"train": sorted(rest), "valid": sorted(second), "test": sorted(first)}
 
 
-def split_trees(folder: Path, progress=None, profile: TreebankProfile = KTB) -> tuple[dict[str, list[nltk.Tree]], dict]:
+def split_trees(folder: Path, progress=None, profile: TreebankProfile = KTB,
+                nopunct_of: Optional[dict[int, nltk.Tree]] = None) -> tuple[dict[str, list[nltk.Tree]], dict]:
     """``({split: [raw trees]}, record)``: Li et al.'s split of the Keyaki folder under ``profile`` (which
     trees keep a word, hence what is shuffled), and what the manifest records of it (files and their hashes
-    are recorded by the caller)."""
+    are recorded by the caller). The trees without punctuation it makes to choose them go into ``nopunct_of``
+    (by ``id`` of the tree read) when given, so that the corpus's files need not make them again."""
     files = treebank_files(folder)
     blocks = read_blocks(files, progress)
     check_keyaki(blocks)
@@ -115,6 +117,8 @@ def split_trees(folder: Path, progress=None, profile: TreebankProfile = KTB) -> 
         nopunct = keyaki_tree(tree, keep_punct=False, profile=profile)
         if nopunct is not None:
             lengths[i] = len(nopunct.leaves())
+            if nopunct_of is not None:
+                nopunct_of[id(tree)] = nopunct
     kept = sorted(lengths)
     positions = li_split(kept)
     record = {

@@ -238,13 +238,21 @@ class _SplitData:
 
 
 def _process_trees(trees: Sequence[nltk.Tree], progress: Progress, label: str,
-                   profile: TreebankProfile = PTB) -> _SplitData:
-    """The files of one split under ``profile``'s rules (:data:`CONVENTIONS`, :data:`KTB_CONVENTIONS`)."""
+                   profile: TreebankProfile = PTB, nopunct_of: Optional[dict[int, nltk.Tree]] = None) -> _SplitData:
+    """The files of one split under ``profile``'s rules (:data:`CONVENTIONS`, :data:`KTB_CONVENTIONS`).
+    ``nopunct_of``: the trees without punctuation already made from some of ``trees``, by ``id`` of the tree
+    read (the Keyaki split makes them to choose its sentences), taken instead of making them again."""
     data = _SplitData(read=len(trees))
     task = progress.add_task(f"cleaning {label}", total=len(trees))
     ktb = profile.keyaki
+    known = nopunct_of or {}
     for index, tree in enumerate(trees):
-        nopunct = keyaki_tree(tree, keep_punct=False, profile=profile) if ktb else clean_tree(tree, keep_punct=False)
+        if id(tree) in known:
+            nopunct = known[id(tree)]
+        elif ktb:
+            nopunct = keyaki_tree(tree, keep_punct=False, profile=profile)
+        else:
+            nopunct = clean_tree(tree, keep_punct=False)
         if nopunct is None:
             data.dropped += 1
             continue
@@ -420,6 +428,7 @@ def _tree_corpus_builder(
     max_vocab: int,
     console: Optional[Console],
     profile: TreebankProfile = PTB,
+    nopunct_of: Optional[dict[int, nltk.Tree]] = None,
 ) -> Callable[[Path], dict]:
     def build(folder: Path) -> dict:
         with _progress(console) as progress:
@@ -428,7 +437,7 @@ def _tree_corpus_builder(
             for split in SPLITS:
                 if split not in trees:
                     continue
-                data = _process_trees(trees[split], progress, split, profile)
+                data = _process_trees(trees[split], progress, split, profile, nopunct_of)
                 if not data.orig:
                     files = [record["path"] for record in source.get("files", {}).get(split, [])]
                     where = f" ({', '.join(files)})" if files else ""
@@ -625,12 +634,14 @@ def preprocess_keyaki(
                    "keyaki_recipe": KEYAKI_RECIPE}
     source = {"kind": "keyaki", "files": {"all": records}}
 
+    nopunct_of: dict[int, nltk.Tree] = {}
+
     def split(progress: Progress) -> dict[str, list[nltk.Tree]]:
         task = progress.add_task("reading the Keyaki Treebank", total=len(files))
         trees, record = keyaki.split_trees(Path(folder), lambda done, total: progress.update(task, completed=done),
-                                           profile=profile)
+                                           profile=profile, nopunct_of=nopunct_of)
         source["split"] = record
         return trees
 
-    build = _tree_corpus_builder(split, source, max_vocab, console, profile)
+    build = _tree_corpus_builder(split, source, max_vocab, console, profile, nopunct_of)
     return _prepare(Path(out_dir) / name, fingerprint, build, force, log)
