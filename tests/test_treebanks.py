@@ -265,3 +265,12 @@ def test_ensemble_and_leaderboard_read_a_keyaki_gold_file_with_treebank_ktb(tmp_
     board = json.loads(result.stdout)
     assert board["models"], board
     assert all(abs(r["figure"] - 100.0) < 1e-9 for run in board["runs"] for r in run["by_convention"].values()), board
+
+
+def test_a_reproduction_on_keyaki_describes_its_conventions_with_keyaki_s_punctuation():
+    from induce.reproduce.results import _convention_text
+
+    ktb, ptb = _convention_text("ktb"), _convention_text()
+    assert set(ktb) == set(ptb)
+    assert all("Keyaki" in text and "PU" in text and "word-tag filter" not in text for text in ktb.values())
+    assert all("word-tag filter (Kim et al. 2019)" in text for text in ptb.values())

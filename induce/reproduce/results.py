@@ -8,6 +8,7 @@ scoring F1 = 1, as ON-LSTM's evaluation does), so that every table compares like
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -157,7 +158,7 @@ def collect_results(repro, started_at: str, seconds: float) -> dict:
         "corpus": {"eval": corpus_summary(repro.eval_corpus), "train": corpus_summary(repro.train_corpus),
                    **_other_training_corpora(repro)},
         "monitor": monitor_summary(repro, run_configs),
-        "convention": _convention_text(),
+        "convention": _convention_text(repro.eval_corpus.treebank),
         "models": models, "baselines": baselines, "random_init": _init_entries(repro, seeds_of), "gold": gold,
         "configs": configs, "profile_model_changes": profile_files, "pipeline_seconds_so_far": round(seconds, 1),
         "earlier_runs": [f"{m} seed {s}" for m, model_seeds in seeds_of.items() for s in model_seeds
@@ -449,5 +450,6 @@ def _flatten(mapping: dict, prefix: str = "") -> dict:
     return out
 
 
-def _convention_text() -> dict:
-    return {name: convention(name).describe() for name in SCORE_SETS}
+def _convention_text(treebank: str = "ptb") -> dict:
+    """Each score set's convention in words, for the gold trees of ``treebank`` (whose punctuation they lose)."""
+    return {name: dataclasses.replace(convention(name), treebank=treebank).describe() for name in SCORE_SETS}
