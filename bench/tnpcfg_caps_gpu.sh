@@ -8,8 +8,8 @@
 #
 # Writes $OUT/results.jsonl (one line per run and stage: cap, seed, steps, sentence / corpus F1, split shares),
 # $OUT/log.txt and one log per run. BUDGET: seconds for everything (default 470); STAGE: steps between scorings
-# (default 2500); DEVICE: where they train (default cuda). Before training, tests/test_inside_lowrank_triton.py runs on the GPU (KERNEL_TEST=0 skips it); if it
-# fails the runs use --kernels torch.
+# (default 2500); DEVICE: where they train (default cuda). Before training, tests/test_inside_lowrank_triton.py runs
+# on the GPU (KERNEL_TEST=0 skips it); if it fails the runs use --kernels torch.
 set -u
 T0=$(date +%s)
 DEADLINE=$((T0 + ${BUDGET:-470}))

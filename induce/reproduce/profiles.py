@@ -237,8 +237,7 @@ def _read_layers(folder: Path, config_dir: Path, seen: tuple = ()) -> tuple[dict
     except InduceError as err:
         raise InduceError(f"{config_source(folder / PROFILE_FILE)}: extends: {err}") from None
     base_raw, base_bases = _read_layers(base, config_dir, (*seen, folder.resolve()))
-    base_raw = {key: value for key, value in base_raw.items() if key != "extends"}
-    return deep_merge(base_raw, raw), [*base_bases, base]
+    return deep_merge(base_raw, raw), [*base_bases, base]  # this file's `extends` replaces the base's
 
 
 def load_profile(name_or_path: Union[str, Path], config_dir: Path = CONFIG_DIR) -> Profile:
