@@ -118,3 +118,31 @@ def test_help_keeps_every_bracketed_text():
             checked += 1
             assert " ".join(piece.split()) in shown, (command, piece)
     assert checked >= 4  # eval's [i,j] (three), preprocess's [, ptb.test.txt]
+
+
+def _commands(typer_app, path=()):
+    """``(command path, callback)`` of every command (recursively)."""
+    for info in typer_app.registered_commands:
+        yield (*path, info.name or info.callback.__name__.replace("_", "-")), info.callback
+    for group in typer_app.registered_groups:
+        yield from _commands(group.typer_instance, (*path, group.name))
+
+
+def test_help_ends_at_the_docstring_s_form_feed():
+    """What a command's docstring says after a form feed is for the source's readers (why the function is
+    long, say): no command's --help prints it, and the text before it is printed."""
+    import inspect
+
+    cut = 0
+    for command, callback in _commands(app):
+        doc = inspect.getdoc(callback) or ""
+        if "\f" not in doc:
+            continue
+        cut += 1
+        before, after = (" ".join(part.split()) for part in doc.split("\f", 1))
+        result = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "2000"}, terminal_width=2000)
+        assert result.exit_code == 0, result.output
+        shown = " ".join(result.output.replace("│", " ").split())
+        assert after not in shown, command
+        assert before.split(". ")[0] in shown, command
+    assert cut >= 2  # eval and reproduce

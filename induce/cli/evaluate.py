@@ -241,5 +241,4 @@ def _print_untrained(summary: dict, console: Console) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    # the help is the docstring up to its form feed (what follows is for the source's readers)
-    app.command("eval", help=(eval_command.__doc__ or "").split("\f")[0], epilog=CONVENTION_HELP)(eval_command)
+    app.command("eval", epilog=CONVENTION_HELP)(eval_command)

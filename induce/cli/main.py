@@ -85,8 +85,9 @@ def reflow(text: str) -> str:
     Docstrings are wrapped at ~100 columns in the source; Typer keeps those line breaks, which
     gives ragged help in a narrower terminal. Paragraphs are separated by blank lines; a paragraph
     whose lines start like a list item (``-``, ``*``, ``1.``) or are indented is left as written.
+    A form feed ends the help (click's convention): what follows it is for the source's readers.
     """
-    paragraphs = inspect.cleandoc(text).split("\n\n")
+    paragraphs = inspect.cleandoc(text.partition("\f")[0]).split("\n\n")
     out = []
     for paragraph in paragraphs:
         lines = paragraph.split("\n")
