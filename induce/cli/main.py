@@ -36,9 +36,10 @@ COMMAND_MODULES = (
 app = typer.Typer(
     name="induce",
     help=(
-        "Unsupervised grammar induction: train language models that learn syntax without "
-        "trees (PRPN, ON-LSTM, PaLM), parse with them, and evaluate induced trees against "
-        "the Penn Treebank under one explicit convention."
+        "Unsupervised grammar induction: train models that learn syntax without trees (PRPN, "
+        "ON-LSTM, PaLM, the neural and simple PCFGs), parse with them, and evaluate induced trees "
+        "against a treebank (the Penn Treebank, the Keyaki Treebank) under a named, published "
+        "convention."
     ),
     no_args_is_help=True,
     add_completion=False,
