@@ -173,7 +173,7 @@ def test_the_pcfgs_stand_beside_their_published_figures_with_their_bound_and_len
     assert "C-PCFG: **an upper bound**" in text and "N-PCFG: exact" in text
     assert "trained on sentences of at most 20 words (C-PCFG and N-PCFG)" in text
     assert "![learning curves](figures/learning-curves.png)" in text
-    assert "| C-PCFG | step 100 (inside epoch 1) of 2 (320 steps in all) |" in text
+    assert "| C-PCFG | step 100 of 320 (inside epoch 1 of 2) |" in text
     assert "N-PCFG (earlier invocation)" in text and "| runs of earlier invocations |" in text
     on_test = render(dict(variants()["pcfg"], split="test"))
     assert "Ours are test figures, on the same split as the published ones" in on_test
@@ -263,3 +263,13 @@ def test_the_setup_names_the_vector_instructions_torch_used():
     results = dict(results, machine=dict(results["machine"], cpu_capability="AVX2"))
     machine_line = next(line for line in render(results).splitlines() if line.startswith("| machine |"))
     assert "(AVX2)" in machine_line
+
+
+def test_the_wall_time_says_the_steps_ran_at_once():
+    """With --jobs 2 the steps' own times add up to more than the invocation's wall time: the row says why."""
+    from induce.report.text import wall_text
+
+    results = {"wall_seconds": 600.0, "jobs": 2, "step_log": {"a": {"seconds": 600.0}, "b": {"seconds": 540.0}}}
+    assert wall_text(results) == ("this invocation 10.0 min; the steps' own times add up to 19.0 min (each step's "
+                                  "last run, up to 2 at once; steps skipped here ran in an earlier invocation)")
+    assert "at once" not in wall_text(dict(results, jobs=1))

@@ -149,8 +149,9 @@ def _preamble(*, results, profile, where, models, per_model, eval_corpus, budget
                + (", " + " and ".join(scope) if scope else "") + ". "
                "The published figures are on the WSJ test set (section 23) with the papers' full-size models trained "
                "to convergence on GPUs. They are **not comparable 1:1**")
-    warning += (": the published columns show what the papers report, not a target these small, briefly trained "
-                "models are expected to reach." if small else
+    warning += (": the published columns show what the papers report after their full training, and these runs had "
+                "a fraction of it (the profile says at which sizes): a published figure is a reference to read the "
+                "gap against, not a level every model here is expected to reach." if small else
                 ": different split, and seeds, budgets and implementation details may differ.")
     if synthetic:
         warning += (" **The data is the SYNTHETIC treebank (no Penn Treebank was found), not English: the figures "
@@ -287,12 +288,13 @@ def checkpoint_text(run: dict) -> str:
     if not run or run.get("best_epoch") is None:
         return "—"
     steps, total = run.get("best_steps"), run.get("steps")
-    where = f"epoch {run['best_epoch']}" + (" (partial)" if run.get("best_partial") else "")
+    of_total = f" of {total:,}" if total is not None else ""
     if run.get("best_mid_epoch") and steps is not None:
-        where = f"step {steps:,} (inside epoch {run['best_epoch']})"
+        return f"step {steps:,}{of_total} (inside epoch {run['best_epoch']} of {run.get('epochs', '?')})"
+    where = f"epoch {run['best_epoch']}" + (" (partial)" if run.get("best_partial") else "")
     where += f" of {run.get('epochs', '?')}"
-    if steps is not None and not run.get("best_mid_epoch"):
-        where += f" (step {steps:,}" + (f" of {total:,}" if total is not None else "") + ")"
+    if steps is not None:
+        where += f" (step {steps:,}{of_total})"
     elif total is not None:
         where += f" ({total:,} steps in all)"
     return where

@@ -118,5 +118,7 @@ def budget_text(budget, budgets: dict, models: list, chunk, step_budgets: Option
 def wall_text(results: dict) -> str:
     log = results.get("step_log", {})
     total = sum(float(entry.get("seconds", 0.0)) for entry in log.values())
-    return (f"this invocation {minutes(results.get('wall_seconds'))}; all steps' last runs together "
-            f"{minutes(total)} (steps skipped here ran in an earlier invocation)")
+    jobs = results.get("jobs") or 1
+    at_once = f", up to {jobs} at once" if jobs > 1 else ""
+    return (f"this invocation {minutes(results.get('wall_seconds'))}; the steps' own times add up to "
+            f"{minutes(total)} (each step's last run{at_once}; steps skipped here ran in an earlier invocation)")
