@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import nltk
 import pytest
@@ -89,8 +88,9 @@ def test_every_cpu_sized_command_that_train_prints_runs_as_printed(in_tmp, monke
 
     def not_trained(config, run_dir, **kwargs):
         started.append(config)
-        return SimpleNamespace(run_dir=run_dir, epochs_done=0, steps=0, stop_reason="not trained",
-                               best_valid_ppl=0.0)
+        from induce.training.trainer import TrainResult
+
+        return TrainResult(run_dir, epochs_done=0, stop_reason="not trained", best_valid_ppl=0.0, best_metric=0.0)
 
     monkeypatch.setattr(induce.training, "train", not_trained)
     commands = {name: cpu_sized_command(name) for name in list_models()}

@@ -114,3 +114,19 @@ def test_the_small_profiles_select_the_compound_pcfg_with_z_at_its_mean_and_the_
     for profile in ("cpu", "toy"):
         assert build_run_config(load_profile(profile), "cpcfg", []).model["valid_z"] == "mean"
     assert load_config("cpcfg").model["valid_z"] == "sample"
+
+
+def test_a_run_s_summary_names_the_loss_that_selected_it(tmp_path, corpus):
+    """``induce train``'s last line and the reproduction's step table give the best validation figure in the
+    model's words: a perplexity for the N-PCFG; for a C-PCFG selected with z at its mean, that loss (not a
+    perplexity, not a bound), as ``exp`` of the loss per token."""
+    npcfg = train(tiny_npcfg(corpus), tmp_path / "n", console=QUIET, progress=False)
+    assert npcfg.valid_loss_text == "validation perplexity"
+    assert npcfg.best_valid_text() == f"best validation perplexity {npcfg.best_valid_ppl:.2f}"
+    config = load_config("cpcfg", overrides=[
+        f"data.corpus={corpus}", "model.nt_states=2", "model.t_states=3", "model.state_dim=8", "model.z_dim=3",
+        "model.h_dim=5", "model.w_dim=6", "model.valid_z=mean", "data.batch_size=4", "data.eval_batch_size=4",
+        "train.device=cpu", "train.seed=3", "train.epochs=1", "train.dev_f1=false", "data.curriculum_start=null"])
+    cpcfg = train(config, tmp_path / "c", console=QUIET, progress=False)
+    assert cpcfg.best_valid_text() == (f"best validation loss with z at the mean of q(z | x) (the parser's z; not a "
+                                       f"bound) {cpcfg.best_valid_ppl:.2f} (exp of the loss per token)")

@@ -151,7 +151,7 @@ def test_sentence_level_models_under_two_processes_match_one_process(tmp_path, m
     overrides = PCFG + (["model.rank=4"] if model == "tnpcfg" else [])
     done, ddp_lines, one_lines = torchrun_then_one_process(tmp_path, model, corpus, overrides)
     assert done.stdout.splitlines() == [str(tmp_path / "ddp")]  # the summary once (rank 0), not per process
-    assert done.stderr.count("best valid ppl") == 1
+    assert done.stderr.count("best validation perplexity") == 1
     assert_same_weights(tmp_path, rtol=1e-5, atol=1e-6)
     assert [(a["steps"], a["train_tokens"]) for a in ddp_lines] == [(b["steps"], b["train_tokens"]) for b in one_lines]
     for a, b in zip(ddp_lines, one_lines):

@@ -78,9 +78,8 @@ def train_command(
     if not env_is_main():  # under torchrun the summary is rank 0's (every process returns the same run)
         return
     console.print(
-        f"{result.run_dir}: {result.epochs_done} epochs, {result.steps:,} steps ({result.stop_reason}), best valid "
-        f"ppl {result.best_valid_ppl:.2f}" + (f"; {clock_note(result.steps)}" if result.stop_reason == "time_budget"
-                                              else ""),
+        f"{result.run_dir}: {result.epochs_done} epochs, {result.steps:,} steps ({result.stop_reason}), "
+        + result.best_valid_text() + (f"; {clock_note(result.steps)}" if result.stop_reason == "time_budget" else ""),
         highlight=False,
     )
     typer.echo(str(result.run_dir))

@@ -260,8 +260,7 @@ class PipelineSteps:
         finally:
             tracker.write()
         detail = (f"{result.steps:,} steps, {result.epochs_done} epoch{'' if result.epochs_done == 1 else 's'} "
-                  f"(stopped by: {result.stop_reason}), "
-                  f"best monitored valid ppl {result.best_valid_ppl:.2f}")
+                  f"(stopped by: {result.stop_reason}), on the monitor: {result.best_valid_text()}")
         if result.stop_reason == "time_budget":
             from induce.training.trainer import clock_note
 
@@ -406,8 +405,9 @@ class PipelineSteps:
             payload["init_sentences"] = {"n_sentences": len(chosen), **evaluate(
                 [predictions[i] for i in chosen], [gold[i] for i in chosen], convention("wsj40")).to_dict()}
         write_json(path, payload)
-        mikolov_text = f" (Mikolov text {mikolov_ppl:.1f})" if mikolov_ppl else ""
-        return (f"ppl {ppl:.1f}{mikolov_text}, F1 all {scores['all']['sentence_f1']:.1f} / WSJ10 "
+        bound = "≤ " if getattr(loaded.model, "perplexity_is_bound", False) else ""  # an upper bound, as table 1
+        mikolov_text = f" (Mikolov text {bound}{mikolov_ppl:.1f})" if mikolov_ppl else ""
+        return (f"ppl {bound}{ppl:.1f}{mikolov_text}, F1 all {scores['all']['sentence_f1']:.1f} / WSJ10 "
                 f"{scores['wsj10']['sentence_f1']:.1f} / WSJ40 {scores['wsj40']['sentence_f1']:.1f}")
 
     def baseline(self, kind: str) -> tuple[str, str]:

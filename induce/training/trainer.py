@@ -134,6 +134,15 @@ class TrainResult:
     steps: int = 0
     tokens: int = 0
     train_cpu_seconds: float = 0.0
+    #: What ``best_valid_ppl`` is, in the model's words (``validation_loss_text``): a perplexity, or for a
+    #: latent-variable model a bound or the loss at the latent's mean, each as ``exp`` of the loss per token.
+    valid_loss_text: str = "validation perplexity"
+
+    def best_valid_text(self) -> str:
+        """``best validation perplexity 213.48``; the loss of a model whose figure is not a perplexity says so."""
+        text = self.valid_loss_text
+        note = "" if "perplexity" in text else " (exp of the loss per token)"
+        return f"best {text} {self.best_valid_ppl:.2f}{note}"
 
 
 #: Under DDP, SIGINT / SIGTERM, the clock and ``train.max_tokens`` are checked every this many batches (and at
@@ -768,7 +777,8 @@ class Trainer:
                                seconds=round(time.monotonic() - self.started, 1), **clock)
         result = TrainResult(self.run_dir, epochs_done, stop_reason, loop.best_valid_ppl,
                              loop.best_metric if loop.best_metric is not None else math.nan, list(loop.history),
-                             counters["steps"], counters["tokens"], counters["train_cpu_seconds"])
+                             counters["steps"], counters["tokens"], counters["train_cpu_seconds"],
+                             getattr(self.parts.model, "validation_loss_text", "validation perplexity"))
         if stop_reason == "interrupted":
             raise TrainingInterrupted(result, loop.epoch, loop.batch)
         return result
