@@ -28,7 +28,8 @@ def preprocess_command(
         "Default: $INDUCE_DATA, then corpora/, then NLTK's data path, else the synthetic treebank."
     ),
     name: Optional[str] = typer.Option(
-        None, "--name", help="Output corpus name (default: ptb-wsj, ptb-sample, synthetic, ptb-lm or custom)."
+        None, "--name", help="Output corpus name (default: ptb-wsj, ptb-sample, synthetic, ptb-lm, custom, or for "
+        "a Keyaki folder the --treebank's name: ktb, ktb-2020)."
     ),
     out_dir: Path = typer.Option(Path("corpora"), "--out-dir", help="Where prepared corpora go."),
     max_vocab: int = typer.Option(
