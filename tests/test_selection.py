@@ -130,3 +130,16 @@ def test_a_run_s_summary_names_the_loss_that_selected_it(tmp_path, corpus):
     cpcfg = train(config, tmp_path / "c", console=QUIET, progress=False)
     assert cpcfg.best_valid_text() == (f"best validation loss with z at the mean of q(z | x) (the parser's z; not a "
                                        f"bound) {cpcfg.best_valid_ppl:.2f} (exp of the loss per token)")
+    # `induce eval --lm` says which perplexity it prints: the C-PCFG's is a bound, and both read whole sentences
+    from typer.testing import CliRunner
+
+    from induce.cli.main import app
+
+    printed = {}
+    for name in ("n", "c"):
+        result = CliRunner().invoke(app, ["eval", "--checkpoint", str(tmp_path / name), "--lm", "--device", "cpu"])
+        assert result.exit_code == 0, result.output
+        printed[name] = result.output
+    assert "≤ " not in printed["n"] and "upper bound" not in printed["n"]
+    assert ": ≤ " in printed["c"] and "an upper bound: the negative ELBO" in printed["c"]
+    assert all("each sentence read alone" in text for text in printed.values())

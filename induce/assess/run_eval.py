@@ -180,9 +180,17 @@ def _perplexity(run_dir: Optional[Path], gold: Optional[Path], corpus: Path, spl
     if gold is not None:
         raise InduceError("--lm reads the LM text of a prepared corpus: use --corpus or the run's corpus, not --gold")
     from induce.inference.language_model import lm_perplexity
+    from induce.inference.loading import load_run
+    from induce.models.base import STREAM_LM
 
-    ppl = lm_perplexity(run_dir, corpus, split, device=device)
-    return EvalOutcome("perplexity", {"perplexity": ppl, "split": split, "corpus": str(corpus), "run": str(run_dir)})
+    loaded = load_run(run_dir, device)
+    ppl = lm_perplexity(loaded, corpus, split, device=device)
+    # ``bound``: an upper bound (a latent variable's negative ELBO), not the model's perplexity; ``whole_sentences``:
+    # each sentence read alone (no context from the ones before it), one-word sentences left out.
+    return EvalOutcome("perplexity", {
+        "perplexity": ppl, "split": split, "corpus": str(corpus), "run": str(run_dir),
+        "bound": bool(getattr(loaded.model, "perplexity_is_bound", False)),
+        "whole_sentences": loaded.model.objective is not STREAM_LM})
 
 
 def _untrained_summary(model, sets, inits, seed, lm, per_sentence, gold, corpus, data, split, convention,

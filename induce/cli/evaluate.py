@@ -162,7 +162,11 @@ def eval_command(
         typer.echo(json.dumps(outcome.summary, sort_keys=True))
     elif outcome.kind == "perplexity":
         summary = outcome.summary
-        typer.echo(f"perplexity on {summary['split']} of {summary['corpus']}: {summary['perplexity']:.2f}")
+        bound = summary.get("bound")
+        notes = (["an upper bound: the negative ELBO"] if bound else []) + (
+            ["each sentence read alone, one-word sentences left out"] if summary.get("whole_sentences") else [])
+        typer.echo(f"perplexity on {summary['split']} of {summary['corpus']}: {'≤ ' if bound else ''}"
+                   f"{summary['perplexity']:.2f}" + (f" ({'; '.join(notes)})" if notes else ""))
     elif outcome.kind == "untrained":
         _print_untrained(outcome.summary, Console())
     else:
