@@ -11,6 +11,9 @@
   the same for an output folder;
 * :func:`check_not_input` — refuse an output (file or folder) that is one of the command's inputs, or a
   folder holding one, whatever path or link names it (``nosuch/../INPUT`` included), before anything is read;
+* :func:`file_key`, :func:`distinct_paths`, :func:`refuse_repeated` — which input paths name one file (the
+  same device and inode: ``a/../a/x``, symbolic and hard links), so that a file given twice is counted once
+  or refused, never scored as two;
 * :func:`os_error_message` — a one-line user message for an ``OSError`` (path and reason);
 * :func:`strict_json` — JSON text without ``NaN`` / ``Infinity`` (which are not JSON), for the files
   other programs read;
@@ -314,6 +317,49 @@ def same_file(a: PathLike, b: PathLike) -> bool:
         except (OSError, ValueError):
             continue
     return False
+
+
+def file_key(path: PathLike) -> Optional[tuple[int, int]]:
+    """``(st_dev, st_ino)`` of the file or folder at ``path`` (symbolic links followed): the same under every
+    path naming it (``a/../a/x``, relative or absolute, symbolic or hard links); None when nothing is there."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return info.st_dev, info.st_ino
+
+
+def distinct_paths(paths, key=file_key) -> tuple[list, list]:
+    """``(kept, repeats)``: ``paths`` in their order with each file or folder once, under the first path
+    given for it, and a ``(repeat, first)`` pair for each later path naming one already kept (``key``: the
+    identity of a path, :func:`file_key` by default). A path naming nothing is kept (its reader says so)."""
+    kept, repeats, first_of = [], [], {}
+    for path in paths:
+        identity = key(path)
+        if identity is not None and identity in first_of:
+            repeats.append((path, first_of[identity]))
+            continue
+        if identity is not None:
+            first_of[identity] = path
+        kept.append(path)
+    return kept, repeats
+
+
+def repeat_note(repeat: PathLike, first: PathLike, done: str = "counted once") -> str:
+    """The one line said when an input given twice is taken once (``done`` says how)."""
+    kind = "folder" if Path(first).is_dir() else "file"
+    return f"{repeat} is the same {kind} as {first}: {done}"
+
+
+def refuse_repeated(paths, what: str, why: str, key=file_key) -> None:
+    """An :class:`InputError` when two of ``paths`` name one file or folder (:func:`distinct_paths`), for a
+    command whose inputs each count in their own right (a weight each, a row of a matrix): ``what`` starts
+    the message (``"induce ensemble"``, ``"--compare"``), ``why`` ends it."""
+    _, repeats = distinct_paths(paths, key)
+    if repeats:
+        repeat, first = repeats[0]
+        kind = "folder" if Path(first).is_dir() else "file"
+        raise InputError(f"{what}: this is the same {kind} as {first}, given before: {why}", repeat)
 
 
 def _inside(path: PathLike, folder: PathLike) -> bool:

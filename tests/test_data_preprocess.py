@@ -220,3 +220,23 @@ def test_the_real_keyaki_treebank_is_refused_if_available(tmp_path):
     first, second = sorted(folder.glob("*.psd"))[:2]
     with pytest.raises(InputError, match=rf"^{first}: its POS tags are not the Penn Treebank's"):
         preprocess_tree_files({"train": [first, second]}, tmp_path / "corpora", "ktb")
+
+
+def test_a_file_given_twice_for_a_split_gives_its_trees_once(tmp_path):
+    """``--train a.mrg --train ./x/../a.mrg`` (or a link to it): the split holds each tree once, and a line says
+    which path was left out; the corpus is the one the file gives alone."""
+    from rich.console import Console
+
+    files = make_files(tmp_path)
+    train = files["train"][0]
+    (tmp_path / "in" / "x").mkdir()
+    (tmp_path / "link.mrg").symlink_to(train)
+    once = preprocess_tree_files(files, tmp_path / "once", "toy")
+    console = Console(record=True, width=200)
+    twice = preprocess_tree_files({**files, "train": [train, tmp_path / "in" / "x" / ".." / "train.mrg",
+                                                      tmp_path / "link.mrg"]}, tmp_path / "twice", "toy",
+                                  console=console)
+    assert (twice / "train.gold.txt").read_bytes() == (once / "train.gold.txt").read_bytes()
+    assert (twice / "vocab.json").read_bytes() == (once / "vocab.json").read_bytes()
+    text = console.export_text()
+    assert f"train split: {tmp_path / 'link.mrg'} is the same file as {train}: counted once" in text

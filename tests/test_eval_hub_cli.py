@@ -103,14 +103,16 @@ def test_compare_reports_the_difference_interval_and_p_value(abcd):
     assert {"low", "high", "p_value"} <= set(summary)
 
 
-def test_a_file_compared_with_itself_gives_p_1():
+def test_two_files_of_the_same_trees_compare_with_p_1(tmp_path):
     pred = DATA / "pred_model.punct.txt"
-    result = invoke("eval", "--compare", pred, pred, "--gold", GOLD, "--json")
+    copy = tmp_path / "copy.txt"
+    copy.write_bytes(pred.read_bytes())
+    result = invoke("eval", "--compare", pred, copy, "--gold", GOLD, "--json")
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert (summary["delta"], summary["low"], summary["high"], summary["p_value"]) == (0.0, 0.0, 0.0, 1.0)
     assert summary["alternative"] is None
-    text = invoke("eval", "--compare", pred, pred, "--gold", GOLD)
+    text = invoke("eval", "--compare", pred, copy, "--gold", GOLD)
     assert text.exit_code == 0, text.output
     assert "p = 1 (A and B score the same" in text.stdout and "p = 0.0000" not in text.stdout
 
@@ -256,3 +258,31 @@ def test_a_repeated_or_missing_line_is_reported_where_it_is(tmp_path, options):
     assert result.exit_code == 2
     assert ("missing.txt:4: 6 predicted trees but 7 gold trees: the first tree whose words are not those of its "
             "gold sentence (sentence 4)") in message
+
+
+def _spellings(path: Path) -> list:
+    """Other names of the file ``path``: through ``..``, a symbolic link and a hard link."""
+    import os
+
+    (path.parent / "sub").mkdir(exist_ok=True)
+    link, hard = path.parent / f"link-{path.name}", path.parent / f"hard-{path.name}"
+    link.symlink_to(path)
+    os.link(path, hard)
+    return [path.parent / "sub" / ".." / path.name, link, hard]
+
+
+@pytest.mark.parametrize("command", ["ensemble", "agreement", "compare"])
+def test_one_source_given_twice_is_refused(abcd, tmp_path, command):
+    """Each source of an ensemble (a vote, a weight), of --agreement (a row of the matrix) and of --compare counts
+    in its own right: one file given twice, under any of its names, is refused before anything is read, naming
+    both paths (counted once it would leave a source, a weight or a side out without saying)."""
+    gold, files = abcd
+    out = tmp_path / "ens.txt"
+    for other in _spellings(files["A"]):
+        sources = [files["A"], other] if command == "compare" else [files["A"], files["B"], other]
+        args = {"ensemble": ["ensemble", *sources, "-o", out], "agreement": ["eval", "--agreement", *sources],
+                "compare": ["eval", "--compare", *sources]}[command]
+        result = invoke(*args, "--gold", gold)
+        assert result.exit_code == 2, result.output
+        assert f"{other}: " in result.output and f"the same file as {files['A']}" in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1 and not out.exists()

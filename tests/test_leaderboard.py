@@ -132,3 +132,64 @@ def test_user_errors(tmp_path):
     assert result.exit_code == 2 and "--figure f1: choose one of corpus_f1, sentence_f1" in result.output
     result = invoke("leaderboard", exp / "missing", "--gold", gold)
     assert result.exit_code == 2 and "no such file or folder" in result.output
+
+
+def test_a_file_given_twice_is_one_run(tmp_path):
+    """One file under several paths (``a/../a/x``, a symbolic link, a hard link), or given together with a
+    folder that holds it, is one run: counted once, with a note naming both paths, never ``x (2)``."""
+    import os
+
+    exp = _layout(tmp_path)
+    gold = exp / "gold" / "test.txt"
+    right = exp / "branching" / "right" / "test.txt"
+    (tmp_path / "link.txt").symlink_to(right)
+    os.link(right, tmp_path / "hard.txt")
+    again = exp / "branching" / ".." / "branching" / "right" / "test.txt"
+    result = invoke("leaderboard", right, again, tmp_path / "link.txt", tmp_path / "hard.txt", "--gold", gold,
+                    "-o", tmp_path / "one", "--resamples", "20", "--json", "--convention", "kim2019")
+    assert result.exit_code == 0, result.output
+    board = json.loads(result.stdout)
+    assert [(r["model"], r["run"]) for r in board["runs"]] == [("branching", "right")]
+    assert board["models"][0]["by_convention"]["kim2019"]["sd"] is None
+    for other in (again, tmp_path / "link.txt", tmp_path / "hard.txt"):
+        assert f"{other} is the same file as {right}: counted once" in result.stderr
+    # a folder given with one of its own files: the file is one of the folder's runs, not one more
+    result = invoke("leaderboard", exp, again, "--gold", gold, "--pattern", "test.txt", "-o", tmp_path / "two",
+                    "--resamples", "20", "--json", "--convention", "kim2019")
+    assert result.exit_code == 0, result.output
+    board = json.loads(result.stdout)
+    assert sorted((r["model"], r["run"]) for r in board["runs"]) == [
+        ("branching", "left"), ("branching", "right"), ("model", "s1"), ("model", "s2")]
+    assert {row["model"]: len(row["runs"]) for row in board["models"]} == {"model": 2, "branching": 2}
+    assert f"{again} is the same file as {right}: counted once" in result.stderr
+    assert board["across_models"]["members"] == 4
+    # a link inside a folder searched back to a folder above it: searched once, not once per turn of the loop
+    (exp / "model" / "s1" / "up").symlink_to("..")
+    result = invoke("leaderboard", exp, "--gold", gold, "--pattern", "test.txt", "-o", tmp_path / "three",
+                    "--resamples", "20", "--json", "--convention", "kim2019")
+    assert result.exit_code == 0, result.output
+    assert len(json.loads(result.stdout)["runs"]) == 4
+    assert f"{exp / 'model' / 's1' / 'up'} is the same folder as {exp / 'model'}: searched once" in result.stderr
+
+
+def test_a_manifest_names_a_file_once_per_model(tmp_path):
+    """A manifest naming one file twice for a model counts it once; naming it for two models is refused (a
+    run belongs to one model), and so is a file the manifest and a folder given give to different models."""
+    exp = _layout(tmp_path)
+    gold = exp / "gold" / "test.txt"
+    manifest = tmp_path / "models.yaml"
+    manifest.write_text("ours: [exp/model/*/test.txt, exp/model/../model/s1/test.txt]\n")
+    result = invoke("leaderboard", "--manifest", manifest, "--gold", gold, "-o", tmp_path / "out", "--resamples",
+                    "20", "--json", "--convention", "kim2019", "--no-ensembles")
+    assert result.exit_code == 0, result.output
+    assert sorted(r["run"] for r in json.loads(result.stdout)["runs"]) == ["s1", "s2"]
+    assert "is the same file as" in result.stderr and "counted once" in result.stderr
+    manifest.write_text("ours: [exp/model/s1/test.txt]\ntheirs: [exp/model/../model/s1/test.txt]\n")
+    result = invoke("leaderboard", "--manifest", manifest, "--gold", gold, "-o", tmp_path / "o2")
+    assert result.exit_code == 2 and "a run of model 'ours'" in result.output, result.output
+    manifest.write_text("ours: [exp/model/s1/test.txt]\n")
+    result = invoke("leaderboard", exp / "model", "--manifest", manifest, "--gold", gold, "--pattern", "test.txt",
+                    "-o", tmp_path / "o3")
+    assert result.exit_code == 2 and "a run of model 'ours'" in result.output, result.output
+    assert not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()
+

@@ -261,6 +261,23 @@ __all__ = ["CONVENTIONS", "DEFAULT_CONVENTION", "Source", "agreement_report", "b
            "convention_results", "ensemble_report", "file_source", "is_run", "load_full_gold", "run_source"]
 
 
+def source_key(path: Path):
+    """The identity of a source (:func:`induce.files.file_key`): of the file or run folder, or of a checkpoint
+    named without its suffix (``runs/x/last``: ``last.safetensors``)."""
+    from induce.files import file_key
+
+    return file_key(path) or file_key(f"{path}.safetensors")
+
+
+def check_distinct_sources(paths: Sequence[Path], what: str, why: str) -> None:
+    """Refuse two of ``paths`` that name one file, run folder or checkpoint (under any path or link), where
+    each source counts in its own right (``what`` and ``why`` frame the message:
+    :func:`induce.files.refuse_repeated`)."""
+    from induce.files import refuse_repeated
+
+    refuse_repeated(paths, what, why, key=source_key)
+
+
 def sources_of(paths: Sequence[Path], golds, gold_set, pred_format: str, batch_size: int, decoder, device,
                steps) -> list:
     """A :class:`Source` per path: a run folder or checkpoint is parsed, a file read."""
@@ -305,6 +322,12 @@ def run_hub_eval(predicted: Sequence[Path], gold=None, corpus=None, data=None, s
                           f"{len(predicted)} given")
     if not (agreement or compare) and len(predicted) > 1:
         raise InduceError(f"{len(predicted)} prediction files: evaluate one at a time, or use --agreement / --compare")
+    if agreement:
+        check_distinct_sources(predicted, "--agreement", "give each source once (a source agrees with itself "
+                               "completely, which would raise the mean pairwise F1)")
+    if compare:
+        check_distinct_sources(predicted, "--compare", "give two different sources (a source compared with itself "
+                               "differs by nothing)")
     if (agreement or compare) and len(names) > 1:
         raise InduceError(f"{'--agreement' if agreement else '--compare'}: one --convention at most")
     if agreement and variants:

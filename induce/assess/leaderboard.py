@@ -9,7 +9,9 @@ holding no other matched file, the folder is the run and its parent the model
 (``experiments/DIORA/seed35/test.txt``: model ``DIORA``, run ``seed35``); in a folder holding several, the
 folder is the model and each file a run (``preds/prpn/seed1.txt``: model ``prpn``, run ``seed1.txt``). A run
 folder's model is the model its checkpoint was trained as. A manifest (YAML: ``model: [path or glob, ...]``,
-paths relative to the manifest) names the models instead.
+paths relative to the manifest) names the models instead. A file or run folder found twice (given, and found
+again in a folder given, or named under two paths or links) is one run, and a note says so; one named as
+runs of two models is refused.
 
 **What is reported**, for each convention (its headline figure, the first its script prints, or the figure
 ``figure`` names: ``corpus_f1``, ``sentence_f1``):
@@ -76,12 +78,16 @@ def _run_model(path: Path) -> str:
 
 
 def _files_as_runs(files: Sequence[Path]) -> list[Entry]:
-    """Entries of prediction files by where they lie (module docstring)."""
+    """Entries of prediction files by where they lie (module docstring); one folder under two spellings
+    (``a/b``, ``a/../a/b``) is one folder."""
+    from induce.files import file_key
+
     by_folder: dict = {}
     for path in files:
-        by_folder.setdefault(path.parent, []).append(path)
+        by_folder.setdefault(file_key(path.parent) or path.parent.resolve(), []).append(path)
     entries = []
-    for folder, paths in by_folder.items():
+    for paths in by_folder.values():
+        folder = paths[0].parent
         resolved = folder.resolve()
         if len(paths) == 1:
             entries.append(Entry(resolved.parent.name or str(resolved.parent), resolved.name or str(folder), paths[0]))
@@ -90,11 +96,16 @@ def _files_as_runs(files: Sequence[Path]) -> list[Entry]:
     return entries
 
 
-def discover(sources: Sequence[Path], pattern: str = DEFAULT_PATTERN, skip: Sequence[Path] = ()) -> list[Entry]:
+def discover(sources: Sequence[Path], pattern: str = DEFAULT_PATTERN, skip: Sequence[Path] = (),
+             notes: list | None = None) -> list[Entry]:
     """The entries under ``sources`` (folders searched, files and run folders taken as given), without the
-    files in ``skip`` (the gold). A source that does not exist is an :class:`InputError`."""
-    skipped = {Path(p).resolve() for p in skip}
-    files, runs = [], []
+    files in ``skip`` (the gold). A file or run folder found twice (given and found in a folder given, or
+    under two paths or links) is one run: a line for ``notes`` says so. A source that does not exist is an
+    :class:`InputError`."""
+    from induce.files import distinct_paths, file_key, repeat_note
+
+    skipped = {file_key(p) for p in skip} - {None}
+    files, runs, walked = [], [], {}
     for source in map(Path, sources):
         if not source.exists():
             raise InputError("no such file or folder", source)
@@ -103,13 +114,28 @@ def discover(sources: Sequence[Path], pattern: str = DEFAULT_PATTERN, skip: Sequ
         elif _is_run_folder(source):
             runs.append(source)
         else:
-            _walk(source, pattern, files, runs)
-    files = [f for f in dict.fromkeys(files) if f.resolve() not in skipped]
-    entries = [Entry(_run_model(run), run.name, run, is_run=True) for run in dict.fromkeys(runs)]
+            _walk(source, pattern, files, runs, walked)
+    (files, repeated_files), (runs, repeated_runs) = distinct_paths(files), distinct_paths(runs)
+    if notes is not None:  # (one path found twice, a folder given inside one given: plainly one, not said)
+        notes.extend(repeat_note(repeat, first, "searched once") for repeat, first in walked.pop(None, [])
+                     if repeat != first)
+        notes.extend(repeat_note(repeat, first) for repeat, first in repeated_runs + repeated_files if repeat != first)
+    files = [f for f in files if file_key(f) not in skipped]
+    entries = [Entry(_run_model(run), run.name, run, is_run=True) for run in runs]
     return entries + _files_as_runs(files)
 
 
-def _walk(folder: Path, pattern: str, files: list, runs: list) -> None:
+def _walk(folder: Path, pattern: str, files: list, runs: list, walked: dict) -> None:
+    """The run folders and matching files under ``folder``, into ``runs`` and ``files``; a folder reached
+    again (through a link: ``walked`` maps each folder's identity to its path) is searched once, the pair
+    recorded under ``walked[None]``."""
+    from induce.files import file_key
+
+    identity = file_key(folder)
+    if identity in walked:
+        walked.setdefault(None, []).append((folder, walked[identity]))
+        return
+    walked[identity] = folder
     for child in sorted(folder.iterdir()):
         if child.name.startswith("."):
             continue
@@ -117,15 +143,18 @@ def _walk(folder: Path, pattern: str, files: list, runs: list) -> None:
             if _is_run_folder(child):
                 runs.append(child)
             else:
-                _walk(child, pattern, files, runs)
+                _walk(child, pattern, files, runs, walked)
         elif child.is_file() and fnmatch.fnmatch(child.name, pattern):
             files.append(child)
 
 
-def read_manifest(path: Path) -> list[Entry]:
+def read_manifest(path: Path, notes: list | None = None) -> list[Entry]:
     """Entries named by a manifest: YAML ``{model: [path or glob, ...]}`` (paths relative to the manifest's
-    folder; a run folder is parsed). Each error names the manifest and the model."""
+    folder; a run folder is parsed). A file a model names twice is one run (a line for ``notes`` says so).
+    Each error names the manifest and the model."""
     import yaml
+
+    from induce.files import distinct_paths, repeat_note
 
     path = Path(path)
     try:
@@ -149,12 +178,39 @@ def read_manifest(path: Path) -> list[Entry]:
             if not matched:
                 raise InputError(f"model {model!r}: {item} matches no file or run folder", path)
             found.extend(matched)
+        found, repeated = distinct_paths(found)
+        if notes is not None:
+            notes.extend(f"{path}: model {model!r}: {repeat_note(repeat, first)}" for repeat, first in repeated
+                         if repeat != first)
         # files of one name (seed1/test.txt, seed2/test.txt) are told apart by their folders
         by_folder = len({f.name for f in found if f.is_file()}) == 1
-        for item in dict.fromkeys(found):
+        for item in found:
             label = item.parent.name if item.is_file() and by_folder else item.name
             entries.append(Entry(str(model), label, item, is_run=_is_run_folder(item)))
     return entries
+
+
+def _distinct_entries(entries: list[Entry], notes: list) -> list[Entry]:
+    """``entries`` with each file or run folder once (the manifest's and the folders' entries may name the
+    same file): a repeat under the same model is dropped with a line for ``notes``; under another model it is
+    an :class:`InputError` (a run belongs to one model, and would weigh in the ensemble across models twice)."""
+    from induce.files import file_key, repeat_note
+
+    kept, first_of = [], {}
+    for entry in entries:
+        identity = file_key(entry.path)
+        first = first_of.get(identity) if identity is not None else None
+        if first is None:
+            first_of.setdefault(identity, entry)
+            kept.append(entry)
+        elif first.model == entry.model:
+            if entry.path != first.path:
+                notes.append(repeat_note(entry.path, first.path))
+        else:
+            kind = "run folder" if entry.is_run else "file"
+            raise InputError(f"this is the same {kind} as {first.path}, a run of model {first.model!r}: a run "
+                             f"belongs to one model (here {entry.model!r}); name it once", entry.path)
+    return kept
 
 
 def _unique_labels(entries: list[Entry]) -> None:
@@ -197,8 +253,9 @@ def build_leaderboard(sources: Sequence[Path] = (), gold=None, corpus=None, spli
     keys = {c.name: figure or c.figures[0].key for c in chosen}
     if flag_above < 0 or math.isnan(flag_above):
         raise InduceError(f"--flag-above {flag_above}: give a number of points >= 0")
-    entries = (read_manifest(manifest) if manifest is not None else []) + discover(
-        sources, pattern, [gold] if gold is not None and Path(gold).is_file() else [])
+    repeats: list = []  # what was found twice, said with the notes
+    entries = _distinct_entries((read_manifest(manifest, repeats) if manifest is not None else []) + discover(
+        sources, pattern, [gold] if gold is not None and Path(gold).is_file() else [], repeats), repeats)
     if not entries:
         where = ", ".join(map(str, sources)) or str(manifest)
         raise InduceError(f"no prediction file ({pattern}) or run folder found in {where}")
@@ -220,7 +277,7 @@ def build_leaderboard(sources: Sequence[Path] = (), gold=None, corpus=None, spli
              "word_match": word_match,
              "bootstrap": {"resamples": resamples, "seed": seed, "interval": bootstrap.INTERVAL},
              "flag_above": flag_above, "runs": [], "models": [], "across_models": None, "flags": [],
-             "notes": [note for entry in entries for note in entry.source.notes]}
+             "notes": repeats + [note for entry in entries for note in entry.source.notes]}
     for entry in entries:
         board["runs"].append(_run_row(entry, chosen, keys, resamples, seed))
     ensembling = steps.bar("ensembles")

@@ -42,7 +42,7 @@ def ensemble_command(
     Sentences the convention leaves out (one word) get their only tree. Example:
     `induce ensemble results/runs/palm-seed1 results/runs/palm-seed2 results/runs/palm-seed3 -o palm.ens.txt`.
     """
-    from induce.assess.hub import ensemble_report, load_full_gold, sources_of
+    from induce.assess.hub import check_distinct_sources, ensemble_report, load_full_gold, sources_of
     from induce.assess.run_eval import _default_eval_corpus
     from induce.evaluation.ensemble import parse_weights
     from induce.evaluation.words import check_mode
@@ -52,6 +52,8 @@ def ensemble_command(
 
     if len(sources) < 2:
         raise InduceError(f"induce ensemble takes two sources or more, {len(sources)} given")
+    check_distinct_sources(sources, "induce ensemble", "give each source once (to count a source more, give it a "
+                           "larger weight with --weights)")
     parsed = None if weights is None else parse_weights(weights, len(sources))
     check_mode(word_match)
     check_output_file(output, "--output")

@@ -38,9 +38,11 @@ from induce.errors import InduceError, InputError
 from induce.files import (
     check_not_input,
     check_output_folder,
+    distinct_paths,
     honour_umask,
     os_error_message,
     process_alive,
+    repeat_note,
     sha256_file,
 )
 from induce.trees.brackets import read_trees, tree_to_line
@@ -494,6 +496,16 @@ def _read_split_files(split_files: dict[str, list[Path]], progress: Progress,
     return trees
 
 
+def _distinct_files(split: str, files, log: LogFn) -> list[Path]:
+    """The files of one split, each once (under any path or link: its trees would be in the split twice); a
+    line says which repeat was left out. (One file in two splits is kept: training on the dev trees is a
+    choice some experiments make.)"""
+    kept, repeats = distinct_paths([Path(p) for p in files])
+    for repeat, first in repeats:
+        log(f"{split} split: {repeat_note(repeat, first)}")
+    return kept
+
+
 def preprocess_tree_files(
     split_files: dict[str, list[Path]],
     out_dir: Path,
@@ -522,7 +534,7 @@ def preprocess_tree_files(
             if not Path(path).is_file():
                 raise InputError("no such file", path)
             check_tags_are_gold(Path(path), allow_predicted_tags)
-    split_files = {split: [Path(p) for p in split_files[split]] for split in SPLITS if split in split_files}
+    split_files = {split: _distinct_files(split, split_files[split], log) for split in SPLITS if split in split_files}
     _check_not_replacing_inputs(Path(out_dir) / name, [p for files in split_files.values() for p in files])
     records = {split: [_file_record(path) for path in files] for split, files in split_files.items()}
     source = {"kind": source_kind, "files": records, **(extra_source or {})}
