@@ -14,6 +14,8 @@
 * :func:`file_key`, :func:`distinct_paths`, :func:`refuse_repeated` — which input paths name one file (the
   same device and inode: ``a/../a/x``, symbolic and hard links), so that a file given twice is counted once
   or refused, never scored as two;
+* :class:`OutputSet` (:func:`output_set`) — several output files written as one result (a leaderboard's
+  Markdown, JSON and figure): all of them or none;
 * :func:`os_error_message` — a one-line user message for an ``OSError`` (path and reason);
 * :func:`strict_json` — JSON text without ``NaN`` / ``Infinity`` (which are not JSON), for the files
   other programs read;
@@ -233,6 +235,164 @@ def _atomic(target: Path, binary: bool) -> Iterator[IO]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_name)
         raise
+
+
+class OutputSet:
+    """Several output files written as one result: all of them, or none (the old ones left as they were).
+
+    Each file is first written to a temporary file beside its target (:meth:`path`, :meth:`open`,
+    :meth:`write`); :meth:`commit`, once every one has been written, renames them into place; on any error
+    (a full disk while the figure is drawn, a rename refused) the files already renamed are put back, the
+    temporary files removed and so are the folders the set made: the old set is left whole and no new or
+    temporary file behind. Each target is resolved as :func:`output_target` resolves it (links followed; a
+    folder, block device or socket refused at once). A target written through (a FIFO, a device, a process's
+    open file, a hard-linked file: the module's docstring) is not replaced by a rename: its content is kept in
+    the system's temporary folder and written through at the commit, before the renames, so a failure there
+    still leaves every renamed file old (the written-through one may hold part of its new content, as any
+    write through does). Use it through :func:`output_set`.
+    """
+
+    def __init__(self):
+        self._staged: dict = {}  # resolved target -> (OutputTarget, temporary path)
+        self._made: list = []  # folders this set created, the outermost first
+
+    def path(self, target: PathLike) -> Path:
+        """The temporary file to write ``target``'s content into, with any writer (its name ends in the
+        target's suffix, so a figure's format is read from it). Every path asked for is part of the set: one
+        left unwritten replaces its target with an empty file."""
+        resolved = output_target(target)
+        if resolved.path in self._staged:
+            return self._staged[resolved.path][1]
+        folder, mode = None, 0o600  # written through: the temporary file is only read back at the commit
+        try:
+            if resolved.atomic:
+                folder = resolved.path.parent
+                self._make_folder(folder)
+                try:
+                    mode = stat.S_IMODE(os.stat(resolved.path).st_mode)  # a replaced file keeps its bits
+                except FileNotFoundError:
+                    mode = new_file_mode()
+            fd, name = tempfile.mkstemp(prefix=f".{resolved.path.stem}.", suffix=f".tmp{resolved.path.suffix}",
+                                        dir=folder)
+        except OSError as err:  # name the output, not a temporary file
+            raise OSError(err.errno, err.strerror, str(resolved.path)) from err
+        self._staged[resolved.path] = (resolved, Path(name))
+        try:
+            if hasattr(os, "fchmod"):  # POSIX; elsewhere there are no such mode bits to set
+                os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+        return Path(name)
+
+    @contextlib.contextmanager
+    def open(self, target: PathLike, binary: bool = False) -> Iterator[IO]:
+        """A handle writing ``target``'s content (text: UTF-8, ``\\n`` newlines) into its temporary file."""
+        with _text_or_binary(os.open(self.path(target), os.O_WRONLY | os.O_TRUNC), binary) as handle:
+            yield handle
+
+    def write(self, target: PathLike, content: Union[str, bytes]) -> Path:
+        """Write ``content`` (``str``: UTF-8, ``\\n`` newlines; ``bytes`` as they are) as ``target``'s; returns
+        ``target``."""
+        with self.open(target, binary=isinstance(content, bytes)) as handle:
+            handle.write(content)
+        return Path(target)
+
+    def _make_folder(self, folder: Path) -> None:
+        missing = []
+        while not folder.exists() and folder != folder.parent:
+            missing.append(folder)
+            folder = folder.parent
+        for made in reversed(missing):
+            try:
+                made.mkdir()
+            except FileExistsError:  # made meanwhile by someone else: not this set's to remove
+                continue
+            self._made.append(made)
+
+    def commit(self) -> None:
+        """Put every file in place: those written through first, then the renames (class docstring); on an
+        error, :meth:`discard` after the files renamed so far are put back."""
+        renamed: list = []  # (target, whether a file was there, that file kept as a hard link or None)
+        try:
+            for resolved, staged in self._staged.values():
+                if not resolved.atomic:
+                    with open(staged, "rb") as source, open_output(resolved.path, binary=True) as handle:
+                        for block in iter(lambda: source.read(1 << 20), b""):
+                            handle.write(block)
+            for resolved, staged in self._staged.values():
+                if resolved.atomic:
+                    existed = os.path.lexists(resolved.path)
+                    old = _keep_old(resolved.path) if existed else None
+                    try:
+                        os.replace(staged, resolved.path)
+                    except OSError as err:  # name the output, not its temporary file
+                        _remove(old)
+                        raise OSError(err.errno, err.strerror, str(resolved.path)) from err
+                    except BaseException:
+                        _remove(old)
+                        raise
+                    renamed.append((resolved.path, existed, old))
+        except BaseException:
+            for target, existed, old in reversed(renamed):
+                with contextlib.suppress(OSError):
+                    if old is not None:
+                        os.replace(old, target)
+                    elif not existed:
+                        os.unlink(target)
+            self.discard()
+            raise
+        for _, _, old in renamed:
+            _remove(old)
+        self._made.clear()  # (kept: they hold the set now)
+        self.discard()  # the temporary files of the targets written through
+
+    def discard(self) -> None:
+        """Remove every temporary file, and the folders the set made (those left empty)."""
+        for _, staged in self._staged.values():
+            _remove(staged)
+        for folder in reversed(self._made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        self._staged.clear()
+        self._made.clear()
+
+
+def _remove(path: Optional[Path]) -> None:
+    if path is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _keep_old(path: Path) -> Optional[Path]:
+    """A hard link to the file at ``path`` under a new hidden name beside it (to put it back if a later
+    rename of its set fails); None when the file system makes no hard links."""
+    for _ in range(100):
+        old = path.with_name(f".{path.stem}.{os.urandom(4).hex()}.old")
+        try:
+            os.link(path, old)
+            return old
+        except FileExistsError:
+            continue
+        except OSError:
+            return None
+    return None
+
+
+@contextlib.contextmanager
+def output_set() -> Iterator[OutputSet]:
+    """An :class:`OutputSet`, committed when the block ends without an error, discarded when it raises::
+
+        with output_set() as outputs:
+            outputs.write(out / "board.md", text)
+            save_figure(fig, outputs.path(out / "board.png"))
+    """
+    outputs = OutputSet()
+    try:
+        yield outputs
+    except BaseException:
+        outputs.discard()
+        raise
+    outputs.commit()
 
 
 def write_output(path: PathLike, content: Union[str, bytes]) -> Path:

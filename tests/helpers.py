@@ -8,6 +8,8 @@
 - ``python_path`` / ``child_env``: the environment for a child ``python -m induce`` process that must
   import this checkout.
 - ``script_module``: a script of the repository outside the package (``bench/...``) imported as a module.
+- ``full_disk``: make the output writer's text (or binary) files fail as on a full disk (a failure half-way
+  through writing a set of outputs).
 - ``shapes``, ``internal_nodes``, ``derivations``, ``span_posteriors``: brute-force enumeration of a small
   grammar's derivations (the neural PCFGs' tests).
 """
@@ -222,3 +224,35 @@ def span_posteriors(found) -> dict:
         for node in internal_nodes(tree):
             posterior[node[2]] = posterior.get(node[2], 0.0) + math.exp(lp - log_z)
     return posterior
+
+
+def full_disk(monkeypatch, binary: bool = False) -> None:
+    """Every text file (``binary=True``: every binary file) the output writers of :mod:`induce.files` open from
+    now on fails on its first write with ``ENOSPC``, as on a full disk; files of the other kind are written."""
+    import errno
+
+    from induce import files
+
+    real = files._text_or_binary
+
+    class Full:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __getattr__(self, name):
+            return getattr(self.handle, name)
+
+    def opened(fd, is_binary):
+        handle = real(fd, is_binary)
+        return Full(handle) if is_binary == binary else handle
+
+    monkeypatch.setattr(files, "_text_or_binary", opened)

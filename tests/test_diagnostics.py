@@ -118,3 +118,26 @@ def test_diagnose_cli_memory_and_grad(tmp_path):
     assert result.exit_code == 2 and "--lengths" in result.output
     result = runner.invoke(_app(), ["diagnose", "grad", "--out", str(stem)])
     assert result.exit_code == 2
+
+
+def test_the_png_and_the_json_are_written_both_or_neither(tmp_path, monkeypatch):
+    """``--out STEM``: a failure writing STEM.json (a full disk) leaves the STEM.png and STEM.json of before
+    as they were, and no temporary file."""
+    from induce.cli.main import app
+
+    from helpers import full_disk
+
+    stem = tmp_path / "grad"
+
+    def measure(length: int):
+        return CliRunner().invoke(app, ["diagnose", "grad", "--model", "relrnn", "--hidden-size", "8", "--task",
+                                        "copy", "--T", str(length), "--n", "2", "--out", str(stem)])
+
+    result = measure(5)
+    assert result.exit_code == 0, result.output
+    before = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
+    assert sorted(before) == ["grad.json", "grad.png"]
+    full_disk(monkeypatch)
+    result = measure(6)
+    assert result.exit_code == 2 and "no space left on the device" in result.output, result.output
+    assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == before

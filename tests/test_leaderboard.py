@@ -193,3 +193,34 @@ def test_a_manifest_names_a_file_once_per_model(tmp_path):
     assert result.exit_code == 2 and "a run of model 'ours'" in result.output, result.output
     assert not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()
 
+
+def _fail_on_png(monkeypatch):
+    """Make the figure's write fail half-way with a full disk (the Markdown and JSON are written before it)."""
+    import errno
+
+    from matplotlib.figure import Figure
+
+    def full_disk(self, handle, **kwargs):
+        handle.write(b"\x89PNG half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", full_disk)
+
+
+def test_the_three_files_are_written_all_or_none(tmp_path, monkeypatch):
+    """A failure while the figure is written (a full disk) leaves the old leaderboard.md, .json and .png as they
+    were, and no new or temporary file; into a new folder, nothing at all."""
+    pytest.importorskip("matplotlib")
+    _, out, _ = _board(tmp_path)
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    assert sorted(before) == ["leaderboard.json", "leaderboard.md", "leaderboard.png"]
+    _fail_on_png(monkeypatch)
+    exp = tmp_path / "exp"
+    args = [exp, "--gold", exp / "gold" / "test.txt", "--pattern", "test.txt", "--convention", "kim2019",
+            "--resamples", "20"]
+    result = invoke("leaderboard", *args, "-o", out)
+    assert result.exit_code == 2 and "no space left on the device" in result.output, result.output
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+    result = invoke("leaderboard", *args, "-o", tmp_path / "new" / "board")
+    assert result.exit_code == 2 and "no space left on the device" in result.output, result.output
+    assert not (tmp_path / "new").exists()

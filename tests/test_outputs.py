@@ -260,3 +260,75 @@ def test_dotdot_after_a_link_is_taken_from_the_links_target(tmp_path):
     with pytest.raises(InputError, match="same file as the input"):
         check_not_input(tmp_path / "near" / "link" / "nosuch" / ".." / ".." / "x.txt",
                         {"the input": tmp_path / "far" / "x.txt"}, "--out")
+
+
+def test_a_set_of_outputs_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """:func:`induce.files.output_set`: every file in place with the modes the writer gives (a new file the
+    umask's, a replaced one its own bits), or after a failure (in the block, or in a rename) the old files as
+    they were, and no new or temporary file or folder left."""
+    from induce.files import new_file_mode, output_set
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.md").write_text("old a\n")
+    (out / "a.md").chmod(0o600)
+    with output_set() as outputs:
+        outputs.write(out / "a.md", "new a\n")
+        outputs.path(out / "b.png").write_bytes(b"new b")  # any writer, into the path it is given
+        assert outputs.path(out / "b.png").suffix == ".png"  # a figure's format is read from its name
+        assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["a.md"]  # nothing yet
+    assert (out / "a.md").read_text() == "new a\n" and (out / "b.png").read_bytes() == b"new b"
+    assert stat.S_IMODE((out / "a.md").stat().st_mode) == 0o600
+    assert stat.S_IMODE((out / "b.png").stat().st_mode) == new_file_mode()
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    with pytest.raises(OSError), output_set() as outputs:
+        outputs.write(out / "a.md", "newer a\n")
+        outputs.write(tmp_path / "made" / "deep" / "c.json", "{}\n")
+        raise OSError(28, "No space left on device")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before and not (tmp_path / "made").exists()
+
+    real_replace = os.replace
+    renamed = []
+
+    def refuse_the_second(src, dst):
+        if str(src).endswith(".tmp.png") and renamed:
+            raise PermissionError(13, "Permission denied", str(dst))
+        real_replace(src, dst)
+        renamed.append(dst)
+
+    monkeypatch.setattr(os, "replace", refuse_the_second)
+    with pytest.raises(PermissionError), output_set() as outputs:
+        outputs.write(out / "a.md", "newer a\n")  # renamed first, then put back
+        outputs.write(out / "b.png", b"newer b")
+        outputs.write(out / "d.txt", "new d\n")
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert renamed and {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_the_reports_files_are_written_both_or_neither(tmp_path, monkeypatch):
+    """results.json and REPORT.md are one result: a failure writing REPORT.md (a full disk) leaves the old
+    results.json too, and no temporary file."""
+    from induce import files
+    from induce.report.markdown import write_results
+
+    from helpers import full_disk
+
+    results = json.loads((Path(__file__).parent / "data" / "report" / "results.json").read_text())
+    out = tmp_path / "report"
+    write_results(results, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert sorted(before) == ["REPORT.md", "results.json"]
+    opened = []
+    real = files._text_or_binary
+    full_disk(monkeypatch)
+    failing = files._text_or_binary
+
+    def second_fails(fd, binary):  # results.json is written, then REPORT.md meets the full disk
+        opened.append(fd)
+        return real(fd, binary) if len(opened) == 1 else failing(fd, binary)
+
+    monkeypatch.setattr("induce.files._text_or_binary", second_fails)
+    with pytest.raises(OSError):
+        write_results(dict(results, seeds=[*results["seeds"], 99]), out)
+    assert len(opened) == 2 and {p.name: p.read_bytes() for p in out.iterdir()} == before

@@ -455,17 +455,18 @@ def plot(board: dict, path: Path) -> Path:
 
 
 def write_leaderboard(board: dict, out: Path, inputs: Sequence[Path] = ()) -> list[Path]:
-    """Write ``leaderboard.md``, ``leaderboard.json`` and ``leaderboard.png`` into ``out`` (created); none of
-    them may be an input. Returns the paths."""
-    from induce.files import check_not_input, check_output_file, strict_json, write_output
+    """Write ``leaderboard.md``, ``leaderboard.json`` and ``leaderboard.png`` into ``out`` (created) as one
+    result (:func:`induce.files.output_set`: all three, or on an error none, the old ones left whole); none
+    of them may be an input. Returns the paths."""
+    from induce.files import check_not_input, check_output_file, output_set, strict_json
 
     out = Path(out)
     paths = [out / name for name in OUTPUT_FILES]
     for path in paths:
         check_output_file(path, "--out")
         check_not_input(path, {"an input": [p for p in inputs if Path(p).is_file()]}, "--out")
-    out.mkdir(parents=True, exist_ok=True)
-    write_output(paths[0], markdown(board))
-    write_output(paths[1], strict_json(board, indent=1) + "\n")
-    plot(board, paths[2])
+    with output_set() as outputs:
+        outputs.write(paths[0], markdown(board))
+        outputs.write(paths[1], strict_json(board, indent=1) + "\n")
+        plot(board, outputs.path(paths[2]))
     return paths

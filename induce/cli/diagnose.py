@@ -16,7 +16,7 @@ from rich.table import Table
 
 from induce.cli import comma_ints
 from induce.errors import InduceError
-from induce.files import check_output_file
+from induce.files import check_output_file, output_set
 
 console = Console()
 diagnose_app = typer.Typer(help="Gradient-norm and memory/time diagnostics of recurrence vs attention.",
@@ -38,11 +38,12 @@ def _config(hidden_size: Optional[int], attention_size: Optional[int], nu: Optio
     return {k: v for k, v in pairs.items() if v is not None}
 
 
-def _write_json(path: Path, payload) -> Path:
+def _write_json(path: Path, payload, outputs=None) -> Path:
+    """``payload`` as JSON at ``path``, or into ``outputs`` (an :class:`induce.files.OutputSet`) when given."""
     from induce.files import write_output
 
-    write_output(path, json.dumps(payload, indent=2))
-    return path
+    text = json.dumps(payload, indent=2)
+    return write_output(path, text) if outputs is None else outputs.write(path, text)
 
 
 def _check_outputs(stem: Path) -> None:
@@ -164,8 +165,10 @@ def diagnose_grad(
         torch.manual_seed(seed)
         cfg = {} if hidden_size is None else {"hidden_size": hidden_size}
         results[f"{name} (fresh)"] = diagnostics.gradient_norms(tasks.build_model(name, **cfg), task, T, n=n, seed=seed)
-    png = diagnostics.plot_gradient_norms(results, out.with_suffix(".png"))
-    _write_json(out.with_suffix(".json"), results)
+    png = out.with_suffix(".png")
+    with output_set() as outputs:  # STEM.png and STEM.json: both or neither
+        diagnostics.plot_gradient_norms(results, outputs.path(png))
+        _write_json(out.with_suffix(".json"), results, outputs)
     for label, r in results.items():
         g = r["grad_norm"]
         console.print(f"{label}: ||dL/dh_0|| = {g[0]:.3e}, ||dL/dh_mid|| = {g[len(g) // 2]:.3e}, last = {g[-1]:.3e}")
@@ -205,9 +208,11 @@ def diagnose_memory(
         rows = [r for r in records if r["model"] == name]
         exponents[name] = diagnostics.growth_exponent([r["T"] for r in rows], [r["memory_bytes"] for r in rows])
         console.print(f"{name}: memory ~ T^{exponents[name]:.2f} (least-squares log-log slope)")
-    png = diagnostics.plot_memory_profile(records, out.with_suffix(".png"))
-    _write_json(out.with_suffix(".json"), {"records": records, "memory_growth_exponents": exponents,
-                                          "torch_threads": threads, "device": device})
+    png = out.with_suffix(".png")
+    with output_set() as outputs:  # STEM.png and STEM.json: both or neither
+        diagnostics.plot_memory_profile(records, outputs.path(png))
+        _write_json(out.with_suffix(".json"), {"records": records, "memory_growth_exponents": exponents,
+                                              "torch_threads": threads, "device": device}, outputs)
     console.print(f"wrote {png} and {out.with_suffix('.json')}")
 
 

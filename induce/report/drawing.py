@@ -19,20 +19,23 @@ def choose_examples(kept: list, count: int, shortest: int = 8, longest: int = 15
     return [candidates[(k * len(candidates)) // count] for k in range(count)]
 
 
-def make_figures(results: dict, out: Path, repro) -> dict:
+def make_figures(results: dict, out: Path, repro, outputs=None) -> dict:
     """Draw every figure into ``out/figures``; returns ``{name: relative path}`` and adds the
-    example sentences (text trees, per-model F1) to ``results["examples"]``."""
+    example sentences (text trees, per-model F1) to ``results["examples"]``. ``outputs``: the
+    :class:`induce.files.OutputSet` the figures belong to (the report's: written with it, all or none);
+    without one each figure is written on its own."""
     out = Path(out)
     folder = out / "figures"
+    place = outputs.path if outputs is not None else Path
     made: dict = {}
-    made.update(_training_curves(results, folder, out))
-    made.update(_learning_curves(results, folder, out))
-    made.update(_branching(results, folder, out))
-    made.update(_examples(results, folder, out, repro))
+    made.update(_training_curves(results, folder, out, place))
+    made.update(_learning_curves(results, folder, out, place))
+    made.update(_branching(results, folder, out, place))
+    made.update(_examples(results, folder, out, repro, place))
     return made
 
 
-def _training_curves(results: dict, folder: Path, out: Path) -> dict:
+def _training_curves(results: dict, folder: Path, out: Path, place=Path) -> dict:
     """Validation / training perplexity and dev F1 per epoch of every run, on an axis of tokens trained."""
     from induce.report import figures
     from induce.training.batching import predicted_per_epoch
@@ -51,11 +54,12 @@ def _training_curves(results: dict, folder: Path, out: Path) -> dict:
                 epoch_tokens[label] = predicted_per_epoch(text_tokens, batch)
     if not any(histories.values()):
         return {}
-    return {"training_curves": _rel(figures.plot_training_curves(
-        histories, folder / "training-curves.png", epoch_tokens=epoch_tokens), out)}
+    path = folder / "training-curves.png"
+    figures.plot_training_curves(histories, place(path), epoch_tokens=epoch_tokens)
+    return {"training_curves": _rel(path, out)}
 
 
-def _learning_curves(results: dict, folder: Path, out: Path) -> dict:
+def _learning_curves(results: dict, folder: Path, out: Path, place=Path) -> dict:
     """Dev F1 against steps and CPU-minutes of every run of the report's grammars (the PCFG section's models)."""
     from induce.report import figures
     from induce.report.markdown import grammar_models
@@ -68,11 +72,12 @@ def _learning_curves(results: dict, folder: Path, out: Path) -> dict:
             histories[label] = data.get("history", [])
     if not any(figures.learning_curve_points(h)["f1"] for h in histories.values()):
         return {}
-    return {"learning_curves": _rel(figures.plot_learning_curves(
-        histories, folder / "learning-curves.png", title="Dev F1 (monitor set) during training"), out)}
+    path = folder / "learning-curves.png"
+    figures.plot_learning_curves(histories, place(path), title="Dev F1 (monitor set) during training")
+    return {"learning_curves": _rel(path, out)}
 
 
-def _branching(results: dict, folder: Path, out: Path) -> dict:
+def _branching(results: dict, folder: Path, out: Path, place=Path) -> dict:
     """Shares of left / right / other splits of the untrained models, the trained ones and the gold trees."""
     from induce.report import figures
 
@@ -93,11 +98,12 @@ def _branching(results: dict, folder: Path, out: Path) -> dict:
                      gold["nary_split_pct"]))
     if not rows:
         return {}
-    return {"branching": _rel(figures.plot_branching(
-        rows, folder / "branching.png", title=f"Splits of spans > 2 words, WSJ40 {split_name(results)}"), out)}
+    path = folder / "branching.png"
+    figures.plot_branching(rows, place(path), title=f"Splits of spans > 2 words, WSJ40 {split_name(results)}")
+    return {"branching": _rel(path, out)}
 
 
-def _examples(results: dict, folder: Path, out: Path, repro) -> dict:
+def _examples(results: dict, folder: Path, out: Path, repro, place=Path) -> dict:
     """The example sentences: each model's tree next to the gold tree (``results["examples"]`` gets the
     text trees and F1), and per model its span attention or distances over all the examples."""
     from induce.inference.loading import load_run
@@ -131,8 +137,8 @@ def _examples(results: dict, folder: Path, out: Path, repro) -> dict:
             entry["f1"][model] = f1
             panels.append((f"{display(model)} (F1 {f1:.0f})" if f1 is not None else display(model), structure.tree))
         if panels:
-            path = figures.plot_trees(panels, folder / f"example-{number}.png", gold=gold_tree,
-                                      title=f"{split_name(results)} sentence {index}")
+            path = folder / f"example-{number}.png"
+            figures.plot_trees(panels, place(path), gold=gold_tree, title=f"{split_name(results)} sentence {index}")
             entry["figure"] = _rel(path, out)
         examples.append(entry)
     results["examples"] = examples
@@ -142,8 +148,8 @@ def _examples(results: dict, folder: Path, out: Path, repro) -> dict:
         kind = items[0][1].kind
         if kind.plot is None:  # a family without a drawing of its numbers: its trees are in the examples
             continue
-        path = resolve(kind.plot)(items, folder / f"{kind.figure_name}-{model}.png",
-                                  title=f"{display(model)}: {kind.figure_title}")
+        path = folder / f"{kind.figure_name}-{model}.png"
+        resolve(kind.plot)(items, place(path), title=f"{display(model)}: {kind.figure_title}")
         made[f"{kind.figure_name}_{model}"] = _rel(path, out)
     return made
 

@@ -32,18 +32,22 @@ from induce.report.text import (
 # ------------------------------------------------------------------------------------------- report
 
 
-def write_results(results: dict, out: Path) -> tuple[Path, Path]:
-    """``out/results.json`` and ``out/REPORT.md``."""
-    from induce.files import strict_json, write_output
+def write_results(results: dict, out: Path, outputs=None) -> tuple[Path, Path]:
+    """``out/results.json`` and ``out/REPORT.md``, as one result: into ``outputs`` (the report's
+    :class:`induce.files.OutputSet`, with its figures), else both or, on an error, neither
+    (:func:`induce.files.output_set`)."""
+    import contextlib
+
+    from induce.files import output_set, strict_json
 
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     results = dict(results, published=PUBLISHED)
-    json_path = out / "results.json"
-    # strict JSON: NaN / infinity (a diverged run) become null; "diverged_seeds" says which
-    write_output(json_path, strict_json(results, indent=1, sort_keys=True, default=str) + "\n")
-    md_path = out / "REPORT.md"
-    write_output(md_path, render_markdown(results))
+    json_path, md_path = out / "results.json", out / "REPORT.md"
+    markdown = render_markdown(results)  # (before anything is written: an error here leaves the old report)
+    with contextlib.nullcontext(outputs) if outputs is not None else output_set() as chosen:
+        # strict JSON: NaN / infinity (a diverged run) become null; "diverged_seeds" says which
+        chosen.write(json_path, strict_json(results, indent=1, sort_keys=True, default=str) + "\n")
+        chosen.write(md_path, markdown)
     return json_path, md_path
 
 

@@ -62,7 +62,7 @@ from rich.markup import escape
 
 from induce.config import DEFAULT_THREADS, use_threads
 from induce.errors import InduceError, InputError
-from induce.files import check_output_folder, now, os_error_reason
+from induce.files import check_output_folder, now, os_error_reason, output_set
 
 from .jobs import LOGS_DIR, JobRunner, plan_units, schedule_minutes
 from .profiles import Profile, build_run_config, load_profile, resolve_profile_name
@@ -313,15 +313,16 @@ class Reproduction(PipelineSteps):
             results["chunk_s"] = self.chunk
             if self.mikolov is not None:  # the final split's
                 results["mikolov"] = {k: v for k, v in self.mikolov.items() if k not in ("sentences", "key")}
-            figures = make_figures(results, self.out, self)
-            results["figures"] = figures
-            results["wall_seconds"] = round(time.monotonic() - started, 1)
-            record = StepRecord("report", "ran", round(time.monotonic() - report_started, 2), str(self.out))
-            self.steps.append(record)
-            self._record_step(record)
-            results["steps"] = [asdict(step) for step in self.steps]
-            results["step_log"] = read_json(self.out / STEPS_FILE)
-            write_results(results, self.out)
+            with output_set() as report:  # figures, results.json and REPORT.md: all of them or none
+                figures = make_figures(results, self.out, self, report)
+                results["figures"] = figures
+                results["wall_seconds"] = round(time.monotonic() - started, 1)
+                record = StepRecord("report", "ran", round(time.monotonic() - report_started, 2), str(self.out))
+                self.steps.append(record)
+                self._record_step(record)
+                results["steps"] = [asdict(step) for step in self.steps]
+                results["step_log"] = read_json(self.out / STEPS_FILE)
+                write_results(results, self.out, report)
             return results
         finally:
             torch.set_num_threads(old_threads)

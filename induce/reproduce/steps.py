@@ -30,11 +30,13 @@ EVAL_VERSION = 5
 VOLATILE_TRAIN_KEYS = ("device", "kernels", "threads", "log_interval", "tensorboard", "checkpoint_every")
 
 
-def write_json(path: Path, payload) -> Path:
-    """``payload`` as indented JSON at ``path`` (folders made; :func:`induce.files.write_output`); returns ``path``."""
+def write_json(path: Path, payload, outputs=None) -> Path:
+    """``payload`` as indented JSON at ``path`` (folders made; :func:`induce.files.write_output`, or into the
+    :class:`induce.files.OutputSet` ``outputs`` it is one file of); returns ``path``."""
     from induce.files import write_output
 
-    return write_output(path, json.dumps(payload, indent=1, sort_keys=True, default=str) + "\n")
+    text = json.dumps(payload, indent=1, sort_keys=True, default=str) + "\n"
+    return write_output(path, text) if outputs is None else outputs.write(path, text)
 
 
 def _comparable(config: dict) -> dict:
@@ -388,13 +390,12 @@ class PipelineSteps:
         if mikolov is not None:
             mikolov_ppl = sentences_perplexity(loaded, mikolov["sentences"], self.eval_device)
         trees_path = path.with_suffix(".trees.txt")
-        from induce.files import write_output
+        from induce.files import output_set
 
         # Over every token (punctuation attached as `induce parse` attaches it), so that each convention of
         # `induce eval --convention` finds its own tokens there; the default one projects them away again.
-        write_output(trees_path, "".join(
-            format_tree(with_punctuation(sentence.all_words, sentence.keep, tree)) + "\n"
-            for tree, sentence in zip(predictions, prepared)))
+        trees_text = "".join(format_tree(with_punctuation(sentence.all_words, sentence.keep, tree)) + "\n"
+                             for tree, sentence in zip(predictions, prepared))
         payload = {"key": key, "model": model, "seed": seed, "split": split, "perplexity": ppl,
                    "mikolov_perplexity": mikolov_ppl, "scores": scores,
                    "run": run_summary(self.run_dir(model, seed), loaded.model), "trees": str(trees_path),
@@ -404,7 +405,9 @@ class PipelineSteps:
             chosen = self.init_sentence_indices(split)
             payload["init_sentences"] = {"n_sentences": len(chosen), **evaluate(
                 [predictions[i] for i in chosen], [gold[i] for i in chosen], convention("wsj40")).to_dict()}
-        write_json(path, payload)
+        with output_set() as outputs:  # the trees and the JSON that names them: both or neither
+            outputs.write(trees_path, trees_text)
+            write_json(path, payload, outputs)
         bound = "≤ " if payload["run"]["perplexity_bound"] else ""  # an upper bound, marked as table 1 marks it
         mikolov_text = f" (Mikolov text {bound}{mikolov_ppl:.1f})" if mikolov_ppl else ""
         return (f"ppl {bound}{ppl:.1f}{mikolov_text}, F1 all {scores['all']['sentence_f1']:.1f} / WSJ10 "
