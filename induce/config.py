@@ -241,7 +241,9 @@ class TrainConfig(_Section):
     dev_f1_max_sentences: int = pydantic.Field(500, ge=1, description="dev sentences parsed per epoch (<= 40 words)")
     device: str = pydantic.Field("auto", description="auto, cpu, cuda, cuda:N")
     kernels: str = pydantic.Field("auto", description="kernel backend: auto, reference, torch, triton")
-    amp: bool = pydantic.Field(False, description="bfloat16 autocast on CUDA")
+    amp: bool = pydantic.Field(
+        False, description="bfloat16 autocast of the forward pass: on CUDA, and on a CPU with a bf16 matrix unit "
+        "(AMX, AVX512-BF16, Arm BF16; float32 elsewhere, saying why); weights, optimiser state and losses stay float32")
     cuda_graphs: Literal["auto", True, False] = pydantic.Field(
         "auto", description="capture the training step (one graph per segment length) in CUDA graphs: auto (on "
         "where it can be captured: CUDA, one process; brings data.bptt_bucket with it), true (the static-buffer "

@@ -241,7 +241,8 @@ def inside_lowrank(
     ``triton`` (its split sums fused).
     """
     impl = kernel("inside_lowrank", backend, terms, roots, head, left, right, span_scores)
-    return impl(terms, roots, head, left, right, lengths, span_scores=span_scores)
+    with _full_precision(terms):
+        return impl(terms, roots, head, left, right, lengths, span_scores=span_scores)
 
 
 def inside_simple(
@@ -284,7 +285,8 @@ def inside_simple(
     split sums fused).
     """
     impl = kernel("inside_simple", backend, terms, roots, left, right, span_scores)
-    return impl(terms, roots, left, right, lengths, span_scores=span_scores, semiring=semiring)
+    with _full_precision(terms):
+        return impl(terms, roots, left, right, lengths, span_scores=span_scores, semiring=semiring)
 
 
 def inside(
@@ -322,9 +324,17 @@ def inside(
     """
     _check_inside(terms, rules, roots, lengths, span_scores, semiring)
     impl = kernel("inside", backend, terms, rules, roots, span_scores)
-    return impl(terms, rules, roots, lengths, span_scores=span_scores, semiring=semiring, chart=chart)
+    with _full_precision(terms):
+        return impl(terms, rules, roots, lengths, span_scores=span_scores, semiring=semiring, chart=chart)
 
 
+
+
+def _full_precision(like: torch.Tensor):
+    """Autocast switched off on ``like``'s device for the inside passes: their charts, split sums and normalisers
+    run in float32 or better (the tiers cast lower-precision inputs up) whatever autocast the caller runs
+    under (``train.amp``: bf16 products are for the networks that compute the rule scores, not the charts)."""
+    return torch.autocast(like.device.type, enabled=False)
 
 
 def _check_inside(terms, rules, roots, lengths, span_scores, semiring) -> None:

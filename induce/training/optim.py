@@ -284,14 +284,18 @@ def optimiser_step(optimizer, params: list[torch.nn.Parameter], clip: Optional[f
 class Optimisation:
     """A run's optimiser and its step: ``optimizer`` (``config.optimizer`` until :meth:`switch_to_asgd`
     replaces it), ``params`` (the trained parameters, in the model's order: what is clipped), and
-    :meth:`step`, :func:`optimiser_step` with the run's clipping and autocast (``train.amp``: bf16 on CUDA)."""
+    :meth:`step`, :func:`optimiser_step` with the run's clipping and autocast (``train.amp``: bf16 on CUDA and on
+    a CPU with a bf16 matrix unit; ``precision`` says which ran and why, :mod:`induce.training.precision`)."""
 
     def __init__(self, model: torch.nn.Module, config: OptimConfig, device: torch.device, amp: bool = False):
+        from .precision import resolve_precision
+
         self.model, self.config = model, config
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(model.parameters(), config)
         self.device_type = device.type
-        self.bf16 = amp and device.type == "cuda"
+        self.precision = resolve_precision(amp, device.type)
+        self.bf16 = self.precision.bf16
 
     def switch_to_asgd(self) -> None:
         """The switch to averaged SGD (or its restart): a fresh ASGD over the model's parameters, its

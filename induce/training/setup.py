@@ -75,15 +75,15 @@ def build_run(config: RunConfig, ctx: DistContext, *, corpora_dir: Path, console
             loss_module, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
             find_unused_parameters=bool(unused_parameters(model, objective)),
         )
+    optimisation = Optimisation(model, config.optim, ctx.device, config.train.amp)
     static_steps = None
     if graphs:
         from .graphs import StaticSteps
 
         static_steps = StaticSteps(loss_module, model, config.optim.clip, ctx.device,
-                                   autocast=config.train.amp and ctx.device.type == "cuda",
+                                   autocast=optimisation.bf16,
                                    distributed=ctx.distributed, note=lambda message: log(f"[yellow]note:[/] {message}"))
-    parts = RunParts(config, ctx, corpus, vocab, model, objective, loss_module, dev, static_steps,
-                     Optimisation(model, config.optim, ctx.device, config.train.amp),
+    parts = RunParts(config, ctx, corpus, vocab, model, objective, loss_module, dev, static_steps, optimisation,
                      LoopState.fresh(config, ctx.device))
     if resume is not None:
         note = restore_last(parts, *resume, run_dir)

@@ -629,6 +629,8 @@ class Trainer:
             + (f", {ctx.world_size} processes" if ctx.distributed else "")
             + (f", resuming epoch {parts.loop.epoch} at batch {parts.loop.batch}" if self.resume else "")
         )
+        if cfg.train.amp:
+            self._log(f"precision: {parts.optimisation.precision.reason}")
         self.estimate_time = ctx.device.type == "cpu"
 
     def _say_estimate(self, seconds_per_batch: float, batches_per_epoch: int) -> None:
@@ -742,7 +744,8 @@ class Trainer:
         save_config(cfg, self.run_dir / CONFIG_FILE)
         self._write_metrics_file()
         status = {"started_at": now()} if not self.resume else {"resumed_at": now()}
-        self._write_status("running", world_size=ctx.world_size, pid=os.getpid(), **status)
+        self._write_status("running", world_size=ctx.world_size, pid=os.getpid(),
+                           precision=self.parts.optimisation.precision.as_dict(), **status)
         if cfg.train.tensorboard:
             self.tensorboard = TensorBoardLog(self.run_dir, self.parts.loop.steps_total if self.resume else None)
 
