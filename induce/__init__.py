@@ -38,8 +38,8 @@ def load(path, device: str = "auto"):
 
 def format_tree(tree, style: str = "ptb") -> str:
     """A tree as ``induce parse`` writes it: ``ptb`` (one bracketed line), ``pretty`` or ``json``
-    (see :func:`induce.inference.predict.format_tree`)."""
-    from induce.inference.predict import format_tree as format_one
+    (see :func:`induce.inference.api.format_tree`)."""
+    from induce.inference.api import format_tree as format_one
 
     return format_one(tree, style)
 

@@ -8,7 +8,13 @@ Layers, later ones win (:func:`load_config`):
 4. ``--config FILE``, a user's file: only the keys it sets change (a file of sizes keeps the model's
    optimiser);
 5. ``key=value`` overrides with dotted keys (``model.hidden_size=200 optim.lr=0.003``); values
-   are read as YAML scalars (``0.003`` is a float, ``true`` a bool, ``null`` None, ``[0, 0.999]`` a list).
+   are read as YAML scalars (``0.003`` is a float, ``true`` a bool, ``null`` None, ``[0, 0.999]`` a list);
+6. the flags of the command that set keys (``--seed 5``: ``train.seed``), which must agree with an override
+   of the same key.
+
+Every file and override is read by :class:`ConfigLoader`: numbers in decimal as written (``010`` is 10,
+``1e-3`` a float), none of YAML 1.1's octal, base 60 or ``yes`` / ``on`` booleans; ``config.yaml`` is written
+by :class:`ConfigDumper`, which reads back identically.
 
 The shipped configs (layers 2 and 3, and the profiles of ``induce reproduce``) live inside the package
 and are read with :mod:`importlib.resources`, so an editable install, ``pip install .`` and a wheel
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Optional, Union
@@ -343,11 +350,78 @@ def format_validation_error(err: pydantic.ValidationError, prefix: str = "",
             message = "unknown key"
         elif item["type"] == "finite_number":
             message = f"{_non_finite_text(item.get('input'))}; give a finite number"
+        elif item["type"] == "int_parsing" and isinstance(item.get("input"), str):
+            # YAML 1.1's 0x10, 0o10, 1:20 are read as the strings written (ConfigLoader): say how to write one
+            message = f"{item['input']!r} is not a whole number written in decimal digits"
         elif item["type"] == "value_error":
             message = message.removeprefix("Value error, ")
         where = f"{origins.of(key if key != '(config)' else '')}: " if origins is not None else ""
         lines.append(f"{where}{key}: {message}")
     return "; ".join(lines)
+
+
+class ConfigLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2's core schema of plain scalars, the reader of every config file,
+    profile, run folder's ``config.yaml`` and ``key=value`` override.
+
+    PyYAML resolves plain scalars by YAML 1.1, whose surprises a researcher never means: ``010`` is 8 (octal),
+    ``1:20`` is 80 (base 60), ``yes`` / ``no`` / ``on`` / ``off`` are booleans, ``2024-01-01`` is a date, and
+    ``1e-3`` (no dot) is a string. Here only these plain scalars are more than strings: ``true`` / ``false``
+    (any case form YAML 1.2 allows), ``null`` / ``~`` / empty, a decimal integer (``[-+]?[0-9]+``, read in base
+    10 whatever its leading zeros: ``010`` is 10) and a decimal float (``1.5``, ``1e-3``, ``.5``, ``.inf``,
+    ``.nan``). Everything else (``0x10``, ``0o10``, ``1_000``, ``1:20``, ``yes``) stays the string written,
+    for the typed schema to judge: an int key refuses ``0x10`` naming the key, a bool key takes ``yes`` as true
+    (pydantic's reading of booleans), a string key keeps ``on`` as ``on``. Explicit tags (``!!int``) are kept.
+    """
+
+
+#: The plain scalars :class:`ConfigLoader` reads as more than strings (YAML 1.2's core schema, decimal only).
+_DECIMAL_INT = re.compile(r"[-+]?[0-9]+\Z")
+_CORE_SCALARS = (
+    ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
+    ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
+    ("tag:yaml.org,2002:int", r"^[-+]?[0-9]+$", "-+0123456789"),
+    ("tag:yaml.org,2002:float",
+     r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$",
+     "-+.0123456789"),
+)
+ConfigLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag == "tag:yaml.org,2002:merge"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+for _tag, _pattern, _first in _CORE_SCALARS:
+    ConfigLoader.add_implicit_resolver(_tag, re.compile(_pattern), list(_first))
+
+
+def _construct_int(loader: ConfigLoader, node: yaml.ScalarNode) -> int:
+    """A decimal integer in base 10 (``010`` is 10); other forms only under an explicit ``!!int`` tag."""
+    value = loader.construct_scalar(node)
+    if _DECIMAL_INT.match(value):
+        return int(value, 10)
+    return loader.construct_yaml_int(node)
+
+
+ConfigLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+
+
+class ConfigDumper(yaml.SafeDumper):
+    """PyYAML's safe dumper that quotes every string either YAML 1.1 or :class:`ConfigLoader` would read as
+    something else (``'yes'``, ``'010'``, ``'1e3'``), so that what it writes reads back identically with
+    :class:`ConfigLoader` and the same with a plain ``yaml.safe_load``."""
+
+
+for _tag, _pattern, _first in _CORE_SCALARS:
+    ConfigDumper.add_implicit_resolver(_tag, re.compile(_pattern), list(_first))
+
+
+def load_yaml(text: str) -> Any:
+    """The value of the YAML document ``text``, read with :class:`ConfigLoader` (raises ``yaml.YAMLError``)."""
+    return yaml.load(text, Loader=ConfigLoader)  # noqa: S506 -- ConfigLoader is a SafeLoader
+
+
+def dump_yaml(data: Any) -> str:
+    """``data`` as block-style YAML in its own key order, written with :class:`ConfigDumper`."""
+    return yaml.dump(data, Dumper=ConfigDumper, sort_keys=False, default_flow_style=False, allow_unicode=False)
 
 
 def read_yaml(path: Union[str, Path]) -> dict:
@@ -390,7 +464,7 @@ def config_source(path: Union[str, Path]) -> str:
 def _parse_yaml(source: Union[Path, Traversable], path: Union[str, Path]) -> dict:
     """The YAML mapping in ``source`` (a file or a packaged resource); errors name ``path`` and the line."""
     try:
-        data = yaml.safe_load(source.read_text(encoding="utf-8"))
+        data = load_yaml(source.read_text(encoding="utf-8"))
     except OSError as err:
         raise InputError(f"cannot read: {err.strerror or err}", path) from None
     except yaml.MarkedYAMLError as err:
@@ -424,36 +498,87 @@ FLAG_OF_KEY = {
 }
 
 
-def apply_overrides(raw: dict, overrides: list[str], origins: Optional[Origins] = None,
-                    from_flags: bool = False) -> dict:
-    """Apply ``key=value`` strings (dotted keys) to a raw config mapping; returns a new mapping.
-    ``origins`` records each key as coming from ``override key=value``, or with ``from_flags``
-    from the flag that set it (:data:`FLAG_OF_KEY`, e.g. ``--max-epochs 0``)."""
+def apply_overrides(raw: dict, overrides: list[str], origins: Optional[Origins] = None) -> dict:
+    """Apply ``key=value`` strings (dotted keys, values read by :func:`load_yaml`) to a raw config mapping;
+    returns a new mapping. ``origins`` records each key as coming from ``override key=value``."""
     out = copy.deepcopy(raw)
     for item in overrides:
         key, sep, text = item.partition("=")
         key = key.strip()
         if not sep or not key:
             raise ConfigError(f"override {item!r} is not key=value (e.g. optim.lr=0.003)")
-        parts = key.split(".")
-        if parts[0] not in SECTIONS:
-            raise ConfigError(f"override {item}: {key}: unknown section {parts[0]!r}; sections are "
-                              f"{', '.join(SECTIONS)}")
         try:
-            value = yaml.safe_load(text) if text.strip() else None
+            value = load_yaml(text) if text.strip() else None
         except yaml.YAMLError:
             value = text  # not YAML: keep the string, validation will say whether it fits
-        node = out
-        for depth, part in enumerate(parts[:-1]):
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"override {item}: {key}: {'.'.join(parts[: depth + 1])} is not a section")
-            node = child
-        node[parts[-1]] = value
+        _set_key(out, key, value, f"override {item}")
         if origins is not None:
-            flag = FLAG_OF_KEY.get(key, "a command-line option")
-            origins.record(key, f"{flag} {text}" if from_flags else f"override {item}")
+            origins.record(key, f"override {item}")
     return out
+
+
+def _set_key(raw: dict, key: str, value: Any, source: str) -> None:
+    """Set the dotted ``key`` of ``raw`` to ``value`` in place; errors name ``source`` (an override, a flag)."""
+    parts = key.split(".")
+    if parts[0] not in SECTIONS:
+        raise ConfigError(f"{source}: {key}: unknown section {parts[0]!r}; sections are {', '.join(SECTIONS)}")
+    node = raw
+    for depth, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{source}: {key}: {'.'.join(parts[: depth + 1])} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+_MISSING = object()
+
+
+def _get_key(raw: dict, key: str) -> Any:
+    """The value at the dotted ``key`` of ``raw``, :data:`_MISSING` where there is none."""
+    node: Any = raw
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def apply_flags(raw: dict, flags: dict[str, Any], origins: Optional[Origins] = None) -> dict:
+    """Apply the values a command's flags set (``{"train.seed": 5}``, typed by the command line, never
+    re-read as YAML: ``--corpus 2024`` is the folder ``2024``) to a raw config mapping; returns a new mapping.
+    A flag and a ``key=value`` override of the same key (in ``origins``) that give different values are
+    refused, naming both (``--max-steps 3`` with ``train.max_steps=7``); equal values are fine."""
+    out = copy.deepcopy(raw)
+    for key, value in flags.items():
+        flag = FLAG_OF_KEY.get(key, "a command-line option")
+        source = flag if value is True else f"{flag} {value}"  # an on/off flag (--tensorboard) is its name
+        if origins is not None:
+            given = origins.of(key)
+            current = _get_key(out, key)
+            if given.startswith("override ") and current is not _MISSING and not _same_value(key, current, value):
+                raise ConfigError(f"{source} and {given.removeprefix('override ')} disagree: give the value once "
+                                  "(the flag or the override)")
+        _set_key(out, key, value, source)
+        if origins is not None:
+            origins.record(key, source)
+    return out
+
+
+def _same_value(key: str, a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are one value of the dotted ``key``: equal as given (a bool never equal to a
+    number, though ``True == 1`` in Python), or equal once the key's field has read them (``yes`` and ``True``
+    for a bool key)."""
+    if a == b and isinstance(a, bool) == isinstance(b, bool):
+        return True
+    section, _, field = key.partition(".")
+    cls = {"data": DataConfig, "optim": OptimConfig, "train": TrainConfig}.get(section)
+    if cls is None or field not in cls.model_fields:
+        return False
+    try:
+        return getattr(cls(**{field: a}), field) == getattr(cls(**{field: b}), field)
+    except pydantic.ValidationError:
+        return False
 
 
 def validate_config(raw: dict, source: str = "config", origins: Optional[Origins] = None) -> RunConfig:
@@ -501,15 +626,16 @@ def load_config(
     config_file: Optional[Union[str, Path]] = None,
     overrides: Optional[list[str]] = None,
     use_defaults: bool = True,
-    flag_overrides: Optional[list[str]] = None,
+    flags: Optional[dict[str, Any]] = None,
 ) -> RunConfig:
     """Build the run config: ``default.yaml`` < ``<model>.yaml`` (both shipped) < ``config_file`` <
-    ``overrides`` < ``flag_overrides`` (the module's docstring).
+    ``overrides`` < ``flags`` (the module's docstring).
 
     The model is ``model_name`` (``--model``), else the ``model_name`` of ``config_file``; when both are
-    given they must agree. ``use_defaults=False`` skips ``default.yaml``. ``flag_overrides`` are
-    ``key=value`` strings that the command's own flags set (``--seed 5`` -> ``train.seed=5``); applied
-    last, and errors about them name the flag. Errors name the file, flag or override a value came from.
+    given they must agree, and so must ``--model`` and a ``model_name=`` override. ``use_defaults=False`` skips
+    ``default.yaml``. ``flags`` are the values the command's own flags set (``--seed 5`` -> ``{"train.seed": 5}``,
+    :func:`apply_flags`); applied last, and errors about them name the flag. A flag and an override that set
+    one key to different values are refused. Errors name the file, flag or override a value came from.
     """
     by_flag = model_name is not None
     layers: list[tuple[dict, str]] = []
@@ -537,7 +663,10 @@ def load_config(
         raw["model_name"] = model_name
         origins.record("model_name", f"--model {model_name}")
     raw = apply_overrides(raw, list(overrides or []), origins)
-    raw = apply_overrides(raw, list(flag_overrides or []), origins, from_flags=True)
+    if by_flag and raw.get("model_name") != model_name:
+        raise ConfigError(f"--model {model_name} and {origins.of('model_name').removeprefix('override ')} disagree: "
+                          "give the model once")
+    raw = apply_flags(raw, dict(flags or {}), origins)
     if not raw.get("model_name"):
         raise ConfigError("no model chosen: pass --model NAME or set model_name in the config")
     return validate_config(raw, origins=origins)
@@ -567,7 +696,7 @@ def parse_duration(text: str) -> float:
 def save_config(config: RunConfig, path: Union[str, Path]) -> Path:
     """Write the resolved config as YAML (what :func:`load_config_file` reads back identically) with the
     output writer (:func:`induce.files.write_output`)."""
-    return write_output(path, yaml.safe_dump(config.to_dict(), sort_keys=False, default_flow_style=False))
+    return write_output(path, dump_yaml(config.to_dict()))
 
 
 def load_config_file(path: Union[str, Path]) -> RunConfig:

@@ -160,6 +160,24 @@ def test_train_errors_name_the_key(tmp_path, monkeypatch):
     assert result.exit_code == 2 and "time budget" in result.output
 
 
+@pytest.mark.parametrize("args,message", [
+    (["--max-steps", "3", "train.max_steps=7"], "--max-steps 3 and train.max_steps=7 disagree"),
+    (["--seed", "5", "train.seed=6"], "--seed 5 and train.seed=6 disagree"),
+    (["--max-epochs", "2", "train.epochs=3"], "--max-epochs 2 and train.epochs=3 disagree"),
+    (["--device", "cpu", "train.device=cuda"], "--device cpu and train.device=cuda disagree"),
+    (["--threads", "1", "train.threads=2"], "--threads 1 and train.threads=2 disagree"),
+    (["--corpus", "a", "data.corpus=b"], "--corpus a and data.corpus=b disagree"),
+    (["--tensorboard", "train.tensorboard=false"], "--tensorboard and train.tensorboard=false disagree"),
+    (["model_name=prpn"], "--model onlstm and model_name=prpn disagree"),
+])
+def test_a_flag_and_its_key_given_different_values_are_refused(args, message, tmp_path, monkeypatch):
+    """``--max-steps 3 train.max_steps=7`` ran 3 steps without a word: one line naming both, nothing trained."""
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["train", "--model", "onlstm", "--out", "run", *args])
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("command", ["train", "parse", "generate", "models"])
 def test_help(command):
     result = runner.invoke(app, [command, "--help"])

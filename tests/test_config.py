@@ -3,6 +3,7 @@ model section checked where the model is chosen (:func:`induce.models.configs.re
 from __future__ import annotations
 
 import platform
+import re
 import subprocess
 import sys
 
@@ -172,7 +173,7 @@ def test_errors_name_the_source_of_the_bad_value(tmp_path):
         load_resolved(config_file=bad_name)
     # the options of `induce train` that set config keys are named as the flag
     with pytest.raises(ConfigError, match=r"^--max-epochs 0: train.epochs:"):
-        load_config("onlstm", overrides=["train.epochs=3"], flag_overrides=["train.epochs=0"])
+        load_config("onlstm", overrides=["train.seed=3"], flags={"train.epochs": 0})
     # a check across the fields of a section names every source that set them
     with pytest.raises(ConfigError) as info:
         load_resolved("onlstm", overrides=["model.chunk_size=7"])
@@ -355,3 +356,116 @@ def test_use_threads_keeps_freed_memory_where_glibc_allows(monkeypatch):
     monkeypatch.setattr(config_module, "keep_freed_memory", lambda: calls.append(1) or True)
     config_module.use_threads(1)
     assert calls == [1]
+
+
+def _same(a, b) -> bool:
+    """Equal values of equal types, recursively (``True == 1`` and ``1 == 1.0`` are not the same value here)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and (a == b or a != a and b != b)  # nan is nan
+
+
+@pytest.mark.parametrize("text,value", [
+    ("010", 10), ("0100", 100), ("+0020", 20), ("1_000", 1000), ("1e3", 1000),
+])
+def test_an_int_key_reads_its_value_in_decimal(text, value, tmp_path):
+    """``010`` is 10 (YAML 1.1 reads 8, octal), from an override and from a config file alike."""
+    cfg = load_config("onlstm", overrides=[f"train.seed={text}", "optim.betas=[0, -010]"])
+    assert cfg.train.seed == value and cfg.optim.betas == (0.0, -10.0)
+    assert load_resolved("onlstm", overrides=[f"model.emb_size={text}"]).model["emb_size"] == value
+    mine = write(tmp_path / "mine.yaml", f"train:\n  seed: {text}\n  max_steps: {text}\n")
+    cfg = load_config("onlstm", config_file=mine)
+    assert (cfg.train.seed, cfg.train.max_steps) == (value, value)
+
+
+@pytest.mark.parametrize("text", ["0x10", "0o10", "0b11", "1:20", "yes", "off"])
+def test_an_int_key_refuses_other_ways_of_writing_a_number_naming_the_key(text, tmp_path):
+    """Hex, octal, binary and base 60 (YAML 1.1's ``0x10`` = 16, ``1:20`` = 80) and YAML 1.1's booleans are
+    not silently a number: one line naming the override (or the file) and the key."""
+    with pytest.raises(ConfigError) as info:
+        load_config("onlstm", overrides=[f"train.seed={text}"])
+    assert str(info.value) == (f"override train.seed={text}: train.seed: {text!r} is not a whole number written in "
+                               "decimal digits")
+    mine = write(tmp_path / "mine.yaml", f"train:\n  max_steps: {text}\n")
+    with pytest.raises(ConfigError, match=rf"^{mine}: train.max_steps: '{text}' is not a whole number"):
+        load_config("onlstm", config_file=mine)
+
+
+def test_floats_without_a_dot_and_strings_like_yes_are_read_as_written():
+    """``1e-3`` is a float wherever it is given (PyYAML's YAML 1.1 reads a string, which a model section kept);
+    ``on`` / ``yes`` for a string key stay those words (YAML 1.1: booleans); a bool key still takes them."""
+    cfg = load_config("onlstm", overrides=["optim.lr=1e-3", "model.dropout=2e-1", "train.time_budget=1E2",
+                                           "data.corpus=on", "train.kernels=yes", "train.amp=no"])
+    assert _same(cfg.optim.lr, 0.001) and _same(cfg.model["dropout"], 0.2) and _same(cfg.train.time_budget, 100.0)
+    assert (cfg.data.corpus, cfg.train.kernels, cfg.train.amp) == ("on", "yes", False)
+
+
+@pytest.mark.parametrize("name", ["yes", "010", "1e3", "1.5e3", "1:20", "0x10", "2024", "2024-01-01", "null", "~",
+                                  "True", ".inf", "1_000", "-", "a: b", "[x]"])
+def test_a_flag_value_is_not_read_as_yaml_and_round_trips_through_config_yaml(name, tmp_path):
+    """``--corpus 2024`` is the folder ``2024`` (the flag's value as typed, not re-read as YAML, which made it a
+    number, a date or a list), and ``config.yaml`` gives it back as it was, to this reader and to a plain
+    ``yaml.safe_load``."""
+    cfg = load_resolved("onlstm", flags={"data.corpus": name, "train.device": name})
+    assert (cfg.data.corpus, cfg.train.device) == (name, name)
+    path = save_config(cfg, tmp_path / "config.yaml")
+    again = load_config_file(path)
+    assert again == cfg and _same(again.to_dict(), cfg.to_dict())
+    assert yaml.safe_load(path.read_text())["data"]["corpus"] == name
+
+
+@pytest.mark.parametrize("path", sorted(CONFIG_DIR.rglob("*.yaml")), ids=lambda p: p.relative_to(CONFIG_DIR).as_posix())
+def test_every_shipped_config_reads_as_it_did_with_yaml_safe_load(path):
+    """The shipped configs and profiles hold no YAML 1.1 surprise: the config reader gives every value of
+    every file exactly as PyYAML's ``safe_load`` does, types included."""
+    from induce.config import load_yaml
+
+    text = path.read_text(encoding="utf-8")
+    assert _same(load_yaml(text), yaml.safe_load(text))
+
+
+@pytest.mark.parametrize("name", sorted(list_models()))
+def test_a_config_yaml_written_before_reads_back_the_same(name, tmp_path):
+    """A run folder's ``config.yaml`` as the earlier writer (``yaml.safe_dump``) wrote it reads back to the
+    same config: a resumed or loaded run keeps every value."""
+    cfg = load_resolved(name, overrides=["optim.eps=1e-12", "train.time_budget=0.5"], flags={"data.corpus": "c"})
+    path = write(tmp_path / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False, default_flow_style=False))
+    assert _same(load_config_file(path).to_dict(), cfg.to_dict())
+
+
+def test_a_flag_and_an_override_of_one_key_must_agree(tmp_path):
+    """``--max-steps 3`` with ``train.max_steps=7`` is refused naming both (it ran 3 steps without a word);
+    the same value given twice is fine, and so is a flag over a config file's value."""
+    flags = {"train.max_steps": 3, "train.seed": 10, "train.tensorboard": True, "data.corpus": "c"}
+    with pytest.raises(ConfigError) as info:
+        load_config("onlstm", overrides=["train.max_steps=7"], flags=flags)
+    assert str(info.value) == ("--max-steps 3 and train.max_steps=7 disagree: give the value once (the flag or "
+                               "the override)")
+    for override, flag in [("train.seed=11", "--seed 10"), ("train.tensorboard=false", "--tensorboard"),
+                           ("train={max_steps: 5}", "--max-steps 3"), ("data.corpus=d", "--corpus c"),
+                           ("train.seed=0x0a", "--seed 10")]:
+        with pytest.raises(ConfigError, match=rf"^{re.escape(flag)} and {re.escape(override)} disagree"):
+            load_config("onlstm", overrides=[override], flags=flags)
+    cfg = load_config("onlstm", overrides=["train.max_steps=3", "train.seed=010", "train.tensorboard=yes",
+                                           "optim.lr=2"], flags=flags)
+    assert (cfg.train.max_steps, cfg.train.seed, cfg.train.tensorboard, cfg.optim.lr) == (3, 10, True, 2.0)
+    assert load_config("onlstm", overrides=["train.time_budget=600"], flags={"train.time_budget": 600.0})
+    mine = write(tmp_path / "mine.yaml", "train:\n  max_steps: 7\n")
+    assert load_config("onlstm", config_file=mine, flags=flags).train.max_steps == 3
+    with pytest.raises(ConfigError, match=r"^--model onlstm and model_name=prpn disagree"):
+        load_config("onlstm", overrides=["model_name=prpn"])
+    assert load_config("onlstm", overrides=["model_name=onlstm"]).model_name == "onlstm"
+
+
+def test_the_cpu_sized_command_reads_the_profile_in_decimal(tmp_path):
+    """The CPU-sized command that a large run's note prints reads ``configs/cpu/`` with the config reader:
+    ``010`` steps are 10 and a ``1e-3`` rate is 0.001, as ``induce train`` would read them."""
+    from induce.training.advice import cpu_sized_command
+
+    (tmp_path / "cpu").mkdir()
+    write(tmp_path / "cpu" / "prpn.yaml", "train:\n  seed: 010\noptim:\n  lr: 1e-3\n")
+    write(tmp_path / "cpu" / "profile.yaml", "steps_per_model:\n  prpn: 020\n")
+    command = cpu_sized_command("prpn", config_dir=tmp_path)
+    assert command == "induce train --model prpn train.seed=10 optim.lr=0.001 --max-steps 20"

@@ -110,3 +110,56 @@ def test_load_on_a_file_that_is_no_checkpoint_names_that_file_only(tmp_path):
         induce.load(text)
     message = str(info.value)
     assert message.startswith(f"{text}: not a run folder or checkpoint") and "sentences.txt.json" not in message
+
+
+@pytest.mark.parametrize("path", [123, None, b"runs/x", ["a"], 1.5])
+def test_load_refuses_what_is_not_a_path_naming_the_argument(path):
+    """``induce.load(123)`` was a bare TypeError from ``Path(123)``; now the library's one-line error."""
+    with pytest.raises(InduceError) as info:
+        induce.load(path)
+    assert str(info.value).startswith(f"load: path must be a str or a path, not {type(path).__name__} ")
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("call, named", [
+    (lambda run: run.parse(["a b"], batch_size=0), "parse: batch_size must be at least 1, not int 0"),
+    (lambda run: run.parse(["a b"], max_length="x"), "parse: max_length must be a whole number, not str 'x'"),
+    (lambda run: run.parse(["a b"], max_length=-3), "parse: max_length must be at least 2"),  # was [None]
+    (lambda run: run.parse(["a b"], progress=5), "parse: progress must be a function, not int 5"),
+    (lambda run: run.parse(["a b"], decoder=5), "parse: decoder must be a str, not int 5"),
+    (lambda run: run.score(123), "score: gold must be a str or a path, not int 123"),
+    (lambda run: run.score(corpus=b"c"), "score: corpus must be a str or a path, not bytes b'c' (decode"),
+    (lambda run: run.score(max_length="10x"), "score: max_length must be a whole number"),
+    (lambda run: run.score(batch_size="x"), "score: batch_size must be a whole number, not str 'x'"),
+    (lambda run: run.score(keep_punct="x"), "score: keep_punct must be True or False, not str 'x'"),
+    (lambda run: run.perplexity(corpus=["a"]), "perplexity: corpus must be a str or a path, not list ['a']"),
+    (lambda run: run.perplexity(split=5), "perplexity: split must be a str, not int 5"),
+    (lambda run: run.generate("5x"), "generate: n_words must be a whole number, not str '5x'"),
+    (lambda run: run.generate(n_words=2.5), "generate: n_words must be a whole number, not float 2.5"),
+    (lambda run: run.generate(temperature="hot"), "generate: temperature must be a number, not str 'hot'"),
+    (lambda run: run.generate(beam="2x"), "generate: beam must be a whole number"),
+    (lambda run: run.generate(prompt=123), "generate: prompt must be a str, not int 123"),
+    (lambda run: run.generate(seed="a"), "generate: seed must be a whole number, not str 'a'"),
+    (lambda run: induce.format_tree(123), "format_tree: tree must be an nltk.Tree (as run.parse returns), not int"),
+    (lambda run: induce.format_tree(["a", "b"]), "format_tree: tree must be an nltk.Tree"),
+    (lambda run: induce.format_tree(nltk.Tree("S", [1, 2])), "format_tree: leaf 1 is int 1: a leaf must be a str"),
+])
+def test_every_library_function_refuses_an_argument_of_the_wrong_type_naming_it(run, call, named):
+    """An argument of the wrong type or out of range is an InduceError naming the function and the argument,
+    not a TypeError, RuntimeError or AttributeError from deep inside (or, for a negative max_length, a None
+    tree)."""
+    with pytest.raises(InduceError) as info:
+        call(run)
+    assert str(info.value).startswith(named) and "\n" not in str(info.value)
+
+
+def test_library_arguments_keep_what_they_accepted(run, run_dir):
+    """The checks refuse only what could not work: a Path, numbers given as text, a generator of sentences,
+    a torch device; a call that does not fit the signature stays Python's TypeError."""
+    import torch
+
+    assert induce.load(Path(run_dir), device=torch.device("cpu")).model_name == "tiny-lstm"
+    assert run.parse((s for s in ["a b c"]), batch_size="2", max_length="9")[0].leaves() == ["a", "b", "c"]
+    assert len(run.generate(n_words="3", seed=1)) == 3
+    with pytest.raises(TypeError):
+        run.parse(["a"], nope=1)

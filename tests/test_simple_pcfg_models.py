@@ -166,7 +166,7 @@ def test_decoders_give_the_brute_force_trees(name):
         assert viterbi_decoder(structure[b, :n].numpy(), n) == as_index_tree(max(found, key=lambda x: x[0])[1])
     plain = tiny_model(name, viterbi=False).eval().parse_structure(tokens, lengths)["span_posteriors"]
     assert torch.equal(plain[..., 0], structure[..., 0]) and plain.shape[-1] == 1
-    with pytest.raises(Exception, match="best derivation's spans"):
+    with pytest.raises(Exception, match=r"best derivation's spans.*trained with model\.viterbi=true"):
         viterbi_decoder(plain[0, :4].numpy(), 4)
 
 
@@ -324,7 +324,9 @@ def test_each_model_trains_parses_evaluates_and_shows_through_the_cli(tmp_path, 
     assert [t.leaves() for t in trees[:2]] == ["the dog saw a cat".split(), ["birds", "sing"]]
     assert len(trees[0].treepositions()) == 5 + 4
     refused = runner.invoke(app, ["parse", str(text), "--checkpoint", str(run), "--decoder", "viterbi"])
-    assert refused.exit_code == 2 and "best derivation's spans" in refused.output  # viterbi: false (the default)
+    # viterbi: false (the default): the message names the key that turns it on
+    assert refused.exit_code == 2 and "best derivation's spans" in refused.output
+    assert "model.viterbi=true" in refused.output and len(refused.output.strip().splitlines()) == 1
 
     generated = runner.invoke(app, ["generate", "--checkpoint", str(run), "--words", "30", "--seed", "4"])
     assert generated.exit_code == 0, generated.output

@@ -21,16 +21,78 @@ sentence given as a list of tokens is taken as it is.
 Every method calls what the command calls (:func:`induce.inference.predict.predict_trees`,
 :mod:`induce.inference.scoring`, :func:`induce.inference.language_model.lm_perplexity`), so the figures are the
 commands'.
+
+An argument of the wrong type or out of range (``induce.load(123)``, ``run.parse(..., batch_size=0)``) is an
+:class:`~induce.errors.InduceError` naming the function and the argument, as every other error of the library:
+the annotations are checked by pydantic (:func:`checked_arguments`).
 """
 from __future__ import annotations
 
+import functools
+import inspect
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Callable, Optional, Sequence, Union
+from typing import Annotated, Callable, Optional, Sequence, Union
+
+import pydantic
 
 from induce.errors import InduceError
 
-PathLike = Union[str, Path]
+#: A file or folder argument: a ``str`` or a path object (``pathlib.Path``, any ``os.PathLike``), not bytes.
+PathLike = Union[pydantic.StrictStr, os.PathLike]
+#: A count of at least 1 (sentences per batch, words to generate, beam size).
+Count = Annotated[int, pydantic.Field(ge=1)]
+
+#: How an argument error says what was expected, per pydantic error type (``ctx`` fills the braces).
+_EXPECTED = {
+    "string_type": "a str", "path_type": "a path", "int_type": "a whole number", "int_parsing": "a whole number",
+    "int_from_float": "a whole number", "float_type": "a number", "float_parsing": "a number",
+    "finite_number": "a finite number", "bool_type": "True or False", "bool_parsing": "True or False",
+    "callable_type": "a function", "greater_than_equal": "at least {ge}", "greater_than": "greater than {gt}",
+}
+
+
+def checked_arguments(name: str) -> Callable:
+    """Decorate a function of the library so that its arguments are checked against its annotations
+    (:func:`pydantic.validate_call`, lax: ``"4"`` is 4 for an ``int``) and a bad one is an
+    :class:`~induce.errors.InduceError` of one line, ``NAME: ARGUMENT must be ..., not TYPE VALUE``, instead
+    of a ``TypeError`` from deep inside (``Path(123)``). ``name`` names the function (``load``, ``parse``, as
+    the library's other messages do). A call that does not fit the signature (a missing or unknown argument)
+    stays Python's ``TypeError``."""
+
+    def decorate(func: Callable) -> Callable:
+        validated = pydantic.validate_call(config=pydantic.ConfigDict(arbitrary_types_allowed=True))(func)
+        signature = inspect.signature(func)
+        names = list(signature.parameters)  # an argument given by position is named too
+
+        @functools.wraps(func)
+        def call(*args, **kwargs):
+            signature.bind(*args, **kwargs)  # a call that does not fit the signature: Python's TypeError
+            try:
+                return validated(*args, **kwargs)
+            except pydantic.ValidationError as err:
+                if err.title != func.__qualname__:  # raised inside the function: not about its arguments
+                    raise
+                raise InduceError(_argument_error(name, err, names)) from None
+
+        return call
+
+    return decorate
+
+
+def _argument_error(name: str, err: pydantic.ValidationError, names: list[str]) -> str:
+    """The one line of :func:`checked_arguments` for the first argument ``err`` is about (``names``: the
+    function's parameters, in order)."""
+    errors = err.errors()
+    where = errors[0]["loc"][0] if errors[0]["loc"] else "arguments"
+    argument = names[where] if isinstance(where, int) and 0 <= where < len(names) else where
+    errors = [item for item in errors if item["loc"][:1] == (where,)]
+    expected = dict.fromkeys(_EXPECTED.get(item["type"], item["msg"]).format(**item.get("ctx", {}))
+                             for item in errors)
+    value = errors[0]["input"]
+    hint = " (decode bytes first, e.g. data.decode('utf-8'))" if isinstance(value, (bytes, bytearray)) else ""
+    return f"{name}: {argument} must be {' or '.join(expected)}, not {_shown(value)}{hint}"
 
 
 class Run:
@@ -72,9 +134,11 @@ class Run:
 
         return f"<induce.Run {describe_run(self.path)}>"
 
-    def parse(self, sentences: Union[str, Sequence[Union[str, Sequence[str]]]], pretokenized: bool = False,
-              keep_punct: bool = False, decoder: Optional[str] = None, batch_size: int = 64,
-              max_length: Optional[int] = None, progress: Optional[Callable[[int, int], None]] = None) -> list:
+    @checked_arguments("parse")
+    def parse(self, sentences: Annotated[Union[str, Sequence[Union[str, Sequence[str]]]], pydantic.SkipValidation],
+              pretokenized: bool = False, keep_punct: bool = False, decoder: Optional[str] = None,
+              batch_size: Count = 64, max_length: Optional[Annotated[int, pydantic.Field(ge=2)]] = None,
+              progress: Optional[Callable[[int, int], None]] = None) -> list:
         """One :class:`nltk.Tree` per sentence, its leaves the sentence's tokens as given.
 
         ``sentences``: raw strings (split as ``induce parse`` splits a line; ``pretokenized=True``: at
@@ -82,7 +146,7 @@ class Run:
         number, a token that is not a string) is an :class:`~induce.errors.InduceError` naming the item. As in training,
         punctuation is not shown to the model (``keep_punct=True``: it is) and is attached afterwards.
         ``decoder``: ``peel`` (default) or ``unbiased`` for distance models; ``max_length``: longer
-        sentences are parsed in pieces (default 300 tokens).
+        sentences are parsed in pieces (default 300 tokens; at least 2, as ``induce parse --max-length``).
         """
         from induce.inference.predict import DEFAULT_MAX_LENGTH, parse_texts
 
@@ -90,9 +154,10 @@ class Run:
                            batch_size=batch_size, max_length=max_length or DEFAULT_MAX_LENGTH,
                            keep_punct=keep_punct, progress=progress)
 
+    @checked_arguments("score")
     def score(self, gold: Optional[PathLike] = None, corpus: Optional[PathLike] = None, split: str = "valid",
-              max_length: Optional[int] = None, keep_punct: bool = False, count_root: bool = False,
-              multiset: bool = False, decoder: Optional[str] = None, batch_size: int = 64) -> dict:
+              max_length: Optional[Count] = None, keep_punct: bool = False, count_root: bool = False,
+              multiset: bool = False, decoder: Optional[str] = None, batch_size: Count = 64) -> dict:
         """The run's trees of gold sentences scored: the dict ``induce eval --checkpoint RUN --json`` prints
         (``sentence_f1``, ``corpus_f1``, ``precision``, ``recall``, ``label_recall``, branching, counts,
         ``convention``, ``predicted``, ``gold``), with the same figures.
@@ -105,8 +170,6 @@ class Run:
         from induce.evaluation import EvalConvention
         from induce.inference.scoring import eval_corpus_of_run, load_gold, parse_gold, score
 
-        if max_length is not None and max_length < 1:
-            raise InduceError(f"max_length={max_length}: give a number of words >= 1")
         convention = EvalConvention(keep_punct=keep_punct, count_root=count_root, multiset=multiset,
                                     max_length=max_length)
         if gold is None and corpus is None:
@@ -116,6 +179,7 @@ class Run:
         summary, _ = score(trees, gold_set, convention, f"run {self.path}", length_option="max_length")
         return summary
 
+    @checked_arguments("perplexity")
     def perplexity(self, corpus: Optional[PathLike] = None, split: str = "valid") -> float:
         """Perplexity of the run's language model on ``split`` of the prepared corpus ``corpus`` (default: the
         corpus it was trained on), read as in training (``induce eval --checkpoint RUN --lm``)."""
@@ -126,8 +190,9 @@ class Run:
             corpus = eval_corpus_of_run(self._loaded).path
         return lm_perplexity(self._loaded, corpus, split)
 
-    def generate(self, n_words: int = 50, temperature: float = 1.0, beam: Optional[int] = None,
-                 prompt: Optional[str] = None, seed: Optional[int] = None) -> list:
+    @checked_arguments("generate")
+    def generate(self, n_words: Count = 50, temperature: float = 1.0, beam: Optional[Count] = None,
+                 prompt: Optional[pydantic.StrictStr] = None, seed: Optional[int] = None) -> list:
         """Generated tokens (``<eos>`` ends a sentence), as ``induce generate``: sampling, or beam search with
         ``beam``; ``prompt`` is split as ``induce generate --prompt`` splits it."""
         from induce.inference.language_model import generate
@@ -171,11 +236,28 @@ def checked_sentences(sentences) -> list:
     return out
 
 
-def load(path: PathLike, device: str = "auto") -> Run:
+@checked_arguments("load")
+def load(path: PathLike, device: Annotated[str, pydantic.SkipValidation] = "auto") -> Run:
     """The trained run in ``path`` (a run folder, whose ``best`` checkpoint is used, or a checkpoint such
     as ``runs/x/last``), on ``device`` (``auto``: CUDA when available, else CPU). Raises an
     :class:`~induce.errors.InduceError` with a one-line reason when it cannot be used (no checkpoint
-    yet, a damaged file, a checkpoint that is not its folder's model)."""
+    yet, a damaged file, a checkpoint that is not its folder's model, a ``path`` that is no str or path, a
+    ``device`` that is no device name)."""
     from induce.inference.loading import load_run
 
     return Run(load_run(path, device))
+
+
+def format_tree(tree, style: str = "ptb") -> str:
+    """A tree of :meth:`Run.parse` as ``induce parse`` writes it (:func:`induce.inference.predict.format_tree`);
+    anything but an :class:`nltk.Tree` whose leaves are ``str`` is an :class:`InduceError` naming it."""
+    import nltk
+
+    from induce.inference.predict import format_tree as format_one
+
+    if not isinstance(tree, nltk.Tree):
+        raise InduceError(f"format_tree: tree must be an nltk.Tree (as run.parse returns), not {_shown(tree)}")
+    for number, leaf in enumerate(tree.leaves(), start=1):
+        if not isinstance(leaf, str):
+            raise InduceError(f"format_tree: leaf {number} is {_shown(leaf)}: a leaf must be a str (a token)")
+    return format_one(tree, style)

@@ -63,21 +63,19 @@ def cpu_sized_command(model_name: str, config_dir: Optional[Path] = None) -> Opt
     """``induce train --model NAME key=value ... --max-steps N`` from ``configs/cpu/`` (the profile's step
     budget for the model; where it has none, its clock budget or :data:`FALLBACK_TIME_BUDGET` as
     ``--time-budget T``; None when the CPU profile has no config for this model)."""
-    import yaml
-
-    from induce.config import CONFIG_DIR
+    from induce.config import CONFIG_DIR, load_yaml
 
     folder = Path(config_dir or CONFIG_DIR) / "cpu"
     path = folder / f"{model_name}.yaml"
     if not path.is_file():
         return None
-    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    raw = load_yaml(path.read_text(encoding="utf-8")) or {}
     raw.pop("model_name", None)
     overrides: list[str] = []
     _flatten("", raw, overrides)
     command = f"induce train --model {model_name} " + " ".join(overrides)
     profile = folder / "profile.yaml"
-    settings = (yaml.safe_load(profile.read_text(encoding="utf-8")) or {}) if profile.is_file() else {}
+    settings = (load_yaml(profile.read_text(encoding="utf-8")) or {}) if profile.is_file() else {}
     steps, clock = settings.get("steps_per_model"), settings.get("time_per_model")
     steps, clock = (value.get(model_name) if isinstance(value, dict) else value for value in (steps, clock))
     if steps:

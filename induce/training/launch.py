@@ -78,9 +78,9 @@ def train_or_resume(
             raise InduceError(f"--resume keeps the run's config: only {', '.join(RESUMABLE_FLAGS)} may change (and "
                               "--force does not apply)")
         return resume_run(resume, flags.train_keys(), console=console, progress=progress)
-    extra = [f"train.{key}={value}" for key, value in flags.train_keys().items()]
+    extra = {f"train.{key}": value for key, value in flags.train_keys().items()}
     if corpus is not None:
-        extra.append(f"data.corpus={corpus}")
-    run_config = load_config(model, config, list(overrides), flag_overrides=extra)
+        extra["data.corpus"] = corpus
+    run_config = load_config(model, config, list(overrides), flags=extra)
     run_dir = out or default_run_dir(run_config.model_name)
     return train(run_config, run_dir, console=console, progress=progress, force=force, allow_foreign=False)

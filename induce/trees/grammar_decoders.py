@@ -90,8 +90,8 @@ def mbr_decoder(structure, length: int) -> IndexTree:
 def viterbi_decoder(structure, length: int) -> IndexTree:
     """The most probable derivation's tree (:func:`tree_of_spans` of the indicator channel)."""
     if np.asarray(structure).shape[-1] < 2:
-        raise InvalidValueError("decoder 'viterbi' needs the best derivation's spans, which this model does not "
-                                "compute (a low-rank grammar never builds the full rule tensor its max-product "
-                                "needs; a grammar may compute them on request: see its model options); use "
-                                "--decoder mbr")
+        raise InvalidValueError("decoder 'viterbi' needs the best derivation's spans, which this run does not "
+                                "compute: a simple PCFG (snpcfg, scpcfg) computes them only when trained with "
+                                "model.viterbi=true, and a low-rank grammar (tnpcfg) never builds the full rule "
+                                "tensor its max-product needs; use --decoder mbr")
     return tree_of_spans(_fence_table(structure, length, 1), length)
