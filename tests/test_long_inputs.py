@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from induce.cli.main import app
 from induce.errors import InputError
-from induce.trees.brackets import _tree_spans, read_trees, tree_from_text
+from induce.trees.brackets import bracket_spans, read_trees, tree_from_text
 from induce.trees.formats import load_json, tree_from_nested, tree_from_spans
 from induce.trees.nodes import (
     build_binary,
@@ -68,7 +68,7 @@ def test_a_600_word_right_branching_tree_is_read(tmp_path):
 def test_the_reader_builds_what_nltk_builds():
     for path in (DATA / "conventions" / "gold.mrg", DATA / "conventions" / "pred_model.punct.txt"):
         data = path.read_bytes()
-        texts = [data[start:end].decode() for start, end in _tree_spans(data, str(path))]
+        texts = [data[start:end].decode() for start, end in bracket_spans(data, str(path))]
         assert [located.tree for located in read_trees(path)] == [nltk.Tree.fromstring(text) for text in texts]
     for text in ("( (S (NP a) b))", "(S)", "(S ())", "(A (B) (C d))", r"(S a\) b)"):
         assert tree_from_text(text) == nltk.Tree.fromstring(text)

@@ -4,7 +4,10 @@
 * **Reading** (``keyaki_treebank_iterator``): the ``.psd`` files of the treebank folder in name order; in
   each, the lines up to a line that is exactly ``"\\n"`` make one tree. A file's last tree, which no blank
   line follows, is never read: the files of Keyaki 1.1 all end with ``)\\n``, so each file's last tree is
-  left out, as in Li et al.'s data (counted in the manifest, ``last_trees_left_out``).
+  left out, as in Li et al.'s data (counted in the manifest, ``last_trees_left_out``). A file whose brackets
+  do not balance (a download cut short in a tree, a stray ``)``), with text outside its trees, or whose POS tags
+  are not Keyaki's is refused, naming it and the line: Li et al.'s reader would silently leave a cut tree out
+  as a last tree, and the split would shift.
 * **Split** (``train_test_split``): the positions of the trees with a word left after punctuation removal
   (:func:`induce.trees.treebanks.keyaki_tree`), shuffled after Python's ``random.seed(0)``; ``n = int(0.1 *
   count)``; the first ``n`` shuffled positions are what they call ``test``, the next ``n`` their ``dev``
@@ -26,8 +29,8 @@ import nltk
 
 from induce.errors import InputError
 from induce.files import os_error_reason
-from induce.trees.brackets import tree_from_text
-from induce.trees.treebanks import KTB, TreebankProfile, keyaki_tree
+from induce.trees.brackets import bracket_spans, start_lines_of, tree_from_text
+from induce.trees.treebanks import KTB, TreebankProfile, keyaki_tree, tag_census, tag_refusal
 
 #: The seed and shares of Li et al.'s split.
 SPLIT_SEED = 0
@@ -37,12 +40,14 @@ HELD_OUT_SHARE = 0.1
 @dataclass
 class KeyakiBlocks:
     """The trees of a Keyaki folder as Li et al. read them: ``trees[i]`` (with ``(path, line)`` in
-    ``where[i]``), and the trees left out because no blank line follows them (``left_out``, per file)."""
+    ``where[i]``), and the trees left out because no blank line follows them (``left_out``, per file; the
+    trees themselves in ``unread``, each ``(tree, path, line)``, to be checked as the others are)."""
 
     trees: list = field(default_factory=list)
     where: list = field(default_factory=list)
     files: list = field(default_factory=list)
     left_out: int = 0
+    unread: list = field(default_factory=list)
 
 
 def treebank_files(folder: Path) -> list[Path]:
@@ -57,14 +62,19 @@ def treebank_files(folder: Path) -> list[Path]:
 
 
 def read_blocks(files: list[Path], progress: Optional[Callable[[int, int], None]] = None) -> KeyakiBlocks:
-    """Every tree that Li et al.'s reader reads from ``files`` (module docstring), in order."""
+    """Every tree that Li et al.'s reader reads from ``files`` (module docstring), in order. A file whose
+    brackets do not balance (cut short in a tree, a ``)`` too many) or with text outside its trees is refused
+    first, naming the line (:func:`induce.trees.brackets.bracket_spans`): Li et al.'s reader would leave a cut
+    last tree out as it leaves every file's last tree out, and the split would shift with nothing said."""
     blocks = KeyakiBlocks(files=list(files))
     for number, path in enumerate(files):
         try:
-            text = path.read_text(encoding="utf-8")
+            data = path.read_bytes()
+            text = data.decode("utf-8")
         except (OSError, UnicodeDecodeError) as err:
             reason = os_error_reason(err) if isinstance(err, OSError) else "not valid UTF-8"
             raise InputError(f"cannot read: {reason}", path) from None
+        spans = bracket_spans(data, str(path))
         current, start = "", None
         lines = [line + "\n" for line in text.split("\n")]  # as Python iterates a text file: at "\n" only
         lines[-1] = lines[-1][:-1]
@@ -79,17 +89,55 @@ def read_blocks(files: list[Path], progress: Optional[Callable[[int, int], None]
                     start = line_number
         if current.strip():
             blocks.left_out += 1
+            for (begin, end), line in zip(spans, start_lines_of(data, spans)):
+                if line >= start:
+                    blocks.unread.append((tree_from_text(data[begin:end].decode("utf-8"), str(path), line),
+                                          str(path), line))
         if progress is not None:
             progress(number + 1, len(files))
     return blocks
 
 
-def check_keyaki(blocks: KeyakiBlocks) -> None:
-    """Refuse trees that are not the Keyaki Treebank's: each of its trees carries an ``ID`` node."""
+def check_keyaki(blocks: KeyakiBlocks, profile: TreebankProfile = KTB) -> None:
+    """Refuse files whose trees are not the Keyaki Treebank's: a file whose POS tags are not Keyaki's
+    (:func:`check_keyaki_tags`, its last tree included), and a tree without the ``ID`` node that each of its
+    trees carries."""
+    by_file: dict[str, list] = {str(path): [] for path in blocks.files}
+    for tree, (path, _) in zip(blocks.trees, blocks.where):
+        by_file[path].append(tree)
+    for tree, path, _ in blocks.unread:
+        by_file[path].append(tree)
+    for path, trees in by_file.items():
+        check_keyaki_tags(path, trees, profile)
     for tree, (path, line) in zip(blocks.trees, blocks.where):
-        if not any(sub.label() == "ID" for sub in tree.subtrees()):
+        if not has_id_node(tree):
             raise InputError("not a Keyaki Treebank tree: no (ID ...) node (--treebank ktb reads the treebank's "
                              "treebank/*.psd files as released)", path, line)
+
+
+def has_id_node(tree: nltk.Tree) -> bool:
+    """Whether some node of ``tree`` is labelled ``ID`` (walked without recursion)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if node.label() == "ID":
+            return True
+        stack.extend(child for child in node if isinstance(child, nltk.Tree))
+    return False
+
+
+def check_keyaki_tags(path, trees: list[nltk.Tree], profile: TreebankProfile = KTB) -> None:
+    """Refuse a file of ``trees`` whose POS tags are not the Keyaki Treebank's (Penn Treebank trees named
+    ``.psd``, say): an :class:`InputError` naming ``path``, the tags its trees carry instead and whether any has
+    the ``ID`` node of a Keyaki tree (:func:`induce.trees.treebanks.tag_refusal`)."""
+    census = tag_census(profile)
+    for tree in trees:
+        census.add(tree)
+    reason = tag_refusal(census)
+    if reason is not None:
+        ids = "" if any(has_id_node(tree) for tree in trees) else ", and there is no (ID ...) node in any tree"
+        raise InputError(f"no tree here looks like a Keyaki Treebank tree: {reason}{ids} (--treebank "
+                         f"{profile.name} reads the treebank's treebank/*.psd files as released)", path)
 
 
 def li_split(kept: list[int]) -> dict[str, list[int]]:
@@ -111,7 +159,7 @@ def split_trees(folder: Path, progress=None, profile: TreebankProfile = KTB,
     (by ``id`` of the tree read) when given, so that the corpus's files need not make them again."""
     files = treebank_files(folder)
     blocks = read_blocks(files, progress)
-    check_keyaki(blocks)
+    check_keyaki(blocks, profile)
     lengths = {}
     for i, tree in enumerate(blocks.trees):
         nopunct = keyaki_tree(tree, keep_punct=False, profile=profile)

@@ -56,6 +56,7 @@ from induce.trees.treebanks import (
     is_null_word,
     keyaki_tree,
     li_normalize_word,
+    tag_refusal,
 )
 
 #: Bumped when the output format or a convention changes (invalidates cached corpora).
@@ -204,22 +205,28 @@ def check_ptb_tags(path: Path, trees: Sequence[nltk.Tree]) -> None:
     """Refuse a file whose trees are not tagged with the Penn Treebank's tag set (another treebank, e.g.
     the Keyaki Treebank's ``P``, ``N``, ``AX``): the word-tag filter would keep only the few words whose
     tags happen to be PTB word tags (Keyaki's ``VB``, ``MD``) and silently drop the rest
-    (:meth:`induce.trees.ptb.TagCensus.not_ptb`). An :class:`InputError` naming the file and what would be lost."""
+    (:func:`induce.trees.treebanks.tag_refusal`). An :class:`InputError` naming the file and what would be lost."""
     census = TagCensus()
     for tree in trees:
         census.add(tree)
-    if census.not_ptb():
-        raise InputError(census.loss_message(), path)
+    refusal = tag_refusal(census)
+    if refusal is not None:
+        raise InputError(f"{refusal} (induce preprocess reads Penn Treebank trees unless --treebank names another "
+                         "treebank)", path)
 
 
 def check_tags(path: Path, trees: Sequence[nltk.Tree], profile: TreebankProfile) -> None:
     """Refuse a file whose trees are not of ``profile``'s treebank: for the PTB, :func:`check_ptb_tags`; for the
-    Keyaki Treebank, a tree without its ``ID`` node (:func:`induce.data.keyaki.check_keyaki`)."""
+    Keyaki Treebank, POS tags that are not Keyaki's and a tree without its ``ID`` node, as
+    :func:`induce.data.keyaki.check_keyaki` refuses them."""
     if profile.name == PTB.name:
         check_ptb_tags(path, trees)
         return
+    from induce.data.keyaki import check_keyaki_tags, has_id_node
+
+    check_keyaki_tags(path, trees, profile)
     for number, tree in enumerate(trees):
-        if not any(sub.label() == "ID" for sub in tree.subtrees()):
+        if not has_id_node(tree):
             raise InputError(f"tree {number + 1} is not a Keyaki Treebank tree: no (ID ...) node (--treebank ktb "
                              "reads the treebank's .psd files as released)", path)
 

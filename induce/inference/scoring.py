@@ -50,9 +50,10 @@ def load_gold(gold: Optional[Union[str, Path]] = None, corpus: Optional[Union[st
     (``meta.json``), else ``ptb``; one that contradicts the corpus's is an error."""
     from dataclasses import replace
 
+    from induce.errors import InputError
     from induce.evaluation import EvalConvention, prepare_gold
     from induce.trees.brackets import read_trees
-    from induce.trees.treebanks import get_profile
+    from induce.trees.treebanks import get_profile, tag_census, tag_refusal
 
     convention = convention or EvalConvention()
     treebank = treebank or convention.treebank
@@ -74,17 +75,23 @@ def load_gold(gold: Optional[Union[str, Path]] = None, corpus: Optional[Union[st
             raise InduceError(f"--treebank {treebank}: the corpus {corpus} was prepared as {recorded} "
                               f"(its meta.json); drop --treebank or give --treebank {recorded}")
         treebank = recorded
-    treebank = get_profile(treebank).name
+    profile = get_profile(treebank)
+    treebank = profile.name
     convention = replace(convention, treebank=treebank)
     one_file = len(files) == 1
     sentences = []
     for number, path in enumerate(files):
         located = read_trees(path, progress=reading if one_file else None)
+        census = tag_census(profile)  # a file of the other treebank's tags is refused, not scored
         for k in range(len(located)):
             if preparing is not None and one_file and k % 1000 == 0:
                 preparing(k, len(located))
+            census.add(located[k].tree)
             sentences.append(prepare_gold(located[k].tree, convention))
             located[k] = None  # each nltk tree is freed once prepared: memory peaks at one copy
+        refusal = tag_refusal(census, reader="the evaluation")
+        if refusal is not None:
+            raise InputError(f"{refusal}; not gold trees for --treebank {treebank}", path)
         if preparing is not None and one_file:
             preparing(len(located), len(located))
         if reading is not None and not one_file:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import nltk
 
-from induce.trees.nodes import fold
+from induce.trees.nodes import fold, tagged_leaves
 
 #: POS tags kept by the word-tag filter (Kim et al. 2019). ``$`` and ``#`` are not words.
 WORD_TAGS = frozenset(
@@ -41,7 +41,7 @@ class TagCensus:
     foreign: Counter = field(default_factory=Counter)
 
     def add(self, tree: nltk.Tree) -> None:
-        for _, tag in tree.pos():
+        for _, tag, _ in tagged_leaves(tree):
             if tag == TRACE_TAG:
                 continue
             self.tokens += 1
@@ -62,8 +62,8 @@ class TagCensus:
         foreign = self.foreign_tokens
         return bool(foreign) and (2 * foreign > self.tokens or 2 * self.kept < self.tokens)
 
-    def loss_message(self) -> str:
-        """What the word-tag filter would do to these trees, for the error that refuses them."""
+    def loss(self, reader: str = "preprocessing") -> str:
+        """What the word-tag filter would do to these trees when ``reader`` reads them: why they are refused."""
         def share(count: int) -> str:
             return f"{100 * count / max(self.tokens, 1):.0f}%"
 
@@ -71,9 +71,8 @@ class TagCensus:
         kept = ", ".join(tag for tag, _ in self.kept_tags.most_common(4))
         return (f"its POS tags are not the Penn Treebank's: {share(self.foreign_tokens)} of its {self.tokens:,} tokens "
                 f"carry other tags ({shown}{', ...' if len(self.foreign) > 6 else ''}); the word-tag filter keeps only "
-                f"words with PTB word tags, so preprocessing would drop {share(self.tokens - self.kept)} of the "
-                f"tokens and keep {self.kept:,}" + (f" (tagged {kept})" if kept else "")
-                + ". induce preprocess reads Penn Treebank trees only")
+                f"words with PTB word tags, so {reader} would drop {share(self.tokens - self.kept)} of the "
+                f"tokens and keep {self.kept:,}" + (f" (tagged {kept})" if kept else ""))
 
 _FUNCTION_TAG = re.compile(r"^([^-=]+)[-=].*$")
 

@@ -18,7 +18,8 @@ whether unary chains are collapsed, and how the data is split. It is recorded in
   reach the root, 24 of Keyaki 1.1 through the way that function reads positions, is dropped, as their
   ``IndexError`` drops it); labels cut at the first ``-``, ``_`` or ``=`` (``-LRB-``/``-RRB-`` kept); unary
   chains collapsed into their top node, the root included. Their split: :mod:`induce.data.keyaki`. This is
-  the repository as it stands.
+  the repository as it stands. A file whose tags are not Keyaki's (:data:`KEYAKI_TAGS`) is refused
+  (:class:`KeyakiTagCensus`), as a gold file of either treebank read under the other is (:func:`tag_refusal`).
 * ``ktb-2020`` — the Keyaki Treebank as the same script prepared it at the paper's time (``6377b10``,
   2020-05-04): Keyaki's empty elements (``*pro*``, ``*T*``, ...) stay in the sentence as words, ``QUOT``
   is not in the punctuation table, and a removal that reaches the root's only child stops the removals, the
@@ -33,13 +34,15 @@ documented format; none is guessed.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Union
 
 import nltk
 
 from induce.errors import InvalidValueError
-from induce.trees.nodes import fold
-from induce.trees.ptb import WORD_TAGS
+from induce.trees.nodes import fold, tagged_leaves
+from induce.trees.ptb import PTB_TAGS, WORD_TAGS, TagCensus
 
 #: Bumped when the Keyaki Treebank's preparation changes: it enters a prepared Keyaki corpus's fingerprint, so
 #: that a corpus prepared before is prepared again (2: the removals step by step as their script makes them).
@@ -177,6 +180,80 @@ def is_null_word(word: str) -> bool:
     """A Keyaki empty element: ``*...*`` (``*pro*``, ``*T*``, and ``*`` itself) or ``*...*-N`` (preprocess.py
     ``is_ktb_null_element``)."""
     return (word.startswith("*") and word.endswith("*")) or _INDEXED_NULL.match(word) is not None
+
+
+#: The part-of-speech tags of the Keyaki Treebank 1.1, written without the digit some carry (``VB0``, ``VB2``) and
+#: without function tags (``MD-HIGH``): what the words and punctuation of its sentences are tagged with.
+KEYAKI_TAGS = frozenset("ADJI ADJN ADV AX AXD CL CND CODE CONJ D FN FW INTJ MD N NEG NPR NUM P PASS PNL PRO PU Q QN "
+                        "QUOT SCON SYM VB WADV WD WNUM WPRO -LRB- -RRB-".split())
+_TAG_DIGITS = re.compile(r"[0-9]+$")
+
+
+def is_keyaki_tag(tag: str) -> bool:
+    """Whether ``tag`` is one of :data:`KEYAKI_TAGS` (``VB2``, ``NEG-scope`` included)."""
+    return tag in KEYAKI_TAGS or _TAG_DIGITS.sub("", _LABEL_CUT.split(tag)[0]) in KEYAKI_TAGS
+
+
+@dataclass
+class KeyakiTagCensus:
+    """The POS tags of some trees against the Keyaki Treebank's, as :class:`induce.trees.ptb.TagCensus` counts them
+    against the Penn Treebank's: ``tokens`` (leaves other than Keyaki's empty elements and the ``-NONE- ID META LS
+    LST`` nodes that :func:`keyaki_tree` removes), ``keyaki`` (those tagged with one of :data:`KEYAKI_TAGS`) and
+    ``foreign`` (tag -> tokens, for the other tags)."""
+
+    tokens: int = 0
+    keyaki: int = 0
+    foreign: Counter = field(default_factory=Counter)
+
+    def add(self, tree: nltk.Tree) -> None:
+        for word, tag, _ in tagged_leaves(tree):
+            if tag in LI_ALWAYS or is_null_word(word):
+                continue
+            self.tokens += 1
+            if is_keyaki_tag(tag):
+                self.keyaki += 1
+            else:
+                self.foreign[tag] += 1
+
+    @property
+    def foreign_tokens(self) -> int:
+        return sum(self.foreign.values())
+
+    def not_keyaki(self) -> bool:
+        """Whether these are not the Keyaki Treebank's tags: other tags on more than half the tokens (a Penn Treebank
+        file shares only ``VB``, ``MD``, ``FW``, ``SYM`` and the brackets' tags with it, a few percent of its
+        tokens; in the Keyaki Treebank itself, fewer than one token in a thousand carries another tag)."""
+        return 2 * self.keyaki < self.tokens
+
+    def loss(self) -> str:
+        """Which tags these trees carry instead, for the error that refuses them."""
+        shown = ", ".join(tag for tag, _ in self.foreign.most_common(6))
+        return (f"its POS tags are not the Keyaki Treebank's: {100 * self.foreign_tokens / max(self.tokens, 1):.0f}% "
+                f"of its {self.tokens:,} tokens carry other tags ({shown}{', ...' if len(self.foreign) > 6 else ''})")
+
+
+def tag_census(profile: TreebankProfile) -> Union[TagCensus, KeyakiTagCensus]:
+    """An empty census of POS tags against those of ``profile``'s treebank: fed tree by tree (``add``), then
+    judged by :func:`tag_refusal`."""
+    return KeyakiTagCensus() if profile.keyaki else TagCensus()
+
+
+def tag_refusal(census: Union[TagCensus, KeyakiTagCensus], reader: str = "preprocessing") -> str | None:
+    """Why the trees counted in ``census`` are not of its treebank (None when they are): the tags they carry
+    instead, and the treebank whose tags those are when it is the other one (``--treebank ...``). ``reader``: who
+    reads them, in the Penn Treebank's message (what its word-tag filter would drop)."""
+    if isinstance(census, KeyakiTagCensus):
+        if not census.not_keyaki():
+            return None
+        ptb = sum(count for tag, count in census.foreign.items() if tag in PTB_TAGS)
+        other = ": the Penn Treebank's tags (--treebank ptb)" if 2 * ptb > census.foreign_tokens else ""
+        return census.loss() + other
+    if not census.not_ptb():
+        return None
+    keyaki = sum(count for tag, count in census.foreign.items() if is_keyaki_tag(tag))
+    other = ("; those other tags are the Keyaki Treebank's (--treebank ktb)" if 2 * keyaki > census.foreign_tokens
+             else "")
+    return census.loss(reader) + other
 
 
 def _remove_in_order(tree: nltk.Tree, labels: frozenset, null_words: bool) -> tuple[nltk.Tree, bool]:
