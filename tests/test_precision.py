@@ -26,8 +26,9 @@ AVX2_ONLY = {"avx2": True, "avx512_bf16": False, "amx_bf16": False}
 NEOVERSE_V1 = {"neon": True, "bf16": True, "sve_bf16": True}
 
 
-@pytest.mark.parametrize("capabilities, unit", [(ZEN4, "AVX512-BF16"), (SAPPHIRE_RAPIDS, "AMX"), (AVX2_ONLY, None),
-                                                (NEOVERSE_V1, "Arm SVE-BF16"), ({"bf16": True}, "Arm BF16"), ({}, None)])
+@pytest.mark.parametrize("capabilities, unit", [
+    (ZEN4, "AVX512-BF16"), (SAPPHIRE_RAPIDS, "AMX"), (AVX2_ONLY, None), (NEOVERSE_V1, "Arm SVE-BF16"),
+    ({"bf16": True}, "Arm BF16"), ({}, None)])
 def test_the_unit_is_read_from_the_capabilities(capabilities, unit):
     assert cpu_bf16_unit(capabilities) == unit
 
