@@ -224,3 +224,18 @@ def test_the_three_files_are_written_all_or_none(tmp_path, monkeypatch):
     result = invoke("leaderboard", *args, "-o", tmp_path / "new" / "board")
     assert result.exit_code == 2 and "no space left on the device" in result.output, result.output
     assert not (tmp_path / "new").exists()
+
+
+def test_a_manifest_reads_names_and_paths_as_written(tmp_path):
+    """The manifest is read as the configs are (decimal numbers, YAML 1.2 words): a model named `on` was the key
+    True, and a path `010` the number 8, under YAML 1.1."""
+    exp = _layout(tmp_path)
+    shutil.copy(exp / "branching" / "right" / "test.txt", tmp_path / "010")
+    manifest = tmp_path / "models.yaml"
+    manifest.write_text("on: [exp/model/*/test.txt]\nno: 010\n")
+    result = invoke("leaderboard", "--manifest", manifest, "--gold", exp / "gold" / "test.txt", "-o",
+                    tmp_path / "out", "--resamples", "20", "--json", "--convention", "kim2019", "--no-ensembles")
+    assert result.exit_code == 0, result.output
+    board = json.loads(result.stdout)
+    assert sorted((r["model"], Path(r["path"]).name if r["model"] == "no" else r["run"]) for r in board["runs"]) == [
+        ("no", "010"), ("on", "s1"), ("on", "s2")]
