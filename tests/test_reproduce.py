@@ -609,3 +609,14 @@ def test_a_profile_refuses_an_unknown_model_in_all_train_sentences(tmp_path):
     result = runner.invoke(app, ["reproduce", "--profile", str(profile), "--out", str(tmp_path / "out"),
                                  "--no-progress"])
     assert result.exit_code == 2 and "nosuch" in result.output and "Traceback" not in result.output
+
+
+def test_the_reproductions_own_values_are_not_read_as_yaml():
+    """The corpus folder, seed and budgets the reproduction sets go in typed: a folder `runs #1` was cut at its
+    `#` (a YAML comment) and a folder `2024` became a number when written as `data.corpus=...` text."""
+    from induce.reproduce import build_run_config
+
+    profile = load_profile("toy")
+    for folder in ("runs #1/corpora/x", "2024", "a: b", "010"):
+        config = build_run_config(profile, "prpn", [], {"data.corpus": folder, "train.seed": 7})
+        assert config.data.corpus == folder and config.train.seed == 7

@@ -18,7 +18,7 @@ stopped that way says so (its status, ``results.json``, the report). With neithe
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import pydantic
 
@@ -28,6 +28,7 @@ from induce.config import (
     SHIPPED_PREFIX,
     ConfigError,
     RunConfig,
+    apply_flags,
     apply_overrides,
     config_source,
     deep_merge,
@@ -256,10 +257,12 @@ def load_profile(name_or_path: Union[str, Path], config_dir: Path = CONFIG_DIR) 
     return profile
 
 
-def build_run_config(profile: Profile, model: str, overrides: list[str]) -> RunConfig:
+def build_run_config(profile: Profile, model: str, overrides: list[str],
+                     values: Optional[dict[str, Any]] = None) -> RunConfig:
     """``default.yaml`` < ``<model>.yaml`` (both shipped: an error when missing) < the profile's ``<model>.yaml``
     files (where it changes the model: those of the profiles it extends, then its own) < ``profile.overrides`` <
-    ``overrides``."""
+    ``overrides`` (``key=value`` text) < ``values`` (``{"data.corpus": path}``: typed, never re-read as YAML, so
+    that a folder named ``2024`` or ``runs #1`` stays that folder)."""
     layers = [(read_shipped(DEFAULT_CONFIG), SHIPPED_PREFIX + DEFAULT_CONFIG), model_layer(model)]
     layers += [(read_yaml(path), config_source(path)) for path in profile.model_files(model)]
     raw: dict = {}
@@ -272,6 +275,8 @@ def build_run_config(profile: Profile, model: str, overrides: list[str]) -> RunC
         raise ConfigError(f"{sources[-1]}: model_name is {raw['model_name']!r}, expected {model!r}")
     raw["model_name"] = model
     raw = apply_overrides(raw, list(profile.overrides) + list(overrides))
+    if values:
+        raw = apply_flags(raw, values)
     from induce.models.configs import resolve_config
 
     return resolve_config(validate_config(raw, source=" + ".join(sources + ["profile overrides"])))

@@ -150,8 +150,8 @@ class PipelineSteps:
             f" (also evaluated: {', '.join(s for s in self.eval_splits if s != self.final_split)})"
             if len(self.eval_splits) > 1 else "")
         self.configs = {
-            model: {seed: build_run_config(self.profile, model,
-                                           self._train_overrides(self.train_dirs[model], model, seed))
+            model: {seed: build_run_config(self.profile, model, [],
+                                           self._train_values(self.train_dirs[model], model, seed))
                     for seed in self.profile.seeds}
             for model in self.profile.models
         }
@@ -188,14 +188,15 @@ class PipelineSteps:
         return {"path": str(path), "sentences": sentences, "key": [str(path), stat.st_size, stat.st_mtime_ns],
                 "tokens": len(tokens), "their_unk": theirs_unk, "our_unk": ours_unk}
 
-    def _train_overrides(self, train_dir: Path, model: str, seed: int) -> list[str]:
-        overrides = [f"data.corpus={train_dir}", f"train.seed={seed}", f"train.device={self.device}",
-                     f"train.threads={self.threads}"]
+    def _train_values(self, train_dir: Path, model: str, seed: int) -> dict:
+        """The keys the reproduction sets on a run's config, as typed values (a path is not re-read as YAML)."""
+        values = {"data.corpus": str(train_dir), "train.seed": seed, "train.device": self.device,
+                  "train.threads": self.threads}
         if self.step_budgets[model] is not None:
-            overrides.append(f"train.max_steps={self.step_budgets[model]}")
+            values["train.max_steps"] = self.step_budgets[model]
         if self.budgets[model] is not None:
-            overrides.append(f"train.time_budget={self.budgets[model]}")
-        return overrides
+            values["train.time_budget"] = self.budgets[model]
+        return values
 
     def train(self, model: str, seed: int) -> tuple[str, str]:
         """Train (or continue, or skip) one run. A run that the chunk's end stopped is *paused* (the trainer's
