@@ -641,7 +641,7 @@ def test_a_second_reproduction_into_a_busy_out_is_refused_at_once_naming_the_fir
         holder.wait()
     assert result.exit_code != 0
     message = " ".join(result.output.split())
-    assert f"is in use: another induce reproduce (PID {holder.pid} on host {socket.gethostname()}" in message
+    assert f"is in use: another reproduction (PID {holder.pid} on host {socket.gethostname()}" in message
     assert len(result.output.strip().splitlines()) == 1, result.output
     assert sorted(p.name for p in out.iterdir()) == ["reproduce.lock"]  # nothing of a step
     assert (out / "reproduce.lock").read_text() == before

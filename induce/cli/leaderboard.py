@@ -35,7 +35,8 @@ def leaderboard_command(
                                    help=WORD_MATCH_HELP),
     treebank: Optional[str] = typer.Option(None, "--treebank", metavar="ptb|ktb|ktb-2020", help=TREEBANK_HELP),
     out: Path = typer.Option(Path("leaderboard"), "-o", "--out", help="Folder to write leaderboard.md, "
-                             "leaderboard.json and leaderboard.png into."),
+                             "leaderboard.json and leaderboard.png into; refused while another leaderboard writes "
+                             "into it (OUT/leaderboard.lock)."),
     figure: Optional[str] = typer.Option(None, "--figure", metavar="corpus_f1|sentence_f1|...", help="The figure "
                                          "to rank by under every convention (default: each convention's headline "
                                          "figure, the first its script prints)."),
@@ -60,6 +61,7 @@ def leaderboard_command(
     from induce.assess.leaderboard import build_leaderboard, write_leaderboard
     from induce.assess.run_eval import _default_eval_corpus
     from induce.errors import InduceError
+    from induce.training.run_folder import FolderLock
 
     sources = list(sources or [])
     if not sources and manifest is None:
@@ -68,13 +70,23 @@ def leaderboard_command(
     default_gold = gold is None and corpus is None
     if default_gold:
         corpus = _default_eval_corpus(None, data, console)
-    with progress_steps(console, progress) as steps, default_gold_hint(default_gold, lambda: f"{corpus}/{split}"):
-        board = build_leaderboard(sources, gold=gold, corpus=corpus, split=split, conventions=conventions,
-                                  manifest=manifest, pattern=pattern, pred_format=pred_format, word_match=word_match,
-                                  resamples=resamples, seed=seed, flag_above=flag_above, ensembles=ensembles,
-                                  batch_size=batch_size, device=device, steps=steps, figure=figure,
-                                  treebank=treebank)
-        written = write_leaderboard(board, out, [*sources, *([gold] if gold else [])])
+    # two leaderboards into one folder would mix their files: the second is refused at once (a lock whose process
+    # is gone is taken over); a folder made for the lock alone goes again when nothing was written
+    made = not out.exists()
+    lock = FolderLock(out, file_name="leaderboard.lock", holder="leaderboard",
+                      note=lambda message: console.print(f"note: {message}", highlight=False, soft_wrap=True))
+    try:
+        with lock, progress_steps(console, progress) as steps, \
+                default_gold_hint(default_gold, lambda: f"{corpus}/{split}"):
+            board = build_leaderboard(sources, gold=gold, corpus=corpus, split=split, conventions=conventions,
+                                      manifest=manifest, pattern=pattern, pred_format=pred_format,
+                                      word_match=word_match, resamples=resamples, seed=seed, flag_above=flag_above,
+                                      ensembles=ensembles, batch_size=batch_size, device=device, steps=steps,
+                                      figure=figure, treebank=treebank)
+            written = write_leaderboard(board, out, [*sources, *([gold] if gold else [])])
+    finally:
+        if made and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
     for note in board["notes"]:
         console.print(note, highlight=False, soft_wrap=True)
     if as_json:

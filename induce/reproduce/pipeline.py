@@ -55,7 +55,6 @@ second one into the same ``--out`` is refused at once, naming the first's PID an
 """
 from __future__ import annotations
 
-import socket
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -90,17 +89,6 @@ class ReproductionLock(FolderLock):
 
     file_name = LOCK_FILE
     holder = "reproduction"
-    folder_kind = "folder"
-    error = InduceError
-
-    def in_use(self, pid: int, started: str) -> str:
-        return (f"--out {self.path.parent} is in use: another induce reproduce (PID {pid} on host "
-                f"{socket.gethostname()}, started {started}) writes into it; wait for it to end or stop it, then "
-                "run the same command again")
-
-    def in_use_elsewhere(self, pid: int, host: str) -> str:
-        return (f"--out {self.path.parent} is in use by an induce reproduce on host {host} (PID {pid}); if it is "
-                f"gone, delete {self.path} and try again")
 
 
 @dataclass

@@ -115,18 +115,21 @@ class FolderLock:
     """A lock file ``{"pid", "host", "started_at"}`` held while a process writes into a folder (use as a context
     manager): created with ``O_EXCL`` (two processes cannot both create it); one whose process no longer exists
     on this host is taken over, and ``note(message)`` is told. Subclasses name the file and the holder and say
-    what to do when the folder is in use (:class:`RunLock`: a training's ``train.lock``)."""
+    what to do when the folder is in use (:class:`RunLock`: a training's ``train.lock``), or give ``file_name``
+    and ``holder`` here."""
 
     #: The lock file's name in the folder.
-    file_name = LOCK_FILE
-    #: The kind of process that holds it, as the messages name it.
-    holder = "training"
+    file_name = "lock"
+    #: The kind of process that holds it, as the messages name it ("another training").
+    holder = "process"
     #: The kind of folder, as the messages name it.
-    folder_kind = "run folder"
+    folder_kind = "folder"
     #: The error raised when the folder is in use.
-    error: type = RunFolderError
+    error: type = InduceError
 
-    def __init__(self, folder: Path, note=None):
+    def __init__(self, folder: Path, note=None, file_name: Optional[str] = None, holder: Optional[str] = None):
+        self.file_name = file_name or self.file_name
+        self.holder = holder or self.holder
         self.path = Path(folder) / self.file_name
         self.note = note or (lambda message: None)
         self.held = False
@@ -164,12 +167,13 @@ class FolderLock:
 
     def in_use(self, pid: int, started: str) -> str:
         """The error's text for a live holder on this host."""
-        return f"{self.path.parent} is in use: another {self.holder} (PID {pid}, started {started}) writes into it"
+        return (f"{self.path.parent} is in use: another {self.holder} (PID {pid} on host {socket.gethostname()}, "
+                f"started {started}) writes into it; wait for it to end or stop it, then run the same command again")
 
     def in_use_elsewhere(self, pid: int, host: str) -> str:
         """The error's text for a holder on another host (whether it lives cannot be told from here)."""
-        return (f"{self.path.parent} is in use by a {self.holder} on host {host} (PID {pid}); if it is gone, "
-                f"delete {self.path} and try again")
+        return (f"{self.path.parent} is in use: another {self.holder} on host {host} (PID {pid}) writes into it; if "
+                f"it is gone, delete {self.path} and try again")
 
     def _refuse_if_owned(self) -> Optional[int]:
         """Raise when the lock's owner is alive (or on another host); else its PID (None if unreadable)."""
@@ -208,9 +212,14 @@ class RunLock(FolderLock):
     ``note(message)`` is told when a stale lock (dead process on this host) is taken over.
     """
 
+    file_name = LOCK_FILE
+    holder = "training"
+    folder_kind = "run folder"
+    error = RunFolderError
+
     def in_use(self, pid: int, started: str) -> str:
-        return (f"{super().in_use(pid, started)}; wait for it to end or stop it, then continue with "
-                f"`{resume_command(self.path.parent)}`")
+        return (f"{self.path.parent} is in use: another training (PID {pid}, started {started}) writes into it; "
+                f"wait for it to end or stop it, then continue with `{resume_command(self.path.parent)}`")
 
     def in_use_elsewhere(self, pid: int, host: str) -> str:
         return (f"{self.path.parent} is in use by a training on host {host} (PID {pid}); if that run is gone, "
