@@ -8,7 +8,8 @@ step, ASGD's averages in the ASGD phase) with the training CPU seconds spent so 
 ``OUT/snaps.jsonl``. It stops once ``--cpu-minutes`` of training CPU are spent (or at ``train.max_steps``); the
 same command continues a stopped run exactly (``induce train --resume``), with a larger ``--cpu-minutes`` to go on.
 ``eval`` scores, for each CPU-minute mark, the first copy at or after it (``induce eval --json`` on the
-``--corpus`` / ``--split`` given, ``--max-length`` for WSJ40) into ``OUT/curve.jsonl``; ``table`` prints the
+``--corpus`` / ``--split`` given, ``--max-length`` for WSJ40) into ``OUT/curve.jsonl`` (one ``eval`` of the same
+scores at a time per OUT: ``OUT/eval-KEY.lock``; ``train`` holds its run's ``train.lock``); ``table`` prints the
 curves as Markdown.
 
     OMP_NUM_THREADS=1 python bench/learning_curve.py train --out CURVE --profile cpu --model prpn \\
@@ -103,6 +104,31 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
+    """:func:`score_marks` under a lock of OUT for its scores (``OUT/eval-KEY.lock``, ``KEY`` from ``--corpus``,
+    ``--split`` and ``--max-length``): two ``eval`` of the same scores would both score the copies not yet in
+    ``curve.jsonl`` and append each row twice, so the second is refused at once (naming the first's PID and host);
+    an ``eval`` of other scores runs beside it."""
+    import hashlib
+
+    from induce.errors import InduceError
+    from induce.training.run_folder import FolderLock
+
+    key = json.dumps([str(args.corpus), args.split, args.max_length])
+    lock = FolderLock(args.out, file_name=f"eval-{hashlib.sha256(key.encode()).hexdigest()[:12]}.lock",
+                      holder=f"learning-curve eval of {args.corpus} {args.split}"
+                      + (f" to {args.max_length} words" if args.max_length is not None else ""),
+                      note=lambda message: print(f"note: {message}", file=sys.stderr))
+    try:
+        lock.acquire()
+    except InduceError as err:
+        sys.exit(str(err))
+    try:
+        score_marks(args)
+    finally:
+        lock.release()
+
+
+def score_marks(args: argparse.Namespace) -> None:
     out: Path = args.out
     marks = [float(m) for m in args.marks.split(",")]
     curve = out / "curve.jsonl"

@@ -96,3 +96,49 @@ def test_a_cpu_budget_stops_the_run_resumably_and_the_same_command_goes_on(curve
     assert json.loads((out / "run" / "last.json").read_text())["trainer"]["steps_total"] == 20
     steps = [json.loads(line)["step"] for line in (out / "snaps.jsonl").read_text().splitlines()]
     assert steps == [5, 10, 15, 20]
+
+
+def test_a_second_eval_of_the_same_scores_is_refused_at_once_and_a_dead_ones_lock_taken_over(curve, tmp_path,
+                                                                                               capsys):
+    """Two ``eval`` of the same scores into one OUT would append every row twice: while a live process holds the
+    lock the second exits at once naming its PID and host; an ``eval`` of other scores is not held up, and a lock
+    left by a process that is gone is taken over with a note. (No copies yet: an eval that runs scores nothing.)"""
+    import socket
+    import subprocess
+    import sys
+
+    out = tmp_path / "curve"
+    out.mkdir()
+    held = []  # the lock files while an eval scores
+    original = curve.score_marks
+    curve.score_marks = lambda args: held.extend(p.name for p in out.glob("*.lock"))
+    try:
+        curve.cmd_eval(eval_args(out, "corpora/tiny"))
+    finally:
+        curve.score_marks = original
+    (name,) = held
+    assert not (out / name).exists()  # released at the end
+
+    def lock(pid):
+        (out / name).write_text(json.dumps({"pid": pid, "host": socket.gethostname(), "started_at": "now"}))
+
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lock(holder.pid)
+        with pytest.raises(SystemExit) as refused:
+            curve.cmd_eval(eval_args(out, "corpora/tiny"))
+        assert f"is in use: another learning-curve eval of corpora/tiny valid (PID {holder.pid} on host " \
+               f"{socket.gethostname()}" in str(refused.value.code)
+        other = argparse.Namespace(**{**vars(eval_args(out, "corpora/tiny")), "max_length": 40})
+        curve.cmd_eval(other)  # other scores: another lock
+    finally:
+        holder.kill()
+        holder.wait()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    lock(gone.pid)
+    capsys.readouterr()
+    curve.cmd_eval(eval_args(out, "corpora/tiny"))
+    assert f"taking over the lock of a learning-curve eval of corpora/tiny valid that is gone (PID {gone.pid})" in \
+        capsys.readouterr().err
+    assert list(out.iterdir()) == []

@@ -1,14 +1,16 @@
-"""The compiled paths of the torch tier (``induce.kernels.pcfg.native``) against their eager twins. Max mode:
-word tables, chart and Viterbi trees equal bit for bit, gradients of the chart to float rounding, on shapes
-below and above the vector width, with padding, ``-inf`` rules and two threads. Sum mode (the training pass):
-``log Z``, the chart and the gradient of every input to float rounding, over the same range and with one
-grammar expanded over the batch; its vector ``exp`` and ``log`` against the float64 functions. The eager
-fallback when no compiler works; a damaged cached library built again, never loaded; a second source built
-through the same cache."""
+"""The compiled paths of the torch tier (``induce.kernels.pcfg.native``) against their eager twins. Max mode: word
+tables, chart and Viterbi trees equal bit for bit, gradients of the chart to float rounding, on shapes below and
+above the vector width, with padding, ``-inf`` rules and two threads; exact ties broken the same way, a float32
+brute force over every derivation, and a model's whole Viterbi parse (its word scores included) giving the same
+trees on both paths. Sum mode (the training pass): ``log Z``, the chart and the gradient of every input to float
+rounding, over the same range and with one grammar expanded over the batch; its vector ``exp`` and ``log`` against
+the float64 functions. The eager fallback when no compiler works; a damaged cached library built again, never
+loaded; a second source built through the same cache."""
 from __future__ import annotations
 
 import _ctypes
 import ctypes
+import itertools
 import json
 import os
 import shutil
@@ -27,6 +29,11 @@ from induce.kernels.pcfg import native as inside_native
 from induce.kernels.pcfg.dense_torch import _max_forward
 from induce.kernels.pcfg.words import max_tables, rule_blocks
 from induce.kernels.testing import pcfg_inputs
+from induce.models.registry import get_model_class
+from induce.trees.grammar_decoders import viterbi_decoder
+from induce.trees.nodes import build_binary, tree_spans
+
+from helpers import internal_nodes, shapes
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler: the compiled path is off")
 
@@ -137,6 +144,160 @@ def test_float64_and_graphs_stay_on_the_eager_loops():
             assert inside_native.usable(x)
     with inside_native.use_native(False):
         assert not inside_native.usable(x.detach())
+
+
+# --------------------------------------------------------------------------------- ties and a model's parse
+@pytest.fixture
+def counted(monkeypatch):
+    """The names of the compiled max-mode functions called (the compiled path ran, not only the eager one)."""
+    calls = []
+
+    def counting(name):
+        original = getattr(inside_native, name)
+
+        def wrapper(*args):
+            calls.append(name)
+            return original(*args)
+        return wrapper
+
+    for name in ("max_chart", "max_backward"):
+        monkeypatch.setattr(inside_native, name, counting(name))
+    return calls
+
+
+def _tied(kind, B, T, NT, P, lengths, seed):
+    """Dense-PCFG inputs whose derivations tie exactly: ``zero`` every score 0 (every derivation ties in the
+    float sums too), ``uniform`` every rule ``-log(S^2)``, root ``-log(NT)`` and word ``-log(P)`` (every tree ties
+    in exact arithmetic, the float sums in another order round apart), ``levels`` random integers in ``-2 .. 0``
+    (float sums exact: many exact ties between other derivations)."""
+    inp = pcfg_inputs(B, T, NT, P, lengths=lengths, seed=seed, span_scores=False)
+    S = NT + P
+    for name, size in (("terms", P), ("rules", S * S), ("roots", NT)):
+        if kind == "zero":
+            inp[name] = torch.zeros_like(inp[name])
+        elif kind == "uniform":
+            inp[name] = torch.full_like(inp[name], -float(np.log(size)))
+        else:
+            gen = torch.Generator().manual_seed(seed + size)
+            inp[name] = -torch.randint(0, 3, inp[name].shape, generator=gen).float()
+    return inp
+
+
+def _right_branching(n):
+    return build_binary(0, n, lambda start, end: start + 1)
+
+
+@pytest.mark.parametrize("kind", ["zero", "uniform", "levels"])
+@pytest.mark.parametrize("B,T,NT,P,lengths", [(1, 2, 1, 1, [2]), (2, 5, 1, 1, [5, 3]), (3, 7, 3, 2, [7, 4, 1]),
+                                             (2, 9, 17, 19, [9, 6]), (2, 13, 5, 17, [13, 12]),
+                                             (1, 6, 30, 60, [6])])
+def test_tied_scores_give_the_eager_trees_and_scores(counted, kind, B, T, NT, P, lengths):
+    """Exact ties, broken the same way on both paths: NT below, at and above a vector (the scalar rule step, an
+    overlapping last vector), one preterminal, a padded batch with a one-word sentence. Every score 0: every
+    span's first split wins (a word on the left, then the lowest nonterminal), the right-branching tree."""
+    inp = _tied(kind, B, T, NT, P, lengths, seed=T + NT)
+    (score_e, trees_e), (score_n, trees_n) = _both(lambda: K.viterbi(**inp, backend="torch"))
+    assert counted == ["max_chart", "max_backward"]  # once each, under use_native(True)
+    assert torch.equal(score_e, score_n) and trees_e == trees_n
+    if kind == "zero":
+        assert trees_n == [_right_branching(n) if n > 1 else 0 for n in lengths]
+
+
+def _brute_force_best(terms, rules, roots, n):
+    """``(best score, the span sets of the trees scoring it)`` over every derivation of the first ``n`` words,
+    in float64 (``terms [T, P]``, ``rules [NT, S, S]``, ``roots [NT]``)."""
+    NT, P = rules.shape[0], terms.shape[1]
+    terms, rules, roots = terms.double().tolist(), rules.double().tolist(), roots.double().tolist()
+    scored = []
+    for tree in shapes(0, n):
+        nodes = internal_nodes(tree)
+        spans = frozenset(node[2] for node in nodes)
+        for labels in itertools.product(range(NT), repeat=len(nodes)):
+            label = {node[2]: a for node, a in zip(nodes, labels)}
+            for tags in itertools.product(range(P), repeat=n):
+                def symbol(child, tags=tags, label=label):
+                    return NT + tags[child] if isinstance(child, int) else label[child[2]]
+
+                score = roots[label[(0, n)]] + sum(terms[i][tags[i]] for i in range(n))
+                score += sum(rules[label[node[2]]][symbol(node[0])][symbol(node[1])] for node in nodes)
+                scored.append((score, spans))
+    best = max(score for score, _ in scored)
+    return best, {spans for score, spans in scored if score >= best - 1e-4}
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(2, 5), pad=st.integers(0, 2), NT=st.integers(1, 2), P=st.integers(1, 2),
+       seed=st.integers(0, 10_000), kind=st.sampled_from(["normal", "levels", "zero"]))
+def test_both_paths_give_one_brute_force_best_tree_in_float32(n, pad, NT, P, seed, kind):
+    """Float32 inputs (the compiled path's; the brute-force tests of ``test_inside.py`` run float64, which stays
+    eager): the score is the best derivation's, the tree is one of the trees scoring it (within float32 rounding;
+    integer scores sum exactly, so there the ties are exact), and both paths give the same score and tree."""
+    T = n + pad
+    lengths = [n, T]
+    inp = pcfg_inputs(2, T, NT, P, lengths=lengths, seed=seed, span_scores=False) if kind == "normal" else \
+        _tied(kind, 2, T, NT, P, lengths, seed)
+    with inside_native.use_native(True):
+        assert inside_native.usable(inp["terms"])
+    (score_e, trees_e), (score_n, trees_n) = _both(lambda: K.viterbi(**inp, backend="torch"))
+    assert torch.equal(score_e, score_n) and trees_e == trees_n
+    for b, length in enumerate(lengths):
+        best, best_trees = _brute_force_best(inp["terms"][b], inp["rules"][b], inp["roots"][b], length)
+        assert float(score_n[b]) == pytest.approx(best, abs=1e-4)
+        assert tree_spans(trees_n[b]) in best_trees
+
+
+def _parse_trees(model, tokens, lengths):
+    """The Viterbi trees of ``model.parse_structure`` (channel 1), as span sets."""
+    structure = model.parse_structure(tokens, lengths)["span_posteriors"]
+    return [tree_spans(viterbi_decoder(structure[b].numpy(), int(n))) for b, n in enumerate(lengths)]
+
+
+@pytest.mark.parametrize("name,z_dim", [("npcfg", 0), ("cpcfg", 4)])
+def test_a_models_viterbi_parse_gives_the_same_trees_whether_the_compiled_loops_run_or_not(counted, name, z_dim):
+    """The whole parse, the grammar's networks included: its word scores are the same bit for bit on both paths
+    (the emission normaliser of a pass without a graph is torch's: the compiled one rounds differently), so a
+    grammar whose trees tie in exact arithmetic (here: every rule the same score) gives the same trees. With the
+    compiled normaliser the eager path's trees differed on some of these sentences."""
+    torch.manual_seed(0)
+    cls = get_model_class(name)
+    model = cls(2000, cls.Config(nt_states=4, t_states=6, state_dim=16, z_dim=z_dim)).eval()
+    with torch.no_grad():
+        model.grammar.rule_mlp.weight.zero_()
+        model.grammar.rule_mlp.bias.zero_()
+    gen = torch.Generator().manual_seed(1)
+    lengths = torch.tensor([18, 17, 16, 15, 14, 12, 10, 9])
+    tokens = torch.randint(0, 2000, (len(lengths), int(lengths.max())), generator=gen)
+    trees_e, trees_n = _both(lambda: _parse_trees(model, tokens, lengths))
+    assert "max_chart" in counted
+    assert trees_e == trees_n
+    with torch.no_grad():
+        terms_e, terms_n = _both(lambda: model.grammar(tokens, None if not z_dim else
+                                                       model.latent(tokens, lengths, "mean")[0])[0])
+    assert torch.equal(terms_e, terms_n)
+
+
+def test_emission_scores_take_the_compiled_normaliser_only_with_a_graph(monkeypatch):
+    """Training (a graph) takes the compiled normaliser; a pass without one (parsing, evaluation) gives the logits
+    at the words less ``torch.logsumexp`` of their rows bit for bit, on both paths."""
+    from induce.kernels.pcfg import emissions
+
+    calls = []
+    original = inside_native.row_logsumexp
+    monkeypatch.setattr(inside_native, "row_logsumexp", lambda x: calls.append(x.shape) or original(x))
+    gen = torch.Generator().manual_seed(0)
+    hidden, weight, bias = torch.randn(2, 6, 8, generator=gen), torch.randn(5000, 8, generator=gen), \
+        torch.randn(5000, generator=gen)
+    tokens = torch.randint(0, 5000, (2, 7), generator=gen)
+    logits = torch.nn.functional.linear(hidden, weight, bias)  # [G, P, V]
+    want = (logits.gather(2, tokens[:, None, :].expand(2, 6, 7)) - logits.logsumexp(-1, keepdim=True)).transpose(1, 2)
+    for on in (True, False):
+        with inside_native.use_native(on):
+            got = emissions.emission_scores(hidden, weight, bias, tokens)
+        assert torch.equal(got, want), on
+    assert calls == []
+    with inside_native.use_native(True):
+        emissions.emission_scores(hidden.requires_grad_(), weight, bias, tokens).sum().backward()
+    assert calls == [(12, 5000)]
 
 
 # ------------------------------------------------------------------------------------------------- sum mode

@@ -239,3 +239,40 @@ def test_a_manifest_reads_names_and_paths_as_written(tmp_path):
     board = json.loads(result.stdout)
     assert sorted((r["model"], Path(r["path"]).name if r["model"] == "no" else r["run"]) for r in board["runs"]) == [
         ("no", "010"), ("on", "s1"), ("on", "s2")]
+def test_a_second_leaderboard_into_a_busy_folder_is_refused_and_a_dead_ones_lock_taken_over(tmp_path):
+    """A live leaderboard's lock in ``-o`` (a process of this host): refused at once with one line naming its PID
+    and host, nothing written; a lock left by a process that is gone is taken over with a note, and the board
+    written and the lock removed."""
+    import socket
+    import subprocess
+    import sys
+
+    exp = _layout(tmp_path)
+    out = tmp_path / "board"
+    out.mkdir()
+    args = ["leaderboard", exp, "--gold", exp / "gold" / "test.txt", "--pattern", "test.txt", "-o", out,
+            "--resamples", "20"]
+
+    def lock(pid):
+        (out / "leaderboard.lock").write_text(json.dumps({"pid": pid, "host": socket.gethostname(),
+                                                          "started_at": "2026-01-01T00:00:00+00:00"}))
+
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lock(holder.pid)
+        result = invoke(*args)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.exit_code != 0
+    assert f"is in use: another leaderboard (PID {holder.pid} on host {socket.gethostname()}" in \
+        " ".join(result.output.split())
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert [p.name for p in out.iterdir()] == ["leaderboard.lock"]
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    lock(gone.pid)
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    assert f"taking over the lock of a leaderboard that is gone (PID {gone.pid})" in " ".join(result.stderr.split())
+    assert sorted(p.name for p in out.iterdir()) == ["leaderboard.json", "leaderboard.md", "leaderboard.png"]

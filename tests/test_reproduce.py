@@ -620,3 +620,78 @@ def test_the_reproductions_own_values_are_not_read_as_yaml():
     for folder in ("runs #1/corpora/x", "2024", "a: b", "010"):
         config = build_run_config(profile, "prpn", [], {"data.corpus": folder, "train.seed": 7})
         assert config.data.corpus == folder and config.train.seed == 7
+# ------------------------------------------------------------------------------------------- the folder's lock
+def _lock(out: Path, pid: int) -> None:
+    import socket
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "reproduce.lock").write_text(json.dumps({"pid": pid, "host": socket.gethostname(),
+                                                    "started_at": "2026-01-01T00:00:00+00:00"}))
+
+
+def test_a_second_reproduction_into_a_busy_out_is_refused_at_once_naming_the_first(tmp_path):
+    """A live reproduction's lock in ``--out`` (a process of this host): the second refuses before any step, with
+    one line naming the first's PID and host, and leaves the lock as it was."""
+    import socket
+    import subprocess
+    import sys
+
+    corpus = make_corpus(tmp_path / "corpora", train=20, valid=4, test=4)
+    profile = toy_profile(tmp_path / "profile", models=["palm-rb"], random_init_seeds=0)
+    out = tmp_path / "results"
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _lock(out, holder.pid)
+        before = (out / "reproduce.lock").read_text()
+        result = runner.invoke(app, ["reproduce", "--profile", str(profile), "--corpus", str(corpus),
+                                     "--corpora-dir", str(tmp_path / "corpora"), "--out", str(out), "--no-progress"])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.exit_code != 0
+    message = " ".join(result.output.split())
+    assert f"is in use: another reproduction (PID {holder.pid} on host {socket.gethostname()}" in message
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert sorted(p.name for p in out.iterdir()) == ["reproduce.lock"]  # nothing of a step
+    assert (out / "reproduce.lock").read_text() == before
+
+
+def test_a_reproduction_holds_its_out_lock_while_it_runs_and_a_dead_ones_is_taken_over(tmp_path):
+    """Two reproductions into one ``--out``: the second, started while the first runs (after its first step),
+    is refused; the first finishes and removes its lock. A lock left by a process that is gone is taken over with
+    a note."""
+    import subprocess
+    import sys
+
+    from rich.console import Console
+
+    from induce.reproduce import ReproduceOptions, Reproduction
+
+    corpus = make_corpus(tmp_path / "corpora", train=20, valid=4, test=4)
+    profile = toy_profile(tmp_path / "profile", models=["palm-rb"], random_init_seeds=0)
+    out = tmp_path / "results"
+    args = ["reproduce", "--profile", str(profile), "--corpus", str(corpus), "--corpora-dir", str(tmp_path / "corpora"),
+            "--out", str(out), "--no-progress"]
+    second = []
+
+    def start_another(record):
+        if not second:
+            second.append(runner.invoke(app, args))
+
+    options = ReproduceOptions(profile=str(profile), corpus=corpus, corpora_dir=tmp_path / "corpora", out=out,
+                               progress=False)
+    quiet = Console(quiet=True)
+    Reproduction(options, console=quiet, on_step=start_another).run()
+    assert second[0].exit_code != 0 and f"PID {os.getpid()}" in " ".join(second[0].output.split())
+    assert (out / "REPORT.md").is_file() and not (out / "reproduce.lock").exists()
+
+    from induce.reproduce.pipeline import ReproductionLock
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    _lock(out, gone.pid)
+    notes = []
+    with ReproductionLock(out, note=notes.append) as lock:
+        assert json.loads((out / "reproduce.lock").read_text())["pid"] == os.getpid() and lock.held
+    assert notes == [f"{out}: taking over the lock of a reproduction that is gone (PID {gone.pid})"]
+    assert not (out / "reproduce.lock").exists()

@@ -158,7 +158,9 @@ def read_manifest(path: Path, notes: list | None = None) -> list[Entry]:
 
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        # every scalar as the text written (names and paths only): a model `on` or `no` stays a name and a path
+        # `010` a path, where YAML 1.1 reads True, False and 8
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=yaml.BaseLoader)  # noqa: S506 -- strings only
     except OSError as err:
         raise InputError(f"cannot read the manifest: {err.strerror or err}", path) from None
     except yaml.YAMLError as err:

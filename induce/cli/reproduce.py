@@ -46,7 +46,8 @@ def reproduce_command(
     out: Path = typer.Option(DEFAULT_OUT, "--out", "-o", help="Output folder: REPORT.md, results.json, figures/, "
                                                               "runs/, "
                              "eval/ (and corpora/ unless it is the default, results). An existing folder is "
-                             "continued when it holds a reproduction, refused when it holds other files."),
+                             "continued when it holds a reproduction, refused when it holds other files or another "
+                             "reproduction is writing into it (OUT/reproduce.lock)."),
     split: str = typer.Option("auto", "--split", help="Split of the final figures: auto (test, WSJ 23, when the "
                               "corpus has it, else valid), valid (dev, WSJ 22) or test. Models are selected on dev."),
     steps_per_model: Optional[int] = typer.Option(

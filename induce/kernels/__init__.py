@@ -369,7 +369,11 @@ def viterbi(
     The max-product :func:`inside` and its gradient with respect to ``span_scores`` (the tiers'
     backward passes follow the argmax), the 0/1 indicator of the best tree's spans, read as an
     :data:`~induce.trees.nodes.IndexTree` per sentence (:func:`~induce.trees.grammar_decoders.tree_of_spans`).
-    Of tied trees, one. A one-word sentence has no binary derivation: it scores ``-inf`` and its tree is the
+    Of trees whose float32 scores tie, one, chosen span by span from the root down: in the torch tier (its
+    compiled loops and its eager twin alike, which give the same scores bit for bit and so the same trees) the
+    lowest root nonterminal, then at each span a word on the left over a word on the right over two longer
+    children, the lowest child nonterminal, the shortest left child and the lowest child pair (every score 0:
+    the right-branching tree). A one-word sentence has no binary derivation: it scores ``-inf`` and its tree is the
     word, ``0``. A longer sentence without a derivation (every tree scored ``-inf``) raises
     :class:`InsideInputError`.
     """

@@ -49,6 +49,9 @@ the profile changes a model, ``<model>.yaml`` layered over ``induce/configs/<mod
 much wall-clock time, each run at a resumable checkpoint; the steps not reached are *pending*, the
 report shows what is done, and the same command run again continues (``induce reproduce`` exits with
 status 75 until everything is done). The papers' recipes (profile ``paper``) run this way.
+
+**One at a time**: a reproduction holds ``OUT/reproduce.lock`` while it runs (:class:`ReproductionLock`), so a
+second one into the same ``--out`` is refused at once, naming the first's PID and host.
 """
 from __future__ import annotations
 
@@ -63,6 +66,7 @@ from rich.markup import escape
 from induce.config import DEFAULT_THREADS, use_threads
 from induce.errors import InduceError, InputError
 from induce.files import check_output_folder, now, os_error_reason, output_set
+from induce.training.run_folder import FolderLock
 
 from .jobs import LOGS_DIR, JobRunner, plan_units, schedule_minutes
 from .profiles import Profile, build_run_config, load_profile, resolve_profile_name
@@ -73,6 +77,18 @@ from .steps import PipelineSteps, write_json
 STEPS_FILE = "steps.json"
 #: ``--split``: auto (test when the corpus has it, else valid), valid (dev) or test.
 SPLITS = ("auto", "valid", "test")
+#: Held in ``--out`` while a reproduction runs (:class:`ReproductionLock`).
+LOCK_FILE = "reproduce.lock"
+
+
+class ReproductionLock(FolderLock):
+    """``OUT/reproduce.lock`` held while ``induce reproduce`` writes into its ``--out`` folder: a second
+    reproduction into the same folder is refused at once (the mechanism of a run folder's ``train.lock``:
+    :class:`~induce.training.run_folder.FolderLock`; a lock whose process is gone is taken over with a note). The
+    jobs of ``--jobs N`` work under their parent's lock."""
+
+    file_name = LOCK_FILE
+    holder = "reproduction"
 
 
 @dataclass
@@ -279,6 +295,14 @@ class Reproduction(PipelineSteps):
                   "from the profile's cpu_minutes); a busy machine takes longer and gives the same figures")
 
     def run(self) -> dict:
+        """Every step, then the report, under ``OUT``'s :class:`ReproductionLock`."""
+        def note(message: str) -> None:
+            self._log(f"[yellow]note:[/] {escape(message)}")
+
+        with ReproductionLock(self.out, note=note):
+            return self._run_steps()
+
+    def _run_steps(self) -> dict:
         import torch
 
         from induce.report.drawing import make_figures
@@ -332,11 +356,12 @@ def check_reproduction_folder(out: Path) -> None:
     """Refuse an existing ``--out`` folder that holds files and no reproduction (its ``REPORT.md``,
     ``results.json`` and ``figures/`` would be replaced), as ``induce train --out`` refuses a folder that is
     not a run. A reproduction's folder (``steps.json``: written once its first step is done) is continued;
-    a folder holding only ``corpora/`` (a reproduction stopped while preparing them) is one too."""
+    a folder holding only ``corpora/`` (a reproduction stopped while preparing them) is one too, and so is one
+    holding a reproduction's lock (:class:`ReproductionLock` says whether it is in use)."""
     out = Path(out)
     if not out.is_dir() or read_json(out / STEPS_FILE):
         return
-    others = sorted(path.name for path in out.iterdir() if path.name != "corpora")
+    others = sorted(path.name for path in out.iterdir() if path.name not in ("corpora", LOCK_FILE))
     if others:
         shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
         raise InduceError(f"--out {out} is not empty and holds no reproduction ({shown}): its REPORT.md, "

@@ -9,7 +9,8 @@ Both are strict JSON (:func:`strict_json`: a NaN or infinite number is written `
 JSON reader takes them;
 * ``train.lock`` — ``{"pid", "host", "started_at"}`` of the process training into the folder.
   Created with ``O_EXCL`` (two runs cannot both create it); a lock left by a process that no longer
-  exists on this host (``kill -9``, power cut) is taken over with a note.
+  exists on this host (``kill -9``, power cut) is taken over with a note (:class:`FolderLock`, which other
+  folders' locks reuse: ``induce reproduce``'s ``OUT/reproduce.lock``).
 
 A new training (not ``--resume``) refuses a folder that already holds a run (whatever its state) or,
 for the CLI, any non-empty folder that is not a run, unless forced; forcing removes the old run's
@@ -110,14 +111,26 @@ def claim_for_new_run(run_dir: Path, force: bool, allow_foreign: bool = False) -
 
 
 
-class RunLock:
-    """``train.lock`` held while a training writes into a run folder (use as a context manager).
+class FolderLock:
+    """A lock file ``{"pid", "host", "started_at"}`` held while a process writes into a folder (use as a context
+    manager): created with ``O_EXCL`` (two processes cannot both create it); one whose process no longer exists
+    on this host is taken over, and ``note(message)`` is told. Subclasses name the file and the holder and say
+    what to do when the folder is in use (:class:`RunLock`: a training's ``train.lock``), or give ``file_name``
+    and ``holder`` here."""
 
-    ``note(message)`` is told when a stale lock (dead process on this host) is taken over.
-    """
+    #: The lock file's name in the folder.
+    file_name = "lock"
+    #: The kind of process that holds it, as the messages name it ("another training").
+    holder = "process"
+    #: The kind of folder, as the messages name it.
+    folder_kind = "folder"
+    #: The error raised when the folder is in use.
+    error: type = InduceError
 
-    def __init__(self, run_dir: Path, note=None):
-        self.path = Path(run_dir) / LOCK_FILE
+    def __init__(self, folder: Path, note=None, file_name: Optional[str] = None, holder: Optional[str] = None):
+        self.file_name = file_name or self.file_name
+        self.holder = holder or self.holder
+        self.path = Path(folder) / self.file_name
         self.note = note or (lambda message: None)
         self.held = False
 
@@ -133,24 +146,34 @@ class RunLock:
     def acquire(self) -> None:
         folder = self.path.parent
         if folder.exists() and not folder.is_dir():
-            raise RunFolderError(f"{folder}: a file, not a run folder")
+            raise self.error(f"{folder}: a file, not a {self.folder_kind}")
         folder.mkdir(parents=True, exist_ok=True)
         if self._create():
             self.held = True
             return
         pid = self._refuse_if_owned()
         # A dead owner (or an unreadable lock): take it over.
-        self.note(f"{self.path.parent}: taking over the lock of a training that is gone"
+        self.note(f"{self.path.parent}: taking over the lock of a {self.holder} that is gone"
                   + (f" (PID {pid})" if pid is not None else ""))
         self.path.unlink(missing_ok=True)
         if not self._create():
-            raise RunFolderError(f"{self.path.parent} is in use: another training took its lock just now")
+            raise self.error(f"{self.path.parent} is in use: another {self.holder} took its lock just now")
         self.held = True
 
     def check_free(self) -> None:
-        """Raise :class:`RunFolderError` when a live training holds the lock (nothing is written)."""
+        """Raise :attr:`error` when a live process holds the lock (nothing is written)."""
         if self.path.exists():
             self._refuse_if_owned()
+
+    def in_use(self, pid: int, started: str) -> str:
+        """The error's text for a live holder on this host."""
+        return (f"{self.path.parent} is in use: another {self.holder} (PID {pid} on host {socket.gethostname()}, "
+                f"started {started}) writes into it; wait for it to end or stop it, then run the same command again")
+
+    def in_use_elsewhere(self, pid: int, host: str) -> str:
+        """The error's text for a holder on another host (whether it lives cannot be told from here)."""
+        return (f"{self.path.parent} is in use: another {self.holder} on host {host} (PID {pid}) writes into it; if "
+                f"it is gone, delete {self.path} and try again")
 
     def _refuse_if_owned(self) -> Optional[int]:
         """Raise when the lock's owner is alive (or on another host); else its PID (None if unreadable)."""
@@ -161,16 +184,9 @@ class RunLock:
             owner, pid, host = {}, None, ""
         same_host = host == socket.gethostname()
         if pid is not None and same_host and (pid == os.getpid() or process_alive(pid)):
-            raise RunFolderError(
-                f"{self.path.parent} is in use: another training (PID {pid}, started {owner.get('started_at', '?')}) "
-                f"writes into it; wait for it to end or stop it, then continue with "
-                f"`{resume_command(self.path.parent)}`"
-            )
+            raise self.error(self.in_use(pid, owner.get("started_at", "?")))
         if pid is not None and not same_host:
-            raise RunFolderError(
-                f"{self.path.parent} is in use by a training on host {host} (PID {pid}); if that run is gone, "
-                f"delete {self.path} and try again"
-            )
+            raise self.error(self.in_use_elsewhere(pid, host))
         return pid
 
     def release(self) -> None:
@@ -182,9 +198,29 @@ class RunLock:
             except (OSError, ValueError):
                 pass
 
-    def __enter__(self) -> RunLock:
+    def __enter__(self):
         self.acquire()
         return self
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+class RunLock(FolderLock):
+    """``train.lock`` held while a training writes into a run folder (use as a context manager).
+
+    ``note(message)`` is told when a stale lock (dead process on this host) is taken over.
+    """
+
+    file_name = LOCK_FILE
+    holder = "training"
+    folder_kind = "run folder"
+    error = RunFolderError
+
+    def in_use(self, pid: int, started: str) -> str:
+        return (f"{self.path.parent} is in use: another training (PID {pid}, started {started}) writes into it; "
+                f"wait for it to end or stop it, then continue with `{resume_command(self.path.parent)}`")
+
+    def in_use_elsewhere(self, pid: int, host: str) -> str:
+        return (f"{self.path.parent} is in use by a training on host {host} (PID {pid}); if that run is gone, "
+                f"delete {self.path} and try again")
