@@ -72,7 +72,7 @@ def leaderboard_command(
         corpus = _default_eval_corpus(None, data, console)
     # two leaderboards into one folder would mix their files: the second is refused at once (a lock whose process
     # is gone is taken over); a folder made for the lock alone goes again when nothing was written
-    made = not out.exists()
+    made = [folder for folder in (out, *out.absolute().parents) if not folder.exists()]  # deepest first
     lock = FolderLock(out, file_name="leaderboard.lock", holder="leaderboard",
                       note=lambda message: console.print(f"note: {message}", highlight=False, soft_wrap=True))
     try:
@@ -85,8 +85,10 @@ def leaderboard_command(
                                       figure=figure, treebank=treebank)
             written = write_leaderboard(board, out, [*sources, *([gold] if gold else [])])
     finally:
-        if made and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()
+        for folder in made:
+            if not folder.is_dir() or any(folder.iterdir()):
+                break
+            folder.rmdir()
     for note in board["notes"]:
         console.print(note, highlight=False, soft_wrap=True)
     if as_json:
