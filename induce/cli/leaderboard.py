@@ -4,8 +4,9 @@ one or more conventions, grouped by model, and write Markdown, JSON and a figure
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -61,8 +62,6 @@ def leaderboard_command(
     from induce.assess.leaderboard import build_leaderboard, write_leaderboard
     from induce.assess.run_eval import _default_eval_corpus
     from induce.errors import InduceError
-    from induce.training.run_folder import FolderLock
-
     sources = list(sources or [])
     if not sources and manifest is None:
         raise InduceError("give folders (or files) of predictions, or --manifest")
@@ -70,25 +69,14 @@ def leaderboard_command(
     default_gold = gold is None and corpus is None
     if default_gold:
         corpus = _default_eval_corpus(None, data, console)
-    # two leaderboards into one folder would mix their files: the second is refused at once (a lock whose process
-    # is gone is taken over); a folder made for the lock alone goes again when nothing was written
-    made = [folder for folder in (out, *out.absolute().parents) if not folder.exists()]  # deepest first
-    lock = FolderLock(out, file_name="leaderboard.lock", holder="leaderboard",
-                      note=lambda message: console.print(f"note: {message}", highlight=False, soft_wrap=True))
-    try:
-        with lock, progress_steps(console, progress) as steps, \
-                default_gold_hint(default_gold, lambda: f"{corpus}/{split}"):
-            board = build_leaderboard(sources, gold=gold, corpus=corpus, split=split, conventions=conventions,
-                                      manifest=manifest, pattern=pattern, pred_format=pred_format,
-                                      word_match=word_match, resamples=resamples, seed=seed, flag_above=flag_above,
-                                      ensembles=ensembles, batch_size=batch_size, device=device, steps=steps,
-                                      figure=figure, treebank=treebank)
-            written = write_leaderboard(board, out, [*sources, *([gold] if gold else [])])
-    finally:
-        for folder in made:
-            if not folder.is_dir() or any(folder.iterdir()):
-                break
-            folder.rmdir()
+    with _locked_output(out, console), progress_steps(console, progress) as steps, \
+            default_gold_hint(default_gold, lambda: f"{corpus}/{split}"):
+        board = build_leaderboard(sources, gold=gold, corpus=corpus, split=split, conventions=conventions,
+                                  manifest=manifest, pattern=pattern, pred_format=pred_format,
+                                  word_match=word_match, resamples=resamples, seed=seed, flag_above=flag_above,
+                                  ensembles=ensembles, batch_size=batch_size, device=device, steps=steps,
+                                  figure=figure, treebank=treebank)
+        written = write_leaderboard(board, out, [*sources, *([gold] if gold else [])])
     for note in board["notes"]:
         console.print(note, highlight=False, soft_wrap=True)
     if as_json:
@@ -96,6 +84,26 @@ def leaderboard_command(
     else:
         _print(board, Console())
     console.print("wrote " + ", ".join(map(str, written)), highlight=False, soft_wrap=True)
+
+
+@contextmanager
+def _locked_output(out: Path, console: Console) -> Iterator[None]:
+    """``out`` held by this leaderboard: two leaderboards into one folder would mix their files, so a second one
+    is refused at once (a lock whose process is gone is taken over); the folders made for the lock alone go
+    again when nothing was written into them."""
+    from induce.training.run_folder import FolderLock
+
+    made = [folder for folder in (out, *out.absolute().parents) if not folder.exists()]  # deepest first
+    lock = FolderLock(out, file_name="leaderboard.lock", holder="leaderboard",
+                      note=lambda message: console.print(f"note: {message}", highlight=False, soft_wrap=True))
+    try:
+        with lock:
+            yield
+    finally:
+        for folder in made:
+            if not folder.is_dir() or any(folder.iterdir()):
+                break
+            folder.rmdir()
 
 
 def _print(board: dict, console: Console) -> None:
