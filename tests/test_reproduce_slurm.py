@@ -294,3 +294,63 @@ def test_a_profile_asks_for_its_jobs_resources(tmp_path):
 
     with pytest.raises(InduceError, match="slurm.walltime: unknown key"):
         load_profile(tmp_path / "profile")
+
+
+def _runner_on_a_queue(tmp_path, detach: bool, interrupt_on: int = 0):
+    """JobRunner over a stand-in executor whose jobs never start; ``interrupt_on``: the look at the jobs that
+    a Ctrl-C interrupts."""
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from induce.reproduce.jobs import Executor, Job, JobRunner, Unit
+    from induce.reproduce.pipeline import ReproduceOptions, StepRecord
+
+    class Queue(Executor):
+        poll_seconds = 0.0
+        looks = 0
+
+        def worker_spec(self):
+            return {"options": {}, "parent": None}
+
+        def launch(self, unit, files, spec):
+            job = Job(unit, files, f"SLURM job {100 + len(unit.name)}", "submitted")
+            job.ended, job.state = (lambda: None), (lambda: "PENDING")  # queued for good
+            return job
+
+        def refresh(self, jobs):
+            self.looks += 1
+            if self.looks == interrupt_on:
+                raise KeyboardInterrupt
+
+        def interrupt(self, jobs):
+            return False
+
+    records = []
+    repro = SimpleNamespace(out=tmp_path, console=Console(quiet=True), options=ReproduceOptions(),
+                            record_type=StepRecord, add_record=lambda r: records.append(r) or r, pending_units=set(),
+                            waiting_jobs={}, failed_runs={}, unfinished=set())
+    executor = Queue()
+    executor.detach = detach
+    units = [Unit("prpn seed 1", "prpn-seed1", ["train prpn seed 1", "evaluate prpn seed 1"]),
+             Unit("baselines", "baselines", ["baseline right"])]
+    return JobRunner(repro, units, {}, 5, executor), repro, records
+
+
+def test_detach_leaves_the_queued_jobs_pending(tmp_path):
+    runner, repro, records = _runner_on_a_queue(tmp_path, detach=True)
+    runner.run()  # returns once submitted
+    assert [(r.name, r.status) for r in records] == [("train prpn seed 1", "pending"),
+                                                     ("evaluate prpn seed 1", "pending"), ("baseline right", "pending")]
+    assert "its SLURM job 111 is PENDING; run the same command again to collect it" in records[0].detail
+    assert repro.waiting_jobs == {"prpn seed 1": "SLURM job 111", "baselines": "SLURM job 109"}
+    assert repro.pending_units == {"prpn seed 1", "baselines"}
+
+
+def test_ctrl_c_stops_the_waiting_not_the_jobs(tmp_path):
+    runner, repro, records = _runner_on_a_queue(tmp_path, detach=False, interrupt_on=3)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run()
+    assert runner.executor.looks == 3 and runner.leaving
+    assert {r.status for r in records} == {"pending"} and len(records) == 3
+    assert set(repro.waiting_jobs) == {"prpn seed 1", "baselines"}
