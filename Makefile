@@ -16,7 +16,7 @@ install: .install-stamp
 
 # Exact versions from constraints.txt; setup.cfg states only lower bounds.
 .install-stamp: setup.cfg pyproject.toml constraints.txt
-	$(PYTHON) -m pip install $(PIP_OPTS) -q -c constraints.txt -e ".[test,triton,plots]"
+	$(PYTHON) -m pip install $(PIP_OPTS) -q -c constraints.txt -e ".[test,triton,plots,slurm]"
 	@touch $@
 
 # DATA=DIR: the real-data tests read DIR (as INDUCE_DATA); without it they skip (INDUCE_DATA of the shell, if set).
@@ -40,13 +40,15 @@ test-triton: install
 # PaLM models 60 CPU-minutes each: ~10 h, estimated) | paper (the papers' recipes: days of GPU time, in chunks of
 # CHUNK=3h per invocation; run it again until it exits 0 -- status 75 means "not finished, run again") | toy;
 # SEEDS=1,2,3, JOBS=N runs at once (default: the profile's). Re-running continues where an interrupted run stopped.
+# EXECUTOR=slurm: each run a job of a SLURM cluster (README, "On a SLURM cluster").
 PROFILE ?= auto
 SEEDS ?=
 CHUNK ?=
 JOBS ?=
+EXECUTOR ?=
 OUT ?= results
 reproduce: install
-	$(INDUCE) reproduce --profile $(PROFILE) $(if $(SEEDS),--seeds $(SEEDS),) $(if $(CHUNK),--chunk $(CHUNK),) $(if $(JOBS),--jobs $(JOBS),) $(DATA_OPT) --out $(OUT)
+	$(INDUCE) reproduce --profile $(PROFILE) $(if $(SEEDS),--seeds $(SEEDS),) $(if $(CHUNK),--chunk $(CHUNK),) $(if $(JOBS),--jobs $(JOBS),) $(if $(EXECUTOR),--executor $(EXECUTOR),) $(DATA_OPT) --out $(OUT)
 
 baselines: install
 	@for b in right left balanced random; do \

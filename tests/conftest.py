@@ -16,7 +16,8 @@ def one_thread():
 #: that under ``--dist loadfile`` (the Makefile's) each starts while the other worker works through the
 #: short files, instead of one of them starting last and running alone at the end of the suite.
 LONG_FILES = ("test_triton_compile_h100.py", "test_kernels_triton.py", "test_training_ddp.py", "test_gpu_check.py",
-              "test_reproduce_jobs.py", "test_run_folder.py", "test_models.py", "test_install.py")
+              "test_reproduce_jobs.py", "test_reproduce_slurm.py", "test_run_folder.py", "test_models.py",
+              "test_install.py")
 
 
 def pytest_collection_modifyitems(session, config, items):

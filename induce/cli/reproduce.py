@@ -77,12 +77,35 @@ def reproduce_command(
         "process with --threads threads; each job's output goes to OUT/logs/. The figures are those of --jobs 1 "
         "(default: the profile's; cpu: 2)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show training progress bars."),
+    executor: str = typer.Option(
+        "local", "--executor", help="Where the units (each run with its evaluation, the untrained models, the "
+        "baselines) run: local (processes of this machine, --jobs at a time) or slurm (each one a job of a SLURM "
+        "cluster, through submitit: run it on a machine of the cluster; a job that reaches its time limit is "
+        "checkpointed and requeued). The figures are the same."),
+    detach: bool = typer.Option(False, "--detach", help="With --executor slurm: submit the jobs and return (exit "
+                                "status 75); the same command later collects them (a job is never submitted "
+                                "twice) and writes the report."),
+    slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition", help="Each job's partition (default: "
+                                                  "the profile's slurm.partition, else the cluster's)."),
+    slurm_account: Optional[str] = typer.Option(None, "--slurm-account", help="Each job's account (default: the "
+                                                "profile's slurm.account, else yours)."),
+    slurm_time: Optional[str] = typer.Option(None, "--slurm-time", help="Each job's time limit, e.g. 4h (default: "
+                                             "the profile's slurm.time, 4h): at its end the job is requeued."),
+    slurm_cpus: Optional[int] = typer.Option(None, "--slurm-cpus", min=1, help="CPUs per job (default: the "
+                                             "profile's slurm.cpus, else --threads)."),
+    slurm_mem: Optional[str] = typer.Option(None, "--slurm-mem", help="Memory per job, e.g. 16G (default: the "
+                                            "profile's slurm.mem, else the cluster's)."),
+    slurm_gpus: Optional[int] = typer.Option(None, "--slurm-gpus", min=0, help="GPUs per job (default: the "
+                                             "profile's slurm.gpus, 0)."),
+    sbatch: Optional[list[str]] = typer.Option(None, "--sbatch", help="Another sbatch option of every job, e.g. "
+                                               "--sbatch=--qos=high (repeatable; added to the profile's "
+                                               "slurm.sbatch)."),
 ) -> None:
     """Prepare the corpus, train every model, evaluate models and baselines, write the report.
 
     Every step is skipped when its outputs are up to date, so running the same command again after an interruption continues where it stopped. Writes OUT/REPORT.md (with figures) and OUT/results.json.
     \f
-    Long because Typer reads the command's options from its signature (the body is 25 lines).
+    Long because Typer reads the command's options from its signature (the body is 35 lines).
     """  # noqa: E501 (one line: Typer keeps the line breaks of a help paragraph)
     from induce.config import parse_duration
     from induce.reproduce import ReproduceOptions, check_out_folder, reproduce
@@ -97,7 +120,10 @@ def reproduce_command(
         split=split, time_per_model=parse_duration(time_per_model) if time_per_model else None,
         steps_per_model=steps_per_model, jobs=jobs,
         chunk=parse_duration(chunk) if chunk else None, lm_text=lm_text,
-        device=device, threads=threads, progress=progress,
+        device=device, threads=threads, progress=progress, executor=executor, detach=detach,
+        slurm={key: value for key, value in (("partition", slurm_partition), ("account", slurm_account),
+                                             ("time", slurm_time), ("cpus", slurm_cpus), ("mem", slurm_mem),
+                                             ("gpus", slurm_gpus), ("sbatch", sbatch or None)) if value is not None},
         command="induce " + " ".join(shlex.quote(arg) for arg in sys.argv[1:]) if sys.argv[1:2] == ["reproduce"]
         else "induce reproduce",
     )
@@ -116,9 +142,15 @@ def reproduce_command(
         console.print(f"[bold red]{len(failed)} step(s) failed:[/] " + "; ".join(s["name"] for s in failed),
                       highlight=False)
         raise typer.Exit(code=1)
+    if results.get("waiting_jobs"):
+        waiting = results["waiting_jobs"]
+        console.print(f"[bold yellow]not finished:[/] {len(waiting)} SLURM job(s) queued or running ("
+                      + ", ".join(f"{unit}: {job}" for unit, job in waiting.items())
+                      + "). Run the same command again to collect them.", highlight=False)
+        raise typer.Exit(code=INCOMPLETE_EXIT)
     if results.get("incomplete"):
-        console.print(f"[bold yellow]not finished:[/] the chunk's training time is used up "
-                      f"({', '.join(results['incomplete'])} "
+        why = "the chunk's training time is used up" if results.get("chunk_s") else "stopped before the end"
+        console.print(f"[bold yellow]not finished:[/] {why} ({', '.join(results['incomplete'])} "
                       "to go). Run the same command again to continue.", highlight=False)
         raise typer.Exit(code=INCOMPLETE_EXIT)
 

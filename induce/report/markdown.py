@@ -120,6 +120,24 @@ def splits_sentence(results: dict, where: str) -> str:
             "selection*).")
 
 
+def _not_finished(results: dict) -> str:
+    """The report's note on the runs not done yet: their cluster jobs still queued or running, the chunk's end, or
+    a stop."""
+    waiting = results.get("waiting_jobs") or {}
+    done = ", ".join(results["incomplete"])
+    if waiting:
+        what = (f"These are not done yet, their SLURM jobs queued or running "
+                f"({', '.join(f'{unit}: {job}' for unit, job in waiting.items())}): {done}.")
+    elif results.get("chunk_s"):
+        what = (f"This invocation's chunk of training time ({minutes(results.get('chunk_s'))}) ended before these runs "
+                f"were done: {done}.")
+    else:
+        what = f"These were stopped before they were done: {done}."
+    return (f"**Not finished yet.** {what} Their figures are missing (`—`); run "
+            f"`{results.get('command') or 'induce reproduce'}` again to "
+            f"{'collect them' if waiting else 'continue them from their checkpoints'}.")
+
+
 def _preamble(*, results, profile, where, models, per_model, eval_corpus, budget, budgets, synthetic,
               **_) -> list[str]:
     """Title, the read-this-first warning, the findings, unfinished / diverged runs, failed steps."""
@@ -164,9 +182,7 @@ def _preamble(*, results, profile, where, models, per_model, eval_corpus, budget
     add("")
 
     if results.get("incomplete"):
-        add(f"**Not finished yet.** This invocation's chunk of training time ({minutes(results.get('chunk_s'))}) "
-            f"ended before these runs were done: {', '.join(results['incomplete'])}. Their figures are missing (`—`); "
-            f"run `{results.get('command') or 'induce reproduce'}` again to continue them from their checkpoints.")
+        add(_not_finished(results))
         add("")
     clock = results.get("clock_stopped") or {}
     if clock:

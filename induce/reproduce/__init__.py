@@ -6,7 +6,8 @@
 * :mod:`.steps` — what each step does (prepare, train, untrained models, baselines, evaluate) and when it
   is skipped or resumed;
 * :mod:`.jobs` / :mod:`.worker` — ``--jobs N``: independent runs in N processes at once (the parent's
-  scheduler, and the child process of one unit);
+  scheduler and its executors, and the child process of one unit);
+* :mod:`.slurm` — ``--executor slurm``: each unit a job of a SLURM cluster (submitit), requeued at its time limit;
 * :mod:`.results` — ``results.json``: what the steps wrote, gathered and summarised over seeds;
 * :mod:`induce.report.drawing` — the report's figures from the runs;
 * :mod:`induce.report` / :mod:`induce.report.findings` — ``REPORT.md`` and the sentences it generates

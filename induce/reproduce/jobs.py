@@ -15,7 +15,13 @@ the others go on.
 the untrained models from their init seeds) with the same thread count, whatever else ran in its process
 before; so ``--jobs 2`` writes the figures ``--jobs 1`` writes (``tests/test_reproduce_jobs.py``).
 
-**Interruption.** The children run in their own sessions, so that a Ctrl-C reaches them once, from the
+**Executors.** Where a unit's worker runs is an :class:`Executor`: :class:`LocalExecutor` (``--executor local``,
+the default: child processes of this one, ``--jobs`` at a time) or :class:`induce.reproduce.slurm.SlurmExecutor`
+(``--executor slurm``: each unit a job of a SLURM cluster). :class:`JobRunner`, the scheduler, is the same for both:
+it writes each unit's spec, starts (or submits) its job, looks at the jobs every ``poll_seconds``, shows them and
+records what each one reports once it has ended.
+
+**Interruption.** The local children run in their own sessions, so that a Ctrl-C reaches them once, from the
 parent: SIGINT (or SIGTERM) of the parent is passed on to each running child (its training stops after the
 batch in progress and writes its checkpoint), the parent waits for them, records what they finished and
 stops; a second Ctrl-C stops them at once. A child whose parent dies gets SIGTERM (Linux), which stops its
@@ -98,75 +104,216 @@ def _child_env(threads: int) -> dict[str, str]:
 
 
 @dataclass
-class _Running:
-    unit: Unit
-    process: subprocess.Popen
+class UnitFiles:
+    """A unit's files under ``OUT/logs/``: the worker's spec, its log (everything it prints) and its result
+    (the step records it reports)."""
+
+    spec: Path
     log: Path
     result: Path
-    started: float
+
+    @classmethod
+    def of(cls, folder: Path, unit: Unit) -> UnitFiles:
+        return cls(*(folder / f"{unit.slug}{suffix}" for suffix in (".spec.json", ".log", ".result.json")))
+
+
+class Job:
+    """One unit's worker as an :class:`Executor` runs it. ``label`` names it in messages (``job 3``, ``SLURM job
+    123``), ``announce`` is the line said when it starts."""
+
+    def __init__(self, unit: Unit, files: UnitFiles, label: str, announce: str):
+        self.unit, self.files, self.label, self.announce = unit, files, label, announce
+        self.started = time.monotonic()
+        #: True for a job that an earlier invocation saw end with every step done: its records are reported as
+        #: skipped, nothing runs again.
+        self.earlier = False
+
+    def ended(self) -> Optional[str]:
+        """None while the job runs (or waits to); once it has ended, how (``exit status 1``, ``FAILED``)."""
+        raise NotImplementedError
+
+    def stopped(self) -> bool:
+        """Whether it was stopped from outside (cancelled, preempted, out of time): the steps it did not report are
+        left for the next invocation (pending), not failed."""
+        return False
+
+    def columns(self) -> list[str]:
+        """The live table's cells between the unit's name and its latest line."""
+        seconds = int(time.monotonic() - self.started)
+        return [f"{seconds // 60}:{seconds % 60:02d}"]
+
+    def state(self) -> str:
+        """What it is doing now, in a word (a change is said when there is no live table)."""
+        return "running"
+
+    def report(self) -> Optional[dict]:
+        """The records its worker wrote (``files.result``), or None when it wrote none."""
+        try:
+            return json.loads(self.files.result.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return None
+
+
+class Executor:
+    """Where the units' workers run; :class:`JobRunner` drives it (module docstring)."""
+
+    #: Seconds between two looks at the jobs.
+    poll_seconds: float = POLL_SECONDS
+    #: Units whose jobs run at once (None: every unit at once, the cluster decides).
+    slots: Optional[int] = None
+    #: Submit the jobs and return, without waiting for them (``--detach``).
+    detach: bool = False
+
+    def worker_spec(self) -> dict:
+        """What the worker's spec takes from this executor: ``options`` over the parent's, and ``parent``."""
+        raise NotImplementedError
+
+    def launch(self, unit: Unit, files: UnitFiles, spec: dict) -> Job:
+        """Start ``unit``'s worker on ``spec`` (written to ``files.spec`` here, unless the unit's job is an earlier
+        invocation's that is still known)."""
+        raise NotImplementedError
+
+    def refresh(self, jobs: list[Job]) -> None:
+        """Look at the running jobs once (before each round of :meth:`Job.ended`)."""
+
+    def interrupt(self, jobs: list[Job]) -> bool:
+        """The parent was interrupted (Ctrl-C, SIGTERM): True when the jobs were told to stop (the runner waits for
+        them), False when they go on without the parent (it stops waiting)."""
+        raise NotImplementedError
+
+    def collected(self, job: Job, complete: bool) -> None:
+        """``job``'s records are recorded (``complete``: every step of its unit is done)."""
+
+
+class _LocalJob(Job):
+    def __init__(self, unit: Unit, files: UnitFiles, process: subprocess.Popen):
+        super().__init__(unit, files, f"job {process.pid}",
+                         f"[dim]started[/] {escape(unit.name)} [dim](log {escape(str(files.log))})[/]")
+        self.process = process
+
+    def ended(self) -> Optional[str]:
+        code = self.process.poll()
+        return None if code is None else f"exit status {code}"
+
+
+class LocalExecutor(Executor):
+    """``--executor local``: each unit a child process of this one, ``jobs`` at a time (``python -m
+    induce.reproduce.worker SPEC``, in its own session, its output into its log)."""
+
+    def __init__(self, repro: Any):
+        self.repro = repro
+        self.slots = repro.jobs
+
+    def worker_spec(self) -> dict:
+        return {"options": {"chunk": self.repro.chunk_left()}, "parent": os.getpid()}
+
+    def launch(self, unit: Unit, files: UnitFiles, spec: dict) -> Job:
+        files.result.unlink(missing_ok=True)
+        files.spec.write_text(json.dumps(spec, indent=1) + "\n", encoding="utf-8")
+        with open(files.log, "w", encoding="utf-8") as handle:
+            process = subprocess.Popen([sys.executable, "-m", "induce.reproduce.worker", str(files.spec)],
+                                       stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       env=_child_env(self.repro.threads), start_new_session=True)
+        return _LocalJob(unit, files, process)
+
+    def interrupt(self, jobs: list[Job]) -> bool:
+        """SIGINT to every child (once per Ctrl-C of the parent): each stops at a checkpoint."""
+        for job in jobs:
+            try:
+                os.kill(job.process.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+        return True
 
 
 class JobRunner:
-    """Runs the units of a :class:`~induce.reproduce.pipeline.Reproduction` in ``jobs`` child processes
-    (see the module docstring); :meth:`run` returns when all are done, or raises KeyboardInterrupt after an
-    interrupt once the children have stopped."""
+    """Runs the units of a :class:`~induce.reproduce.pipeline.Reproduction` through an :class:`Executor`
+    (see the module docstring); :meth:`run` returns when all are done (with ``detach``: once they are submitted),
+    or raises KeyboardInterrupt after an interrupt once the jobs have stopped (or, on a cluster, are left
+    running)."""
 
-    def __init__(self, repro: Any, units: list[Unit], index_of: dict[str, int], total: int):
+    def __init__(self, repro: Any, units: list[Unit], index_of: dict[str, int], total: int,
+                 executor: Optional[Executor] = None):
         self.repro, self.units, self.index_of, self.total = repro, units, index_of, total
+        self.executor = executor if executor is not None else LocalExecutor(repro)
         self.folder = Path(repro.out) / LOGS_DIR
         self.console = repro.console
-        self.running: list[_Running] = []
+        self.running: list[Job] = []
         self.interrupts = 0
+        #: Stop waiting: the jobs go on without this process (an interrupt on a cluster, or ``detach``).
+        self.leaving = False
+        self.states: dict[int, str] = {}
 
-    # ------------------------------------------------------------------------------------------ children
+    # ---------------------------------------------------------------------------------------------- jobs
 
-    def _start(self, unit: Unit) -> _Running:
+    def _start(self, unit: Unit) -> Job:
         self.folder.mkdir(parents=True, exist_ok=True)
-        spec_path, log, result = (self.folder / f"{unit.slug}{suffix}" for suffix in (".spec.json", ".log",
-                                                                                      ".result.json"))
-        result.unlink(missing_ok=True)
+        files = UnitFiles.of(self.folder, unit)
+        extra = self.executor.worker_spec()
         options = asdict(self.repro.options)
-        options.update(jobs=1, progress=False, chunk=self.repro.chunk_left())
+        options.update(jobs=1, progress=False, **extra["options"])
         spec = {"options": {k: str(v) if isinstance(v, Path) else v for k, v in options.items()},
-                "steps": unit.steps, "result": str(result), "parent": os.getpid()}
-        spec_path.write_text(json.dumps(spec, indent=1) + "\n", encoding="utf-8")
-        with open(log, "w", encoding="utf-8") as handle:
-            process = subprocess.Popen([sys.executable, "-m", "induce.reproduce.worker", str(spec_path)],
-                                       stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       env=_child_env(self.repro.threads), start_new_session=True)
-        self._say(f"[dim]started[/] {escape(unit.name)} [dim](log {escape(str(log))})[/]")
-        return _Running(unit, process, log, result, time.monotonic())
+                "steps": unit.steps, "result": str(files.result), "parent": extra["parent"]}
+        job = self.executor.launch(unit, files, spec)
+        self._say(job.announce)
+        return job
 
-    def _finish(self, job: _Running) -> None:
-        """Record the steps the child reports, in the parent's ``steps.json``; a child that reported nothing
-        (killed, crashed) fails its unit's steps with its log."""
+    def _finish(self, job: Job) -> None:
+        """Record the steps the worker reports, in the parent's ``steps.json``; steps it did not report fail with
+        its log (it was killed, crashed), or, when it was stopped from outside and said so, are left pending for
+        the next invocation."""
         repro = self.repro
-        try:
-            report = json.loads(job.result.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            report = {"records": [], "failed_runs": [], "unfinished": []}
+        report = job.report() or {"records": [], "failed_runs": [], "unfinished": []}
         done = {record["name"] for record in report["records"]}
-        code = job.process.returncode
+        why = job.ended()
+        stopped = job.stopped() or (report.get("interrupted") and not self.interrupts)
         for name in job.unit.steps:
-            if name not in done and not (report.get("interrupted") or self.interrupts):
+            if name in done:
+                continue
+            if stopped:
+                report["records"].append({"name": name, "status": "pending", "seconds": 0.0,
+                                          "detail": f"its {job.label} was stopped ({why}) before this step; run the "
+                                                    "same command again to continue it"})
+            elif not (report.get("interrupted") or self.interrupts):
                 report["records"].append({"name": name, "status": "failed", "seconds": 0.0,
-                                          "detail": f"its job ended (exit status {code}) before this step"})
+                                          "detail": f"its job ended ({why}) before this step"})
         for model, seed, reason in report["failed_runs"]:
             repro.failed_runs.setdefault((model, seed), reason)
         for model, seed in report["unfinished"]:
             repro.unfinished.add((model, seed))
+        complete = bool(job.unit.steps) and all(
+            entry["status"] in ("ran", "resumed", "skipped") for entry in report["records"]) and done >= set(
+            job.unit.steps)
         for entry in report["records"]:
-            if entry["status"] == "failed":
-                entry["detail"] += f" (log: {job.log})"
+            if job.earlier:
+                entry = {**entry, "status": "skipped", "seconds": 0.0,
+                         "detail": f"done by {job.label}: {entry['detail']}"}
+            elif entry["status"] == "failed":
+                entry["detail"] += f" (log: {job.files.log})"
+            elif entry["status"] == "pending":
+                repro.pending_units.add(job.unit.name)
             self._say_record(repro.add_record(repro.record_type(**entry)), job)
+        self.executor.collected(job, complete)
 
-    def _say_record(self, record, job: _Running) -> None:
+    def _leave(self) -> None:
+        """Stop waiting: the steps of the jobs still queued or running are pending, their jobs named in the
+        results (the same command collects them)."""
+        for job in self.running:
+            for name in job.unit.steps:
+                record = self.repro.record_type(name, "pending", 0.0, f"its {job.label} is {job.state()}; run "
+                                                "the same command again to collect it")
+                self._say_record(self.repro.add_record(record), job)
+            self.repro.pending_units.add(job.unit.name)
+            self.repro.waiting_jobs[job.unit.name] = job.label
+        self.running = []
+
+    def _say_record(self, record, job: Job) -> None:
         index = self.index_of.get(record.name, 0)
         where = f"[{index}/{self.total}] {record.name}"
         minutes = f"{record.seconds / 60:.1f} min"
         if record.status == "failed":
             self._say(f"[bold red]{escape(where)}: failed[/] ({minutes}): {escape(record.detail)}")
-            tail = _last_lines(job.log, 15)
+            tail = _last_lines(job.files.log, 15)
             if tail:
                 self._say("[dim]" + escape("\n".join(f"    | {line}" for line in tail)) + "[/]")
         else:
@@ -182,42 +329,57 @@ class JobRunner:
 
         table = Table.grid(padding=(0, 2))
         for job in self.running:
-            seconds = int(time.monotonic() - job.started)
-            line = (_last_lines(job.log, 1) or [""])[0]
-            table.add_row(f"[bold]{escape(job.unit.name)}[/]", f"{seconds // 60}:{seconds % 60:02d}",
+            line = (_last_lines(job.files.log, 1) or [""])[0]
+            table.add_row(f"[bold]{escape(job.unit.name)}[/]", *(escape(cell) for cell in job.columns()),
                           escape(line[-100:]))
         return table
+
+    def _say_states(self) -> None:
+        """Without a live table: a line when a job's state changes (queued, running, requeued)."""
+        for job in self.running:
+            state = job.state()
+            if self.states.get(id(job), state) != state:
+                self._say(f"[dim]{escape(job.unit.name)}: {escape(job.label)} {escape(state)}[/]")
+            self.states[id(job)] = state
 
     # ----------------------------------------------------------------------------------------------- run
 
     def _reap(self) -> None:
-        for job in [job for job in self.running if job.process.poll() is not None]:
+        for job in [job for job in self.running if job.ended() is not None]:
             self.running.remove(job)
             self._finish(job)
 
     def _interrupt(self) -> None:
-        """Pass the interrupt on to every running child (once per Ctrl-C of the parent)."""
+        """Pass the interrupt on to every running job (once per Ctrl-C of the parent), or stop waiting for them."""
         self.interrupts += 1
-        if self.interrupts == 1:
-            self._say("\n[bold yellow]interrupted:[/] the jobs stop after their batch in progress and write their "
-                      "checkpoints (Ctrl-C again to stop them at once)")
-        for job in self.running:
-            try:
-                os.kill(job.process.pid, signal.SIGINT)
-            except ProcessLookupError:
-                pass
+        if self.executor.interrupt(self.running):
+            if self.interrupts == 1:
+                self._say("\n[bold yellow]interrupted:[/] the jobs stop after their batch in progress and write "
+                          "their checkpoints (Ctrl-C again to stop them at once)")
+        else:
+            self.leaving = True
+            self._say("\n[bold yellow]interrupted:[/] no longer waiting; the jobs go on (scancel stops them), and "
+                      "the same command collects them")
 
     def _loop(self, pending: list[Unit], live) -> None:
+        slots = self.executor.slots
         while pending or self.running:
             try:
-                while pending and len(self.running) < self.repro.jobs and not self.interrupts:
+                while pending and (slots is None or len(self.running) < slots) and not self.interrupts:
                     self.running.append(self._start(pending.pop(0)))
                 if self.interrupts and not self.running:
                     break
-                time.sleep(POLL_SECONDS)
-                self._reap()
+                if not self.leaving:
+                    self.executor.refresh(self.running)
+                    self._reap()
+                if self.leaving or (self.executor.detach and not pending):
+                    self._leave()
+                    break
                 if live is not None:
                     live.update(self._table())
+                else:
+                    self._say_states()
+                time.sleep(self.executor.poll_seconds)
             except KeyboardInterrupt:
                 self._interrupt()
 

@@ -56,7 +56,7 @@ second one into the same ``--out`` is refused at once, naming the first's PID an
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -77,6 +77,8 @@ from .steps import PipelineSteps, write_json
 STEPS_FILE = "steps.json"
 #: ``--split``: auto (test when the corpus has it, else valid), valid (dev) or test.
 SPLITS = ("auto", "valid", "test")
+#: ``--executor``: where the units run (:mod:`induce.reproduce.jobs`).
+EXECUTORS = ("local", "slurm")
 #: Held in ``--out`` while a reproduction runs (:class:`ReproductionLock`).
 LOCK_FILE = "reproduce.lock"
 
@@ -111,6 +113,9 @@ class ReproduceOptions:
     threads: Optional[int] = None
     jobs: Optional[int] = None  # runs at once, each in its own process (None: the profile's)
     progress: bool = True
+    executor: str = "local"  # where the units run: local (child processes) or slurm (induce.reproduce.slurm)
+    detach: bool = False  # slurm: submit the jobs and return; the same command collects them
+    slurm: dict = field(default_factory=dict)  # --slurm-* options: keys of the profile's slurm section
     command: str = ""
 
 
@@ -166,17 +171,56 @@ class Reproduction(PipelineSteps):
         self.threads = options.threads or self.profile.threads or DEFAULT_THREADS
         self.jobs = options.jobs or self.profile.jobs
         self.chunk = options.chunk if options.chunk is not None else self.profile.chunk_seconds()
+        self._check_executor()
         self.started = time.monotonic()
         #: (model, seed) of the runs whose training the chunk's end left unfinished.
         self.unfinished: set = set()
         #: (model, seed) -> why its training or evaluation failed in this invocation (no figures reported).
         self.failed_runs: dict = {}
+        #: Units (their names) left pending by this invocation (a job stopped, or still on the cluster).
+        self.pending_units: set = set()
+        #: Unit -> its cluster job (``SLURM job N``) still queued or running when this invocation returned.
+        self.waiting_jobs: dict = {}
         # Config errors show up now, before any work; the full configs are built once the corpus is known.
         self.model_sections = {model: build_run_config(self.profile, model, []).model for model in self.profile.models}
         self.device = options.device or self.profile.device
         self.eval_device = self._eval_device(self.device)
 
     # ---------------------------------------------------------------------------------------- utils
+
+    def _check_executor(self) -> None:
+        """``--executor`` and the options that go with it. On a cluster a job's time limit takes the chunk's place
+        (each job is checkpointed and requeued at its limit) and the cluster decides how many run at once."""
+        options = self.options
+        if options.executor not in EXECUTORS:
+            raise InduceError(f"--executor {options.executor!r}: use local (child processes of this machine) or "
+                              "slurm (jobs of a SLURM cluster)")
+        if options.executor != "slurm":
+            if options.detach:
+                raise InduceError("--detach: only with --executor slurm (the jobs then run without this process)")
+            if options.slurm:
+                raise InduceError(f"{_slurm_flag(next(iter(options.slurm)))}: only with --executor slurm")
+            return
+        if options.jobs is not None:
+            raise InduceError("--jobs: not with --executor slurm (every unit is a job; the cluster decides how many "
+                              "run at once)")
+        if options.chunk is not None:
+            raise InduceError("--chunk: not with --executor slurm (a job that reaches its time limit, --slurm-time, "
+                              "is checkpointed and requeued)")
+        self.chunk = None
+        import pydantic
+
+        from .profiles import SlurmSettings
+
+        settings = {**self.profile.slurm.model_dump(), **options.slurm}
+        settings["sbatch"] = [*self.profile.slurm.sbatch, *options.slurm.get("sbatch", [])]
+        try:
+            self.slurm = SlurmSettings(**settings)
+        except pydantic.ValidationError as err:
+            problem = err.errors()[0]
+            key = str(problem["loc"][0]) if problem["loc"] else next(iter(options.slurm), "time")
+            raise InduceError(f"{_slurm_flag(key)} (or the profile's slurm.{key}): "
+                              f"{problem['msg'].removeprefix('Value error, ')}") from None
 
     @staticmethod
     def _eval_device(device: str) -> str:
@@ -274,6 +318,18 @@ class Reproduction(PipelineSteps):
                               lambda m=model, s=seed: self._run_step(self.evaluate_run, m, s)))
         return steps
 
+    def _executor(self):
+        """The executor of the units (:mod:`induce.reproduce.jobs`), or None when they run in this process."""
+        if self.options.executor == "slurm":
+            from .slurm import SlurmExecutor
+
+            return SlurmExecutor(self)
+        if self.jobs > 1:
+            from .jobs import LocalExecutor
+
+            return LocalExecutor(self)
+        return None
+
     def _run_step(self, action: Callable[[str, int], tuple[str, str]], model: str, seed: int) -> tuple[str, str]:
         """``action(model, seed)``; a failure is remembered (:attr:`failed_runs`: no figures reported)."""
         try:
@@ -317,23 +373,29 @@ class Reproduction(PipelineSteps):
                       + (f"; training stops after {self.chunk / 60:.0f} min (chunk), run again to continue"
                          if self.chunk is not None else "")
                       + f"; {self.threads} thread{'s' if self.threads > 1 else ''}"
-                      + (f", {self.jobs} jobs at once (each job's output: {self.out / LOGS_DIR}/)"
+                      + (f", each unit a SLURM job (each job's output: {self.out / LOGS_DIR}/)"
+                         if self.options.executor == "slurm" else
+                         f", {self.jobs} jobs at once (each job's output: {self.out / LOGS_DIR}/)"
                          if self.jobs > 1 else ""))
             steps = self.plan()
             total = len(steps) + 2
-            self._say_estimate()
+            executor = self._executor()
+            if self.options.executor == "local":  # a cluster's queue decides when its jobs run
+                self._say_estimate()
             self._step("prepare corpus", 1, total, self.prepare, fatal=True)
-            if self.jobs > 1:
+            if executor is not None:
                 index_of = {name: index for index, (name, _) in enumerate(steps, start=2)}
                 units = plan_units([name for name, _ in steps], cost=lambda m: self.profile.cpu_minutes.get(m, 0.0))
-                JobRunner(self, units, index_of, total).run()
+                JobRunner(self, units, index_of, total, executor).run()
             else:
                 for index, (name, action) in enumerate(steps, start=2):
                     self._step(name, index, total, action)
             self.console.rule(f"[bold][{total}/{total}] report", align="left")
             report_started = time.monotonic()
             results = collect_results(self, started_wall, time.monotonic() - started)
-            results["incomplete"] = sorted(f"{m} seed {s}" for m, s in self.unfinished)
+            results["incomplete"] = sorted({f"{m} seed {s}" for m, s in self.unfinished} | self.pending_units)
+            results["executor"] = self.options.executor
+            results["waiting_jobs"] = dict(sorted(self.waiting_jobs.items()))
             results["chunk_s"] = self.chunk
             if self.mikolov is not None:  # the final split's
                 results["mikolov"] = {k: v for k, v in self.mikolov.items() if k not in ("sentences", "key")}
@@ -350,6 +412,11 @@ class Reproduction(PipelineSteps):
             return results
         finally:
             torch.set_num_threads(old_threads)
+
+
+def _slurm_flag(key: str) -> str:
+    """The option of ``induce reproduce`` that sets the profile's ``slurm.KEY``."""
+    return "--sbatch" if key == "sbatch" else f"--slurm-{key.replace('_', '-')}"
 
 
 def check_reproduction_folder(out: Path) -> None:

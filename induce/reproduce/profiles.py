@@ -43,6 +43,74 @@ from induce.errors import InduceError
 PROFILE_FILE = "profile.yaml"
 
 
+def _seconds(value: str) -> float:
+    """:func:`parse_duration` for a validator (its error as a ValueError, which pydantic reports with the key)."""
+    try:
+        return parse_duration(value)
+    except ConfigError as err:
+        raise ValueError(str(err).replace("time budget ", "")) from None
+
+
+class SlurmSettings(pydantic.BaseModel):
+    """``slurm:`` of a profile: what each job of ``induce reproduce --executor slurm`` asks the cluster for
+    (:mod:`induce.reproduce.slurm`); the ``--slurm-*`` options replace single keys."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    partition: Optional[str] = pydantic.Field(None, description="sbatch --partition (null: the cluster's default)")
+    account: Optional[str] = pydantic.Field(None, description="sbatch --account (null: the user's default)")
+    time: str = pydantic.Field("4h", description="each job's time limit (sbatch --time, whole minutes): a job that "
+                               "reaches it is checkpointed and requeued, and continues where it stopped")
+    cpus: Optional[int] = pydantic.Field(None, ge=1, description="CPUs per job (sbatch --cpus-per-task; null: the "
+                                         "profile's threads)")
+    mem: Optional[str] = pydantic.Field(None, description="memory per job, e.g. 16G (sbatch --mem; null: the "
+                                        "cluster's default)")
+    gpus: int = pydantic.Field(0, ge=0, description="GPUs per job (sbatch --gpus-per-node)")
+    sbatch: list[str] = pydantic.Field(default_factory=list, description="other sbatch options, e.g. --qos=high "
+                                       "or --constraint=a100")
+    signal_before: str = pydantic.Field("2m", description="how long before its time limit a job is told to write "
+                                        "its checkpoint and requeue itself (sbatch --signal; SLURM looks every 30 s "
+                                        "and may signal up to 30 s earlier)")
+    max_requeues: int = pydantic.Field(100, ge=0, description="time limits one job may reach (each one a "
+                                       "requeue) before it is reported as failed")
+    poll: str = pydantic.Field("5s", description="time between two looks at the jobs (squeue) while waiting")
+
+    @pydantic.field_validator("time", "signal_before", "poll")
+    @classmethod
+    def _duration(cls, value):
+        _seconds(value)
+        return value
+
+    @pydantic.field_validator("mem")
+    @classmethod
+    def _memory(cls, value):
+        import re
+
+        if value is not None and not re.fullmatch(r"\d+(\.\d+)?[KMGT]?B?", str(value).strip(), re.IGNORECASE):
+            raise ValueError(f"{value!r}: a size such as 16G, 500M or 16000 (megabytes)")
+        return value
+
+    @pydantic.field_validator("sbatch")
+    @classmethod
+    def _options(cls, value):
+        for option in value:
+            if not str(option).startswith("--") or len(str(option)) < 3:
+                raise ValueError(f"{option!r}: an sbatch long option, such as --qos=high")
+        return value
+
+    @pydantic.model_validator(mode="after")
+    def _signal_within_time(self):
+        if _seconds(self.signal_before) >= _seconds(self.time):
+            raise ValueError(f"signal_before ({self.signal_before}) must be shorter than time ({self.time})")
+        return self
+
+    def time_minutes(self) -> int:
+        """The time limit in whole minutes (sbatch counts minutes), rounded up."""
+        import math
+
+        return max(1, math.ceil(_seconds(self.time) / 60))
+
+
 class Profile(pydantic.BaseModel):
     """``induce/configs/<profile>/profile.yaml``: what ``induce reproduce --profile NAME`` runs."""
 
@@ -92,6 +160,8 @@ class Profile(pydantic.BaseModel):
     example_sentences: int = pydantic.Field(3, ge=0, description="dev sentences drawn in the report")
     eval_batch_size: int = pydantic.Field(64, ge=1, description="sentences per forward pass when parsing")
     overrides: list[str] = pydantic.Field(default_factory=list, description="key=value for every model's config")
+    slurm: SlurmSettings = pydantic.Field(default_factory=SlurmSettings, description="what each job asks a SLURM "
+                                          "cluster for (induce reproduce --executor slurm)")
 
     # Filled in by load_profile (not YAML keys).
     name: str = ""

@@ -1,5 +1,6 @@
 """The child process of ``induce reproduce --jobs N`` (:mod:`induce.reproduce.jobs`): ``python -m
-induce.reproduce.worker SPEC`` runs one unit's steps of a :class:`~induce.reproduce.pipeline.Reproduction`
+induce.reproduce.worker SPEC`` (a SLURM job calls :func:`run_unit` the same way, :mod:`induce.reproduce.slurm`) runs
+one unit's steps of a :class:`~induce.reproduce.pipeline.Reproduction`
 rebuilt from the parent's options, prints to its log and writes its step records where the parent reads them.
 
 SIGTERM (the parent's death, or passed on by it) stops a training as SIGINT does: the trainer handles both.
@@ -60,8 +61,12 @@ def run_unit(spec: dict) -> int:
         console.print(traceback.format_exc())
     failed = [[m, s, reason] for (m, s), reason in repro.failed_runs.items()] if repro is not None else []
     unfinished = [[m, s] for m, s in repro.unfinished] if repro is not None else []
-    write_json(Path(spec["result"]), {"records": records, "failed_runs": failed, "unfinished": unfinished,
-                                      "interrupted": interrupted})
+    report = {"records": records, "failed_runs": failed, "unfinished": unfinished, "interrupted": interrupted}
+    if spec.get("job") is not None:  # a cluster's job: which one, and when it ran (induce.reproduce.slurm)
+        import time
+
+        report["job"] = {**spec["job"], "ended_at": time.time()}
+    write_json(Path(spec["result"]), report)
     return 130 if interrupted else 0
 
 
@@ -69,7 +74,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     """``python -m induce.reproduce.jobs SPEC``: run one unit (see :func:`run_unit`)."""
     args = sys.argv[1:] if argv is None else argv
     spec = json.loads(Path(args[0]).read_text(encoding="utf-8"))
-    _die_with_parent(spec["parent"])
+    if spec.get("parent") is not None:
+        _die_with_parent(spec["parent"])
     sys.exit(run_unit(spec))
 
 
