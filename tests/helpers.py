@@ -256,3 +256,28 @@ def full_disk(monkeypatch, binary: bool = False) -> None:
         return Full(handle) if is_binary == binary else handle
 
     monkeypatch.setattr(files, "_text_or_binary", opened)
+
+
+#: results.json keys that measure time or name the invocation: left out where two reproductions' figures are compared.
+RESULTS_TIMING = frozenset({"generated_at", "started_at", "wall_seconds", "pipeline_seconds_so_far", "seconds",
+                            "parse_seconds", "train_seconds", "train_cpu_seconds", "eval_seconds", "eval_cpu_seconds",
+                            "epoch_seconds", "tokens_per_s", "command", "jobs"})
+RESULTS_TOP_LEVEL_TIMING = frozenset({"steps", "step_log"})
+
+
+def results_figures(out: Path, also_ignore: frozenset = frozenset()) -> dict:
+    """``out/results.json`` without its timing fields (:data:`RESULTS_TIMING` and ``also_ignore``, at any depth),
+    the output folder's path written OUT."""
+    import json
+
+    text = (out / "results.json").read_text().replace(str(out), "OUT")
+    ignored = RESULTS_TIMING | also_ignore
+
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in ignored}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return {k: v for k, v in strip(json.loads(text)).items() if k not in RESULTS_TOP_LEVEL_TIMING}

@@ -2,7 +2,7 @@
 ``--jobs 2``, gives identical ``results.json`` figures; a failed job is reported with its log; an interrupted
 ``--jobs`` reproduction continues; a clock budget is flagged.
 
-The fields left out of the comparison (:data:`TIMING`) measure time or name the invocation: when and how
+The fields left out of the comparison (:data:`helpers.RESULTS_TIMING`) measure time or name the invocation: when and how
 long (``generated_at``, ``started_at``, ``wall_seconds``, ``pipeline_seconds_so_far``, every ``*_seconds``,
 ``seconds``, ``tokens_per_s``), the step records and their log (``steps``, ``step_log``: each step's time and
 whether it ran or was skipped), the command line (``command``) and ``jobs``; and the output folder's path is
@@ -25,30 +25,17 @@ from typer.testing import CliRunner
 
 from induce.cli.main import app
 
-from helpers import child_env, make_corpus, toy_profile
+from helpers import child_env, make_corpus, results_figures, toy_profile
 
 runner = CliRunner()
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 #: results.json fields that measure time or name the invocation (the module docstring).
-TIMING = {"generated_at", "started_at", "wall_seconds", "pipeline_seconds_so_far", "seconds", "parse_seconds",
-          "train_seconds", "train_cpu_seconds", "eval_seconds", "eval_cpu_seconds", "epoch_seconds", "tokens_per_s",
-          "command", "jobs"}
-TOP_LEVEL_TIMING = {"steps", "step_log"}
 
 
 def figures(out: Path) -> dict:
     """results.json without its timing fields, the output folder's path written OUT."""
-    text = (out / "results.json").read_text().replace(str(out), "OUT")
-
-    def strip(value):
-        if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if k not in TIMING}
-        if isinstance(value, list):
-            return [strip(v) for v in value]
-        return value
-
-    return {k: v for k, v in strip(json.loads(text)).items() if k not in TOP_LEVEL_TIMING}
+    return results_figures(out)
 
 
 def reproduce(root: Path, out: str, *extra: str):

@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 from induce.cli.main import app
 from induce.devtools.slurm_cluster import SlurmCluster, unavailable
 
-from helpers import REPO, child_env, make_corpus, toy_profile
+from helpers import REPO, child_env, make_corpus, results_figures, toy_profile
 
 runner = CliRunner()
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -36,10 +36,6 @@ REASON = unavailable() or (None if importlib.util.find_spec("submitit") else
                            "submitit is not installed (pip install 'induce[slurm]')")
 #: results.json fields that measure time or name the invocation (as tests/test_reproduce_jobs.py leaves out), and
 #: the executor's.
-TIMING = {"generated_at", "started_at", "wall_seconds", "pipeline_seconds_so_far", "seconds", "parse_seconds",
-          "train_seconds", "train_cpu_seconds", "eval_seconds", "eval_cpu_seconds", "epoch_seconds", "tokens_per_s",
-          "command", "jobs", "executor"}
-TOP_LEVEL_TIMING = {"steps", "step_log"}
 TINY = ["data.batch_size=8", "data.eval_batch_size=4", "data.bptt=12", "train.log_interval=5",
         "train.dev_f1_max_sentences=20"]
 
@@ -73,17 +69,8 @@ def slurm(tmp_path_factory, request):
 
 
 def figures(out: Path) -> dict:
-    """results.json without its timing fields, the output folder's path written OUT."""
-    text = (out / "results.json").read_text().replace(str(out), "OUT")
-
-    def strip(value):
-        if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if k not in TIMING}
-        if isinstance(value, list):
-            return [strip(v) for v in value]
-        return value
-
-    return {k: v for k, v in strip(json.loads(text)).items() if k not in TOP_LEVEL_TIMING}
+    """results.json without its timing fields and the executor, the output folder's path written OUT."""
+    return results_figures(out, frozenset({"executor"}))
 
 
 def reproduce(root: Path, out: str, *extra: str):
