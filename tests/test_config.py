@@ -72,14 +72,17 @@ train: {epochs: 7}
     assert cfg.model["n_layers"] == 3 and "dropouti" in cfg.model
 
 
-def test_model_option_uses_model_yaml_and_default_yaml():
+def test_model_option_uses_model_yaml_over_the_typed_defaults():
+    from induce.config import DataConfig
+
     cfg = load_config("prpn")
     shipped = yaml.safe_load((CONFIG_DIR / "prpn.yaml").read_text())
     assert cfg.optim.lr == pytest.approx(shipped["optim"]["lr"])
     assert cfg.model["hidden_size"] == shipped["model"]["hidden_size"]
-    default = yaml.safe_load((CONFIG_DIR / "default.yaml").read_text())
-    # a key prpn.yaml does not set comes from default.yaml
-    assert cfg.data.eval_batch_size == default["data"]["eval_batch_size"]
+    # a key prpn.yaml does not set is the typed default, which no shipped file restates
+    assert cfg.data.eval_batch_size == DataConfig().eval_batch_size
+    assert cfg.origins.exact("data.eval_batch_size") is None
+    assert not (CONFIG_DIR / "default.yaml").exists()
 
 
 @pytest.mark.parametrize("name", sorted(list_models()))
@@ -280,10 +283,7 @@ def test_a_missing_shipped_config_is_an_error(tmp_path, monkeypatch):
     empty.mkdir()
     monkeypatch.setattr(config_module, "CONFIG_DIR", empty)
     monkeypatch.setattr(config_module, "SHIPPED_CONFIGS", empty, raising=False)
-    with pytest.raises(ConfigError, match="induce/configs/default.yaml: .*missing.*reinstall"):
-        load_config("prpn")
-    (empty / "default.yaml").write_text((CONFIG_DIR / "default.yaml").read_text())
-    with pytest.raises(ConfigError, match="induce/configs/prpn.yaml: .*missing"):
+    with pytest.raises(ConfigError, match="induce/configs/prpn.yaml: .*missing.*reinstall"):
         load_config("prpn")
     (empty / "prpn.yaml").write_text((CONFIG_DIR / "prpn.yaml").read_text())
     assert load_config("prpn").optim.optimizer == "adam"
@@ -295,12 +295,14 @@ def test_a_missing_shipped_config_is_an_error(tmp_path, monkeypatch):
 
 
 def test_a_plugin_model_has_no_shipped_config():
-    """A model registered outside the package (the test stand-in) takes default.yaml and its class defaults."""
+    """A model registered outside the package (the test stand-in) takes the typed defaults and its class
+    defaults."""
+    from induce.config import DataConfig
+
     from helpers import STANDIN
 
     cfg = load_config(STANDIN)
-    default = yaml.safe_load((CONFIG_DIR / "default.yaml").read_text())
-    assert cfg.model_name == STANDIN and cfg.data.eval_batch_size == default["data"]["eval_batch_size"]
+    assert cfg.model_name == STANDIN and cfg.data.eval_batch_size == DataConfig().eval_batch_size
 
 
 def test_shipped_configs_are_named_the_same_in_every_installation(tmp_path):
