@@ -517,6 +517,11 @@ def deep_merge(base: dict, update: dict) -> dict:
     return out
 
 
+#: The keys whose ``null`` a run fills in when it starts, from the machine and the data
+#: (:func:`induce.training.setup.fill_in_runtime`), recording the value in its ``config.yaml``.
+FILLED_IN_BY_THE_RUN = ("train.threads", "data.corpus", "data.bptt_bucket")
+
+
 #: How a user's ``key=value`` override is named in errors and by ``induce config`` (``override optim.lr=0.1``);
 #: a flag must agree with an override of the same key named so (:func:`apply_flags`).
 OVERRIDE = "override"

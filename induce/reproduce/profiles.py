@@ -336,13 +336,30 @@ def profile_layers(profile: Profile, model: str) -> list[Layer]:
 
 
 def _overrides_source(profile: Profile) -> str:
-    """The ``profile.yaml`` whose ``overrides`` the profile has (its own, else the nearest base's that has some)."""
+    """How the profile's ``overrides`` are named: by the ``profile.yaml`` that gives them (its own, else the nearest
+    base's that has some)."""
     folders = [*([profile.folder] if profile.folder is not None else []), *reversed(profile.base_folders)]
     for folder in folders:
         raw = read_yaml(folder / PROFILE_FILE)
         if isinstance(raw, dict) and "overrides" in raw:
-            return config_source(folder / PROFILE_FILE)
-    return f"profile {profile.name or '(unnamed)'}"
+            return f"{config_source(folder / PROFILE_FILE)} overrides:"
+    return f"profile {profile.name or '(unnamed)'} overrides:"
+
+
+def run_values_layers(profile: Profile, model: str) -> list[Layer]:
+    """The values each run of ``model`` gets from ``profile`` itself, one layer each, named by the profile's key:
+    the first of its ``seeds``, its ``device``, its ``threads``, its ``steps_per_model`` / ``time_per_model`` for
+    the model, as ``induce reproduce`` gives them without options of its own (``data.corpus``, the pipeline's
+    prepared folder, is not among them)."""
+    from induce.config import DEFAULT_THREADS
+
+    name = f"profile {profile.name or '(unnamed)'}"
+    values = [("seeds", "train.seed", profile.seeds[0] if profile.seeds else None),
+              ("device", "train.device", profile.device),
+              ("threads", "train.threads", profile.threads or DEFAULT_THREADS),
+              ("steps_per_model", "train.max_steps", profile.step_budget(model)),
+              ("time_per_model", "train.time_budget", profile.time_budget(model))]
+    return [Layer("values", f"{name}: {setting}", {key: value}) for setting, key, value in values if value is not None]
 
 
 #: How the values a program gives :func:`build_run_config` (the reproduction's corpus, seed, budgets) are named.
