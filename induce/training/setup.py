@@ -1,4 +1,5 @@
-"""Building a run before its first step, in one pass (:func:`build_run`): the corpus and vocabulary, the
+"""Building a run before its first step, in one pass (:func:`build_run`): the values the config leaves to the
+run filled in (:func:`fill_in_runtime`: threads, the default corpus, the BPTT bucket), the corpus and vocabulary, the
 model, the model's training objective (:mod:`induce.training.objectives`: its data, e.g. training rows
 sharded per process and PaLM-S's gold spans, and its loss module, DDP-wrapped under torchrun), dev sentences
 for the per-epoch F1, the graph-captured steps, the optimiser and the loop state (restored from ``last``
