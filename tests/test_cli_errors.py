@@ -35,6 +35,7 @@ USER_ERRORS = {
     "preprocess": (["preprocess", "--valid", "{gold}"], "--valid/--test need --train"),
     "eval": (["eval", "--baseline", "diagonal", "--gold", "{gold}"], "unknown baseline 'diagonal'"),
     "train": (["train", "--model", "nosuch"], "unknown model 'nosuch'"),
+    "config": (["config", "--model", "prpn", "optim.lr=-1"], "override optim.lr=-1: optim.lr:"),
     "parse": (["parse", "{text}", "--format", "xml"], "--format 'xml': use ptb, pretty or json"),
     "generate": (["generate", "--checkpoint", "{tmp}/missing"], "no such run folder or checkpoint"),
     "ensemble": (["ensemble", "{gold}", "-o", "{tmp}/e.txt"], "two sources or more"),

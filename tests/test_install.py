@@ -70,7 +70,7 @@ def test_a_wheel_installed_in_a_fresh_venv_gives_the_same_configs(tmp_path):
           "-w", str(wheels), str(source)], tmp_path, env)
     (wheel,) = wheels.glob("induce-*.whl")
     packed = set(zipfile.ZipFile(wheel).namelist())
-    assert "induce/configs/default.yaml" in packed and "induce/configs/toy/profile.yaml" in packed
+    assert "induce/configs/prpn.yaml" in packed and "induce/configs/toy/profile.yaml" in packed
 
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], tmp_path, env)

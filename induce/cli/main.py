@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "induce.cli.diagnose",
     "induce.cli.reproduce",
     "induce.cli.show",
+    "induce.cli.config",
 )
 
 app = typer.Typer(
