@@ -54,7 +54,7 @@ def probe(spec: dict) -> dict:
         source = find_treebank(Path(spec["data"])) if spec.get("data") else None
         if source is None:
             problems.append(f"no treebank in DATA={spec.get('data')} (a data root with wsj/02-21.mrg and "
-                            "wsj/22.mrg, the LDC layout or the NLTK sample; bench/RESULTS.md says how to carry it)")
+                            "wsj/22.mrg, the LDC layout or the NLTK sample; bench/results/gpu.md says how to carry it)")
         else:
             info["data"] = f"{source.kind} in {source.folder}"
     except Exception as err:  # noqa: BLE001
