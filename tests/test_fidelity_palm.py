@@ -9,9 +9,9 @@ import math
 import pytest
 import torch
 
-from induce.config import CONFIG_DIR, ConfigError, load_config
+from induce.config import ConfigError, load_config, model_config_path
 from induce.models.configs import resolve_config
-from induce.models.palm import RELEASED_DEFAULTS, SCORER_MARK, PaLM, PaLMConfig, SpanAttention
+from induce.models.palm.model import RELEASED_DEFAULTS, SCORER_MARK, PaLM, PaLMConfig, SpanAttention
 from induce.models.registry import get_model_class
 from induce.training import checkpoint
 from induce.training import optim as optim_module
@@ -55,7 +55,7 @@ def test_configs_use_the_released_variant_and_schedule():
         o = cfg.optim
         assert (o.optimizer, o.lr, o.asgd, o.nonmono, o.clip) == ("sgd", 30.0, "nonmono", 15, 0.25)
         assert (o.scorer_optimizer, o.scorer_lr, o.scorer_clip) == ("adam", 1e-3, 1.0)
-    paper = resolve_config(load_config(config_file=CONFIG_DIR / "palm-paper.yaml"))
+    paper = resolve_config(load_config(config_file=model_config_path("palm").parent / "palm-paper.yaml"))
     assert paper.model["variant"] == "paper" and paper.model["hidden_size"] == 1020
     assert (paper.optim.optimizer, paper.optim.asgd, paper.optim.scorer_optimizer) == ("adam", "epoch", "shared")
     # the scorer's own Adam needs a model that has a span scorer: a config error naming the key

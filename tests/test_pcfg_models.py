@@ -24,7 +24,7 @@ from induce.data.corpus import Vocab
 from induce.inference.loading import LoadedRun
 from induce.inference.show import sentence_structure, structure_table
 from induce.models.configs import model_config
-from induce.models.pcfg import sample_sentence
+from induce.models.pcfg.model import sample_sentence
 from induce.models.registry import get_model_class
 from induce.report.figures import plot_structure
 from induce.training import load_checkpoint
@@ -399,7 +399,7 @@ def refusal(result) -> str:
 def test_the_declared_step_tensors_are_the_rule_tensors_the_step_holds(monkeypatch, name, z_dim):
     """The inside pass returns the rules' gradient at ``[B, NT, S, S]`` (a grammar per sentence or one
     expanded over the batch); the compound PCFG's rule log-probabilities are that size too, one per sentence."""
-    import induce.models.pcfg as pcfg
+    import induce.models.pcfg.model as pcfg
 
     cls = get_model_class(name)
     sizes = {**TINY["cpcfg"], "z_dim": z_dim} if z_dim else TINY["npcfg"]

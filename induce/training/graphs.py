@@ -197,8 +197,8 @@ def capture_plan(model: nn.Module, device: torch.device, distributed: bool) -> t
                        f"eagerly (same results as without the flag, no speed-up)")
     if distributed:
         return False, "train.cuda_graphs: not captured under torchrun (DistributedDataParallel); steps run eagerly"
-    if not getattr(type(model), "graph_capturable", True):
-        name = getattr(model, "name", type(model).__name__)
+    if not type(model).graph_capturable:
+        name = model.name
         return False, (f"train.cuda_graphs: model {name!r} has host syncs in its step (graph_capturable = False); "
                        f"steps run eagerly")
     return True, None
