@@ -611,8 +611,8 @@ MODELS_PREFIX = "induce/models/"
 
 def family_roots() -> list[Path]:
     """The folders whose subfolders are model families, the package's own first: :data:`MODELS_DIR`, then
-    ``induce/models/`` under each ``sys.path`` entry (as ``induce.models`` extends its path over them with
-    :func:`pkgutil.extend_path`, so a family folder there is found by the registry and its configs here)."""
+    ``induce/models/`` under each ``sys.path`` entry (as ``induce.models`` extends its path over them, so a family
+    folder there is found by the registry and its configs here)."""
     import sys
 
     roots, seen = [], set()

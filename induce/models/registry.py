@@ -6,7 +6,7 @@ its models (``<model>.yaml``, read by :func:`induce.config.model_layer`), and, d
 display name, its published figures with their sources and its traits (:class:`~induce.models.base.LanguageModel`).
 The registry finds the families by scanning the ``induce.models`` package (:func:`family_packages`): no list
 names them, so adding a family is adding a folder (``CONTRIBUTING.md``). ``induce.models`` extends its path
-over ``sys.path`` (:func:`pkgutil.extend_path`), so a folder ``induce/models/<family>/`` under another
+over ``sys.path`` (:mod:`induce.models`), so a folder ``induce/models/<family>/`` under another
 ``sys.path`` entry is a family too. ``induce/models/common/`` holds the building blocks that several
 families share and registers nothing. Modules named in ``INDUCE_PLUGINS`` (:mod:`induce.models.plugins`) are
 imported after the families and may register models as well.
