@@ -22,7 +22,8 @@ PLUGINS = {
     "syntax": ("def broken(:\n    pass\n", r"syntax error: .*plug_syntax\.py line 1\)"),
     "taken": ("from induce.models.registry import register\nfrom induce.models.prpn.model import PRPN\n\n\n"
               "@register\nclass Mine(PRPN):\n    name = 'prpn'\n",
-              r"model name 'prpn' of plug_taken\.Mine is taken by induce\.models\.prpn\.PRPN.*plug_taken\.py line"),
+              r"model name 'prpn' of plug_taken\.Mine is taken by induce\.models\.prpn\.model\.PRPN"
+              r".*plug_taken\.py line"),
 }
 
 

@@ -4,8 +4,8 @@
 kernel variant these launch (see :mod:`induce.devtools.launch_recorder` for how launches are
 recorded without a GPU):
 
-1. **Models.** Every shipped config: ``configs/*.yaml`` (each file also with every sibling model
-   that takes the same ``Config`` class, e.g. ``palm-paper.yaml`` as palm-s and palm-rb) and every
+1. **Models.** Every shipped config: the families' ``models/<family>/*.yaml`` (each file also with every
+   sibling model that takes the same ``Config`` class, e.g. ``palm-paper.yaml`` as palm-s and palm-rb) and every
    profile of ``configs/<profile>/``, distinct ones once. Per config: training steps in fp32 and
    under bf16 autocast (CPU autocast standing in for CUDA's: the models choose the dtypes the kernels
    see) at the longest segment length and then the shortest (1: an epoch's clipped last segment),
