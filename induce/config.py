@@ -202,8 +202,9 @@ class OptimConfig(_Section):
         None, gt=0, lt=1, description="multiply lr by this when valid loss plateaus (None: off)"
     )
     plateau_patience: int = pydantic.Field(2, ge=0)
-    # PaLM's released main.py: the span scorer has its own Adam until the ASGD switch
-    # (induce.training.optim.ScorerSplitOptimizer).
+    # PaLM's released main.py: the span scorer has its own Adam until the ASGD switch. The trainer does not read
+    # these keys: PaLM's param_groups hook does (induce.models.palm.model.PaLMBase.param_groups), and the config
+    # check refuses scorer_optimizer=adam for a model without a span scorer (LanguageModel.has_span_scorer).
     scorer_optimizer: Literal["shared", "adam"] = pydantic.Field(
         "shared", description="shared: one optimiser for all parameters; adam: PaLM's span scorer in its own Adam"
     )

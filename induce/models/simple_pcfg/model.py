@@ -235,10 +235,10 @@ class SimplePCFG(LanguageModel):
     @torch.no_grad()
     def sample_sentences(self, count: int, generator: torch.Generator, temperature: float = 1.0,
                          max_words: int = 100, banned: Sequence[int] = ()) -> list[list[int]]:
-        """Sentences drawn from the grammar top-down (:func:`induce.models.pcfg.sample_sentence`), a rule's two
-        children drawn independently (``B ~ p_L(. | A)``, ``C ~ p_R(. | A)``: the rule is that product);
-        SC-PCFG draws ``z`` from the prior ``N(0, I)`` for each sentence. ``temperature`` divides each
-        log-probability. See :meth:`LanguageModel.sample_sentences`."""
+        """Sentences drawn from the grammar top-down (:func:`~induce.models.common.grammar.sample_sentence`), a rule's
+        two children drawn independently (``B ~ p_L(. | A)``, ``C ~ p_R(. | A)``: the rule is that product); SC-PCFG
+        draws ``z`` from the prior ``N(0, I)`` for each sentence. ``temperature`` divides each log-probability. See
+        :meth:`LanguageModel.sample_sentences`."""
         roots = sampling_probabilities(self.roots(), temperature)
         parameter = self.rule_state_emb
 

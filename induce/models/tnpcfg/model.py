@@ -145,8 +145,8 @@ class TNPCFG(LanguageModel):
     @torch.no_grad()
     def sample_sentences(self, count: int, generator: torch.Generator, temperature: float = 1.0,
                          max_words: int = 100, banned: Sequence[int] = ()) -> list[list[int]]:
-        """Sentences drawn from the grammar top-down (:func:`induce.models.pcfg.sample_sentence`), a binary rule
-        through its rank: ``r ~ head[A]``, then ``B ~ left[:, r]`` and ``C ~ right[:, r]`` (the decomposition
+        """Sentences drawn from the grammar top-down (:func:`~induce.models.common.grammar.sample_sentence`), a binary
+        rule through its rank: ``r ~ head[A]``, then ``B ~ left[:, r]`` and ``C ~ right[:, r]`` (the decomposition
         is that mixture), so the rule tensor is never built; ``temperature`` divides each of these
         log-probabilities. See :meth:`LanguageModel.sample_sentences`."""
         roots = sampling_probabilities(self.root_mlp(self.root_emb).log_softmax(-1)[0], temperature)
