@@ -92,7 +92,7 @@ def cudnn_weights(device: str, n_in: int, n_hidden: int, batch: int, steps: int)
     its single-buffer weights must not make cuDNN copy them at every call (the warning becomes an error)."""
     import torch
 
-    from induce.models.awd import WeightDropLSTM
+    from induce.models.common.awd import WeightDropLSTM
 
     lstm = WeightDropLSTM(n_in, n_hidden, 0.5).to(device).train()
     zeros = torch.zeros(batch, n_hidden, device=device)

@@ -72,7 +72,7 @@ from rich.table import Table
 
 from induce.devtools.launches import LaunchCount, as_on_cuda, count_launches
 from induce.kernels import triton_unavailable_reason, use_backend
-from induce.models.awd import RecurrentProjection, WeightDropLSTM
+from induce.models.common.awd import RecurrentProjection, WeightDropLSTM
 from induce.models.registry import get_model_class
 from induce.training.graphs import WARMUP_STEPS
 from induce.training.state import detach_state

@@ -5,7 +5,8 @@ records for every key the layer that set it (:class:`Origins`; ``induce config``
 
 1. the typed defaults: the fields of the pydantic classes below, the one place they are written (no shipped file
    restates them);
-2. ``induce/configs/<model>.yaml`` (the paper's hyper-parameters of that model);
+2. ``induce/models/<family>/<model>.yaml`` (the paper's hyper-parameters of that model, in its family's folder:
+   :func:`model_layer`);
 3. with a profile (``induce reproduce``, ``induce config --profile``): the profile's ``<model>.yaml`` files (those
    of the profiles it extends first), then its ``overrides`` (:mod:`induce.reproduce.profiles`);
 4. ``--config FILE``, a user's file: only the keys it sets change (a file of sizes keeps the model's
@@ -66,9 +67,6 @@ SHIPPED_CONFIGS: Traversable = resources.files("induce") / "configs"
 CONFIG_DIR = Path(str(SHIPPED_CONFIGS))
 #: How messages name a shipped config file (``induce/configs/prpn.yaml``), wherever it is installed.
 SHIPPED_PREFIX = "induce/configs/"
-#: Not shipped: the typed defaults (the classes below) are the base of every config. A file of this name in a
-#: config folder is no model's config (the tools that list the folder skip it).
-DEFAULT_CONFIG = "default.yaml"
 SECTIONS = ("model_name", "model", "data", "optim", "train")
 
 
@@ -213,8 +211,9 @@ class OptimConfig(_Section):
         None, gt=0, lt=1, description="multiply lr by this when valid loss plateaus (None: off)"
     )
     plateau_patience: int = pydantic.Field(2, ge=0)
-    # PaLM's released main.py: the span scorer has its own Adam until the ASGD switch
-    # (induce.training.optim.ScorerSplitOptimizer).
+    # PaLM's released main.py: the span scorer has its own Adam until the ASGD switch. The trainer does not read
+    # these keys: PaLM's param_groups hook does (induce.models.palm.model.PaLMBase.param_groups), and the config
+    # check refuses scorer_optimizer=adam for a model without a span scorer (LanguageModel.has_span_scorer).
     scorer_optimizer: Literal["shared", "adam"] = pydantic.Field(
         "shared", description="shared: one optimiser for all parameters; adam: PaLM's span scorer in its own Adam"
     )
@@ -641,25 +640,55 @@ def validate_config(raw: dict, source: str = "config", origins: Optional[Origins
     return config
 
 
-def model_config_path(model_name: str) -> Path:
-    """Where model ``model_name``'s shipped config is (or would be) on disk."""
-    return CONFIG_DIR / f"{model_name}.yaml"
+#: The folder of the model families (``induce/models/``): each family's folder ``induce/models/<family>/`` holds
+#: the base config ``<model>.yaml`` of each of its models beside its code. This module, below the models, finds
+#: those files as files (:func:`family_roots`), without importing a model.
+MODELS_DIR = CONFIG_DIR.parent / "models"
+#: How messages name a family's config (``induce/models/prpn/prpn.yaml``), wherever it is installed.
+MODELS_PREFIX = "induce/models/"
 
 
-#: The models shipped with induce, each with its ``<model>.yaml`` here (a plugin's model has none);
-#: ``tests/test_config.py`` checks that this is the set of models the registry finds in the package.
-SHIPPED_MODELS = frozenset({"cpcfg", "memlstm", "npcfg", "onlstm", "palm", "palm-rb", "palm-s", "prpn", "rellstm",
-                            "relrnn", "scpcfg", "snpcfg", "tnpcfg"})
+def family_roots() -> list[Path]:
+    """The folders whose subfolders are model families, the package's own first: :data:`MODELS_DIR`, then
+    ``induce/models/`` under each ``sys.path`` entry (as ``induce.models`` extends its path over them, so a family
+    folder there is found by the registry and its configs here)."""
+    import sys
+
+    roots, seen = [], set()
+    for root in [MODELS_DIR, *(Path(entry or ".") / "induce" / "models" for entry in sys.path)]:
+        try:
+            key = root.resolve()
+        except OSError:
+            continue
+        if key not in seen and root.is_dir():
+            seen.add(key)
+            roots.append(root)
+    return roots
+
+
+def model_config_path(model_name: str) -> Optional[Path]:
+    """The base config ``<model_name>.yaml`` in its family's folder (``induce/models/<family>/``, the first of
+    :func:`family_roots` that holds one, families in name order); None when no family ships one (a plugin's
+    model, an unknown name)."""
+    name = f"{model_name}.yaml"
+    for root in family_roots():
+        for family in sorted(root.iterdir()):
+            if (family / "__init__.py").is_file() and (family / name).is_file():
+                return family / name
+    return None
 
 
 def model_layer(model_name: str) -> tuple[dict, Optional[str]]:
-    """``(mapping, source)`` of the shipped ``<model>.yaml`` of ``model_name``; ``({}, None)`` for a model
-    of a plugin or an unknown name (validation names the unknown model). A shipped model without its
-    file is a :class:`ConfigError` (an incomplete install), never a silent fall back to the defaults."""
-    name = f"{model_name}.yaml"
-    if shipped_config(name) is not None or model_name in SHIPPED_MODELS:
-        return read_shipped(name), SHIPPED_PREFIX + name  # raises when missing
-    return {}, None
+    """``(mapping, source)`` of ``model_name``'s base config (:func:`model_config_path`), the source named
+    ``induce/models/<family>/<model>.yaml`` in every installation; ``({}, None)`` for a model without one (a
+    plugin's model, or an unknown name, which validation names). A family's model whose file is missing (an
+    incomplete install) is refused where the model is chosen (:func:`induce.models.configs.resolve_config`),
+    never trained with its class defaults in silence."""
+    path = model_config_path(model_name)
+    if path is None:
+        return {}, None
+    source = f"{MODELS_PREFIX}{path.parent.name}/{path.name}"
+    return _parse_yaml(path, source), source
 
 
 @dataclasses.dataclass(frozen=True)

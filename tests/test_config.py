@@ -12,10 +12,12 @@ import yaml
 
 from induce.config import (
     CONFIG_DIR,
+    MODELS_DIR,
     ConfigError,
     apply_overrides,
     load_config,
     load_config_file,
+    model_config_path,
     parse_duration,
     save_config,
 )
@@ -76,7 +78,7 @@ def test_model_option_uses_model_yaml_over_the_typed_defaults():
     from induce.config import DataConfig
 
     cfg = load_config("prpn")
-    shipped = yaml.safe_load((CONFIG_DIR / "prpn.yaml").read_text())
+    shipped = yaml.safe_load(model_config_path("prpn").read_text())
     assert cfg.optim.lr == pytest.approx(shipped["optim"]["lr"])
     assert cfg.model["hidden_size"] == shipped["model"]["hidden_size"]
     # a key prpn.yaml does not set is the typed default, which no shipped file restates
@@ -255,7 +257,7 @@ def test_floats_beyond_float32_are_refused():
 def test_config_file_layers_over_the_models_own_config(tmp_path):
     """``--config FILE`` changes only the keys it sets: a file of sizes keeps the model's optimiser (the
     toy profile's tnpcfg.yaml once replaced tnpcfg.yaml and trained a PCFG with SGD at lr 30)."""
-    shipped = yaml.safe_load((CONFIG_DIR / "tnpcfg.yaml").read_text())["optim"]
+    shipped = yaml.safe_load(model_config_path("tnpcfg").read_text())["optim"]
     sizes = load_config("tnpcfg", config_file=CONFIG_DIR / "toy" / "tnpcfg.yaml")
     assert sizes.optim.optimizer == shipped["optimizer"] == "adam"
     assert sizes.optim.lr == pytest.approx(shipped["lr"])
@@ -271,26 +273,32 @@ def test_config_file_layers_over_the_models_own_config(tmp_path):
     with pytest.raises(ConfigError, match=f"^{bad}: model.nt_states:"):
         resolve_config(load_config("cpcfg", config_file=bad))
     # the shipped file set the size it does not divide
-    with pytest.raises(ConfigError, match=r"^induce/configs/onlstm.yaml \+ override model.chunk_size=7: model:"):
+    with pytest.raises(ConfigError, match=r"^induce/models/onlstm/onlstm.yaml \+ override model.chunk_size=7: model:"):
         resolve_config(load_config("onlstm", overrides=["model.chunk_size=7"]))
 
 
 def test_a_missing_shipped_config_is_an_error(tmp_path, monkeypatch):
-    """An install without the shipped configs must not train with the classes' defaults in silence."""
+    """An install without the shipped configs must not train with the classes' defaults in silence: without
+    a family's <model>.yaml its model is refused where it is chosen."""
     import induce.config as config_module
 
+    shipped_prpn = model_config_path("prpn").read_text()
     empty = tmp_path / "configs"
     empty.mkdir()
     monkeypatch.setattr(config_module, "CONFIG_DIR", empty)
     monkeypatch.setattr(config_module, "SHIPPED_CONFIGS", empty, raising=False)
-    with pytest.raises(ConfigError, match="induce/configs/prpn.yaml: .*missing.*reinstall"):
-        load_config("prpn")
-    (empty / "prpn.yaml").write_text((CONFIG_DIR / "prpn.yaml").read_text())
-    assert load_config("prpn").optim.optimizer == "adam"
+    families = tmp_path / "models"
+    (families / "prpn").mkdir(parents=True)
+    (families / "prpn" / "__init__.py").write_text("")
+    monkeypatch.setattr(config_module, "family_roots", lambda: [families])
+    with pytest.raises(ConfigError, match="induce/models/prpn/prpn.yaml: .*missing.*reinstall"):
+        resolve_config(load_config("prpn"))
+    (families / "prpn" / "prpn.yaml").write_text(shipped_prpn)
+    assert resolve_config(load_config("prpn")).optim.optimizer == "adam"
     # the profiles of `induce reproduce` build their configs from the same shipped layers
     from induce.reproduce.profiles import Profile, build_run_config
 
-    with pytest.raises(ConfigError, match="induce/configs/onlstm.yaml: .*missing"):
+    with pytest.raises(ConfigError, match="induce/models/onlstm/onlstm.yaml: .*missing"):
         build_run_config(Profile(), "onlstm", [])
 
 
@@ -314,15 +322,15 @@ def test_shipped_configs_are_named_the_same_in_every_installation(tmp_path):
     assert config_source(tmp_path / "mine") == str(tmp_path / "mine")
 
 
-def test_the_shipped_models_are_those_of_the_package():
-    """config.SHIPPED_MODELS (which config.py, below the models, keeps to tell a missing shipped file from a
-    plugin's model) names exactly the models registered from induce's own modules, each with its file."""
-    from induce.config import SHIPPED_MODELS, shipped_config
-    from induce.models.registry import get_model_class, list_models
+def test_the_shipped_models_are_those_of_the_family_folders():
+    """The registry's shipped models are exactly the models registered from induce's family folders, each with
+    its base config in its family's folder, which config.py (below the models) finds without importing them."""
+    from induce.models.registry import family_folder, get_model_class, list_models, shipped_models
 
-    builtin = {name for name in list_models() if get_model_class(name).__module__.startswith("induce.")}
-    assert SHIPPED_MODELS == builtin
-    assert all(shipped_config(f"{name}.yaml") is not None for name in SHIPPED_MODELS)
+    builtin = {name for name in list_models() if get_model_class(name).__module__.startswith("induce.models.")}
+    assert set(shipped_models()) == builtin
+    for name in builtin:
+        assert model_config_path(name) == family_folder(get_model_class(name)) / f"{name}.yaml"
 
 
 KEPT_SCRIPT = """
@@ -418,7 +426,8 @@ def test_a_flag_value_is_not_read_as_yaml_and_round_trips_through_config_yaml(na
     assert yaml.safe_load(path.read_text())["data"]["corpus"] == name
 
 
-@pytest.mark.parametrize("path", sorted(CONFIG_DIR.rglob("*.yaml")), ids=lambda p: p.relative_to(CONFIG_DIR).as_posix())
+@pytest.mark.parametrize("path", sorted([*CONFIG_DIR.rglob("*.yaml"), *MODELS_DIR.rglob("*.yaml")]),
+                         ids=lambda p: p.relative_to(CONFIG_DIR.parent).as_posix())
 def test_every_shipped_config_reads_as_it_did_with_yaml_safe_load(path):
     """The shipped configs and profiles hold no YAML 1.1 surprise: the config reader gives every value of
     every file exactly as PyYAML's ``safe_load`` does, types included."""

@@ -28,8 +28,9 @@ PIPELINE_VALUES = {"data.corpus": "runs #1", "train.seed": 3, "train.max_steps":
 def snapshot() -> dict:
     """Every model's config by every layering path, as plain JSON values (``{"error": message}`` where a
     combination is refused)."""
-    from induce.config import CONFIG_DIR, SHIPPED_MODELS, load_config
+    from induce.config import CONFIG_DIR, load_config
     from induce.models.configs import resolve_config
+    from induce.models.registry import shipped_models
     from induce.reproduce.profiles import build_run_config, list_profiles, load_profile
     from induce.training.advice import cpu_sized_command
 
@@ -41,6 +42,7 @@ def snapshot() -> dict:
 
     out: dict = {"load_config": {}, "load_config_resolved": {}, "load_config_user": {}, "profiles": {},
                  "profiles_pipeline": {}, "cpu_sized_command": {}}
+    SHIPPED_MODELS = shipped_models()
     for model in sorted(SHIPPED_MODELS):
         out["load_config"][model] = attempt(load_config, model)
         out["load_config_resolved"][model] = attempt(lambda name: resolve_config(load_config(name)), model)
@@ -76,7 +78,9 @@ def test_every_model_and_profile_gives_the_frozen_config(frozen, current, path):
 
 
 def test_the_snapshot_covers_every_shipped_model_and_profile(frozen):
-    from induce.config import SHIPPED_MODELS
+    from induce.models.registry import shipped_models
+
+    SHIPPED_MODELS = shipped_models()
     from induce.reproduce.profiles import list_profiles
 
     assert set(frozen["load_config"]) == set(SHIPPED_MODELS)

@@ -9,7 +9,7 @@ BranchingStats`): among the splits of spans longer than 2 words, ``[i, j] -> [i,
 left split, ``[i, j] -> (i) + [i+1, j]`` a right one. ``induce eval --untrained`` and the untrained
 rows of ``induce reproduce`` both call it.
 
-* Model config (:func:`untrained_config`): ``induce/configs/<model>.yaml`` over ``default.yaml``,
+* Model config (:func:`untrained_config`): ``induce/models/<family>/<model>.yaml`` over the typed defaults,
   i.e. the papers' sizes, with ``model.*`` overrides, as ``induce train`` builds it.
 * Vocabulary (:func:`untrained_vocabulary`): an untrained model's embedding rows are random, so the
   vocabulary only decides which words share a row (``<unk>``). Given a prepared corpus, its

@@ -443,12 +443,12 @@ class PipelineSteps:
         models = self.profile.models
         for name in models:
             cls = get_model_class(name)
-            if getattr(cls, "fixed_right_branching", False):
+            if cls.fixed_right_branching:
                 continue
-            if getattr(cls, "supervised", False):
+            if cls.supervised:
                 twins = [other for other in models if other != name
-                         and not getattr(get_model_class(other), "supervised", False)
-                         and not getattr(get_model_class(other), "fixed_right_branching", False)
+                         and not get_model_class(other).supervised
+                         and not get_model_class(other).fixed_right_branching
                          and get_model_class(other).parser_kind == cls.parser_kind
                          and self.model_sections[other] == self.model_sections[name]]
                 if twins:

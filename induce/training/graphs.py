@@ -201,8 +201,8 @@ def capture_plan(model: Union[nn.Module, type], device: torch.device,
     if distributed:
         return False, "train.cuda_graphs: not captured under torchrun (DistributedDataParallel); steps run eagerly"
     cls = model if isinstance(model, type) else type(model)
-    if not getattr(cls, "graph_capturable", True):
-        name = getattr(model, "name", cls.__name__)
+    if not cls.graph_capturable:
+        name = cls.name
         return False, (f"train.cuda_graphs: model {name!r} has host syncs in its step (graph_capturable = False); "
                        f"steps run eagerly")
     return True, None

@@ -781,7 +781,7 @@ class Trainer:
         result = TrainResult(self.run_dir, epochs_done, stop_reason, loop.best_valid_ppl,
                              loop.best_metric if loop.best_metric is not None else math.nan, list(loop.history),
                              counters["steps"], counters["tokens"], counters["train_cpu_seconds"],
-                             getattr(self.parts.model, "validation_loss_text", "validation perplexity"))
+                             self.parts.model.validation_loss_text)
         if stop_reason == "interrupted":
             raise TrainingInterrupted(result, loop.epoch, loop.batch)
         return result

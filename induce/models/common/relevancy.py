@@ -28,10 +28,10 @@ memory): :func:`relevant_indices` turns the attention each position received ins
 (``beta``, ``[B, T]``) into, for every step, the indices of the at most ``rho`` extra relevant
 positions beyond the window, without running this module step by step.
 
-Users: ``rellstm`` / ``relrnn`` / ``memlstm`` (:mod:`induce.models.relmem`) run the step API;
-PaLM's ``relevant_set`` option (:mod:`induce.models.palm`) screens span starts with
+Users: ``rellstm`` / ``relrnn`` / ``memlstm`` (:mod:`induce.models.relmem.model`) run the step API;
+PaLM's ``relevant_set`` option (:mod:`induce.models.palm.model`) screens span starts with
 :func:`relevant_indices` / :func:`gather_relevant` (``nu`` = the span window ``m``); PRPN's
-``relevant_set`` option (:mod:`induce.models.prpn`) applies :meth:`RelevancyMemory.push`'s rule
+``relevant_set`` option (:mod:`induce.models.prpn.model`) applies :meth:`RelevancyMemory.push`'s rule
 inside its sequential reading loop, to the states leaving its memory tape (``nu`` = the tape ``M``).
 """
 from __future__ import annotations

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import _VF, nn
 
-from .base import LanguageModel, ModelConfig
+from induce.models.base import LanguageModel, ModelConfig
 
 # Field types that keep their bounds when a model's config overrides only the default (pydantic drops
 # a parent's Field(gt=...) constraints when a subclass redeclares the field with a plain default).
@@ -294,7 +294,7 @@ class WeightDropLSTM(nn.Module):
 
         ``uniform``: every parameter, biases included, from ``U(-1/sqrt(H), 1/sqrt(H))`` (PyTorch's
         ``nn.LSTM``, which AWD-LSTM keeps). ``orthogonal``: the four gate blocks ``[H, I]`` of ``weight_ih``
-        and ``[H, H]`` of ``weight_hh`` each orthogonal (:func:`induce.models.init.block_orthogonal_`),
+        and ``[H, H]`` of ``weight_hh`` each orthogonal (:func:`induce.models.common.init.block_orthogonal_`),
         biases zero (PaLM's released ``model.py``, ``init_weights``).
         """
         if init == "uniform":

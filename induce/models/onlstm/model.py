@@ -15,7 +15,7 @@ value means many levels are erased, i.e. a high-level constituent starts at ``w_
 
 **Regularisation: the released code (yikangshen/Ordered-Neurons) against AWD-LSTM.** ON-LSTM's code
 departs from AWD-LSTM (whose pieces it otherwise reuses) in two places; both are options here and
-``induce/configs/onlstm.yaml`` (and the class defaults) follow the released code, since that is what
+``induce/models/onlstm/onlstm.yaml`` (and the class defaults) follow the released code, since that is what
 produced the published perplexity and parsing F1:
 
 * ``ar_target`` — the activation regulariser ``alpha * mean(h^2)``. ``main.py``'s ``train()`` applies
@@ -47,7 +47,7 @@ so weight and bias of ``ih`` are ``U(+-1/sqrt(input size))`` and those of ``hh``
 ``kaiming_uniform_(a=sqrt(5))``, whose bound is again ``1/sqrt(in_features)``; bias
 ``U(+-1/sqrt(fan_in))``). The initial state is zeros.
 
-* ``gate_biases: two`` (default, ``induce/configs/onlstm.yaml``) — two bias vectors per layer as in the
+* ``gate_biases: two`` (default, ``induce/models/onlstm/onlstm.yaml``) — two bias vectors per layer as in the
   code: ``bias`` (the ``ih`` bias) and ``bias_hh``, drawn as above and summed before the cell
   step (the gate pre-activation of a unit is biased by the sum of two independent uniforms, and
   under SGD the sum moves twice as fast as one bias would: each gets the same gradient).
@@ -69,9 +69,8 @@ import torch
 from torch import nn
 
 from induce.kernels import onlstm_cell
-from induce.trees.kinds import DISTANCE
-
-from .awd import (
+from induce.models.base import LMOutput
+from induce.models.common.awd import (
     AWDConfig,
     DropoutRate,
     PositiveInt,
@@ -80,8 +79,8 @@ from .awd import (
     dropconnect,
     locked_dropout,
 )
-from .base import LMOutput
-from .registry import register
+from induce.models.registry import register
+from induce.trees.kinds import DISTANCE
 
 
 class ONLSTMConfig(AWDConfig):
@@ -126,7 +125,7 @@ class ONLSTMConfig(AWDConfig):
 
 class ONLSTMLayer(nn.Module):
     """One ON-LSTM layer with DropConnect on the hidden-to-hidden matrix (``scale_at_eval``: see
-    :func:`induce.models.awd.dropconnect`).
+    :func:`induce.models.common.awd.dropconnect`).
 
     Parameters (``G = 2p + 4H`` gate rows): ``weight_ih [G, I]``, ``weight_hh [G, H]``, ``bias [G]``
     (the input projection's) and, with ``gate_biases="two"``, ``bias_hh [G]`` (the recurrent
@@ -206,6 +205,8 @@ class ONLSTM(TiedLanguageModel):
 
     name = "onlstm"
     description = "ON-LSTM (Shen et al., 2019): cumax master gates; distances from the master forget gate"
+    display_name = "ON-LSTM"
+    published = {"lm": {"value": 56.17, "source": "Shen et al. 2019, ON-LSTM, Table 1, PTB test"}}
     parser_kind = DISTANCE
     Config = ONLSTMConfig
     untied_output_init = "uniform"  # init_weights: the decoder weight U(+-initrange), its own draw

@@ -23,19 +23,19 @@ spans ending at its own position, so it gets the queries shifted by one: query r
   so the first position of a sequence gets a zero context.
 
 **Relevant set beyond the window** (``relevant_set: rho``, default 0 = off: exactly the model
-above). Kerg et al.'s (2020) relevancy screening (:mod:`induce.models.relevancy`) applied to the span
+above). Kerg et al.'s (2020) relevancy screening (:mod:`induce.models.common.relevancy`) applied to the span
 starts: at kernel row ``t`` (the spans ending at ``t``) the window is the ``m`` spans ``[t-k, t]``,
 ``k < m``, i.e. start positions ``t-m+1 .. t``. A start ``i`` is in the window at rows
 ``t = i .. i+m-1``; its relevance ``beta(i)`` is the total attention the spans starting at ``i``
 received there (the kernel's window softmax, detached: the screening is not differentiated, as in
 the paper). At every row ``t`` the ``rho`` most relevant starts ``i <= t - m`` (top-``rho`` by
-``beta``, earlier positions winning ties: :func:`induce.models.relevancy.relevant_indices` with ``nu = m``)
+``beta``, earlier positions winning ties: :func:`induce.models.common.relevancy.relevant_indices` with ``nu = m``)
 add the extra spans ``[i, t]``:
 
 * representation: the same Alg. 1 formula as the window spans, bidirectional,
   ``fwd = c_t - c_{i-1} * exp(F_t - F_{i-1})`` and ``bwd = c^b_i - c^b_{t+1} * exp(B_t - B_{i-1})``
   with ``F``, ``B`` the cumulative log forget gates (O(1) per span, plain torch on top of the
-  kernel's ``c`` and ``log f``: :func:`~induce.models.palm_attention.relevant_span_representations`);
+  kernel's ``c`` and ``log f``: :func:`~induce.models.palm.attention.relevant_span_representations`);
 * score: the same MLP ``v . tanh(W_q h_{t+1} + g @ w_span)`` (PaLM-RB: the span length, the fixed
   scores ``k + 1`` continued);
 * weights: one softmax over the ``m`` window spans and the extra spans together. The kernel's
@@ -52,7 +52,7 @@ scores: the parser (and PaLM-S's supervision) read the window only. Parsing lift
 sentence length, so no start is ever beyond the window there.
 
 **Paper vs released code** (``variant``; default ``paper`` in the class, ``released`` in
-``induce/configs/palm*.yaml``). The authors' code (github.com/Noahs-ARK/PaLM, read at commit fe943bb; the
+``induce/models/palm/palm*.yaml``). The authors' code (github.com/Noahs-ARK/PaLM, read at commit fe943bb; the
 parsing script ``eval_parsing.py`` only in its first commit 0888e06) differs from the equations above;
 ``variant: released`` switches all of these:
 
@@ -85,9 +85,9 @@ parsing script ``eval_parsing.py`` only in its first commit 0888e06) differs fro
 ``RRNNCell.init_weights``): the (tied) embedding from ``U(+-sqrt(3 / emb_size))`` (``init_range``'s
 default; an explicit value wins), an untied decoder drawn likewise on its own, decoder bias 0; each
 gate block of every LSTM's ``W_ih`` and ``W_hh`` orthogonal on its own, LSTM biases 0
-(:class:`~induce.models.awd.WeightDropLSTM` ``init="orthogonal"``); the span block's Glorot-uniform
+(:class:`~induce.models.common.awd.WeightDropLSTM` ``init="orthogonal"``); the span block's Glorot-uniform
 weights with the released fans and gains and all its biases 0
-(:meth:`~induce.models.palm_attention.SpanAttention.reset_parameters`). Drawn at construction only (a
+(:meth:`~induce.models.palm.attention.SpanAttention.reset_parameters`). Drawn at construction only (a
 checkpoint replaces them). No other draw is offered: a uniform ``U(+-1/sqrt(H))`` on every LSTM parameter
 with random biases in the span gate and query (which no source uses) left the second layer's output
 dominated by its mean over tokens, so untrained models split all-left or mostly-right, where the released
@@ -100,7 +100,7 @@ the forget half of its bias).
 released ``rrnn.py`` lays out the backward rational RNN's states at batch > 1: stacked ``[B, L, D]``
 and read back with ``.view(L, B, -1)``, so that the state used at ``[t, b]`` is the true state of
 position ``(tB + b) mod L`` of batch row ``(tB + b) div L``
-(:func:`~induce.models.palm_attention.released_backward_layout`); the forget gates and the forward
+(:func:`~induce.models.palm.attention.released_backward_layout`); the forget gates and the forward
 direction are not moved. The authors trained (batch 20) and validated (batch 10) with it and parsed at
 batch 1, where it is the identity. Our ``L`` is the number of positions the rational RNN runs over in
 one forward (the carried memory, up to ``m`` positions, plus the segment, less its last position); the
@@ -127,12 +127,19 @@ import pydantic
 import torch
 from torch import nn
 
+from induce.models.base import LMOutput, ParamGroup
+from induce.models.common.awd import (
+    AWDConfig,
+    DropoutRate,
+    PositiveInt,
+    TiedLanguageModel,
+    WeightDropLSTM,
+    locked_dropout,
+)
+from induce.models.registry import register
 from induce.trees.kinds import SPAN
 
-from .awd import AWDConfig, DropoutRate, PositiveInt, TiedLanguageModel, WeightDropLSTM, locked_dropout
-from .base import LMOutput
-from .palm_attention import SpanAttention
-from .registry import register
+from .attention import SpanAttention
 
 #: Attribute set (True) on the span scorer's parameters; ``optim.scorer_optimizer: adam`` reads it.
 SCORER_MARK = "induce_span_scorer"
@@ -214,12 +221,9 @@ class PaLMBase(TiedLanguageModel):
 
     parser_kind = SPAN
     Config = PaLMConfig
-    #: the span scorer's parameters carry :data:`SCORER_MARK` (``optim.scorer_optimizer: adam``).
+    #: the span scorer's parameters carry :data:`SCORER_MARK`: :meth:`param_groups` gives them their own Adam
+    #: (``optim.scorer_optimizer: adam``).
     has_span_scorer: ClassVar[bool] = True
-    #: whether the span scores are replaced by the constants ``k + 1`` (right-branching).
-    fixed_right_branching: ClassVar[bool] = False
-    #: whether ``gold_spans`` adds the supervised attention loss.
-    supervised: ClassVar[bool] = False
     #: an untied decoder weight is its own U(+-init_range) draw (released ``model.py`` ``init_weights``).
     untied_output_init: ClassVar[str] = "uniform"
 
@@ -235,10 +239,23 @@ class PaLMBase(TiedLanguageModel):
             sizes[cfg.attention_after], cfg.rrnn_size, cfg.attention_size, relevant_set=cfg.relevant_set,
             variant=cfg.variant, dropout=cfg.dropouth, backward_layout=cfg.backward_layout,
         )
-        # Marks the span scorer for ``optim.scorer_optimizer: adam`` (induce.training.optim reads the
-        # mark: the optimiser only ever sees the parameter objects).
+        # Marks the span scorer for ``optim.scorer_optimizer: adam`` (:meth:`param_groups` reads the mark).
         for param in self.span_attention.scorer_parameters():
             setattr(param, SCORER_MARK, True)
+
+    def param_groups(self, optim_config) -> list[ParamGroup]:
+        """``optim.scorer_optimizer: adam`` (the released ``main.py``): the LM's parameters under the run's optimiser,
+        clipped at ``optim.clip``, and the span scorer's (those carrying :data:`SCORER_MARK`) in an Adam of their own
+        at ``optim.scorer_lr``, clipped on their own at ``optim.scorer_clip``; after the ASGD switch (``main.py``
+        builds ``ASGD(model.parameters())`` and stops stepping the scorer's Adam) one ASGD trains all of them and
+        only the LM's are clipped. ``shared``: the default single group."""
+        if optim_config.scorer_optimizer != "adam":
+            return super().param_groups(optim_config)
+        params = list(self.parameters())
+        scorer = tuple(p for p in params if getattr(p, SCORER_MARK, False))
+        lm = tuple(p for p in params if not getattr(p, SCORER_MARK, False))
+        return [ParamGroup(lm, clip=optim_config.clip, asgd_clip=optim_config.clip),
+                ParamGroup(scorer, adam_lr=optim_config.scorer_lr, clip=optim_config.scorer_clip)]
 
     @property
     def parse_state_carry(self) -> bool:
@@ -370,12 +387,19 @@ def attention_cross_entropy(scores: torch.Tensor, targets: torch.Tensor) -> torc
 class PaLM(PaLMBase):
     name = "palm"
     description = "PaLM-U (Peng et al., 2019): AWD-LSTM + unsupervised attention over left-context spans"
+    display_name = "PaLM-U"
+    published = {"table3": {"value": 42.0, "source": "Peng, Schwartz and Smith (2019), PaLM, Table 3"},
+                 "table4": {"left": 1.1, "right": 85.6, "source": "Peng, Schwartz and Smith (2019), PaLM, Table 4"},
+                 "table4_untrained": {"left": 39.3, "left_std": 10.5, "right": 41.2, "right_std": 8.8, "n_models": 25,
+                                      "source": "Peng, Schwartz and Smith (2019), PaLM, Table 4 (25 differently "
+                                                "randomly initialized PaLM models)"}}
 
 
 @register
 class PaLMSupervised(PaLMBase):
     name = "palm-s"
     description = "PaLM-S: PaLM with span attention supervised by gold constituents (lambda * cross-entropy)"
+    display_name = "PaLM-S"
     supervised = True
 
 
@@ -383,5 +407,6 @@ class PaLMSupervised(PaLMBase):
 class PaLMRightBranching(PaLMBase):
     name = "palm-rb"
     description = "PaLM-RB: PaLM with span scores fixed to k+1 (longest span first: right-branching parses)"
+    display_name = "PaLM-RB"
     fixed_right_branching = True
     control = True  # its trees do not depend on what it learns: a control, never a default parser

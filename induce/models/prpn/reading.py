@@ -2,7 +2,7 @@
 over the memory tape of the last ``M`` states ``(h, c)``, then an LSTM cell with layer
 normalisation that starts from the attended ``(h~, c~)``; with ``relevant_set > 0`` also Kerg et
 al.'s relevant set. The model, its parsing and predict networks and the fidelity notes are in
-:mod:`induce.models.prpn`; the helpers :func:`drop`, :func:`step_masks` and
+:mod:`induce.models.prpn.model`; the helpers :func:`drop`, :func:`step_masks` and
 :func:`gated_attention_weights` are shared with it.
 
 *Gate of a relevant slot: 1.* The stick-breaking gate over the longer range,
@@ -30,9 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from induce.models.relevancy import EMPTY_RELEVANCE
-
-from .awd import RecurrentProjection, dropconnect, locked_dropout
+from induce.models.common.awd import RecurrentProjection, dropconnect, locked_dropout
+from induce.models.common.relevancy import EMPTY_RELEVANCE
 
 
 def gated_attention_weights(scores: torch.Tensor, gates: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:

@@ -7,13 +7,13 @@ At every step (Algorithm 1 of the paper, with ``s`` the macro-state)::
     summary, z = memory.attend(s_{t-1})            # additive attention v^T tanh(W s_{t-1} + U m)
     s_t = h_t + summary
 
-``rellstm`` / ``relrnn`` attend to :class:`induce.models.relevancy.RelevancyMemory` (at most ``nu + rho``
+``rellstm`` / ``relrnn`` attend to :class:`induce.models.common.relevancy.RelevancyMemory` (at most ``nu + rho``
 states: linear memory in ``T``); ``memlstm`` attends to every past state
-(:class:`induce.models.relevancy.FullMemory`: quadratic). The output layer reads ``s_t``.
+(:class:`induce.models.common.relevancy.FullMemory`: quadratic). The output layer reads ``s_t``.
 
 The memory is rebuilt at every ``forward`` (it does not carry over BPTT segments; only
 ``(s, c)`` does). These models have no syntactic structure: ``parser_kind = "none"``. They train as
-language models (``induce train --model rellstm``, induce/configs/rellstm.yaml): the trainer skips the
+language models (``induce train --model rellstm``, induce/models/relmem/rellstm.yaml): the trainer skips the
 per-epoch dev F1 for them and refuses ``train.select_by=dev_f1``; ``parse_structure`` raises
 :class:`NoSyntacticStructureError` (an :class:`~induce.errors.InduceError` naming the model), which
 ``induce parse`` and ``induce eval --checkpoint`` print as a one-line error.
@@ -27,11 +27,10 @@ import torch
 from torch import nn
 
 from induce.errors import InduceError
-from induce.models.relevancy import FullMemory, RelevancyMemory
+from induce.models.base import LanguageModel, LMOutput, ModelConfig
+from induce.models.common.relevancy import FullMemory, RelevancyMemory
+from induce.models.registry import register
 from induce.trees.kinds import NO_PARSER
-
-from .base import LanguageModel, LMOutput, ModelConfig
-from .registry import register
 
 
 class NoSyntacticStructureError(InduceError, NotImplementedError):

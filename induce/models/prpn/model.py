@@ -18,7 +18,7 @@ Equations from Stratos' note, section 3 (defaults: ``E = 800``, ``d = 1200``, ``
   ``tanh(BN(W Drop([h_t; h~_t]) + b))`` is the hidden state fed to the tied output.
 
 **Fidelity to the released code (yikangshen/PRPN).** Where the code and Stratos' note differ,
-``induce/configs/prpn.yaml`` and the class defaults follow the code, which is what produced the published
+``induce/models/prpn/prpn.yaml`` and the class defaults follow the code, which is what produced the published
 perplexity and F1:
 
 * *Predict read* (fixed, no option): ``PredictNetwork.attention`` reads its memory before pushing
@@ -72,20 +72,20 @@ the kernel gives 0 (it reads zeros either way; only the softmax mass differs in 
 positions of a fresh state).
 
 **Relevant set beyond the tape** (``relevant_set: rho``, default 0 = off: exactly the model above).
-Kerg et al.'s (2020) relevancy screening (:mod:`induce.models.relevancy`) on each reading layer's tape:
+Kerg et al.'s (2020) relevancy screening (:mod:`induce.models.common.relevancy`) on each reading layer's tape:
 a state's relevance ``beta`` is the total reading attention it received while on the tape (the
 ``M`` reads after it was written; detached, as in the paper). When it leaves the tape it replaces
 the least relevant member of the layer's relevant set (at most ``rho`` states ``(h, c)``) if it is
 strictly more relevant (or a slot is free); so the set is the top-``rho`` of all states that left
-the tape, earlier states winning ties (:class:`induce.models.relevancy.RelevancyMemory`'s rule, run inside
+the tape, earlier states winning ties (:class:`induce.models.common.relevancy.RelevancyMemory`'s rule, run inside
 the reading loop with the joint attention, as in that class). At every read the relevant states
 are extra memory slots, attended together with the tape in one gated softmax, and the predict
 network reads the top layer's relevant set the same way (the set the reading layer read at step
 ``t``, before the push of ``h_t`` moves ``h_{t-M}``, still on the predict network's tape, into it).
 
-The reading layer (:class:`~induce.models.prpn_reading.ReadingLayer`: the attention over the tape,
+The reading layer (:class:`~induce.models.prpn.reading.ReadingLayer`: the attention over the tape,
 the layer-normalised cell, the relevant set's screening and its gate 1) lives in
-:mod:`induce.models.prpn_reading`, with its speed notes.
+:mod:`induce.models.prpn.reading`, with its speed notes.
 """
 from __future__ import annotations
 
@@ -98,13 +98,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from induce.kernels import stick_breaking_gates
-from induce.models.relevancy import EMPTY_RELEVANCE
+from induce.models.base import LMOutput
+from induce.models.common.awd import AWDConfig, DropoutRate, PositiveInt, TiedLanguageModel, dropconnect
+from induce.models.common.relevancy import EMPTY_RELEVANCE
+from induce.models.registry import register
 from induce.trees.kinds import DISTANCE
 
-from .awd import AWDConfig, DropoutRate, PositiveInt, TiedLanguageModel, dropconnect
-from .base import LMOutput
-from .prpn_reading import ReadingLayer, drop, fresh_relevant_state, gated_attention_weights, step_masks
-from .registry import register
+from .reading import ReadingLayer, drop, fresh_relevant_state, gated_attention_weights, step_masks
 
 __all__ = ["PRPN", "PRPNConfig", "ParsingNetwork", "ReadingLayer", "drop", "fresh_relevant_state",
            "gated_attention_weights", "step_masks"]
@@ -206,6 +206,10 @@ class PRPN(TiedLanguageModel):
 
     name = "prpn"
     description = "PRPN (Shen et al., 2018): convolutional distances gate attention over a memory tape"
+    display_name = "PRPN"
+    published = {"table3": {"value": 52.4, "source": "Peng, Schwartz and Smith (2019), PaLM, Table 3",
+                            "note": "taken by PaLM from Drozdov et al. (2019)"},
+                 "lm": {"value": 61.98, "source": "Shen et al. 2018, PRPN, Table 2, PTB test"}}
     parser_kind = DISTANCE
     Config = PRPNConfig
     untied_output_init = "uniform"  # init_weights: the decoder weight U(+-initrange), its own draw

@@ -16,7 +16,7 @@ released code (sustcsonglin/TN-PCFG ``parser/model/SN_PCFG.py``, ``SC_PCFG.py``;
   embeddings, ``term_mlp`` a Linear and three residual layers and ``vocab_emb [s_dim, V]`` a parameter;
   SC-PCFG ``log_softmax(term_mlp([e; z]))`` with ``term_mlp`` a Linear, two residual layers and a Linear to
   the vocabulary (the compound PCFG's emission network);
-* SC-PCFG's ``z`` and its inference network are the compound PCFG's (:mod:`induce.models.pcfg`: a bi-LSTM
+* SC-PCFG's ``z`` and its inference network are the compound PCFG's (:mod:`induce.models.pcfg.model`: a bi-LSTM
   over the words, max-pooled, a Linear to ``[mean; logvar]``); the loss is ``-log p(x | z) + KL``, with one
   reparameterised sample; SN-PCFG's is ``-log p(x)``.
 
@@ -53,10 +53,8 @@ import torch
 from torch import nn
 
 from induce.kernels import inside_simple
-from induce.trees.kinds import GRAMMAR
-
-from .base import SENTENCE_LEVEL, LanguageModel, LMOutput, ModelConfig, StepTensor
-from .pcfg import (
+from induce.models.base import SENTENCE_LEVEL, LanguageModel, LMOutput, ModelConfig, StepTensor
+from induce.models.common.grammar import (
     InferenceNetwork,
     ResidualLayer,
     draw_sentences,
@@ -68,7 +66,8 @@ from .pcfg import (
     without_words,
     xavier_init_,
 )
-from .registry import register
+from induce.models.registry import register
+from induce.trees.kinds import GRAMMAR
 
 
 class SimplePCFGConfig(ModelConfig):
@@ -236,10 +235,10 @@ class SimplePCFG(LanguageModel):
     @torch.no_grad()
     def sample_sentences(self, count: int, generator: torch.Generator, temperature: float = 1.0,
                          max_words: int = 100, banned: Sequence[int] = ()) -> list[list[int]]:
-        """Sentences drawn from the grammar top-down (:func:`induce.models.pcfg.sample_sentence`), a rule's two
-        children drawn independently (``B ~ p_L(. | A)``, ``C ~ p_R(. | A)``: the rule is that product);
-        SC-PCFG draws ``z`` from the prior ``N(0, I)`` for each sentence. ``temperature`` divides each
-        log-probability. See :meth:`LanguageModel.sample_sentences`."""
+        """Sentences drawn from the grammar top-down (:func:`~induce.models.common.grammar.sample_sentence`), a rule's
+        two children drawn independently (``B ~ p_L(. | A)``, ``C ~ p_R(. | A)``: the rule is that product); SC-PCFG
+        draws ``z`` from the prior ``N(0, I)`` for each sentence. ``temperature`` divides each log-probability. See
+        :meth:`LanguageModel.sample_sentences`."""
         roots = sampling_probabilities(self.roots(), temperature)
         parameter = self.rule_state_emb
 
@@ -276,6 +275,7 @@ class SNPCFG(SimplePCFG):
     name: ClassVar[str] = "snpcfg"
     description: ClassVar[str] = ("simple N-PCFG (Liu et al. 2023): a neural PCFG with independent left and right "
                                   "productions, thousands of nonterminals")
+    display_name: ClassVar[str] = "SN-PCFG"
     Config = SimplePCFGConfig
 
     def build_emissions(self, vocab_size: int, dim: int) -> None:
@@ -294,6 +294,7 @@ class SCPCFG(SimplePCFG):
     name: ClassVar[str] = "scpcfg"
     description: ClassVar[str] = ("simple compound PCFG (Liu et al. 2023): independent left and right productions "
                                   "conditioned on a sentence-level z")
+    display_name: ClassVar[str] = "SC-PCFG"
     Config = SCPCFGConfig
 
     def __init__(self, vocab_size: int, config: Optional[SCPCFGConfig] = None):

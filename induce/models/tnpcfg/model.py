@@ -9,7 +9,7 @@ through the factors (:func:`induce.kernels.inside_lowrank`), which makes hundred
   networks (Linear, ReLU, Linear ``-> r``): ``head [NT, r]`` from the nonterminals' rows, ``log_softmax`` over
   ``r``; ``left``, ``right [S, r]`` from every row, ``log_softmax`` over the symbols, so each ``A``'s rules
   sum to one;
-* roots ``[NT]`` and emissions ``[T, V]`` as the N-PCFG's (:mod:`induce.models.pcfg`: Linear, two residual
+* roots ``[NT]`` and emissions ``[T, V]`` as the N-PCFG's (:mod:`induce.models.pcfg.model`: Linear, two residual
   layers, Linear, ``log_softmax``), from ``root_emb`` and ``term_emb``;
 * one grammar for every sentence (no compound variable): the loss of a sentence is ``-log p(x)``.
 
@@ -42,10 +42,8 @@ from torch import nn
 
 from induce.kernels import inside_lowrank
 from induce.kernels.pcfg.emissions import emission_scores
-from induce.trees.kinds import GRAMMAR
-
-from .base import SENTENCE_LEVEL, LanguageModel, LMOutput, ModelConfig, StepTensor
-from .pcfg import (
+from induce.models.base import SENTENCE_LEVEL, LanguageModel, LMOutput, ModelConfig, StepTensor
+from induce.models.common.grammar import (
     draw_sentences,
     grammar_structure,
     lengths_at_least_two,
@@ -54,7 +52,8 @@ from .pcfg import (
     without_words,
     xavier_init_,
 )
-from .registry import register
+from induce.models.registry import register
+from induce.trees.kinds import GRAMMAR
 
 
 class TNPCFGConfig(ModelConfig):
@@ -80,6 +79,8 @@ class TNPCFG(LanguageModel):
 
     name: ClassVar[str] = "tnpcfg"
     description: ClassVar[str] = "TN-PCFG (Yang, Zhao & Tu 2021): a neural PCFG with low-rank binary rules"
+    display_name: ClassVar[str] = "TN-PCFG"
+    published: ClassVar[dict] = {"pcfg": {"value": 57.7, "std": 4.2, "source": "Yang, Zhao & Tu 2021"}}
     parser_kind = GRAMMAR
     objective = SENTENCE_LEVEL
     Config = TNPCFGConfig
@@ -144,8 +145,8 @@ class TNPCFG(LanguageModel):
     @torch.no_grad()
     def sample_sentences(self, count: int, generator: torch.Generator, temperature: float = 1.0,
                          max_words: int = 100, banned: Sequence[int] = ()) -> list[list[int]]:
-        """Sentences drawn from the grammar top-down (:func:`induce.models.pcfg.sample_sentence`), a binary rule
-        through its rank: ``r ~ head[A]``, then ``B ~ left[:, r]`` and ``C ~ right[:, r]`` (the decomposition
+        """Sentences drawn from the grammar top-down (:func:`~induce.models.common.grammar.sample_sentence`), a binary
+        rule through its rank: ``r ~ head[A]``, then ``B ~ left[:, r]`` and ``C ~ right[:, r]`` (the decomposition
         is that mixture), so the rule tensor is never built; ``temperature`` divides each of these
         log-probabilities. See :meth:`LanguageModel.sample_sentences`."""
         roots = sampling_probabilities(self.root_mlp(self.root_emb).log_softmax(-1)[0], temperature)

@@ -1,7 +1,7 @@
 """PaLM's span attention block (:class:`SpanAttention`) and the relevant-set helpers it uses.
 
 The equations, the time alignment, ``relevant_set`` and the two variants (``paper`` / ``released``)
-are described in :mod:`induce.models.palm`, which builds the language model around this block.
+are described in :mod:`induce.models.palm.model`, which builds the language model around this block.
 """
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from induce.kernels import linear_scan, span_attention, span_representations
-from induce.models.relevancy import gather_relevant, relevant_indices
-
-from .awd import locked_dropout
+from induce.models.common.awd import locked_dropout
+from induce.models.common.relevancy import gather_relevant, relevant_indices
 
 
 def _accumulation_dtype(x: torch.Tensor) -> torch.dtype:
@@ -29,7 +28,7 @@ def relevant_span_starts(row_scores: torch.Tensor, rho: int, first_row: int = 0)
     when invalid); rows before ``first_row`` have no real query and do not count. Returns ``beta
     [B, R]`` (at least float32, detached: ``beta[b, i]`` = sum over rows ``t = i .. i+m-1``, ``t >=
     first_row``, of the window softmax weight of ``[i, t]``) and ``index, valid [B, R, rho]`` from
-    :func:`induce.models.relevancy.relevant_indices` with ``nu = m``: the starts ``i <= t - m`` of row ``t``.
+    :func:`induce.models.common.relevancy.relevant_indices` with ``nu = m``: the starts ``i <= t - m`` of row ``t``.
     """
     batch, rows, max_len = row_scores.shape
     with torch.no_grad():
@@ -96,7 +95,7 @@ def released_backward_layout(states: torch.Tensor) -> torch.Tensor:
 class SpanAttention(nn.Module):
     """Span attention block of PaLM: ``h [B, T, H]`` -> ``(h_hat [B, T, H], scores [B, T, m])``.
 
-    See :mod:`induce.models.palm` for the equations, the time alignment, ``relevant_set``, the two
+    See :mod:`induce.models.palm.model` for the equations, the time alignment, ``relevant_set``, the two
     variants and the initialisation (:meth:`reset_parameters`). With ``relevant_set > 0`` the last forward's screening
     is kept (detached) in
     ``last_relevant``: ``{"beta": [B, R], "index", "valid": [B, R - first_row, rho], "first_row": int}``
@@ -143,7 +142,7 @@ class SpanAttention(nn.Module):
         """The released code's initialisation, for both variants (the paper states none). Called once, at
         construction; a loaded checkpoint replaces the values. With ``H`` the input size, ``D`` the
         rational RNN size per direction, ``A`` the scoring MLP's size, ``U(+-xavier(fan_in, fan_out, gain))``
-        (:func:`induce.models.init.xavier_bound`), every bias zero:
+        (:func:`induce.models.common.init.xavier_bound`), every bias zero:
 
         * ``rrnn.weight [4D, H]`` (both directions, forget and update rows): ``xavier(H, D, gain 5/3)``
           (``rrnn.py`` ``RRNNCell.init_weights``: fan_out = the cell's output size, gain of ``tanh``,
@@ -158,7 +157,7 @@ class SpanAttention(nn.Module):
           paper mixing ``mix [2H, H + 2D]`` (Eq. 6's ``W_m`` and ``W_g`` over ``[h; a]``, one matmul):
           each half ``xavier(H + 2D, H)``, the same rule on the paper's shapes; bias zero.
         """
-        from .init import xavier_uniform_
+        from induce.models.common.init import xavier_uniform_
 
         hidden, two_d, attention = self.hidden_size, 2 * self.rrnn_size, self.attention_size
         tanh_gain = nn.init.calculate_gain("tanh")
