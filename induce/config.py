@@ -696,7 +696,7 @@ class Layer:
     """One layer of a run config; :func:`layer_config` applies a list of them in order, later ones winning.
 
     * ``file``: ``values`` is a mapping read from a YAML file, every leaf of which is set; ``source`` names the
-      file (``induce/configs/palm.yaml``, a user's path).
+      file (``induce/models/palm/palm.yaml``, a user's path).
     * ``model``: ``values`` is the name of the model a command chose, ``source`` how (``--model palm``): the layers
       before it must name no other model, those after it must not change it.
     * ``overrides``: ``values`` are ``key=value`` strings, each recorded as ``<source> key=value``; ``source``

@@ -282,6 +282,9 @@ def test_a_missing_shipped_config_is_an_error(tmp_path, monkeypatch):
     a family's <model>.yaml its model is refused where it is chosen."""
     import induce.config as config_module
 
+    # imported before CONFIG_DIR is patched: the module reads it once, as its default folder of profiles
+    from induce.reproduce.profiles import Profile, build_run_config
+
     shipped_prpn = model_config_path("prpn").read_text()
     empty = tmp_path / "configs"
     empty.mkdir()
@@ -296,8 +299,6 @@ def test_a_missing_shipped_config_is_an_error(tmp_path, monkeypatch):
     (families / "prpn" / "prpn.yaml").write_text(shipped_prpn)
     assert resolve_config(load_config("prpn")).optim.optimizer == "adam"
     # the profiles of `induce reproduce` build their configs from the same shipped layers
-    from induce.reproduce.profiles import Profile, build_run_config
-
     with pytest.raises(ConfigError, match="induce/models/onlstm/onlstm.yaml: .*missing"):
         build_run_config(Profile(), "onlstm", [])
 

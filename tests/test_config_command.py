@@ -31,7 +31,7 @@ def test_the_yaml_is_the_config_with_the_layer_of_each_key(tmp_path):
     lines = result.stdout.splitlines()
     assert lines[0].startswith("model_name: palm ") and lines[0].endswith("# from: --model palm")
     assert any(line.strip().startswith("lr: 3.0 ") and line.endswith("# from: override optim.lr=3") for line in lines)
-    assert any(line.strip().startswith("nonmono: 15 ") and line.endswith("# from: induce/configs/palm.yaml")
+    assert any(line.strip().startswith("nonmono: 15 ") and line.endswith("# from: induce/models/palm/palm.yaml")
                for line in lines)
     assert any(line.strip().startswith("eval_batch_size: 10 ") and line.endswith("# from: default (DataConfig)")
                for line in lines)
@@ -118,7 +118,7 @@ def test_the_model_may_come_from_the_users_file(tmp_path):
     by_key = origins("--config", str(mine))
     assert by_key["model_name"] == {"value": "prpn", "origin": str(mine)}
     assert by_key["optim.lr"] == {"value": 0.002, "origin": str(mine)}
-    assert by_key["model.hidden_size"]["origin"] == "induce/configs/prpn.yaml"
+    assert by_key["model.hidden_size"]["origin"] == "induce/models/prpn/prpn.yaml"
 
 
 @pytest.mark.parametrize("args,message", [
@@ -148,7 +148,7 @@ def test_help_explains_the_layers():
     result = runner.invoke(app, ["config", "--help"], env={"COLUMNS": "300"}, terminal_width=300)
     assert result.exit_code == 0
     text = " ".join(result.output.replace("│", " ").split())
-    for words in ("typed defaults", "induce/configs/<model>.yaml", "--profile", "--config FILE", "KEY=VALUE",
+    for words in ("typed defaults", "induce/models/<family>/<model>.yaml", "--profile", "--config FILE", "KEY=VALUE",
                   "--json", "filled in", "later ones win"):
         assert words in text, words
     listed = runner.invoke(app, ["--help"], env={"COLUMNS": "300"}, terminal_width=300)

@@ -30,7 +30,7 @@ def config_command(
     """Print the config a run would get, as YAML, each key with the layer its value comes from (`# from: ...`).
 
     Layers, later ones win: the typed defaults (`default (TrainConfig)`; a model's fields: `default (its
-    Config)`) < the model's shipped induce/configs/<model>.yaml < with --profile, the profile's <model>.yaml
+    Config)`) < the model's shipped induce/models/<family>/<model>.yaml < with --profile, the profile's <model>.yaml
     files, its overrides (named by its profile.yaml) and its per-run values < --config FILE < --model <
     KEY=VALUE (`override KEY=VALUE`). The model section is complete: every field of the model's Config.
 
