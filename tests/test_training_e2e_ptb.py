@@ -54,7 +54,7 @@ def test_train_parse_evaluate_on_the_nltk_sample(tmp_path, monkeypatch):
         sentences = [tree.leaves() for tree in gold]
         trees = predict_trees(tmp_path / "runs" / "mini", sentences)
         assert [t.leaves() for t in trees] == sentences
-        scores = evaluate(trees, gold, EvalConvention())
+        scores = score(gold, trees, induce_convention())
         assert scores.n_sentences > 0 and 0.0 <= scores.sentence_f1 <= 100.0
 
         (tmp_path / "raw.txt").write_text("\n".join(" ".join(s) for s in sentences) + "\n", encoding="utf-8")

@@ -1,0 +1,105 @@
+"""`induce compare A B` (the paired bootstrap of two sources) and `induce agreement A B [C ...]` (their pairwise
+F1 matrix): thin commands over :func:`induce.assess.run_eval.run_compare` and
+:func:`induce.assess.run_eval.run_agreement`, with the options of `induce eval` (:mod:`induce.cli.evaluate`)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from induce.cli import default_gold_hint, progress_steps
+from induce.cli.evaluate import (
+    AsJson,
+    BatchSize,
+    Corpus,
+    Data,
+    Decoder,
+    Device,
+    Gold,
+    GoldVariants,
+    MaxLength,
+    PredFormat,
+    Progress,
+    Resamples,
+    Seed,
+    Split,
+    Threads,
+    Treebank,
+    WordMatch,
+    Wsj10,
+    Wsj40,
+)
+
+Sources = Annotated[list[Path], typer.Argument(help="Prediction files (any format of induce eval's --pred-format) "
+                                               "or run folders (parsed, every token).")]
+Convention = Annotated[str, typer.Option("--convention", metavar="NAME", help="Whose tokens, sentences and figure "
+                                         "(a convention name of induce eval; default: induce).")]
+
+
+def run_command(command: str, sources: list, convention: str, as_json: bool, progress: bool, console: Console,
+                **options) -> None:
+    """Run ``compare`` or ``agreement`` (:mod:`induce.assess.run_eval`) and print its outcome."""
+    from induce.assess.run_eval import run_agreement, run_compare
+    from induce.cli.evaluate import print_outcome
+
+    run = run_compare if command == "compare" else run_agreement
+    with progress_steps(console, progress) as steps, default_gold_hint(
+            options["gold"].default, lambda: f"the {options['gold'].split} split of the corpus named above"):
+        outcome = run(sources, convention=convention, console=console, steps=steps, **options)
+    print_outcome(outcome, as_json, console)
+
+
+def _common(gold, corpus, data, split, treebank, wsj10, wsj40, max_length, pred_format, batch_size, decoder, device,
+            word_match, threads) -> dict:
+    from induce.assess.run_eval import GoldChoice, ParseChoice, eval_convention
+    from induce.config import use_threads
+
+    use_threads(threads)
+    return {"gold": GoldChoice(gold, corpus, data, split, treebank),
+            "max_length": eval_convention(wsj10, wsj40, max_length)[0].max_length, "pred_format": pred_format,
+            "parse": ParseChoice(batch_size, decoder, device), "word_match": word_match}
+
+
+def compare_command(
+    sources: Sources, gold: Gold = None, corpus: Corpus = None, data: Data = None, split: Split = "valid",
+    treebank: Treebank = None, convention: Convention = "induce",
+    gold_variants: GoldVariants = [],  # noqa: B006 (typer's default)
+    wsj10: Wsj10 = False, wsj40: Wsj40 = False, max_length: MaxLength = None, resamples: Resamples = 1000,
+    seed: Seed = 0, pred_format: PredFormat = "auto", batch_size: BatchSize = 64, decoder: Decoder = None,
+    device: Device = "auto", word_match: WordMatch = "normalized", threads: Threads = None, as_json: AsJson = False,
+    progress: Progress = True,
+) -> None:
+    """Paired bootstrap over sentences of two sources A B (prediction files or run folders): the difference
+    A - B of the convention's first figure, its 95% interval and a one-sided p-value.
+
+    Example: `induce compare a.txt b.txt --gold 22.mrg`.
+    """
+    options = _common(gold, corpus, data, split, treebank, wsj10, wsj40, max_length, pred_format, batch_size,
+                      decoder, device, word_match, threads)
+    run_command("compare", sources, convention, as_json, progress, Console(stderr=True), variants=gold_variants,
+                resamples=resamples, seed=seed, **options)
+
+
+def agreement_command(
+    sources: Sources, gold: Gold = None, corpus: Corpus = None, data: Data = None, split: Split = "valid",
+    treebank: Treebank = None, convention: Convention = "induce",
+    wsj10: Wsj10 = False, wsj40: Wsj40 = False, max_length: MaxLength = None,
+    pred_format: PredFormat = "auto", batch_size: BatchSize = 64, decoder: Decoder = None,
+    device: Device = "auto", word_match: WordMatch = "normalized", threads: Threads = None, as_json: AsJson = False,
+    progress: Progress = True,
+) -> None:
+    """Pairwise F1 between two sources or more (prediction files or run folders; e.g. seeds of one model:
+    self-F1), as a matrix, on the gold sentences.
+
+    Example: `induce agreement runs/palm-seed1 runs/palm-seed2 runs/palm-seed3 --gold 22.mrg`.
+    """
+    options = _common(gold, corpus, data, split, treebank, wsj10, wsj40, max_length, pred_format, batch_size,
+                      decoder, device, word_match, threads)
+    run_command("agreement", sources, convention, as_json, progress, Console(stderr=True), **options)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compare")(compare_command)
+    app.command("agreement")(agreement_command)
