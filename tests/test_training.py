@@ -330,7 +330,7 @@ def test_missing_corpus_is_a_clear_error(tmp_path):
 
 def test_dev_f1_is_logged_and_selects_the_best_checkpoint(tmp_path, corpus):
     from induce.data.corpus import PreparedCorpus
-    from induce.evaluation import EvalConvention, evaluate
+    from induce.evaluation import induce_convention, score
     from induce.inference.loading import load_run
     from induce.inference.predict import predict_trees
 

@@ -28,7 +28,7 @@ def nltk_sample_dir() -> Path:
 def test_train_parse_evaluate_on_the_nltk_sample(tmp_path, monkeypatch):
     from induce.data.corpus import PreparedCorpus
     from induce.data.preprocess import nltk_sample_split_files, preprocess_tree_files
-    from induce.evaluation import EvalConvention, evaluate
+    from induce.evaluation import induce_convention, score
     from induce.inference.predict import predict_trees
 
     files = nltk_sample_split_files(nltk_sample_dir())

@@ -4,38 +4,40 @@ F1 matrix): thin commands over :func:`induce.assess.run_eval.run_compare` and
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Optional
 
 import typer
 from rich.console import Console
 
 from induce.cli import default_gold_hint, progress_steps
 from induce.cli.evaluate import (
-    AsJson,
-    BatchSize,
-    Corpus,
-    Data,
-    Decoder,
-    Device,
-    Gold,
-    GoldVariants,
-    MaxLength,
-    PredFormat,
-    Progress,
-    Resamples,
-    Seed,
-    Split,
-    Threads,
-    Treebank,
-    WordMatch,
-    Wsj10,
-    Wsj40,
+    batch_size_option,
+    corpus_option,
+    data_option,
+    decoder_option,
+    device_option,
+    gold_option,
+    gold_variants_option,
+    json_option,
+    max_length_option,
+    pred_format_option,
+    progress_option,
+    resamples_option,
+    seed_option,
+    split_option,
+    threads_option,
+    treebank_option,
+    word_match_option,
+    wsj10_option,
+    wsj40_option,
 )
 
-Sources = Annotated[list[Path], typer.Argument(help="Prediction files (any format of induce eval's --pred-format) "
-                                               "or run folders (parsed, every token).")]
-Convention = Annotated[str, typer.Option("--convention", metavar="NAME", help="Whose tokens, sentences and figure "
-                                         "(a convention name of induce eval; default: induce).")]
+SOURCES_HELP = "Prediction files (any format of induce eval's --pred-format) or run folders (parsed, every token)."
+
+
+def _convention():
+    return typer.Option("induce", "--convention", metavar="NAME", help="Whose tokens, sentences and figure (a "
+                        "convention name of induce eval; default: induce).")
 
 
 def run_command(command: str, sources: list, convention: str, as_json: bool, progress: bool, console: Console,
@@ -63,13 +65,15 @@ def _common(gold, corpus, data, split, treebank, wsj10, wsj40, max_length, pred_
 
 
 def compare_command(
-    sources: Sources, gold: Gold = None, corpus: Corpus = None, data: Data = None, split: Split = "valid",
-    treebank: Treebank = None, convention: Convention = "induce",
-    gold_variants: GoldVariants = [],  # noqa: B006 (typer's default)
-    wsj10: Wsj10 = False, wsj40: Wsj40 = False, max_length: MaxLength = None, resamples: Resamples = 1000,
-    seed: Seed = 0, pred_format: PredFormat = "auto", batch_size: BatchSize = 64, decoder: Decoder = None,
-    device: Device = "auto", word_match: WordMatch = "normalized", threads: Threads = None, as_json: AsJson = False,
-    progress: Progress = True,
+    sources: list[Path] = typer.Argument(..., help=SOURCES_HELP),
+    gold: Optional[Path] = gold_option(), corpus: Optional[Path] = corpus_option(),
+    data: Optional[Path] = data_option(), split: str = split_option(), treebank: Optional[str] = treebank_option(),
+    convention: str = _convention(), gold_variants: list[str] = gold_variants_option(),
+    wsj10: bool = wsj10_option(), wsj40: bool = wsj40_option(), max_length: Optional[int] = max_length_option(),
+    resamples: int = resamples_option(), seed: int = seed_option(), pred_format: str = pred_format_option(),
+    batch_size: int = batch_size_option(), decoder: Optional[str] = decoder_option(), device: str = device_option(),
+    word_match: str = word_match_option(), threads: Optional[int] = threads_option(), as_json: bool = json_option(),
+    progress: bool = progress_option(),
 ) -> None:
     """Paired bootstrap over sentences of two sources A B (prediction files or run folders): the difference
     A - B of the convention's first figure, its 95% interval and a one-sided p-value.
@@ -83,12 +87,14 @@ def compare_command(
 
 
 def agreement_command(
-    sources: Sources, gold: Gold = None, corpus: Corpus = None, data: Data = None, split: Split = "valid",
-    treebank: Treebank = None, convention: Convention = "induce",
-    wsj10: Wsj10 = False, wsj40: Wsj40 = False, max_length: MaxLength = None,
-    pred_format: PredFormat = "auto", batch_size: BatchSize = 64, decoder: Decoder = None,
-    device: Device = "auto", word_match: WordMatch = "normalized", threads: Threads = None, as_json: AsJson = False,
-    progress: Progress = True,
+    sources: list[Path] = typer.Argument(..., help=SOURCES_HELP),
+    gold: Optional[Path] = gold_option(), corpus: Optional[Path] = corpus_option(),
+    data: Optional[Path] = data_option(), split: str = split_option(), treebank: Optional[str] = treebank_option(),
+    convention: str = _convention(),
+    wsj10: bool = wsj10_option(), wsj40: bool = wsj40_option(), max_length: Optional[int] = max_length_option(),
+    pred_format: str = pred_format_option(), batch_size: int = batch_size_option(),
+    decoder: Optional[str] = decoder_option(), device: str = device_option(), word_match: str = word_match_option(),
+    threads: Optional[int] = threads_option(), as_json: bool = json_option(), progress: bool = progress_option(),
 ) -> None:
     """Pairwise F1 between two sources or more (prediction files or run folders; e.g. seeds of one model:
     self-F1), as a matrix, on the gold sentences.

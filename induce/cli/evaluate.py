@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Callable, Optional
+from typing import Callable, Optional
 
 import typer
 from rich.console import Console
@@ -40,89 +40,145 @@ CONVENTION_HELP = (
 )
 
 
-#: The options of the eval commands, each declared once (``name: Type = default`` in a command's signature).
-Gold = Annotated[Optional[Path], typer.Option(
-    "--gold", help="Gold treebank file (one tree per line or multi-line .mrg), or a folder whose *.mrg files are "
-    "read in name order (e.g. the NLTK sample). Default: the --split of a run's own corpus, else of the default "
-    "prepared corpus (see --data).")]
-Data = Annotated[Optional[Path], typer.Option("--data", help="Data root for the default corpus (else $INDUCE_DATA, "
-                                              "corpora/, NLTK); with a run: this data, not the run's own corpus.")]
-Corpus = Annotated[Optional[Path], typer.Option("--corpus", help="A prepared corpus folder (induce preprocess "
-                                                "output); default: a run's own corpus, else the default corpus.")]
-Split = Annotated[str, typer.Option("--split", help="Split of the prepared corpus: valid (dev) or test.")]
-Treebank = Annotated[Optional[str], typer.Option("--treebank", metavar="ptb|ktb|ktb-2020", help=TREEBANK_HELP)]
-Seed = Annotated[int, typer.Option("--seed", help="Seed of --baseline random and of the bootstrap; with "
-                                   "--untrained, init k (1..N) is drawn with torch seed SEED + k.")]
-Decoder = Annotated[Optional[str], typer.Option("--decoder", help=decoder_help())]
-BatchSize = Annotated[int, typer.Option("--batch-size", help="Sentences per forward pass (parsing with a run).")]
-Device = Annotated[str, typer.Option("--device", help="With a run: " + DEVICE_HELP)]
-Threads = Annotated[Optional[int], typer.Option("--threads", min=1, help=THREADS_HELP)]
-Wsj10 = Annotated[bool, typer.Option("--wsj10", help="Only sentences of <= 10 words after punctuation removal.")]
-Wsj40 = Annotated[bool, typer.Option("--wsj40", help="Only sentences of <= 40 words after punctuation removal.")]
-MaxLength = Annotated[Optional[int], typer.Option("--max-length", help="Only sentences of <= N words after removal "
-                                                  "(with --wsj10 or --wsj40: the smaller limit).")]
-Conventions = Annotated[list[str], typer.Option(
-    "--convention", metavar="NAME", help="Score under a published convention, equal to its authors' script "
-    "(repeatable; `all` for every one): " + CONVENTION_LIST + ". One table, one row per convention; --json adds a "
-    "95% bootstrap interval to every figure. See README, 'Evaluation convention'. compare / agreement: one, whose "
-    "tokens, sentences and figure they use.")]
-GoldVariants = Annotated[list[str], typer.Option(
-    "--gold-variant", metavar="nary|left|right", help="With --convention: gold trees as they are (nary, the default) "
-    "or binarised after the convention's token removal, grouping from the left or the right (repeatable: side by "
-    "side; compare: one).")]
-PredFormat = Annotated[str, typer.Option(
-    "--pred-format", help="Format of the predicted file: trees (one bracketed tree per line), spans (JSON lines "
-    "{\"words\", \"spans\"}, end exclusive), diora (JSON lines {\"tree\": nested lists}), kim (compound-pcfg "
-    "pred_tree files, no line for one-word sentences), or auto (from the first line).")]
-Resamples = Annotated[int, typer.Option("--resamples", min=1, help="Bootstrap resamples (compare, and the "
-                                        "intervals of --json; seeded by --seed).")]
-WordMatch = Annotated[str, typer.Option("--word-match", metavar="normalized|exact|position", help=WORD_MATCH_HELP)]
-AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")]
-Progress = Annotated[bool, typer.Option("--progress/--no-progress", help=PROGRESS_HELP)]
+#: The options the eval commands share, each declared once: ``gold: Optional[Path] = gold_option()`` in a
+#: command's signature (a fresh :class:`typer.models.OptionInfo` per command, as :mod:`induce.cli.main` escapes
+#: each one's help and sets its flags' metavar in place).
+
+
+def gold_option():
+    return typer.Option(None, "--gold", help="Gold treebank file (one tree per line or multi-line .mrg), or a folder "
+                        "whose *.mrg files are read in name order (e.g. the NLTK sample). Default: the --split of a "
+                        "run's own corpus, else of the default prepared corpus (see --data).")
+
+
+def data_option():
+    return typer.Option(None, "--data", help="Data root for the default corpus (else $INDUCE_DATA, corpora/, NLTK); "
+                        "with a run: this data, not the run's own corpus.")
+
+
+def corpus_option():
+    return typer.Option(None, "--corpus", help="A prepared corpus folder (induce preprocess output); default: a "
+                        "run's own corpus, else the default corpus.")
+
+
+def split_option():
+    return typer.Option("valid", "--split", help="Split of the prepared corpus: valid (dev) or test.")
+
+
+def treebank_option():
+    return typer.Option(None, "--treebank", metavar="ptb|ktb|ktb-2020", help=TREEBANK_HELP)
+
+
+def seed_option():
+    return typer.Option(0, "--seed", help="Seed of --baseline random and of the bootstrap; with --untrained, init k "
+                        "(1..N) is drawn with torch seed SEED + k.")
+
+
+def decoder_option():
+    return typer.Option(None, "--decoder", help=decoder_help())
+
+
+def batch_size_option():
+    return typer.Option(64, "--batch-size", help="Sentences per forward pass (parsing with a run).")
+
+
+def device_option():
+    return typer.Option("auto", "--device", help="With a run: " + DEVICE_HELP)
+
+
+def threads_option():
+    return typer.Option(None, "--threads", min=1, help=THREADS_HELP)
+
+
+def wsj10_option():
+    return typer.Option(False, "--wsj10", help="Only sentences of <= 10 words after punctuation removal.")
+
+
+def wsj40_option():
+    return typer.Option(False, "--wsj40", help="Only sentences of <= 40 words after punctuation removal.")
+
+
+def max_length_option():
+    return typer.Option(None, "--max-length", help="Only sentences of <= N words after removal (with --wsj10 or "
+                        "--wsj40: the smaller limit).")
+
+
+def conventions_option():
+    return typer.Option([], "--convention", metavar="NAME", help="Score under a published convention, equal to its "
+                        "authors' script (repeatable; `all` for every one): " + CONVENTION_LIST + ". One table, one "
+                        "row per convention; --json adds a 95% bootstrap interval to every figure. See README, "
+                        "'Evaluation convention'.")
+
+
+def gold_variants_option():
+    return typer.Option([], "--gold-variant", metavar="nary|left|right", help="With --convention: gold trees as they "
+                        "are (nary, the default) or binarised after the convention's token removal, grouping from the "
+                        "left or the right (repeatable: side by side; compare: one).")
+
+
+def pred_format_option():
+    return typer.Option("auto", "--pred-format", help="Format of the predicted file: trees (one bracketed tree per "
+                        "line), spans (JSON lines {\"words\", \"spans\"}, end exclusive), diora (JSON lines "
+                        "{\"tree\": nested lists}), kim (compound-pcfg pred_tree files, no line for one-word "
+                        "sentences), or auto (from the first line).")
+
+
+def resamples_option():
+    return typer.Option(1000, "--resamples", min=1, help="Bootstrap resamples (compare, and the intervals of --json; "
+                        "seeded by --seed).")
+
+
+def word_match_option():
+    return typer.Option("normalized", "--word-match", metavar="normalized|exact|position", help=WORD_MATCH_HELP)
+
+
+def json_option():
+    return typer.Option(False, "--json", help="Print one JSON object instead of a table.")
+
+
+def progress_option():
+    return typer.Option(True, "--progress/--no-progress", help=PROGRESS_HELP)
 
 
 def eval_command(
-    predicted: Annotated[Optional[list[Path]], typer.Argument(
-        help="Predicted trees, one bracketed tree per line (as `induce parse` writes), or another toolkit's format "
-        "(--pred-format). Leaves may cover all gold tokens (punctuation is then projected away) or only the words "
-        "kept by the convention.")] = None,
-    gold: Gold = None,
-    baseline: Annotated[Optional[str], typer.Option("--baseline", help="Evaluate a baseline instead: right, left, "
-                                                    "balanced, or random (uniformly random split point at each span, "
-                                                    "seeded by --seed).")] = None,
-    seed: Seed = 0,
-    checkpoint: Annotated[Optional[Path], typer.Option("--checkpoint", help="Parse the gold sentences with this "
-                                                       "trained run and evaluate its trees. Without a predicted "
-                                                       f"file, --baseline or --checkpoint: {LATEST_RUN_HELP}.")] = None,
-    untrained: Annotated[Optional[str], typer.Option(
-        "--untrained", metavar="MODEL", help="Parse the gold sentences with --inits freshly initialised, untrained "
-        "MODELs (the shipped MODEL.yaml: the papers' sizes; change them with --set) and report mean ± std over the "
-        "inits (PaLM Table 4's first row). Vocabulary: that of the prepared corpus when the gold trees come from one "
-        "(--corpus or the default corpus), else every word of the gold sentences; never a run folder's.")] = None,
-    inits: Annotated[Optional[int], typer.Option("--inits", min=1, help="With --untrained: how many untrained models "
-                                                 "(default 5; PaLM Table 4: 25).")] = None,
-    sets: Annotated[list[str], typer.Option("--set", metavar="KEY=VALUE", help="With --untrained: a model config "
-                                            "override as `induce train` takes it, e.g. --set model.hidden_size=1020 "
-                                            "(repeatable; model.* keys only).")] = [],  # noqa: B006 (typer's default)
-    lm: Annotated[bool, typer.Option("--lm", help="With a checkpoint: report the language-model perplexity of "
-                                     "--split.")] = False,
-    decoder: Decoder = None, batch_size: BatchSize = 64, device: Device = "auto", threads: Threads = None,
-    data: Data = None, corpus: Corpus = None, split: Split = "valid",
-    wsj10: Wsj10 = False, wsj40: Wsj40 = False, max_length: MaxLength = None,
-    keep_punct: Annotated[bool, typer.Option("--keep-punct", help="Keep punctuation (traces are still "
-                                             "removed).")] = False,
-    count_root: Annotated[bool, typer.Option("--count-root", help="Count the whole-sentence span.")] = False,
-    multiset: Annotated[bool, typer.Option("--multiset", help="Spans as a multiset (unary chains count "
-                                           "repeatedly).")] = False,
-    conventions: Conventions = [], gold_variants: GoldVariants = [],  # noqa: B006 (typer's default)
-    pred_format: PredFormat = "auto",
-    agreement: Annotated[bool, typer.Option("--agreement", hidden=True)] = False,
-    compare: Annotated[bool, typer.Option("--compare", hidden=True)] = False,
-    resamples: Resamples = 1000, word_match: WordMatch = "normalized", treebank: Treebank = None,
-    as_json: AsJson = False,
-    per_sentence: Annotated[Optional[Path], typer.Option("--per-sentence", help="Write a CSV with one row per "
-                                                         "sentence.")] = None,
-    progress: Progress = True,
+    predicted: Optional[list[Path]] = typer.Argument(
+        None, help="Predicted trees, one bracketed tree per line (as `induce parse` writes), or another toolkit's "
+        "format (--pred-format). Leaves may cover all gold tokens (punctuation is then projected away) or only the "
+        "words kept by the convention."),
+    gold: Optional[Path] = gold_option(),
+    baseline: Optional[str] = typer.Option(None, "--baseline", help="Evaluate a baseline instead: right, left, "
+                                           "balanced, or random (uniformly random split point at each span, seeded "
+                                           "by --seed)."),
+    seed: int = seed_option(),
+    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="Parse the gold sentences with this trained "
+                                              "run and evaluate its trees. Without a predicted file, --baseline or "
+                                              f"--checkpoint: {LATEST_RUN_HELP}."),
+    untrained: Optional[str] = typer.Option(
+        None, "--untrained", metavar="MODEL", help="Parse the gold sentences with --inits freshly initialised, "
+        "untrained MODELs (the shipped MODEL.yaml: the papers' sizes; change them with --set) and report mean ± std "
+        "over the inits (PaLM Table 4's first row). Vocabulary: that of the prepared corpus when the gold trees come "
+        "from one (--corpus or the default corpus), else every word of the gold sentences; never a run folder's."),
+    inits: Optional[int] = typer.Option(None, "--inits", min=1, help="With --untrained: how many untrained models "
+                                        "(default 5; PaLM Table 4: 25)."),
+    sets: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="With --untrained: a model config override "
+                                   "as `induce train` takes it, e.g. --set model.hidden_size=1020 (repeatable; model.* "
+                                   "keys only)."),
+    lm: bool = typer.Option(False, "--lm", help="With a checkpoint: report the language-model perplexity of --split."),
+    decoder: Optional[str] = decoder_option(), batch_size: int = batch_size_option(), device: str = device_option(),
+    threads: Optional[int] = threads_option(), data: Optional[Path] = data_option(),
+    corpus: Optional[Path] = corpus_option(), split: str = split_option(),
+    wsj10: bool = wsj10_option(), wsj40: bool = wsj40_option(), max_length: Optional[int] = max_length_option(),
+    keep_punct: bool = typer.Option(False, "--keep-punct", help="Keep punctuation (traces are still removed)."),
+    count_root: bool = typer.Option(False, "--count-root", help="Count the whole-sentence span."),
+    multiset: bool = typer.Option(False, "--multiset", help="Spans as a multiset (unary chains count repeatedly)."),
+    conventions: list[str] = conventions_option(), gold_variants: list[str] = gold_variants_option(),
+    pred_format: str = pred_format_option(),
+    agreement: bool = typer.Option(False, "--agreement", hidden=True, help="Now `induce agreement`."),
+    compare: bool = typer.Option(False, "--compare", hidden=True, help="Now `induce compare`."),
+    resamples: int = resamples_option(), word_match: str = word_match_option(),
+    treebank: Optional[str] = treebank_option(), as_json: bool = json_option(),
+    per_sentence: Optional[Path] = typer.Option(None, "--per-sentence", help="Write a CSV with one row per sentence."),
+    progress: bool = progress_option(),
 ) -> None:
     """Unlabeled bracketing F1 (sentence and corpus level), per-label recall and branching statistics.
 
