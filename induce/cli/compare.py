@@ -9,7 +9,6 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from induce.cli import default_gold_hint, progress_steps
 from induce.cli.evaluate import (
     batch_size_option,
     corpus_option,
@@ -23,6 +22,7 @@ from induce.cli.evaluate import (
     pred_format_option,
     progress_option,
     resamples_option,
+    run_command,
     seed_option,
     split_option,
     threads_option,
@@ -38,19 +38,6 @@ SOURCES_HELP = "Prediction files (any format of induce eval's --pred-format) or 
 def _convention():
     return typer.Option("induce", "--convention", metavar="NAME", help="Whose tokens, sentences and figure (a "
                         "convention name of induce eval; default: induce).")
-
-
-def run_command(command: str, sources: list, convention: str, as_json: bool, progress: bool, console: Console,
-                **options) -> None:
-    """Run ``compare`` or ``agreement`` (:mod:`induce.assess.run_eval`) and print its outcome."""
-    from induce.assess.run_eval import run_agreement, run_compare
-    from induce.cli.evaluate import print_outcome
-
-    run = run_compare if command == "compare" else run_agreement
-    with progress_steps(console, progress) as steps, default_gold_hint(
-            options["gold"].default, lambda: f"the {options['gold'].split} split of the corpus named above"):
-        outcome = run(sources, convention=convention, console=console, steps=steps, **options)
-    print_outcome(outcome, as_json, console)
 
 
 def _common(gold, corpus, data, split, treebank, wsj10, wsj40, max_length, pred_format, batch_size, decoder, device,

@@ -223,8 +223,6 @@ def _forward(console, command: str, both: bool, predicted, conventions, variants
              seed, resamples, as_json, progress) -> None:
     """The old ``induce eval --agreement / --compare``: said to be ``induce agreement / compare`` now, then run
     as they run."""
-    from induce.cli.compare import run_command
-
     if both:
         raise InduceError("--agreement and --compare together: choose one")
     if baseline is not None or checkpoint is not None:
@@ -238,6 +236,18 @@ def _forward(console, command: str, both: bool, predicted, conventions, variants
     extra = {"variants": variants, "resamples": resamples, "seed": seed} if command == "compare" else {}
     run_command(command, predicted, (conventions or ["induce"])[0], as_json, progress, console,
                 what=f"--{command}", **options, **extra)
+
+
+def run_command(command: str, sources: list, convention: str, as_json: bool, progress: bool, console: Console,
+                **options) -> None:
+    """Run ``compare`` or ``agreement`` (:mod:`induce.assess.run_eval`) and print its outcome."""
+    from induce.assess.run_eval import run_agreement, run_compare
+
+    run = run_compare if command == "compare" else run_agreement
+    with progress_steps(console, progress) as steps, default_gold_hint(
+            options["gold"].default, lambda: f"the {options['gold'].split} split of the corpus named above"):
+        outcome = run(sources, convention=convention, console=console, steps=steps, **options)
+    print_outcome(outcome, as_json, console)
 
 
 def print_outcome(outcome, as_json: bool, console: Console) -> None:
