@@ -140,29 +140,49 @@ def progress_option():
     return typer.Option(True, "--progress/--no-progress", help=PROGRESS_HELP)
 
 
+def predicted_argument():
+    return typer.Argument(None, help="Predicted trees, one bracketed tree per line (as `induce parse` writes), or "
+                          "another toolkit's format (--pred-format). Leaves may cover all gold tokens (punctuation is "
+                          "then projected away) or only the words kept by the convention.")
+
+
+def baseline_option():
+    return typer.Option(None, "--baseline", help="Evaluate a baseline instead: right, left, balanced, or random "
+                        "(uniformly random split point at each span, seeded by --seed).")
+
+
+def checkpoint_option():
+    return typer.Option(None, "--checkpoint", help="Parse the gold sentences with this trained run and evaluate its "
+                        f"trees. Without a predicted file, --baseline or --checkpoint: {LATEST_RUN_HELP}.")
+
+
+def untrained_option():
+    return typer.Option(None, "--untrained", metavar="MODEL", help="Parse the gold sentences with --inits freshly "
+                        "initialised, untrained MODELs (the shipped MODEL.yaml: the papers' sizes; change them with "
+                        "--set) and report mean ± std over the inits (PaLM Table 4's first row). Vocabulary: that of "
+                        "the prepared corpus when the gold trees come from one (--corpus or the default corpus), else "
+                        "every word of the gold sentences; never a run folder's.")
+
+
+def inits_option():
+    return typer.Option(None, "--inits", min=1, help="With --untrained: how many untrained models (default 5; PaLM "
+                        "Table 4: 25).")
+
+
+def sets_option():
+    return typer.Option([], "--set", metavar="KEY=VALUE", help="With --untrained: a model config override as `induce "
+                        "train` takes it, e.g. --set model.hidden_size=1020 (repeatable; model.* keys only).")
+
+
+def per_sentence_option():
+    return typer.Option(None, "--per-sentence", help="Write a CSV with one row per sentence.")
+
+
 def eval_command(
-    predicted: Optional[list[Path]] = typer.Argument(
-        None, help="Predicted trees, one bracketed tree per line (as `induce parse` writes), or another toolkit's "
-        "format (--pred-format). Leaves may cover all gold tokens (punctuation is then projected away) or only the "
-        "words kept by the convention."),
-    gold: Optional[Path] = gold_option(),
-    baseline: Optional[str] = typer.Option(None, "--baseline", help="Evaluate a baseline instead: right, left, "
-                                           "balanced, or random (uniformly random split point at each span, seeded "
-                                           "by --seed)."),
-    seed: int = seed_option(),
-    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="Parse the gold sentences with this trained "
-                                              "run and evaluate its trees. Without a predicted file, --baseline or "
-                                              f"--checkpoint: {LATEST_RUN_HELP}."),
-    untrained: Optional[str] = typer.Option(
-        None, "--untrained", metavar="MODEL", help="Parse the gold sentences with --inits freshly initialised, "
-        "untrained MODELs (the shipped MODEL.yaml: the papers' sizes; change them with --set) and report mean ± std "
-        "over the inits (PaLM Table 4's first row). Vocabulary: that of the prepared corpus when the gold trees come "
-        "from one (--corpus or the default corpus), else every word of the gold sentences; never a run folder's."),
-    inits: Optional[int] = typer.Option(None, "--inits", min=1, help="With --untrained: how many untrained models "
-                                        "(default 5; PaLM Table 4: 25)."),
-    sets: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="With --untrained: a model config override "
-                                   "as `induce train` takes it, e.g. --set model.hidden_size=1020 (repeatable; model.* "
-                                   "keys only)."),
+    predicted: Optional[list[Path]] = predicted_argument(), gold: Optional[Path] = gold_option(),
+    baseline: Optional[str] = baseline_option(), seed: int = seed_option(),
+    checkpoint: Optional[Path] = checkpoint_option(), untrained: Optional[str] = untrained_option(),
+    inits: Optional[int] = inits_option(), sets: list[str] = sets_option(),
     lm: bool = typer.Option(False, "--lm", help="With a checkpoint: report the language-model perplexity of --split."),
     decoder: Optional[str] = decoder_option(), batch_size: int = batch_size_option(), device: str = device_option(),
     threads: Optional[int] = threads_option(), data: Optional[Path] = data_option(),
@@ -177,8 +197,7 @@ def eval_command(
     compare: bool = typer.Option(False, "--compare", hidden=True, help="Now `induce compare`."),
     resamples: int = resamples_option(), word_match: str = word_match_option(),
     treebank: Optional[str] = treebank_option(), as_json: bool = json_option(),
-    per_sentence: Optional[Path] = typer.Option(None, "--per-sentence", help="Write a CSV with one row per sentence."),
-    progress: bool = progress_option(),
+    per_sentence: Optional[Path] = per_sentence_option(), progress: bool = progress_option(),
 ) -> None:
     """Unlabeled bracketing F1 (sentence and corpus level), per-label recall and branching statistics.
 
@@ -190,41 +209,45 @@ def eval_command(
     Examples: `induce eval pred.txt --gold 22.mrg`, `induce eval --baseline right --wsj40`,
     `induce eval --checkpoint runs/RUN --wsj10`, `induce eval --untrained palm --inits 25 --wsj40`,
     `induce eval pred.txt --gold 22.mrg --convention kim2019 --convention li2020 --gold-variant right`.
+    \f
+    The options it shares with `induce compare` and `induce agreement` come from the ``*_option`` functions
+    above; what it does is :func:`induce.assess.run_eval.run_eval`.
     """
     from induce.assess.run_eval import GoldChoice, ParseChoice, SourceChoice, eval_convention, run_eval
     from induce.config import use_threads
 
     use_threads(threads)
-    console = Console(stderr=True)
-    predicted = list(predicted or [])
+    console, predicted = Console(stderr=True), list(predicted or [])
+    convention, length_option = eval_convention(wsj10, wsj40, max_length, keep_punct, count_root, multiset, treebank)
+    gold_choice, parse = GoldChoice(gold, corpus, data, split, convention.treebank), ParseChoice(batch_size, decoder,
+                                                                                                 device)
     if agreement or compare:
-        _forward(console, "agreement" if agreement else "compare", agreement and compare, predicted, conventions,
-                 gold_variants, baseline, checkpoint, dict(
-                     gold=GoldChoice(gold, corpus, data, split, treebank), max_length=eval_convention(
-                         wsj10, wsj40, max_length)[0].max_length, pred_format=pred_format,
-                     parse=ParseChoice(batch_size, decoder, device), word_match=word_match), seed, resamples,
-                 as_json, progress)
+        switched = keep_punct or count_root or multiset or per_sentence is not None or lm or untrained is not None
+        _forward(console, agreement, compare, switched, predicted, conventions, gold_variants, baseline, checkpoint,
+                 dict(gold=gold_choice, max_length=convention.max_length, pred_format=pred_format, parse=parse,
+                      word_match=word_match), seed, resamples, as_json, progress)
         return
     if len(predicted) > 1:
         raise InduceError(f"{len(predicted)} prediction files: evaluate one at a time, or use `induce compare` / "
                           "`induce agreement`")
-    convention, length_option = eval_convention(wsj10, wsj40, max_length, keep_punct, count_root, multiset, treebank)
     source = SourceChoice(predicted[0] if predicted else None, baseline, checkpoint, untrained, inits, tuple(sets),
                           seed, pred_format)
-    with progress_steps(console, progress) as steps, default_gold_hint(gold is None and corpus is None,
-                                                                     _default_gold(split)):
-        outcome = run_eval(source, GoldChoice(gold, corpus, data, split, convention.treebank), convention,
-                           length_option, ParseChoice(batch_size, decoder, device), conventions, gold_variants, lm,
+    with progress_steps(console, progress) as steps, default_gold_hint(gold_choice.default, _default_gold(split)):
+        outcome = run_eval(source, gold_choice, convention, length_option, parse, conventions, gold_variants, lm,
                            per_sentence, resamples, word_match, console, steps)
     print_outcome(outcome, as_json, console)
 
 
-def _forward(console, command: str, both: bool, predicted, conventions, variants, baseline, checkpoint, options,
-             seed, resamples, as_json, progress) -> None:
+def _forward(console, agreement: bool, compare: bool, switched: bool, predicted, conventions, variants, baseline,
+             checkpoint, options, seed, resamples, as_json, progress) -> None:
     """The old ``induce eval --agreement / --compare``: said to be ``induce agreement / compare`` now, then run
-    as they run."""
-    if both:
+    as they run (``switched``: a switch of induce's own convention was given, which they do not take)."""
+    if agreement and compare:
         raise InduceError("--agreement and --compare together: choose one")
+    command = "agreement" if agreement else "compare"
+    if switched:
+        raise InduceError(f"--{command} names the whole convention: drop --keep-punct, --count-root, --multiset, "
+                          "--per-sentence, --lm and --untrained")
     if baseline is not None or checkpoint is not None:
         raise InduceError(f"--{command}: give the runs or prediction files as arguments (a run folder is parsed), "
                           "not --baseline / --checkpoint")
