@@ -39,6 +39,8 @@ USER_ERRORS = {
     "parse": (["parse", "{text}", "--format", "xml"], "--format 'xml': use ptb, pretty or json"),
     "generate": (["generate", "--checkpoint", "{tmp}/missing"], "no such run folder or checkpoint"),
     "ensemble": (["ensemble", "{gold}", "-o", "{tmp}/e.txt"], "two sources or more"),
+    "compare": (["compare", "{gold}", "--gold", "{gold}"], "takes two sources"),
+    "agreement": (["agreement", "{gold}", "--gold", "{gold}"], "takes two sources or more"),
     "leaderboard": (["leaderboard", "--gold", "{gold}"], "give folders (or files) of predictions, or --manifest"),
     "models": None,  # takes no input that can be wrong
     "diagnose grad": (["diagnose", "grad", "--out", "{tmp}/grad"], "give at least one --checkpoint or --model"),

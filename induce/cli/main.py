@@ -22,6 +22,7 @@ from induce.models.plugins import load_plugins_for_help
 COMMAND_MODULES = (
     "induce.cli.preprocess",
     "induce.cli.evaluate",
+    "induce.cli.compare",
     "induce.cli.ensemble",
     "induce.cli.leaderboard",
     "induce.cli.train",

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 from induce.evaluation.baselines import BASELINES
-from induce.evaluation.metrics import REPORTED_LABELS
+from induce.evaluation.engine import REPORTED_LABELS
 from induce.report.findings import all_findings, join_words
 from induce.report.names import WSJ_SOURCES, display, split_label
 from induce.report.published import PUBLISHED

@@ -18,10 +18,11 @@ import re
 from pathlib import Path
 
 from induce.config import config_source, deep_merge, read_yaml
-from induce.evaluation.metrics import mean_std
+from induce.evaluation.engine import mean_std
 from induce.files import now
 
-#: name -> EvalConvention keyword arguments; the first three are our default convention.
+#: name -> :func:`~induce.evaluation.conventions.induce_convention` keyword arguments; the first three are our
+#: default convention.
 SCORE_SETS = {
     "all": {},
     "wsj10": {"max_length": 10},
@@ -42,10 +43,10 @@ def read_json(path: Path) -> dict:
 
 
 def convention(name: str):
-    """The :class:`~induce.evaluation.EvalConvention` of a score set."""
-    from induce.evaluation import EvalConvention
+    """The :class:`~induce.evaluation.Convention` of a score set."""
+    from induce.evaluation import induce_convention
 
-    return EvalConvention(**SCORE_SETS[name])
+    return induce_convention(**SCORE_SETS[name])
 
 
 def machine_info(device: str) -> dict:
