@@ -76,9 +76,9 @@ class ConfigError(InduceError):
 
 #: torch CPU threads of every command when none is given (``--threads``, ``train.threads``, a profile's
 #: ``threads``): one. Measured on a 2-core machine shared with other work, one thread trained and evaluated
-#: faster than two and than torch's default (bench/RESULTS.md, "Threads").
+#: faster than two and than torch's default (bench/results/training.md, "Threads").
 DEFAULT_THREADS = 1
-DEFAULT_THREADS_TEXT = f"induce's default, {DEFAULT_THREADS} (measured: bench/RESULTS.md)"
+DEFAULT_THREADS_TEXT = f"induce's default, {DEFAULT_THREADS} (measured: bench/results/training.md)"
 
 
 def use_threads(threads: Optional[int] = None) -> int:

@@ -33,8 +33,6 @@ def _expand(command: str) -> list[str]:
     return [" ".join(shlex.quote(w) for w in combo) for combo in itertools.product(*choices)]
 
 
-#: Commands that other pieces of the same change add; an example naming one is skipped until the app has it.
-ARRIVING_COMMANDS = frozenset({"config", "compare", "agreement"})
 #: The pages whose examples are checked: the README and the documentation site.
 PAGES = ("README.md", *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "docs").glob("*.md")))
 
@@ -142,9 +140,6 @@ def test_example_is_accepted_by_the_parser(example):
     words = shlex.split(example)
     if "..." in words:
         pytest.skip("shorthand (...), not a command line")
-    root_commands = getattr(typer.main.get_command(app), "commands", {})
-    if words[0] == "induce" and len(words) > 1 and words[1] in ARRIVING_COMMANDS and words[1] not in root_commands:
-        pytest.skip(f"`induce {words[1]}` arrives with another piece of this change")
     if words[0] == "induce" and len(command_names(words[1:])) == len(words) - 1:
         # `induce parse`, `induce task train`: a mention of a command (the README's overview), not a
         # command line; it must name an existing command

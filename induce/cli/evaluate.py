@@ -106,8 +106,7 @@ def max_length_option():
 def conventions_option():
     return typer.Option([], "--convention", metavar="NAME", help="Score under a published convention, equal to its "
                         "authors' script (repeatable; `all` for every one): " + CONVENTION_LIST + ". One table, one "
-                        "row per convention; --json adds a 95% bootstrap interval to every figure. See README, "
-                        "'Evaluation convention'.")
+                        "row per convention; --json adds a 95% bootstrap interval to each figure (docs/evaluation.md).")
 
 
 def gold_variants_option():

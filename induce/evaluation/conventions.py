@@ -24,7 +24,7 @@ commands and their printed figures, which the tests reproduce to the printed dig
 =================== ===============================================================================
 
 What they differ in (each rule with the file and lines of the original in the comments below; summarised in
-``bench/RESULTS.md``, "Evaluation conventions, agreement and ensembles"):
+``bench/results/evaluation.md``, "Evaluation conventions, agreement and ensembles"):
 
 * **tokens** — ``word_tags``: leaves whose gold POS is a word tag (:data:`induce.trees.ptb.WORD_TAGS`);
   ``all``: every token but traces (``--keep-punct``); ``li_nopunct``: Li et al.'s PTB punctuation set

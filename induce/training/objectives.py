@@ -456,7 +456,7 @@ class SentenceLevel(Objective):
         (:func:`length_cap`; all when there is no cap, or no valid sentence within it). A run trained on sentences
         of at most 20 words is selected on sentences of at most 20 words: over every length, the longer sentences
         (most of the tokens) would weigh a distribution it never trains on. (compound-pcfg validates on every
-        length, with a cap of 40 words that leaves few out; ``bench/RESULTS.md``'s fidelity table.)"""
+        length, with a cap of 40 words that leaves few out; ``bench/results/decisions.md``'s fidelity table.)"""
         cap = length_cap(self.config, self.config.train.epochs)
         within = [s for s in self.valid_sentences if cap is None or len(s) <= cap]
         return within or self.valid_sentences  # none that short (a tiny corpus): every length, as before

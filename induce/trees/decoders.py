@@ -212,7 +212,7 @@ def parse_batch(
     model.eval()
     device = next(model.parameters()).device
     trees: list[Optional[nltk.Tree]] = [None] * len(sentences)
-    carry = getattr(model, "parse_state_carry", False)
+    carry = model.parse_state_carry
     groups = length_batches([len(s) for s in sentences], batch_size, carry, cost, budget)
     done = 0
     try:

@@ -131,7 +131,7 @@ class PackedLinear:
     A time loop multiplies the same matrix by a small ``[B, K]`` state at every step; a plain GEMM
     call re-packs the whole matrix each time, which for ``B = 20`` costs as much as the product.
     Packed once per forward, the per-step product runs 1.6-1.7x faster with 2 threads at ON-LSTM's
-    and PaLM's sizes (1.1-1.3x at PRPN's ``B = 64``; ``bench/RESULTS.md``). Not differentiable:
+    and PaLM's sizes (1.1-1.3x at PRPN's ``B = 64``; ``bench/results/training.md``). Not differentiable:
     used inside :class:`_RecurrentAddmm`, which has its own backward.
     """
 

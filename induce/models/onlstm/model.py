@@ -54,7 +54,7 @@ so weight and bias of ``ih`` are ``U(+-1/sqrt(input size))`` and those of ``hh``
   DropConnect leaves biases alone in both, and at evaluation only the weight is scaled.
 * ``one`` — one zero-initialised bias. Checkpoints written before the option existed were trained so
   and load as ``one`` (``ONLSTMConfig.stored_defaults``). The untrained trees are the same with either
-  (``bench/RESULTS.md``, "Initialisation and untrained models").
+  (``bench/results/models.md``, "Initialisation and untrained models").
 
 The code's gate layout (``[master input | master forget | out | cell | in | forget]``) differs from
 ours (below); every row of a matrix is drawn from the same distribution, so the order does not

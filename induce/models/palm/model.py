@@ -91,8 +91,8 @@ weights with the released fans and gains and all its biases 0
 checkpoint replaces them). No other draw is offered: a uniform ``U(+-1/sqrt(H))`` on every LSTM parameter
 with random biases in the span gate and query (which no source uses) left the second layer's output
 dominated by its mean over tokens, so untrained models split all-left or mostly-right, where the released
-draw gives the paper's Table 4 shares (``bench/RESULTS.md``, "Initialisation and untrained models"). The paper variant
-keeps Eq. 1b's update bias inside the ``tanh`` ("bias terms are suppressed for clarity"), zero at
+draw gives the paper's Table 4 shares (``bench/results/models.md``, "Initialisation and untrained models").
+The paper variant keeps Eq. 1b's update bias inside the ``tanh`` ("bias terms are suppressed for clarity"), zero at
 initialisation like every released bias; the released code has no update bias (``rrnn.py`` uses only
 the forget half of its bias).
 

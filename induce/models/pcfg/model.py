@@ -22,7 +22,7 @@ Viterbi tree's span indicator, with ``z`` the inference network's mean (compound
 ``use_mean=True``). Decoders ``mbr`` (the default: CKY over the posteriors, as Kim et al. and Yang et
 al. report) and ``viterbi`` (the best derivation; compound-pcfg's ``train.py`` prints these trees).
 
-**Fidelity to the released code** (each difference that matters is an option; ``bench/RESULTS.md``'s
+**Fidelity to the released code** (each difference that matters is an option; ``bench/results/decisions.md``'s
 fidelity table says which one the configs use):
 
 * ``init: xavier`` (default): every parameter of two or more dimensions from ``xavier_uniform_``

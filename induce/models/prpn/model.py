@@ -32,7 +32,7 @@ perplexity and F1:
   ``projector_pred``), ``[h_t; h~_t]`` (``PredictNetwork.ffd``) and the output (``PRPN.drop``).
   Only ``h~`` has one mask per forward (``rmask``), shared by the whole batch; kept here.
   ``locked``: AWD-LSTM's variational masks, one per sequence (``h~``: one per sequence); 4-10% faster
-  on CPU (``bench/RESULTS.md``, "Model training speed on CPU").
+  on CPU (``bench/results/training.md``, "Model training speed on CPU").
 * ``key_dropout: 0.5, wdrop: 0`` — the attention keys are ``Drop(Linear(Drop([x_t; h_{t-1}])))``
   with the code's ``idropout`` (0.5) twice (``projector_summ``; ``projector_pred`` on ``h_t``);
   the key reads the layer input before the cell's dropout. Stratos' note (B.1) writes DropConnect
@@ -63,7 +63,7 @@ its modules. Read from ``ParsingNetwork.py``, ``ReadingNetwork.py``, ``PredictNe
   input channels, where PyTorch >= 1.0 counts the ``d / 2`` of a group (``1/sqrt(d/2)``, sqrt 2
   wider). ``torch-1`` keeps the installed PyTorch's defaults (scale 1, the group's bound): what
   checkpoints written before the option existed were initialised with (``PRPNConfig.stored_defaults``).
-  Neither moves the untrained trees (``bench/RESULTS.md``, "Initialisation and untrained models").
+  Neither moves the untrained trees (``bench/results/models.md``, "Initialisation and untrained models").
 
 Left as they are (not part of the fidelity issue): the code's ``LayerNorm`` divides by the
 unbiased standard deviation plus ``1e-6`` (``nn.LayerNorm`` here: biased variance, ``eps`` inside

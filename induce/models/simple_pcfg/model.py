@@ -25,7 +25,7 @@ Parsing (parser kind :data:`induce.trees.kinds.GRAMMAR`): ``parse_structure`` re
 derivation's spans (channel 1, decoder ``viterbi``): max-product factors like the sum, through max-plus
 products that no matrix unit does (the released code has no Viterbi: ``assert viterbi is not True``).
 
-**Fidelity to the released code** (``bench/RESULTS.md``'s fidelity table):
+**Fidelity to the released code** (``bench/results/decisions.md``'s fidelity table):
 
 * ``init: xavier`` (default): ``xavier_uniform_`` on every parameter of two dimensions or more, embeddings
   and the inference LSTM included, as both released classes' ``_initialize``; ``init: torch`` keeps PyTorch's.

@@ -17,7 +17,7 @@ Parsing (parser kind :data:`induce.trees.kinds.GRAMMAR`): ``parse_structure`` re
 only (channel 0): decoder ``mbr``, the authors' ``decode: 'mbr'``. Max-product does not factor through
 the rank, so there is no ``viterbi`` here (TN-PCFG's ``evaluate`` has none either).
 
-**Fidelity to the released code** (``bench/RESULTS.md``'s fidelity table):
+**Fidelity to the released code** (``bench/results/decisions.md``'s fidelity table):
 
 * ``init: torch`` (default): PyTorch's defaults, as the released ``TNPCFG`` class (``parser/model/TN_PCFG.py``)
   has them: it never calls an initialiser, and neither do ``parser/helper/util.py``'s ``get_model`` nor
