@@ -2,7 +2,7 @@
 PYTHON ?= python3
 # Extra options for pip (e.g. an index serving CPU builds of torch).
 PIP_OPTS ?=
-# Where the treebank data is (see README "Data"); empty = INDUCE_DATA / corpora/ / NLTK data path / synthetic.
+# Where the treebank data is (docs/data.md); empty = INDUCE_DATA / corpora/ / NLTK data path / synthetic.
 DATA ?=
 DATA_OPT := $(if $(DATA),--data $(DATA),)
 INDUCE := $(PYTHON) -m induce
@@ -10,7 +10,7 @@ INDUCE := $(PYTHON) -m induce
 # fixtures, such as the H100 compile check, are built once): PYTEST_WORKERS= runs it in one process.
 PYTEST_WORKERS ?= -n 2 --dist loadfile
 
-.PHONY: install test test-fast test-triton reproduce baselines bench gpu-check clean
+.PHONY: install test test-fast test-triton reproduce baselines bench gpu-check docs clean
 
 install: .install-stamp
 
@@ -40,7 +40,7 @@ test-triton: install
 # PaLM models 60 CPU-minutes each: ~10 h, estimated) | paper (the papers' recipes: days of GPU time, in chunks of
 # CHUNK=3h per invocation; run it again until it exits 0 -- status 75 means "not finished, run again") | toy;
 # SEEDS=1,2,3, JOBS=N runs at once (default: the profile's). Re-running continues where an interrupted run stopped.
-# EXECUTOR=slurm: each run a job of a SLURM cluster (README, "On a SLURM cluster").
+# EXECUTOR=slurm: each run a job of a SLURM cluster (docs/slurm.md).
 PROFILE ?= auto
 SEEDS ?=
 CHUNK ?=
@@ -66,12 +66,16 @@ bench: install
 # GPU, the step benchmark against the original implementations and `induce train` epochs, in at most 9 minutes
 # of one H100; results (summary.json, gpu-check.log, gpu_training.json, bench_models.json) in OUT (here:
 # gpu-check/ unless OUT is set). Installs nothing from the network: WHEELS=DIR (nltk, pydantic, ... as wheels),
-# DATA=DIR (the treebank), ORIGINALS=DIR (bench/originals/prepare.py); bench/RESULTS.md says how to prepare
+# DATA=DIR (the treebank), ORIGINALS=DIR (bench/originals/prepare.py); bench/results/gpu.md says how to prepare
 # them. DRY=1: on CPU, check in about a minute that every step starts (what the tests run).
 GPU_CHECK_OUT := $(if $(filter file,$(origin OUT)),gpu-check,$(OUT))
 gpu-check:
 	$(PYTHON) -u bench/gpu_check.py $(if $(filter 1 yes true,$(DRY)),--dry-run,) $(if $(WHEELS),--wheels $(WHEELS),) \
 	  $(DATA_OPT) $(if $(ORIGINALS),--originals $(ORIGINALS),) --out $(GPU_CHECK_OUT)
 
+# The documentation site (mkdocs.yml, docs/) into site/; --strict fails on a broken link or a page left out.
+docs: install
+	$(PYTHON) -m mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf .install-stamp build *.egg-info .pytest_cache
+	rm -rf .install-stamp build *.egg-info .pytest_cache site

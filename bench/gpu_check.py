@@ -32,7 +32,7 @@ compile-test    120 s   ``tests/test_triton_compile_h100.py`` (every Triton kern
 
 The step benchmarks and the kernel tests come first, so that a run cut short by the whole run's limit
 loses what matters least. The budgets (530 s in all) are the times of the first run on a GPU (one
-H200, bench/RESULTS.md "`make gpu-check` on an H200") with a little room; the compile check's is a guess.
+H200, bench/results/gpu.md "`make gpu-check` on an H200") with a little room; the compile check's is a guess.
 Without ``--originals`` the benchmarks run without the originals and the summary records them as skipped,
 with the reason.
 

@@ -54,7 +54,7 @@ def probe(spec: dict) -> dict:
         source = find_treebank(Path(spec["data"])) if spec.get("data") else None
         if source is None:
             problems.append(f"no treebank in DATA={spec.get('data')} (a data root with wsj/02-21.mrg and "
-                            "wsj/22.mrg, the LDC layout or the NLTK sample; bench/RESULTS.md says how to carry it)")
+                            "wsj/22.mrg, the LDC layout or the NLTK sample; bench/results/gpu.md says how to carry it)")
         else:
             info["data"] = f"{source.kind} in {source.folder}"
     except Exception as err:  # noqa: BLE001
@@ -92,7 +92,7 @@ def cudnn_weights(device: str, n_in: int, n_hidden: int, batch: int, steps: int)
     its single-buffer weights must not make cuDNN copy them at every call (the warning becomes an error)."""
     import torch
 
-    from induce.models.awd import WeightDropLSTM
+    from induce.models.common.awd import WeightDropLSTM
 
     lstm = WeightDropLSTM(n_in, n_hidden, 0.5).to(device).train()
     zeros = torch.zeros(batch, n_hidden, device=device)

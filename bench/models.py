@@ -72,7 +72,7 @@ from rich.table import Table
 
 from induce.devtools.launches import LaunchCount, as_on_cuda, count_launches
 from induce.kernels import triton_unavailable_reason, use_backend
-from induce.models.awd import RecurrentProjection, WeightDropLSTM
+from induce.models.common.awd import RecurrentProjection, WeightDropLSTM
 from induce.models.registry import get_model_class
 from induce.training.graphs import WARMUP_STEPS
 from induce.training.state import detach_state
@@ -92,7 +92,7 @@ SETUPS = {
     "onlstm-mm": (20, 70, "sgd", {}),
     "prpn-mm": (64, 35, "adam", {}),
     # PRPN with AWD-LSTM's regularisation instead of the released code's (locked masks, DropConnect on the
-    # key matrices): the model cost of the figures measured before the fidelity fixes (bench/RESULTS.md)
+    # key matrices): the model cost of the figures measured before the fidelity fixes (bench/results/training.md)
     "prpn-locked": (64, 35, "adam", {"dropout_masks": "locked", "key_dropout": 0.0, "wdrop": 0.5}),
 }
 
@@ -290,7 +290,7 @@ class ExternalTrainer:
     """Someone else's training step, timed like ours: ``path`` is a Python file defining
     ``make_trainer()`` that returns an object with ``.step()`` (one full training step: forward,
     backward, clipping, optimiser) and ``.batch`` / ``.bptt``. Used to time the original
-    implementations side by side (their code is not part of this project; see bench/RESULTS.md).
+    implementations side by side (their code is not part of this project; see bench/results/training.md).
     ``options`` go to ``make_trainer`` as keywords (``bench/pcfg_models.py``'s entries take the model, the
     batch and the sentence length, and have ``.length`` where these have ``.bptt``)."""
 

@@ -27,7 +27,7 @@ stops keeps what it measured.
     python bench/pcfg_models.py --external compound-pcfg=.originals/compound-pcfg/bench_entry.py \\
         --external tn-pcfg=.originals/tn-pcfg/bench_entry.py --threads 1 2 --json pcfg_steps.json
     python bench/pcfg_models.py --tiny --external ...   # a quick check that every entry runs
-    python bench/pcfg_models.py --markdown pcfg_steps.json   # the table of bench/RESULTS.md
+    python bench/pcfg_models.py --markdown pcfg_steps.json   # the table of bench/results/training.md
 
 **Profile** (``--profile``): our step alone under :mod:`torch.profiler` (``with_stack``) for
 ``--profile-steps`` steps after two warm-up steps, at the first batch size, length and thread count
@@ -280,7 +280,7 @@ def cell_table(rows: list[dict], externals: list[str]) -> Table:
 
 
 def markdown_table(rows: list[dict]) -> str:
-    """The rows of one or more ``--json`` files as a Markdown table (what bench/RESULTS.md shows): per cell the
+    """The rows of one or more ``--json`` files as a Markdown table (what bench/results/training.md shows): per cell the
     medians, each original's ratio to ours and the peak memory of a step (MiB above the model and optimiser
     state), the anchor (the faster original) and the load average around the cell; ``(n)`` after a median
     when it is of fewer than 3 steps."""

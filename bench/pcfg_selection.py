@@ -3,7 +3,7 @@ default) and, at each epoch's end (one batch into the next epoch), measure its v
 ways on the monitor set: every length or only within the training length cap, ``z`` sampled (the bound) or at the
 mean of q(z | x) (``valid_z``); the trainer's own line (dev F1 on the monitor set) is in ``OUT/metrics.jsonl``.
 One JSON line per epoch on stdout and in ``OUT.jsonl``. The figures of *Model selection of the neural PCFGs* in
-``bench/RESULTS.md``:
+``bench/results/models.md``:
 
     OMP_NUM_THREADS=1 python bench/pcfg_selection.py --corpus CORPORA/ptb-wsj-train2500-valid400 --out RUN \\
         --seconds 900 --seed 1

@@ -3,7 +3,7 @@
 # once on one GPU; every STAGE optimiser steps each run's last checkpoint is scored by `induce eval` on the corpus's
 # valid split (WSJ 22, every length, the default convention). RUNS lists the runs as NAME:MODEL:CAP:SEED (default:
 # TN-PCFG at both caps, seeds 1111 and 7). For a one-GPU machine
-# (it ran on an H200: bench/RESULTS.md): the prepared WSJ corpus in corpora/ptb-wsj and, where pydantic or nltk are
+# (it ran on an H200: bench/results/reproduction.md): the prepared WSJ corpus in corpora/ptb-wsj and, where pydantic or nltk are
 # not installed, their wheels in .whl/ (installed into /tmp/site), e.g. `BUDGET=480 bash bench/tnpcfg_caps_gpu.sh`.
 #
 # Writes $OUT/results.jsonl (one line per run and stage: cap, seed, steps, sentence / corpus F1, split shares),

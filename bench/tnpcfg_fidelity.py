@@ -77,7 +77,7 @@ def build_pair(original: Path, vocab_size: int, seed: int, tiny: bool = False):
     warnings.filterwarnings("ignore", message="torch.utils.checkpoint: the use_reentrant parameter")
     from parser.model import TNPCFG as Released  # noqa: E402  (the prepared copy of the released package)
 
-    from induce.models.tnpcfg import TNPCFG, TNPCFGConfig
+    from induce.models.tnpcfg.model import TNPCFG, TNPCFGConfig
 
     cfg = TNPCFGConfig(**(TINY if tiny else {}))  # the shipped defaults: 250 / 500, rank 500, s_dim 256, init torch
     torch.manual_seed(seed)

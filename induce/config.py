@@ -1,25 +1,34 @@
 """One typed run configuration: YAML files + ``key=value`` overrides -> :class:`RunConfig`.
 
-Layers, later ones win (:func:`load_config`):
+Layers, later ones win, all applied by one function, :func:`layer_config` (a list of :class:`Layer`), which
+records for every key the layer that set it (:class:`Origins`; ``induce config`` prints them):
 
-1. the defaults of the pydantic classes below;
-2. ``induce/configs/default.yaml`` (data / optim / train defaults shared by every model);
-3. ``induce/configs/<model>.yaml`` (the paper's hyper-parameters of that model);
+1. the typed defaults: the fields of the pydantic classes below, the one place they are written (no shipped file
+   restates them);
+2. ``induce/models/<family>/<model>.yaml`` (the paper's hyper-parameters of that model, in its family's folder:
+   :func:`model_layer`);
+3. with a profile (``induce reproduce``, ``induce config --profile``): the profile's ``<model>.yaml`` files (those
+   of the profiles it extends first), then its ``overrides`` (:mod:`induce.reproduce.profiles`);
 4. ``--config FILE``, a user's file: only the keys it sets change (a file of sizes keeps the model's
    optimiser);
-5. ``key=value`` overrides with dotted keys (``model.hidden_size=200 optim.lr=0.003``); values
+5. ``--model NAME``, which the layers before must not contradict and those after must not change;
+6. ``key=value`` overrides with dotted keys (``model.hidden_size=200 optim.lr=0.003``); values
    are read as YAML scalars (``0.003`` is a float, ``true`` a bool, ``null`` None, ``[0, 0.999]`` a list);
-6. the flags of the command that set keys (``--seed 5``: ``train.seed``), which must agree with an override
-   of the same key.
+7. the flags of the command that set keys (``--seed 5``: ``train.seed``), which must agree with an override
+   of the same key (the reproduction's own values, its corpus, seed and budgets, take this place unchecked).
+
+What a run fills in from the machine and the data when it starts (a ``null`` that means automatic: the threads,
+the default corpus, the BPTT bucket) is resolved by :func:`induce.training.setup.fill_in_runtime` and recorded in
+the run's ``config.yaml``, not here.
 
 Every file and override is read by :class:`ConfigLoader`: numbers in decimal as written (``010`` is 10,
 ``1e-3`` a float), none of YAML 1.1's octal, base 60 or ``yes`` / ``on`` booleans; ``config.yaml`` is written
 by :class:`ConfigDumper`, which reads back identically.
 
-The shipped configs (layers 2 and 3, and the profiles of ``induce reproduce``) live inside the package
+The shipped configs (layer 2, and the profiles of ``induce reproduce``) live inside the package
 and are read with :mod:`importlib.resources`, so an editable install, ``pip install .`` and a wheel
 read the same files. A shipped file that is missing is an error, never a silent fall back to layer 1.
-A model from a plugin (``INDUCE_PLUGINS``) has no shipped config: layer 3 is empty for it.
+A model from a plugin (``INDUCE_PLUGINS``) has no shipped config: layer 2 is empty for it.
 
 Every key remembers where its value came from (:class:`Origins`: a file, ``--model``, or an
 override), and a validation error names that source, not the whole stack of layers.
@@ -33,11 +42,13 @@ Every validation error names the dotted key it is about.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import re
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, Union
 
 import pydantic
 import yaml
@@ -56,7 +67,6 @@ SHIPPED_CONFIGS: Traversable = resources.files("induce") / "configs"
 CONFIG_DIR = Path(str(SHIPPED_CONFIGS))
 #: How messages name a shipped config file (``induce/configs/prpn.yaml``), wherever it is installed.
 SHIPPED_PREFIX = "induce/configs/"
-DEFAULT_CONFIG = "default.yaml"
 SECTIONS = ("model_name", "model", "data", "optim", "train")
 
 
@@ -66,9 +76,9 @@ class ConfigError(InduceError):
 
 #: torch CPU threads of every command when none is given (``--threads``, ``train.threads``, a profile's
 #: ``threads``): one. Measured on a 2-core machine shared with other work, one thread trained and evaluated
-#: faster than two and than torch's default (bench/RESULTS.md, "Threads").
+#: faster than two and than torch's default (bench/results/training.md, "Threads").
 DEFAULT_THREADS = 1
-DEFAULT_THREADS_TEXT = f"induce's default, {DEFAULT_THREADS} (measured: bench/RESULTS.md)"
+DEFAULT_THREADS_TEXT = f"induce's default, {DEFAULT_THREADS} (measured: bench/results/training.md)"
 
 
 def use_threads(threads: Optional[int] = None) -> int:
@@ -201,8 +211,9 @@ class OptimConfig(_Section):
         None, gt=0, lt=1, description="multiply lr by this when valid loss plateaus (None: off)"
     )
     plateau_patience: int = pydantic.Field(2, ge=0)
-    # PaLM's released main.py: the span scorer has its own Adam until the ASGD switch
-    # (induce.training.optim.ScorerSplitOptimizer).
+    # PaLM's released main.py: the span scorer has its own Adam until the ASGD switch. The trainer does not read
+    # these keys: PaLM's param_groups hook does (induce.models.palm.model.PaLMBase.param_groups), and the config
+    # check refuses scorer_optimizer=adam for a model without a span scorer (LanguageModel.has_span_scorer).
     scorer_optimizer: Literal["shared", "adam"] = pydantic.Field(
         "shared", description="shared: one optimiser for all parameters; adam: PaLM's span scorer in its own Adam"
     )
@@ -305,8 +316,9 @@ class Origins:
         self._by_key: dict[str, str] = {}
 
     def record(self, key: str, source: str) -> None:
-        """``key`` (and everything under it) now comes from ``source``."""
-        for known in [k for k in self._by_key if k.startswith(key + ".")]:
+        """``key`` (and everything under it) now comes from ``source``; the keys stay in the order they were last
+        set (what :meth:`keys_from` lists)."""
+        for known in [k for k in self._by_key if k == key or k.startswith(key + ".")]:
             del self._by_key[known]
         self._by_key[key] = source
 
@@ -318,6 +330,20 @@ class Origins:
                 self.record_mapping(value, source, dotted)
             else:
                 self.record(dotted, source)
+
+    def exact(self, key: str) -> Optional[str]:
+        """The source that set ``key`` itself or its nearest enclosing section; None where no layer set it (the
+        typed default)."""
+        parts = key.split(".")
+        for end in range(len(parts), 0, -1):
+            found = self._by_key.get(".".join(parts[:end]))
+            if found is not None:
+                return found
+        return None
+
+    def keys_from(self, source: str) -> list[str]:
+        """The dotted keys whose value ``source`` set (and no later layer replaced), in the order it set them."""
+        return [key for key, found in self._by_key.items() if found == source]
 
     def of(self, key: str) -> str:
         parts = key.split(".") if key else []
@@ -433,7 +459,7 @@ def read_yaml(path: Union[str, Path]) -> dict:
 
 
 def read_shipped(name: str) -> dict:
-    """The shipped config ``name`` (``default.yaml``, ``prpn.yaml``, ``toy/prpn.yaml``) as a mapping, read
+    """The shipped config ``name`` (``prpn.yaml``, ``toy/prpn.yaml``) as a mapping, read
     with importlib.resources; a :class:`ConfigError` when this installation lacks it."""
     resource = shipped_config(name)
     if resource is None:
@@ -490,6 +516,16 @@ def deep_merge(base: dict, update: dict) -> dict:
     return out
 
 
+#: The keys whose ``null`` a run fills in when it starts, from the machine and the data
+#: (:func:`induce.training.setup.fill_in_runtime`), recording the value in its ``config.yaml``.
+FILLED_IN_BY_THE_RUN = ("train.threads", "data.corpus", "data.bptt_bucket")
+
+
+#: How a user's ``key=value`` override is named in errors and by ``induce config`` (``override optim.lr=0.1``);
+#: a flag must agree with an override of the same key named so (:func:`apply_flags`).
+OVERRIDE = "override"
+
+
 #: The command-line flags of ``induce train`` that set config keys (named in errors about them).
 FLAG_OF_KEY = {
     "train.seed": "--seed", "train.device": "--device", "train.kernels": "--kernels", "train.epochs": "--max-epochs",
@@ -498,9 +534,10 @@ FLAG_OF_KEY = {
 }
 
 
-def apply_overrides(raw: dict, overrides: list[str], origins: Optional[Origins] = None) -> dict:
+def apply_overrides(raw: dict, overrides: list[str], origins: Optional[Origins] = None, label: str = OVERRIDE) -> dict:
     """Apply ``key=value`` strings (dotted keys, values read by :func:`load_yaml`) to a raw config mapping;
-    returns a new mapping. ``origins`` records each key as coming from ``override key=value``."""
+    returns a new mapping. ``origins`` records each key as coming from ``<label> key=value`` (``override
+    optim.lr=0.1``; a profile's overrides are labelled with its file)."""
     out = copy.deepcopy(raw)
     for item in overrides:
         key, sep, text = item.partition("=")
@@ -511,9 +548,9 @@ def apply_overrides(raw: dict, overrides: list[str], origins: Optional[Origins] 
             value = load_yaml(text) if text.strip() else None
         except yaml.YAMLError:
             value = text  # not YAML: keep the string, validation will say whether it fits
-        _set_key(out, key, value, f"override {item}")
+        _set_key(out, key, value, f"{label} {item}")
         if origins is not None:
-            origins.record(key, f"override {item}")
+            origins.record(key, f"{label} {item}")
     return out
 
 
@@ -544,20 +581,23 @@ def _get_key(raw: dict, key: str) -> Any:
     return node
 
 
-def apply_flags(raw: dict, flags: dict[str, Any], origins: Optional[Origins] = None) -> dict:
+def apply_flags(raw: dict, flags: dict[str, Any], origins: Optional[Origins] = None,
+                source: Optional[str] = None) -> dict:
     """Apply the values a command's flags set (``{"train.seed": 5}``, typed by the command line, never
     re-read as YAML: ``--corpus 2024`` is the folder ``2024``) to a raw config mapping; returns a new mapping.
     A flag and a ``key=value`` override of the same key (in ``origins``) that give different values are
-    refused, naming both (``--max-steps 3`` with ``train.max_steps=7``); equal values are fine."""
+    refused, naming both (``--max-steps 3`` with ``train.max_steps=7``); equal values are fine. With ``source``
+    the values are a program's, not flags: each is recorded as ``source`` and none is checked."""
     out = copy.deepcopy(raw)
+    program = source
     for key, value in flags.items():
         flag = FLAG_OF_KEY.get(key, "a command-line option")
-        source = flag if value is True else f"{flag} {value}"  # an on/off flag (--tensorboard) is its name
-        if origins is not None:
+        source = program or (flag if value is True else f"{flag} {value}")  # an on/off flag (--tensorboard): its name
+        if origins is not None and program is None:
             given = origins.of(key)
             current = _get_key(out, key)
-            if given.startswith("override ") and current is not _MISSING and not _same_value(key, current, value):
-                raise ConfigError(f"{source} and {given.removeprefix('override ')} disagree: give the value once "
+            if given.startswith(OVERRIDE + " ") and current is not _MISSING and not _same_value(key, current, value):
+                raise ConfigError(f"{source} and {given.removeprefix(OVERRIDE + ' ')} disagree: give the value once "
                                   "(the flag or the override)")
         _set_key(out, key, value, source)
         if origins is not None:
@@ -600,76 +640,180 @@ def validate_config(raw: dict, source: str = "config", origins: Optional[Origins
     return config
 
 
-def model_config_path(model_name: str) -> Path:
-    """Where model ``model_name``'s shipped config is (or would be) on disk."""
-    return CONFIG_DIR / f"{model_name}.yaml"
+#: The folder of the model families (``induce/models/``): each family's folder ``induce/models/<family>/`` holds
+#: the base config ``<model>.yaml`` of each of its models beside its code. This module, below the models, finds
+#: those files as files (:func:`family_roots`), without importing a model.
+MODELS_DIR = CONFIG_DIR.parent / "models"
+#: How messages name a family's config (``induce/models/prpn/prpn.yaml``), wherever it is installed.
+MODELS_PREFIX = "induce/models/"
 
 
-#: The models shipped with induce, each with its ``<model>.yaml`` here (a plugin's model has none);
-#: ``tests/test_config.py`` checks that this is the set of models the registry finds in the package.
-SHIPPED_MODELS = frozenset({"cpcfg", "memlstm", "npcfg", "onlstm", "palm", "palm-rb", "palm-s", "prpn", "rellstm",
-                            "relrnn", "scpcfg", "snpcfg", "tnpcfg"})
+def family_roots() -> list[Path]:
+    """The folders whose subfolders are model families, the package's own first: :data:`MODELS_DIR`, then
+    ``induce/models/`` under each ``sys.path`` entry (as ``induce.models`` extends its path over them, so a family
+    folder there is found by the registry and its configs here)."""
+    import sys
+
+    roots, seen = [], set()
+    for root in [MODELS_DIR, *(Path(entry or ".") / "induce" / "models" for entry in sys.path)]:
+        try:
+            key = root.resolve()
+        except OSError:
+            continue
+        if key not in seen and root.is_dir():
+            seen.add(key)
+            roots.append(root)
+    return roots
+
+
+def model_config_path(model_name: str) -> Optional[Path]:
+    """The base config ``<model_name>.yaml`` in its family's folder (``induce/models/<family>/``, the first of
+    :func:`family_roots` that holds one, families in name order); None when no family ships one (a plugin's
+    model, an unknown name)."""
+    name = f"{model_name}.yaml"
+    for root in family_roots():
+        for family in sorted(root.iterdir()):
+            if (family / "__init__.py").is_file() and (family / name).is_file():
+                return family / name
+    return None
 
 
 def model_layer(model_name: str) -> tuple[dict, Optional[str]]:
-    """``(mapping, source)`` of the shipped ``<model>.yaml`` of ``model_name``; ``({}, None)`` for a model
-    of a plugin or an unknown name (validation names the unknown model). A shipped model without its
-    file is a :class:`ConfigError` (an incomplete install), never a silent fall back to the defaults."""
-    name = f"{model_name}.yaml"
-    if shipped_config(name) is not None or model_name in SHIPPED_MODELS:
-        return read_shipped(name), SHIPPED_PREFIX + name  # raises when missing
-    return {}, None
+    """``(mapping, source)`` of ``model_name``'s base config (:func:`model_config_path`), the source named
+    ``induce/models/<family>/<model>.yaml`` in every installation; ``({}, None)`` for a model without one (a
+    plugin's model, or an unknown name, which validation names). A family's model whose file is missing (an
+    incomplete install) is refused where the model is chosen (:func:`induce.models.configs.resolve_config`),
+    never trained with its class defaults in silence."""
+    path = model_config_path(model_name)
+    if path is None:
+        return {}, None
+    source = f"{MODELS_PREFIX}{path.parent.name}/{path.name}"
+    return _parse_yaml(path, source), source
+
+
+@dataclasses.dataclass(frozen=True)
+class Layer:
+    """One layer of a run config; :func:`layer_config` applies a list of them in order, later ones winning.
+
+    * ``file``: ``values`` is a mapping read from a YAML file, every leaf of which is set; ``source`` names the
+      file (``induce/models/palm/palm.yaml``, a user's path).
+    * ``model``: ``values`` is the name of the model a command chose, ``source`` how (``--model palm``): the layers
+      before it must name no other model, those after it must not change it.
+    * ``overrides``: ``values`` are ``key=value`` strings, each recorded as ``<source> key=value``; ``source``
+      :data:`OVERRIDE` for a user's (a flag of the same key must then agree), a profile's file for its own.
+    * ``flags``: ``values`` is ``{dotted key: typed value}`` of a command's flags, each named by its flag
+      (:data:`FLAG_OF_KEY`) and refused where a user's override of the key says otherwise.
+    * ``values``: ``{dotted key: typed value}`` a program sets (the reproduction's corpus, seed and budgets),
+      recorded as ``source``, with no agreement check.
+    """
+
+    kind: Literal["file", "model", "overrides", "flags", "values"]
+    source: str
+    values: Any
+
+
+def layer_config(layers: Sequence[Layer]) -> RunConfig:
+    """The :class:`RunConfig` of ``layers`` applied in order over the typed defaults (the fields of the classes
+    above, which no layer restates), with its :class:`Origins`: for every key the layer that set it last. The one
+    layering of ``induce train``, ``induce config``, the profiles of ``induce reproduce`` and the CPU-sized command
+    of a large run's note; errors name the key and the layer its value came from."""
+    raw: dict = {}
+    origins = Origins()
+    chosen: Optional[Layer] = None
+    for layer in layers:
+        if layer.kind == "file":
+            raw = deep_merge(raw, layer.values)
+            origins.record_mapping(layer.values, layer.source)
+        elif layer.kind == "model":
+            given = raw.get("model_name", layer.values)
+            if given != layer.values:
+                raise ConfigError(f"{origins.of('model_name')}: model_name is {given!r}, expected "
+                                  f"{layer.values!r} ({layer.source})")
+            raw["model_name"], chosen = layer.values, layer
+            origins.record("model_name", layer.source)
+        elif layer.kind == "overrides":
+            raw = apply_overrides(raw, list(layer.values), origins, label=layer.source)
+        elif layer.kind == "flags":
+            raw = apply_flags(raw, dict(layer.values), origins)
+        else:
+            raw = apply_flags(raw, dict(layer.values), origins, source=layer.source)
+        if chosen is not None and raw.get("model_name") != chosen.values:
+            raise ConfigError(f"{chosen.source} and {origins.of('model_name').removeprefix(OVERRIDE + ' ')} disagree: "
+                              "give the model once")
+    if not raw.get("model_name"):
+        raise ConfigError("no model chosen: pass --model NAME or set model_name in the config")
+    return validate_config(raw, origins=origins)
+
+
+def shipped_layers(model_name: str) -> list[Layer]:
+    """The shipped layers of ``model_name`` over the typed defaults: its ``<model>.yaml`` (none for a plugin's
+    model, :func:`model_layer`)."""
+    loaded, source = model_layer(model_name)
+    return [] if source is None else [Layer("file", source, loaded)]
+
+
+def config_layers(
+    model_name: Optional[str] = None,
+    config_file: Optional[Union[str, Path]] = None,
+    overrides: Optional[Sequence[str]] = None,
+    flags: Optional[dict[str, Any]] = None,
+    profile_layers: Optional[Callable[[str], Sequence[Layer]]] = None,
+) -> list[Layer]:
+    """The layers of a command's config (:func:`load_config`): ``<model>.yaml`` (shipped) < ``profile_layers`` of
+    the model (``induce config --profile``: the profile's files and overrides) < ``config_file`` < ``--model`` <
+    ``overrides`` < ``flags``.
+
+    The model is ``model_name`` (``--model``), else the ``model_name`` of ``config_file``; when both are given they
+    must agree, and so must ``--model`` and a ``model_name=`` override."""
+    by_flag = model_name is not None
+    user: Optional[dict] = None
+    if config_file is not None:
+        user = read_yaml(config_file)
+        file_model = user.get("model_name")
+        if by_flag and file_model is not None and file_model != model_name:
+            raise ConfigError(f"{config_file}: model_name is {file_model!r} but --model is {model_name!r}")
+        model_name = model_name if by_flag else file_model
+    layers: list[Layer] = []
+    if isinstance(model_name, str) and model_name:
+        layers += shipped_layers(model_name)
+        layers += profile_layers(model_name) if profile_layers is not None else []
+    if user is not None:
+        layers.append(Layer("file", str(config_file), user))
+    if by_flag:
+        layers.append(Layer("model", f"--model {model_name}", model_name))
+    return [*layers, Layer("overrides", OVERRIDE, list(overrides or [])), Layer("flags", "flags", dict(flags or {}))]
 
 
 def load_config(
     model_name: Optional[str] = None,
     config_file: Optional[Union[str, Path]] = None,
-    overrides: Optional[list[str]] = None,
-    use_defaults: bool = True,
+    overrides: Optional[Sequence[str]] = None,
     flags: Optional[dict[str, Any]] = None,
+    profile_layers: Optional[Callable[[str], Sequence[Layer]]] = None,
 ) -> RunConfig:
-    """Build the run config: ``default.yaml`` < ``<model>.yaml`` (both shipped) < ``config_file`` <
-    ``overrides`` < ``flags`` (the module's docstring).
+    """The run config of a command: :func:`layer_config` of :func:`config_layers` (the module's docstring).
 
-    The model is ``model_name`` (``--model``), else the ``model_name`` of ``config_file``; when both are
-    given they must agree, and so must ``--model`` and a ``model_name=`` override. ``use_defaults=False`` skips
-    ``default.yaml``. ``flags`` are the values the command's own flags set (``--seed 5`` -> ``{"train.seed": 5}``,
+    ``flags`` are the values the command's own flags set (``--seed 5`` -> ``{"train.seed": 5}``,
     :func:`apply_flags`); applied last, and errors about them name the flag. A flag and an override that set
     one key to different values are refused. Errors name the file, flag or override a value came from.
     """
-    by_flag = model_name is not None
-    layers: list[tuple[dict, str]] = []
-    if use_defaults:
-        layers.append((read_shipped(DEFAULT_CONFIG), SHIPPED_PREFIX + DEFAULT_CONFIG))
-    user: Optional[dict] = None
-    if config_file is not None:
-        user = read_yaml(config_file)
-        file_model = user.get("model_name")
-        if model_name is not None and file_model is not None and file_model != model_name:
-            raise ConfigError(f"{config_file}: model_name is {file_model!r} but --model is {model_name!r}")
-        model_name = model_name if model_name is not None else file_model
-    if isinstance(model_name, str) and model_name:
-        loaded, source = model_layer(model_name)
-        if source is not None:
-            layers.append((loaded, source))
-    if user is not None:
-        layers.append((user, str(config_file)))
-    raw: dict = {}
-    origins = Origins()
-    for loaded, source in layers:
-        raw = deep_merge(raw, loaded)
-        origins.record_mapping(loaded, source)
-    if by_flag:
-        raw["model_name"] = model_name
-        origins.record("model_name", f"--model {model_name}")
-    raw = apply_overrides(raw, list(overrides or []), origins)
-    if by_flag and raw.get("model_name") != model_name:
-        raise ConfigError(f"--model {model_name} and {origins.of('model_name').removeprefix('override ')} disagree: "
-                          "give the model once")
-    raw = apply_flags(raw, dict(flags or {}), origins)
-    if not raw.get("model_name"):
-        raise ConfigError("no model chosen: pass --model NAME or set model_name in the config")
-    return validate_config(raw, origins=origins)
+    return layer_config(config_layers(model_name, config_file, overrides, flags, profile_layers))
+
+
+def leaf_sources(config: RunConfig) -> list[tuple[str, Any, Optional[str]]]:
+    """``(dotted key, value, source)`` of every leaf of ``config`` as ``config.yaml`` writes it, in its order;
+    ``source`` is the layer that set the value (:class:`Origins`), None for a typed default."""
+    out: list[tuple[str, Any, Optional[str]]] = []
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict) and value:
+            for key, item in value.items():
+                walk(f"{prefix}.{key}" if prefix else str(key), item)
+        else:
+            out.append((prefix, value, config.origins.exact(prefix)))
+
+    walk("", config.to_dict())
+    return out
 
 
 _DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}

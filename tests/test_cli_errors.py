@@ -35,9 +35,12 @@ USER_ERRORS = {
     "preprocess": (["preprocess", "--valid", "{gold}"], "--valid/--test need --train"),
     "eval": (["eval", "--baseline", "diagonal", "--gold", "{gold}"], "unknown baseline 'diagonal'"),
     "train": (["train", "--model", "nosuch"], "unknown model 'nosuch'"),
+    "config": (["config", "--model", "prpn", "optim.lr=-1"], "override optim.lr=-1: optim.lr:"),
     "parse": (["parse", "{text}", "--format", "xml"], "--format 'xml': use ptb, pretty or json"),
     "generate": (["generate", "--checkpoint", "{tmp}/missing"], "no such run folder or checkpoint"),
     "ensemble": (["ensemble", "{gold}", "-o", "{tmp}/e.txt"], "two sources or more"),
+    "compare": (["compare", "{gold}", "--gold", "{gold}"], "takes two sources"),
+    "agreement": (["agreement", "{gold}", "--gold", "{gold}"], "takes two sources or more"),
     "leaderboard": (["leaderboard", "--gold", "{gold}"], "give folders (or files) of predictions, or --manifest"),
     "models": None,  # takes no input that can be wrong
     "diagnose grad": (["diagnose", "grad", "--out", "{tmp}/grad"], "give at least one --checkpoint or --model"),

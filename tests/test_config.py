@@ -12,10 +12,12 @@ import yaml
 
 from induce.config import (
     CONFIG_DIR,
+    MODELS_DIR,
     ConfigError,
     apply_overrides,
     load_config,
     load_config_file,
+    model_config_path,
     parse_duration,
     save_config,
 )
@@ -72,14 +74,17 @@ train: {epochs: 7}
     assert cfg.model["n_layers"] == 3 and "dropouti" in cfg.model
 
 
-def test_model_option_uses_model_yaml_and_default_yaml():
+def test_model_option_uses_model_yaml_over_the_typed_defaults():
+    from induce.config import DataConfig
+
     cfg = load_config("prpn")
-    shipped = yaml.safe_load((CONFIG_DIR / "prpn.yaml").read_text())
+    shipped = yaml.safe_load(model_config_path("prpn").read_text())
     assert cfg.optim.lr == pytest.approx(shipped["optim"]["lr"])
     assert cfg.model["hidden_size"] == shipped["model"]["hidden_size"]
-    default = yaml.safe_load((CONFIG_DIR / "default.yaml").read_text())
-    # a key prpn.yaml does not set comes from default.yaml
-    assert cfg.data.eval_batch_size == default["data"]["eval_batch_size"]
+    # a key prpn.yaml does not set is the typed default, which no shipped file restates
+    assert cfg.data.eval_batch_size == DataConfig().eval_batch_size
+    assert cfg.origins.exact("data.eval_batch_size") is None
+    assert not (CONFIG_DIR / "default.yaml").exists()
 
 
 @pytest.mark.parametrize("name", sorted(list_models()))
@@ -252,7 +257,7 @@ def test_floats_beyond_float32_are_refused():
 def test_config_file_layers_over_the_models_own_config(tmp_path):
     """``--config FILE`` changes only the keys it sets: a file of sizes keeps the model's optimiser (the
     toy profile's tnpcfg.yaml once replaced tnpcfg.yaml and trained a PCFG with SGD at lr 30)."""
-    shipped = yaml.safe_load((CONFIG_DIR / "tnpcfg.yaml").read_text())["optim"]
+    shipped = yaml.safe_load(model_config_path("tnpcfg").read_text())["optim"]
     sizes = load_config("tnpcfg", config_file=CONFIG_DIR / "toy" / "tnpcfg.yaml")
     assert sizes.optim.optimizer == shipped["optimizer"] == "adam"
     assert sizes.optim.lr == pytest.approx(shipped["lr"])
@@ -268,39 +273,45 @@ def test_config_file_layers_over_the_models_own_config(tmp_path):
     with pytest.raises(ConfigError, match=f"^{bad}: model.nt_states:"):
         resolve_config(load_config("cpcfg", config_file=bad))
     # the shipped file set the size it does not divide
-    with pytest.raises(ConfigError, match=r"^induce/configs/onlstm.yaml \+ override model.chunk_size=7: model:"):
+    with pytest.raises(ConfigError, match=r"^induce/models/onlstm/onlstm.yaml \+ override model.chunk_size=7: model:"):
         resolve_config(load_config("onlstm", overrides=["model.chunk_size=7"]))
 
 
 def test_a_missing_shipped_config_is_an_error(tmp_path, monkeypatch):
-    """An install without the shipped configs must not train with the classes' defaults in silence."""
+    """An install without the shipped configs must not train with the classes' defaults in silence: without
+    a family's <model>.yaml its model is refused where it is chosen."""
     import induce.config as config_module
 
+    # imported before CONFIG_DIR is patched: the module reads it once, as its default folder of profiles
+    from induce.reproduce.profiles import Profile, build_run_config
+
+    shipped_prpn = model_config_path("prpn").read_text()
     empty = tmp_path / "configs"
     empty.mkdir()
     monkeypatch.setattr(config_module, "CONFIG_DIR", empty)
     monkeypatch.setattr(config_module, "SHIPPED_CONFIGS", empty, raising=False)
-    with pytest.raises(ConfigError, match="induce/configs/default.yaml: .*missing.*reinstall"):
-        load_config("prpn")
-    (empty / "default.yaml").write_text((CONFIG_DIR / "default.yaml").read_text())
-    with pytest.raises(ConfigError, match="induce/configs/prpn.yaml: .*missing"):
-        load_config("prpn")
-    (empty / "prpn.yaml").write_text((CONFIG_DIR / "prpn.yaml").read_text())
-    assert load_config("prpn").optim.optimizer == "adam"
+    families = tmp_path / "models"
+    (families / "prpn").mkdir(parents=True)
+    (families / "prpn" / "__init__.py").write_text("")
+    monkeypatch.setattr(config_module, "family_roots", lambda: [families])
+    with pytest.raises(ConfigError, match="induce/models/prpn/prpn.yaml: .*missing.*reinstall"):
+        resolve_config(load_config("prpn"))
+    (families / "prpn" / "prpn.yaml").write_text(shipped_prpn)
+    assert resolve_config(load_config("prpn")).optim.optimizer == "adam"
     # the profiles of `induce reproduce` build their configs from the same shipped layers
-    from induce.reproduce.profiles import Profile, build_run_config
-
-    with pytest.raises(ConfigError, match="induce/configs/onlstm.yaml: .*missing"):
+    with pytest.raises(ConfigError, match="induce/models/onlstm/onlstm.yaml: .*missing"):
         build_run_config(Profile(), "onlstm", [])
 
 
 def test_a_plugin_model_has_no_shipped_config():
-    """A model registered outside the package (the test stand-in) takes default.yaml and its class defaults."""
+    """A model registered outside the package (the test stand-in) takes the typed defaults and its class
+    defaults."""
+    from induce.config import DataConfig
+
     from helpers import STANDIN
 
     cfg = load_config(STANDIN)
-    default = yaml.safe_load((CONFIG_DIR / "default.yaml").read_text())
-    assert cfg.model_name == STANDIN and cfg.data.eval_batch_size == default["data"]["eval_batch_size"]
+    assert cfg.model_name == STANDIN and cfg.data.eval_batch_size == DataConfig().eval_batch_size
 
 
 def test_shipped_configs_are_named_the_same_in_every_installation(tmp_path):
@@ -312,15 +323,15 @@ def test_shipped_configs_are_named_the_same_in_every_installation(tmp_path):
     assert config_source(tmp_path / "mine") == str(tmp_path / "mine")
 
 
-def test_the_shipped_models_are_those_of_the_package():
-    """config.SHIPPED_MODELS (which config.py, below the models, keeps to tell a missing shipped file from a
-    plugin's model) names exactly the models registered from induce's own modules, each with its file."""
-    from induce.config import SHIPPED_MODELS, shipped_config
-    from induce.models.registry import get_model_class, list_models
+def test_the_shipped_models_are_those_of_the_family_folders():
+    """The registry's shipped models are exactly the models registered from induce's family folders, each with
+    its base config in its family's folder, which config.py (below the models) finds without importing them."""
+    from induce.models.registry import family_folder, get_model_class, list_models, shipped_models
 
-    builtin = {name for name in list_models() if get_model_class(name).__module__.startswith("induce.")}
-    assert SHIPPED_MODELS == builtin
-    assert all(shipped_config(f"{name}.yaml") is not None for name in SHIPPED_MODELS)
+    builtin = {name for name in list_models() if get_model_class(name).__module__.startswith("induce.models.")}
+    assert set(shipped_models()) == builtin
+    for name in builtin:
+        assert model_config_path(name) == family_folder(get_model_class(name)) / f"{name}.yaml"
 
 
 KEPT_SCRIPT = """
@@ -416,7 +427,8 @@ def test_a_flag_value_is_not_read_as_yaml_and_round_trips_through_config_yaml(na
     assert yaml.safe_load(path.read_text())["data"]["corpus"] == name
 
 
-@pytest.mark.parametrize("path", sorted(CONFIG_DIR.rglob("*.yaml")), ids=lambda p: p.relative_to(CONFIG_DIR).as_posix())
+@pytest.mark.parametrize("path", sorted([*CONFIG_DIR.rglob("*.yaml"), *MODELS_DIR.rglob("*.yaml")]),
+                         ids=lambda p: p.relative_to(CONFIG_DIR.parent).as_posix())
 def test_every_shipped_config_reads_as_it_did_with_yaml_safe_load(path):
     """The shipped configs and profiles hold no YAML 1.1 surprise: the config reader gives every value of
     every file exactly as PyYAML's ``safe_load`` does, types included."""
@@ -469,3 +481,58 @@ def test_the_cpu_sized_command_reads_the_profile_in_decimal(tmp_path):
     write(tmp_path / "cpu" / "profile.yaml", "steps_per_model:\n  prpn: 020\n")
     command = cpu_sized_command("prpn", config_dir=tmp_path)
     assert command == "induce train --model prpn train.seed=10 optim.lr=0.001 --max-steps 20"
+
+
+def test_layer_config_applies_the_layers_in_order_and_remembers_each_keys_layer(tmp_path):
+    """One layering function: files (every leaf), the chosen model, overrides, flags, a program's values; later
+    ones win, and Origins names, per key, the layer that set it last (in the order they were set)."""
+    from induce.config import Layer, layer_config
+
+    config = layer_config([
+        Layer("file", "a.yaml", {"model_name": "onlstm", "optim": {"lr": 1.0, "clip": 0.5}, "train": {"seed": 2}}),
+        Layer("file", "b.yaml", {"optim": {"lr": 2.0}, "data": {"bptt": 30}}),
+        Layer("model", "--model onlstm", "onlstm"),
+        Layer("overrides", "override", ["data.bptt=40", "train.epochs=3"]),
+        Layer("flags", "flags", {"train.seed": 5}),
+        Layer("values", "the program", {"train.epochs": 4}),
+    ])
+    assert (config.optim.lr, config.optim.clip, config.data.bptt, config.train.seed, config.train.epochs) == (
+        2.0, 0.5, 40, 5, 4)
+    origins = config.origins
+    assert origins.exact("optim.lr") == "b.yaml" and origins.exact("optim.clip") == "a.yaml"
+    assert origins.exact("data.bptt") == "override data.bptt=40" and origins.exact("train.seed") == "--seed 5"
+    assert origins.exact("train.epochs") == "the program" and origins.exact("model_name") == "--model onlstm"
+    assert origins.exact("optim.eps") is None  # a typed default
+    assert origins.keys_from("b.yaml") == ["optim.lr"]  # data.bptt was set again later
+    # a program's values are not flags: no agreement check with the user's overrides
+    assert layer_config([Layer("model", "m", "prpn"), Layer("overrides", "override", ["train.seed=3"]),
+                         Layer("values", "p", {"train.seed": 7})]).train.seed == 7
+    with pytest.raises(ConfigError, match=r"^--seed 7 and train.seed=3 disagree"):
+        layer_config([Layer("model", "m", "prpn"), Layer("overrides", "override", ["train.seed=3"]),
+                       Layer("flags", "flags", {"train.seed": 7})])
+    with pytest.raises(ConfigError, match=r"^a.yaml: model_name is 'onlstm', expected 'prpn' \(--model prpn\)"):
+        layer_config([Layer("file", "a.yaml", {"model_name": "onlstm"}), Layer("model", "--model prpn", "prpn")])
+
+
+def test_a_profiles_errors_name_the_layer_of_the_bad_value(tmp_path):
+    """build_run_config layers as load_config does: an error names the profile's file or override that gave the
+    value, not the whole stack."""
+    from induce.reproduce.profiles import build_run_config, load_profile
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    write(folder / "profile.yaml", "extends: toy\noverrides: [data.bptt=1]\n")
+    with pytest.raises(ConfigError, match=re.escape(f"{folder / 'profile.yaml'} overrides: data.bptt=1: data.bptt:")):
+        build_run_config(load_profile(folder), "prpn", [])
+    write(folder / "profile.yaml", "extends: toy\n")
+    write(folder / "prpn.yaml", "model_name: onlstm\n")
+    with pytest.raises(ConfigError, match=re.escape(f"{folder / 'prpn.yaml'}: model_name is 'onlstm', expected")):
+        build_run_config(load_profile(folder), "prpn", [])
+    write(folder / "prpn.yaml", "train:\n  epochs: 0\n")
+    with pytest.raises(ConfigError, match=re.escape(f"{folder / 'prpn.yaml'}: train.epochs:")):
+        build_run_config(load_profile(folder), "prpn", [])
+    # the toy profile's overrides are the base's, named by its file
+    config = build_run_config(load_profile("toy"), "prpn", ["train.seed=4"], {"train.max_steps": 9})
+    assert config.origins.exact("data.bptt") == "induce/configs/toy/profile.yaml overrides: data.bptt=12"
+    assert config.origins.exact("train.seed") == "override train.seed=4"
+    assert config.origins.exact("train.max_steps") == "induce reproduce"

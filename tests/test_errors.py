@@ -474,7 +474,7 @@ def test_the_memory_probe_runs_a_training_step_and_leaves_the_random_streams_alo
 def test_the_memory_probe_leaves_a_batchnorm_s_running_statistics_alone():
     """PRPN's BatchNorm layers update their running statistics in a training-mode forward: the probe puts them
     back (else every LM run with a BatchNorm started from statistics the probe's zero batch had moved)."""
-    from induce.models.prpn import PRPN, PRPNConfig
+    from induce.models.prpn.model import PRPN, PRPNConfig
     from induce.training import fits
     from induce.training.objectives import LMLoss
 

@@ -90,7 +90,7 @@ def test_eval_checkpoint_parses_the_filtered_gold_words_as_words(tmp_path, monke
     `induce reproduce`); with --keep-punct the punctuation is hidden from the model as for raw text.
     The scores equal those of the same trees written to a file and scored."""
     import induce.inference.predict as inference
-    from induce.evaluation import EvalConvention, prepare_gold
+    from induce.evaluation import induce_convention, prepare_gold
     from induce.trees.brackets import read_trees
 
     from helpers import train_tiny_run
@@ -114,8 +114,8 @@ def test_eval_checkpoint_parses_the_filtered_gold_words_as_words(tmp_path, monke
     assert seen == [not keep_punct]
     via_checkpoint = json.loads(result.stdout)
 
-    convention = EvalConvention(keep_punct=keep_punct)
-    words = [prepare_gold(item.tree, convention).words for item in read_trees(gold)]
+    convention = induce_convention(keep_punct=keep_punct)
+    words = [prepare_gold(item.tree).kept_words(convention) for item in read_trees(gold)]
     assert "'" in words[0]  # the possessive is a word here (tag POS)
     trees = original(run, words, device="cpu", keep_punct=not keep_punct)
     pred = tmp_path / "pred.txt"

@@ -8,17 +8,10 @@ import nltk
 import pytest
 
 from induce.errors import InduceError, InputError
-from induce.evaluation import EvalConvention
-from induce.evaluation.conventions import (
-    CONVENTIONS,
-    FullGold,
-    full_gold,
-    score_convention,
-    sentence_scores,
-)
+from induce.evaluation.conventions import CONVENTIONS
+from induce.evaluation.engine import score, sentence_scores
 from induce.evaluation.evalb import COLLINS, DIORA, evalb_sentence
-from induce.evaluation.metrics import prediction_node, prepare_gold
-from induce.inference.scoring import load_gold
+from induce.evaluation.gold import Gold, load_gold, prediction_node, prepare_gold
 from induce.trees.formats import fill_one_word_sentences, read_predictions
 from induce.trees.nodes import constituents, from_nltk
 from induce.trees.transforms import binarise, collapse_unary
@@ -28,8 +21,7 @@ DATA = Path(__file__).parent / "data" / "conventions"
 
 @pytest.fixture(scope="module")
 def golds():
-    gold = load_gold(DATA / "gold.mrg", convention=EvalConvention(keep_punct=True))
-    return [full_gold(s) for s in gold.sentences]
+    return load_gold(DATA / "gold.mrg").sentences
 
 
 def predictions(name: str, golds=None):
@@ -43,7 +35,7 @@ def predictions(name: str, golds=None):
 
 def figure(golds, convention: str, pred_file: str, key: str, max_length=None) -> float:
     preds = predictions(pred_file, golds)
-    return score_convention(golds, preds, CONVENTIONS[convention], max_length=max_length).figures[key]
+    return score(golds, preds, CONVENTIONS[convention].limited(max_length)).figures[key]
 
 
 # (convention, prediction file, figure, printed value, digits printed (of the percentage))
@@ -98,9 +90,9 @@ def test_each_convention_equals_its_script_to_the_printed_digit(golds, conventio
 def test_li_len_limit_10_counts_punctuation(golds, convention, pred, figures):
     """Li et al.'s --len_limit 10 on the punct data: s1 and s7 have 11 tokens with punctuation."""
     preds = predictions(f"pred_{pred}.punct.txt")
-    result = score_convention(golds, preds, CONVENTIONS[convention], max_length=10)
+    result = score(golds, preds, CONVENTIONS[convention].limited(10))
     assert (round(result.figures["corpus_f1"], 2), round(result.figures["sentence_f1"], 2)) == figures
-    evalb = score_convention(golds, preds, CONVENTIONS["li2020-evalb-punct"], max_length=10).figures["corpus_f1"]
+    evalb = score(golds, preds, CONVENTIONS["li2020-evalb-punct"].limited(10)).figures["corpus_f1"]
     assert round(evalb, 2) == {"model": 70.97, "rb": 32.26, "lb": 51.61}[pred]
 
 
@@ -116,13 +108,13 @@ def test_every_format_of_a_prediction_gives_the_same_figures(golds):
 # ---- each rule, hand-worked --------------------------------------------------------------------------
 
 
-def _gold(text: str) -> FullGold:
-    return full_gold(prepare_gold(nltk.Tree.fromstring(text), EvalConvention(keep_punct=True)))
+def _gold(text: str) -> Gold:
+    return prepare_gold(nltk.Tree.fromstring(text))
 
 
 def _score(convention: str, gold: str, pred: str):
     tree = nltk.Tree.fromstring(pred)
-    return score_convention([_gold(gold)], [prediction_node(tree)], CONVENTIONS[convention])
+    return score([_gold(gold)], [prediction_node(tree)], CONVENTIONS[convention])
 
 
 UNARY_ROOT = "(FRAG (NP (NNP John) (NNP Q.) (NNP Public)) (. .))"
@@ -223,11 +215,11 @@ def test_binarised_gold_equals_the_hand_binarised_fixture(golds, side):
 def test_binarised_gold_raises_a_flat_gold_score_to_what_binary_trees_can_reach(golds):
     """Right-branching predictions against right-binarised gold: every gold span a binary tree can have."""
     preds = predictions("pred_rb.nopunct.txt")
-    nary = score_convention(golds, preds, CONVENTIONS["kim2019"]).figures["corpus_f1"]
-    right = score_convention(golds, preds, CONVENTIONS["kim2019"], variant="right").figures["corpus_f1"]
+    nary = score(golds, preds, CONVENTIONS["kim2019"]).figures["corpus_f1"]
+    right = score(golds, preds, CONVENTIONS["kim2019"], variant="right").figures["corpus_f1"]
     assert right > nary
     with pytest.raises(InduceError, match="labelled"):
-        score_convention(golds, preds, CONVENTIONS["evalb-collins"], variant="left")
+        score(golds, preds, CONVENTIONS["evalb-collins"], variant="left")
 
 
 def test_collapse_unary_keeps_the_root_child_for_li():
@@ -245,20 +237,10 @@ def test_a_misaligned_prediction_names_the_line_and_both_lengths(golds, tmp_path
     preds = [prediction_node(item.tree) for item in located]
     with pytest.raises(InputError,
                        match=r"bad.txt:2: the predicted tree has 3 leaves but the gold sentence has 5 words"):
-        score_convention(golds, preds, CONVENTIONS["kim2019"], locations=[(i.path, i.line) for i in located])
+        score(golds, preds, CONVENTIONS["kim2019"], locations=[(i.path, i.line) for i in located])
 
 
-def test_the_induce_convention_is_the_default_evaluator(golds):
-    """`--convention induce` = `induce eval` without --convention (83.33 / 73.77 on the model fixture);
-    kim2019 differs only by the unary-root sentence s5 (81.08)."""
-    from induce.evaluation import evaluate
-    from induce.trees.brackets import read_trees
-
-    gold_trees = [t.tree for t in read_trees(DATA / "gold.mrg")]
-    for pred in ("model", "rb", "lb"):
-        trees = [t.tree for t in read_trees(DATA / f"pred_{pred}.nopunct.txt")]
-        default = evaluate(trees, gold_trees)
-        named = score_convention(golds, predictions(f"pred_{pred}.nopunct.txt"), CONVENTIONS["induce"]).figures
-        assert named["corpus_f1"] == pytest.approx(default.corpus_f1)
-        assert named["sentence_f1"] == pytest.approx(default.sentence_f1)
+def test_the_induce_convention_on_the_model_fixture(golds):
+    """`--convention induce` is `induce eval` without --convention (83.33 on the model fixture); kim2019 differs
+    only by the unary-root sentence s5 (81.08)."""
     assert round(figure(golds, "induce", "pred_model.nopunct.txt", "corpus_f1"), 2) == 83.33

@@ -1,4 +1,5 @@
-"""`induce eval --convention / --gold-variant / --agreement / --compare` and `induce ensemble` end to end."""
+"""`induce eval --convention / --gold-variant`, `induce agreement`, `induce compare` and `induce ensemble` end to
+end."""
 from __future__ import annotations
 
 import json
@@ -61,6 +62,8 @@ def test_user_errors_name_the_option():
     assert result.exit_code == 2 and "labelled" in result.output
     result = invoke("eval", "--compare", DATA / "pred_model.punct.txt", "--gold", GOLD)
     assert result.exit_code == 2 and "--compare takes two sources" in result.output
+    result = invoke("compare", DATA / "pred_model.punct.txt", "--gold", GOLD)
+    assert result.exit_code == 2 and "induce compare takes two sources" in result.output
     result = invoke("eval", DATA / "pred_model.punct.txt", "--gold", GOLD, "--convention", "palm", "--keep-punct")
     assert result.exit_code == 2
 
@@ -87,7 +90,7 @@ def abcd(tmp_path):
 
 def test_agreement_matrix_of_files(abcd):
     gold, files = abcd
-    result = invoke("eval", "--agreement", files["A"], files["B"], files["C"], "--gold", gold, "--json")
+    result = invoke("agreement", files["A"], files["B"], files["C"], "--gold", gold, "--json")
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["matrix"] == [[100.0, 50.0, 50.0], [50.0, 100.0, 0.0], [50.0, 0.0, 100.0]]
@@ -96,7 +99,7 @@ def test_agreement_matrix_of_files(abcd):
 
 def test_compare_reports_the_difference_interval_and_p_value(abcd):
     gold, files = abcd
-    result = invoke("eval", "--compare", files["A"], files["B"], "--gold", gold, "--json", "--resamples", "50")
+    result = invoke("compare", files["A"], files["B"], "--gold", gold, "--json", "--resamples", "50")
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["delta"] == pytest.approx(100 - 50) and summary["resamples"] == 50
@@ -107,39 +110,39 @@ def test_two_files_of_the_same_trees_compare_with_p_1(tmp_path):
     pred = DATA / "pred_model.punct.txt"
     copy = tmp_path / "copy.txt"
     copy.write_bytes(pred.read_bytes())
-    result = invoke("eval", "--compare", pred, copy, "--gold", GOLD, "--json")
+    result = invoke("compare", pred, copy, "--gold", GOLD, "--json")
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert (summary["delta"], summary["low"], summary["high"], summary["p_value"]) == (0.0, 0.0, 0.0, 1.0)
     assert summary["alternative"] is None
-    text = invoke("eval", "--compare", pred, copy, "--gold", GOLD)
+    text = invoke("compare", pred, copy, "--gold", GOLD)
     assert text.exit_code == 0, text.output
     assert "p = 1 (A and B score the same" in text.stdout and "p = 0.0000" not in text.stdout
 
 
 def test_compare_says_which_direction_its_p_tests_and_swaps_exactly():
     model, rb = DATA / "pred_model.punct.txt", DATA / "pred_rb.punct.txt"
-    forward = json.loads(invoke("eval", "--compare", model, rb, "--gold", GOLD, "--json", "--seed", "3").stdout)
-    backward = json.loads(invoke("eval", "--compare", rb, model, "--gold", GOLD, "--json", "--seed", "3").stdout)
+    forward = json.loads(invoke("compare", model, rb, "--gold", GOLD, "--json", "--seed", "3").stdout)
+    backward = json.loads(invoke("compare", rb, model, "--gold", GOLD, "--json", "--seed", "3").stdout)
     assert forward["delta"] > 0 and forward["alternative"] == "A > B" and backward["alternative"] == "A < B"
     assert backward["delta"] == -forward["delta"]
     assert (backward["low"], backward["high"]) == (-forward["high"], -forward["low"])
     assert backward["p_value"] == forward["p_value"]
-    text = invoke("eval", "--compare", model, rb, "--gold", GOLD, "--seed", "3")
+    text = invoke("compare", model, rb, "--gold", GOLD, "--seed", "3")
     assert "one-sided, tests A > B" in text.stdout
 
 
 def test_compare_takes_one_gold_variant_and_names_it():
     model, rb = DATA / "pred_model.punct.txt", DATA / "pred_rb.punct.txt"
-    two = invoke("eval", "--compare", model, rb, "--gold", GOLD, "--gold-variant", "left", "--gold-variant", "right")
-    assert two.exit_code == 2 and "--compare: one --gold-variant at most (left, right given)" in two.output
-    right = invoke("eval", "--compare", model, rb, "--gold", GOLD, "--gold-variant", "right", "--json")
+    two = invoke("compare", model, rb, "--gold", GOLD, "--gold-variant", "left", "--gold-variant", "right")
+    assert two.exit_code == 2 and "induce compare: one --gold-variant at most (left, right given)" in two.output
+    right = invoke("compare", model, rb, "--gold", GOLD, "--gold-variant", "right", "--json")
     assert right.exit_code == 0, right.output
     summary = json.loads(right.stdout)
-    nary = json.loads(invoke("eval", "--compare", model, rb, "--gold", GOLD, "--json").stdout)
+    nary = json.loads(invoke("compare", model, rb, "--gold", GOLD, "--json").stdout)
     assert summary["gold_variant"] == "right" and nary["gold_variant"] == "nary"
     assert summary["b"] != nary["b"]  # right-branching predictions score differently on a right-binarised gold
-    text = invoke("eval", "--compare", model, rb, "--gold", GOLD, "--gold-variant", "right")
+    text = invoke("compare", model, rb, "--gold", GOLD, "--gold-variant", "right")
     assert "gold variant right" in text.stdout
 
 
@@ -164,14 +167,14 @@ def test_agreement_applies_the_length_limit(tmp_path, limit):
     within = {name: tmp_path / f"within.{name}" for name in ("gold", "a", "b")}
     for name, path in (("gold", gold), ("a", first), ("b", second)):
         within[name].write_text(_lines_of(path, keep))
-    limited = invoke("eval", "--agreement", first, second, "--gold", gold, *limit, "--json")
+    limited = invoke("agreement", first, second, "--gold", gold, *limit, "--json")
     assert limited.exit_code == 0, limited.output
-    expected = invoke("eval", "--agreement", within["a"], within["b"], "--gold", within["gold"], "--json")
-    everything = json.loads(invoke("eval", "--agreement", first, second, "--gold", gold, "--json").stdout)
+    expected = invoke("agreement", within["a"], within["b"], "--gold", within["gold"], "--json")
+    everything = json.loads(invoke("agreement", first, second, "--gold", gold, "--json").stdout)
     summary, expected = json.loads(limited.stdout), json.loads(expected.stdout)
     assert summary["n_sentences"] == expected["n_sentences"] == len(keep) < everything["n_sentences"]
     assert summary["matrix"] == expected["matrix"] != everything["matrix"]
-    text = invoke("eval", "--agreement", first, second, "--gold", gold, *limit)
+    text = invoke("agreement", first, second, "--gold", gold, *limit)
     assert f"sentences of at most {5 if limit[0] == '--max-length' else 10} words" in text.stdout
 
 
@@ -273,16 +276,29 @@ def _spellings(path: Path) -> list:
 
 @pytest.mark.parametrize("command", ["ensemble", "agreement", "compare"])
 def test_one_source_given_twice_is_refused(abcd, tmp_path, command):
-    """Each source of an ensemble (a vote, a weight), of --agreement (a row of the matrix) and of --compare counts
+    """Each source of an ensemble (a vote, a weight), of agreement (a row of the matrix) and of compare counts
     in its own right: one file given twice, under any of its names, is refused before anything is read, naming
     both paths (counted once it would leave a source, a weight or a side out without saying)."""
     gold, files = abcd
     out = tmp_path / "ens.txt"
     for other in _spellings(files["A"]):
         sources = [files["A"], other] if command == "compare" else [files["A"], files["B"], other]
-        args = {"ensemble": ["ensemble", *sources, "-o", out], "agreement": ["eval", "--agreement", *sources],
-                "compare": ["eval", "--compare", *sources]}[command]
+        args = {"ensemble": ["ensemble", *sources, "-o", out], "agreement": ["agreement", *sources],
+                "compare": ["compare", *sources]}[command]
         result = invoke(*args, "--gold", gold)
         assert result.exit_code == 2, result.output
         assert f"{other}: " in result.output and f"the same file as {files['A']}" in result.output, result.output
         assert len(result.output.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_the_old_eval_flags_point_to_the_new_commands(abcd):
+    """`induce eval --agreement / --compare` still work, saying once on stderr which command they are now."""
+    gold, files = abcd
+    old = invoke("eval", "--agreement", files["A"], files["B"], files["C"], "--gold", gold, "--json")
+    new = invoke("agreement", files["A"], files["B"], files["C"], "--gold", gold, "--json")
+    assert old.exit_code == 0, old.output
+    assert old.stdout == new.stdout and "`induce eval --agreement` is now `induce agreement`" in old.stderr
+    old = invoke("eval", "--compare", files["A"], files["B"], "--gold", gold, "--json", "--resamples", "50")
+    new = invoke("compare", files["A"], files["B"], "--gold", gold, "--json", "--resamples", "50")
+    assert old.exit_code == 0, old.output
+    assert old.stdout == new.stdout and "`induce eval --compare` is now `induce compare`" in old.stderr

@@ -7,8 +7,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from induce.errors import InputError
-from induce.evaluation import EvalConvention, baseline_predictions, baseline_tree, evaluate, prepare_gold, sentence_prf
+from induce.evaluation import (
+    DEFAULT,
+    baseline_predictions,
+    baseline_tree,
+    induce_convention,
+    prepare_gold,
+    score,
+    sentence_prf,
+)
+from induce.evaluation.gold import gold_view
 from induce.trees.nodes import constituents
+from induce.trees.ptb import strip_function_tags
 
 T = nltk.Tree.fromstring
 GOLD = "(S (NP (DT the) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .))"
@@ -18,10 +28,10 @@ LEFT = "(S (S (S (S (S the cat) sat) on) the) mat)"
 
 def test_right_and_left_branching_by_hand():
     # Gold spans without length-1 and root: (0,2) NP, (2,6) VP, (3,6) PP, (4,6) NP.
-    right = evaluate([T(RIGHT)], [T(GOLD)])  # (1,6) (2,6) (3,6) (4,6): 3 of 4 match
+    right = score([T(GOLD)], [T(RIGHT)])  # (1,6) (2,6) (3,6) (4,6): 3 of 4 match
     assert right.sentence_f1 == pytest.approx(75.0)
     assert right.corpus_f1 == pytest.approx(75.0)
-    left = evaluate([T(LEFT)], [T(GOLD)])  # (0,2) (0,3) (0,4) (0,5): 1 of 4
+    left = score([T(GOLD)], [T(LEFT)])  # (0,2) (0,3) (0,4) (0,5): 1 of 4
     assert left.precision == pytest.approx(25.0) and left.recall == pytest.approx(25.0)
     assert right.label_recall["VP"] == 100.0 and right.label_recall["NP"] == 50.0
     assert left.label_recall["NP"] == 50.0 and left.label_recall["VP"] == 0.0
@@ -30,26 +40,26 @@ def test_right_and_left_branching_by_hand():
 def test_prediction_covering_punctuation_is_projected():
     # 7 leaves: the final "." is dropped by the word-tag filter, so (0,7)->(0,6) is the root.
     with_punct = T("(S (S the (S cat (S sat (S on (S the mat))))) .)")
-    assert evaluate([with_punct], [T(GOLD)]).sentence_f1 == pytest.approx(75.0)
+    assert score([T(GOLD)], [with_punct]).sentence_f1 == pytest.approx(75.0)
     # Keeping punctuation (root (0,7) not counted): gold (0,2) (2,6) (3,6) (4,6); the prediction
     # (0,6) (1,6) (2,6) (3,6) (4,6): 3 matches, precision 3/5, recall 3/4.
-    kept = evaluate([with_punct], [T(GOLD)], EvalConvention(keep_punct=True))
+    kept = score([T(GOLD)], [with_punct], induce_convention(keep_punct=True))
     assert kept.precision == pytest.approx(60.0) and kept.recall == pytest.approx(75.0)
 
 
 def test_right_branching_on_right_branching_gold_is_100():
     gold = T("(S (DT a) (S (NN b) (S (VB c) (S (RB d) (NN e)))))")
-    result = evaluate(baseline_predictions([gold], "right"), [gold])
+    result = score([gold], baseline_predictions([gold], "right"))
     assert result.sentence_f1 == 100.0 and result.corpus_f1 == 100.0
 
 
 def test_count_root_and_short_sentences():
     gold2 = T("(S (NN a) (VB b))")  # two words: no counted span
     gold1 = T("(S (NN a) (. .))")  # one word after removal: skipped
-    result = evaluate([T("(S a b)"), T("(S a .)")], [gold2, gold1])
+    result = score([gold2, gold1], [T("(S a b)"), T("(S a .)")])
     assert result.n_sentences == 1 and result.n_skipped == 1
     assert result.sentence_f1 == 100.0  # gold and prediction without spans: F1 = 1
-    rooted = evaluate([T(RIGHT)], [T(GOLD)], EvalConvention(count_root=True))
+    rooted = score([T(GOLD)], [T(RIGHT)], induce_convention(count_root=True))
     assert rooted.precision == pytest.approx(80.0)  # root added on both sides: 4 of 5
 
 
@@ -63,8 +73,8 @@ def test_empty_gold_conventions():
 def test_multiset_counts_unary_chains():
     gold = T("(S (NP (NP (DT the) (NN cat))) (VP (VBD sat) (ADVP (RB down) (RB here))))")
     pred = T("(S (S the cat) (S sat (S down here)))")
-    as_set = evaluate([pred], [gold])
-    multi = evaluate([pred], [gold], EvalConvention(multiset=True))
+    as_set = score([gold], [pred])
+    multi = score([gold], [pred], induce_convention(multiset=True))
     assert as_set.recall == pytest.approx(100.0)
     assert multi.recall == pytest.approx(75.0)  # gold (0,2) twice, prediction once
     assert multi.label_counts["NP"] == 2 and as_set.label_counts["NP"] == 1
@@ -73,36 +83,37 @@ def test_multiset_counts_unary_chains():
 def test_length_filter_applies_after_punctuation_removal():
     long_gold = T("(S " + " ".join(f"(NN w{i})" for i in range(10)) + " (. .) (, ,))")
     pred = T("(S " + " ".join(f"w{i}" for i in range(10)) + " . ,)")
-    assert evaluate([pred], [long_gold], EvalConvention(max_length=10)).n_sentences == 1
-    assert evaluate([pred], [long_gold], EvalConvention(max_length=9)).n_sentences == 0
+    assert score([long_gold], [pred], induce_convention(max_length=10)).n_sentences == 1
+    assert score([long_gold], [pred], induce_convention(max_length=9)).n_sentences == 0
 
 
 def test_traces_and_function_tags_are_removed():
     raw = T("( (S (NP-SBJ (-NONE- *-1)) (NP-SBJ-1 (DT the) (NN cat)) (VP (VBD sat) (ADVP-LOC (RB here))) (. .)) )")
-    gold = prepare_gold(raw, EvalConvention())
-    assert gold.words == ["the", "cat", "sat", "here"]
-    assert ("NP", 0, 2) in gold.labelled and ("VP", 2, 4) in gold.labelled
+    gold = prepare_gold(raw)
+    assert gold.kept_words(DEFAULT) == ["the", "cat", "sat", "here"]
+    labelled = [(strip_function_tags(label or ""), i, j) for label, i, j in constituents(gold_view(gold, DEFAULT)[0])]
+    assert ("NP", 0, 2) in labelled and ("VP", 2, 4) in labelled
 
 
 def test_mismatches_name_the_line():
     with pytest.raises(InputError, match=r"pred\.txt:2: word 2 differs"):
-        evaluate([T("(S a b)"), T("(S the dog sat)")], [T("(S (NN a) (NN b))"), T("(S (DT the) (NN cat) (VBD sat))")],
-                 pred_locations=[("pred.txt", 1), ("pred.txt", 2)])
+        score([T("(S (NN a) (NN b))"), T("(S (DT the) (NN cat) (VBD sat))")], [T("(S a b)"), T("(S the dog sat)")],
+              locations=[("pred.txt", 1), ("pred.txt", 2)])
     with pytest.raises(InputError, match=r"2 predicted trees but 3 gold trees"):
-        evaluate([T("(S a b)")] * 2, [T("(S (NN a) (NN b))")] * 3)
+        score([T("(S (NN a) (NN b))")] * 3, [T("(S a b)")] * 2)
     with pytest.raises(InputError, match=r"3 leaves"):
-        evaluate([T("(S a b c)")], [T("(S (NN a) (NN b))")])
+        score([T("(S (NN a) (NN b))")], [T("(S a b c)")])
 
 
 def test_branching_statistics_by_hand():
     # Gold: S -> NP VP . ; after removal S(0,6) has 2 children NP(0,2) VP(2,6): other binary split;
     # VP(2,6) -> sat PP(3,6): right; PP(3,6) -> on NP(4,6): right. NP(4,6) has length 2: not counted.
-    result = evaluate([T(LEFT)], [T(GOLD)])
+    result = score([T(GOLD)], [T(LEFT)])
     gold = result.gold_branching
     assert (gold.n_splits, gold.left, gold.right, gold.other_binary, gold.nary) == (3, 0, 2, 1, 0)
     pred = result.pred_branching  # left-branching over 6 words: splits of (0,6) (0,5) (0,4) (0,3)
     assert (pred.n_splits, pred.left, pred.right) == (4, 4, 0)
-    nary = evaluate([T("(S a b c)")], [T("(S (NN a) (NN b) (NN c))")])
+    nary = score([T("(S (NN a) (NN b) (NN c))")], [T("(S a b c)")])
     assert nary.gold_branching.nary == 1 and nary.to_dict()["gold_nary_split_pct"] == 100.0
 
 
@@ -133,7 +144,7 @@ def test_f1_and_branching_against_brute_force(n, seed_pred, seed_gold):
     pred = random_binary(random.Random(seed_pred), 0, n, pred_spans, pred_splits)
     gold = random_binary(random.Random(seed_gold), 0, n, gold_spans, gold_splits)
     pred_tree = T(pred if pred.startswith("(") else f"(X {pred})")
-    result = evaluate([pred_tree], [as_gold(gold)])
+    result = score([as_gold(gold)], [pred_tree])
     if n < 2:
         assert result.n_sentences == 0
         return
@@ -163,7 +174,7 @@ def test_corpus_f1_sums_counts(lengths, seed):
         golds.append(as_gold(random_binary(rng, 0, n, gs, [])))
         ps, gs = ({s for s in spans if s[1] - s[0] >= 2 and s != (0, n)} for spans in (ps, gs))
         tp, n_pred, n_gold = tp + len(ps & gs), n_pred + len(ps), n_gold + len(gs)
-    result = evaluate(preds, golds)
+    result = score(golds, preds)
     if n_pred and n_gold:
         assert result.precision == pytest.approx(100 * tp / n_pred)
         assert result.recall == pytest.approx(100 * tp / n_gold)
@@ -200,6 +211,6 @@ def test_empty_constituents_cover_no_span():
     with_empty = nltk.Tree.fromstring("(S (NP ) (NP (DT the) (NN cat)) (VP (VBD sat)) (ADVP ))")
     plain = nltk.Tree.fromstring("(S (NP (DT the) (NN cat)) (VP (VBD sat)))")
     assert constituents(from_nltk(with_empty)) == constituents(from_nltk(plain))
-    assert evaluate([plain], [with_empty]).corpus_f1 == 100.0
-    empty = prepare_gold(nltk.Tree.fromstring("()"), EvalConvention())
+    assert score([with_empty], [plain]).corpus_f1 == 100.0
+    empty = prepare_gold(nltk.Tree.fromstring("()"))
     assert empty.words == [] and empty.tree is None

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from induce.assess.untrained import build_untrained, evaluate_untrained, untrained_config, untrained_vocabulary
 from induce.cli.main import app
 from induce.data.mikolov import normalize_word
-from induce.evaluation import EvalConvention, prepare_gold
+from induce.evaluation import DEFAULT, Convention, prepare_gold
 from induce.models.registry import get_model_class
 from induce.trees.brackets import read_trees
 
@@ -33,9 +33,8 @@ def corpus(tmp_path_factory) -> Path:
     return make_corpus(tmp_path_factory.mktemp("untrained") / "corpora", train=10, valid=14, test=2)
 
 
-def gold_of(corpus: Path, convention: EvalConvention | None = None):
-    convention = convention or EvalConvention()
-    return [prepare_gold(item.tree, convention) for item in read_trees(corpus / "valid.gold.txt")]
+def gold_of(corpus: Path, convention: Convention | None = None):
+    return [prepare_gold(item.tree) for item in read_trees(corpus / "valid.gold.txt")]
 
 
 def invoke(*args: str) -> dict:
@@ -54,7 +53,7 @@ def test_library_inits_seeds_and_summary(corpus):
     vocab, label = untrained_vocabulary(gold)
     assert "gold sentences' words" in label and vocab.itos[:2] == ["<eos>", "<unk>"]
     # every gold word type, normalised as the training text is (lower case, numbers -> N)
-    assert set(vocab.itos[2:]) == {normalize_word(w) for s in gold for w in s.words} and "N" in vocab.itos
+    assert set(vocab.itos[2:]) == {normalize_word(w) for s in gold for w in s.kept_words(DEFAULT)} and "N" in vocab.itos
     before = torch.random.get_rng_state()
     calls = []
     out = evaluate_untrained("palm", config, gold, vocab, inits=3, seed=10, device="cpu",

@@ -1,6 +1,9 @@
 """The extension point: a family defined and registered here alone (its own parser kind, decoder and a
 sentence-level training objective) trains, parses, evaluates and shows through the CLI, resumes exactly, and
-is found by a fresh process through ``INDUCE_PLUGINS``; nothing in ``induce/`` names it.
+is found by a fresh process through ``INDUCE_PLUGINS``; nothing in ``induce/`` names it. A second family, written as
+a folder ``induce/models/<family>/`` under a temporary ``sys.path`` entry, is found by the registry's scan with its
+base config, trains, parses, evaluates and is listed; and the contract's hooks (a surrogate training loss beside the
+reported one, parameter groups) and declared traits are checked.
 
 The family (``test-spans``) is a toy: word embeddings, a linear layer scoring each span from its first and
 last word's embeddings, a CKY decoder taking the binary tree of the highest total span score, and a loss per
@@ -28,7 +31,7 @@ from typer.testing import CliRunner
 
 from induce.cli.main import app
 from induce.config import load_config
-from induce.models.base import SENTENCE_LEVEL, LanguageModel, LMOutput, ModelConfig
+from induce.models.base import SENTENCE_LEVEL, LanguageModel, LMOutput, ModelConfig, ParamGroup, SentenceLosses
 from induce.models.registry import register
 from induce.training import load_checkpoint
 from induce.training.trainer import TIMING_FIELDS, TrainingInterrupted, resume, train
@@ -280,3 +283,188 @@ def test_a_fresh_process_finds_the_family_through_induce_plugins():
                           env=env, cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr
     assert re.search(rf"^{FAMILY}\s+test-span-table\s", done.stdout, re.M), done.stdout
+
+
+# ------------------------------------------------------------------ a family as a folder, and the contract
+
+#: A family in a folder of its own (``induce/models/test_folder/``): its code, its base config, its display
+#: name, a published figure, and both hooks of the contract (a surrogate training loss beside the reported
+#: one; a parameter group with an Adam of its own). Written under a temporary ``sys.path`` entry, it is found
+#: by scanning ``induce.models`` and its config by :func:`induce.config.model_layer`, with no list to edit.
+FOLDER_FAMILY = '''
+"""A test-only family: a bigram language model of whole sentences, parsing by a linear syntactic distance."""
+from typing import ClassVar
+
+import pydantic
+import torch
+from torch import nn
+
+from induce.models.base import SENTENCE_LEVEL, LanguageModel, ModelConfig, ParamGroup, SentenceLosses
+from induce.models.registry import register
+from induce.trees.kinds import DISTANCE
+
+
+class FolderConfig(ModelConfig):
+    emb_size: int = pydantic.Field(4, gt=0)
+
+
+@register
+class FolderFamily(LanguageModel):
+    name: ClassVar[str] = "test-folder"
+    description: ClassVar[str] = "test-only family defined in a folder of its own"
+    display_name: ClassVar[str] = "Folder-LM"
+    published: ClassVar[dict] = {"pcfg": {"value": 12.5, "source": "a test"}}
+    parser_kind = DISTANCE
+    objective = SENTENCE_LEVEL
+    Config = FolderConfig
+    shortest_sentence: ClassVar[int] = 2
+
+    def __init__(self, vocab_size, config=None):
+        super().__init__()
+        self.config = config or FolderConfig()
+        size = self.config.emb_size
+        self.embedding = nn.Embedding(vocab_size, size)
+        self.start = nn.Parameter(torch.zeros(size))
+        self.next_word = nn.Linear(size, vocab_size)
+        self.distance = nn.Linear(size, 1)
+
+    def sentence_loss(self, tokens, lengths):
+        batch = tokens.size(0)
+        previous = torch.cat([self.start.expand(batch, 1, -1), self.embedding(tokens)], 1)
+        log_probs = self.next_word(previous).log_softmax(-1)
+        targets = torch.cat([tokens, torch.zeros(batch, 1, dtype=torch.long)], 1)
+        picked = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        inside = torch.arange(tokens.size(1) + 1).unsqueeze(0) <= lengths.unsqueeze(1)
+        return -(picked * inside).sum(1) + 0.0 * self.distance.weight.sum()
+
+    def sentence_losses(self, tokens, lengths):
+        loss = self.sentence_loss(tokens, lengths)
+        return SentenceLosses(2.0 * loss, loss)  # a surrogate: twice the reported loss
+
+    def param_groups(self, optim_config):
+        head = tuple(self.distance.parameters())
+        rest = tuple(p for p in self.parameters() if all(p is not h for h in head))
+        return [ParamGroup(rest, clip=optim_config.clip, asgd_clip=optim_config.clip),
+                ParamGroup(head, adam_lr=0.01)]
+
+    @torch.no_grad()
+    def parse_structure(self, tokens, lengths):
+        return {"distances": self.distance(self.embedding(tokens)).squeeze(-1)}
+'''
+
+FOLDER_SCRIPT = '''
+import json, sys
+from typer.testing import CliRunner
+from induce.cli.main import app
+from induce.config import load_config
+from induce.report.names import display
+from induce.report.published import PUBLISHED
+corpus, run, text, gold = sys.argv[1:5]
+runner = CliRunner()
+out = {"models": runner.invoke(app, ["models"]).output,
+       "emb_size": load_config("test-folder").model["emb_size"],
+       "display": display("test-folder"), "published": PUBLISHED["pcfg"]["rows"].get("test-folder")}
+common = json.loads(sys.argv[5])
+trained = runner.invoke(app, ["train", "--model", "test-folder", "--out", run, "--no-progress", *common,
+                              f"data.corpus={corpus}", "train.max_steps=2", "train.epochs=1"])
+out["train"] = [trained.exit_code, trained.output]
+parsed = runner.invoke(app, ["parse", text, "--checkpoint", run])
+out["parse"] = [parsed.exit_code, parsed.stdout]
+evaluated = runner.invoke(app, ["eval", "--checkpoint", run, "--gold", gold, "--json"])
+out["eval"] = [evaluated.exit_code, evaluated.stdout]
+print("RESULT " + json.dumps(out))
+'''
+
+
+def test_a_family_in_a_folder_of_its_own_is_found_trains_parses_evaluates_and_is_listed(tmp_path, corpus):
+    """CONTRIBUTING.md's "adding a family": one folder ``induce/models/<family>/`` (here under another
+    ``sys.path`` entry) with its code and its ``<model>.yaml``; nothing else changes."""
+    folder = tmp_path / "root" / "induce" / "models" / "test_folder"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text(FOLDER_FAMILY)
+    (folder / "test-folder.yaml").write_text("model_name: test-folder\nmodel: {emb_size: 5}\n")
+    text = tmp_path / "text.txt"
+    text.write_text("the dog saw a cat\nbirds sing\n")
+    env = {**child_env(), "PYTHONPATH": os.pathsep.join([str(tmp_path / "root"), child_env()["PYTHONPATH"]])}
+    env.pop("INDUCE_PLUGINS", None)
+    done = subprocess.run([sys.executable, "-c", FOLDER_SCRIPT, str(corpus), str(tmp_path / "run"), str(text),
+                           str(Path(corpus) / "valid.gold.txt"), json.dumps(COMMON)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.split("RESULT ", 1)[1])
+    assert re.search(r"^test-folder\s+distance\s+test-only family", out["models"], re.M), out["models"]
+    assert out["emb_size"] == 5  # its base config, read from its folder
+    assert out["display"] == "Folder-LM" and out["published"] == {"value": 12.5, "source": "a test"}
+    assert out["train"][0] == 0, out["train"][1]
+    assert out["parse"][0] == 0 and out["parse"][1].count("(") >= 2, out["parse"]
+    assert out["eval"][0] == 0 and '"sentence_f1"' in out["eval"][1], out["eval"]
+    history = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert history and all(math.isfinite(m["valid_ppl"]) for m in history)
+    assert history[-1]["optimizer"] == "ScorerSplitOptimizer"  # its own parameter groups
+
+
+class Surrogate(SpanFamily):
+    """``test-spans`` trained on a surrogate: the gradient follows three times the loss, the reported loss is it."""
+
+    def sentence_losses(self, tokens, lengths):
+        loss = self.sentence_loss(tokens, lengths)
+        return SentenceLosses(3.0 * loss, loss)
+
+
+def test_the_objective_steps_on_the_training_loss_and_reports_the_reported_one():
+    """The sentence objective's step follows ``sentence_losses().train`` while the running loss and validation
+    read ``.reported``; a model with the default hook gets the same value in both, as before the hook."""
+    from induce.training.objectives import SentenceLoss, reported_loss
+
+    torch.manual_seed(0)
+    tokens, lengths = torch.randint(1, 9, (3, 4)), torch.tensor([4, 3, 2])
+    plain, surrogate = SpanFamily(9), Surrogate(9)
+    surrogate.load_state_dict(plain.state_dict())
+    step, shown = SentenceLoss(plain)(tokens, lengths)
+    per_sentence = plain.sentence_loss(tokens, lengths)
+    assert torch.equal(step, per_sentence.sum() / 3) and torch.equal(shown, per_sentence.detach().sum())
+    step3, shown3 = SentenceLoss(surrogate)(tokens, lengths)
+    assert torch.allclose(step3, 3 * step) and torch.equal(shown3, shown)
+    assert torch.equal(reported_loss(surrogate)(tokens, lengths), per_sentence)
+    assert torch.equal(surrogate.perplexity_loss(tokens, lengths), per_sentence)
+
+
+def test_param_groups_default_to_the_plain_optimiser_and_an_override_splits_it():
+    """The base hook: one group of every parameter, the run's optimiser as before; a family's own groups (an
+    Adam at its own lr for some parameters) make the split optimiser, the ASGD phase one ASGD over all."""
+    from induce.training.optim import Optimisation, ScorerSplitOptimizer
+
+    cfg = load_config(FAMILY, overrides=COMMON).optim
+    model = SpanFamily(9)
+    plain = Optimisation(model, cfg, torch.device("cpu"))
+    assert isinstance(plain.optimizer, torch.optim.Adam) and len(plain.groups) == 1
+
+    class Split(SpanFamily):
+        def param_groups(self, optim_config):
+            scorer = tuple(self.span_scorer.parameters())
+            rest = tuple(p for p in self.parameters() if all(p is not s for s in scorer))
+            return [ParamGroup(rest, clip=optim_config.clip), ParamGroup(scorer, adam_lr=0.5, clip=0.1)]
+
+    split = Optimisation(Split(9), cfg, torch.device("cpu"))
+    assert isinstance(split.optimizer, ScorerSplitOptimizer)
+    assert [opt.param_groups[0]["lr"] for opt in split.optimizer.optimizers] == [cfg.lr, 0.5]
+    split.switch_to_asgd()
+    (asgd,) = split.optimizer.optimizers
+    assert isinstance(asgd, torch.optim.ASGD) and len(asgd.param_groups[0]["params"]) == len(list(model.parameters()))
+
+
+def test_traits_are_declared_on_the_base_class_and_read_as_attributes():
+    """Every trait the rest of induce reads has a documented default on LanguageModel, so no module probes a
+    model with ``getattr(model, trait, default)`` (the modules another change rewrites excepted)."""
+    traits = ("control", "supervised", "fixed_right_branching", "has_span_scorer", "parse_state_carry",
+              "perplexity_is_bound", "validation_loss_text", "shortest_sentence", "graph_capturable",
+              "display_name", "published")
+    assert all(hasattr(LanguageModel, trait) for trait in traits)
+    pattern = re.compile(r"getattr\([^,]+,\s*[\"'](" + "|".join(traits) + r")[\"']")
+    skipped = ("induce/trees/decoders.py", "induce/inference/predict.py", "induce/evaluation/", "induce/assess/")
+    offenders = [f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+                 for path in sorted((REPO / "induce").rglob("*.py"))
+                 if not path.relative_to(REPO).as_posix().startswith(skipped)
+                 for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                 if pattern.search(line)]
+    assert not offenders, "\n".join(offenders)

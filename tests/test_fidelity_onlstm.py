@@ -9,10 +9,10 @@ import pytest
 import torch
 import yaml
 
-from induce.config import CONFIG_DIR, load_config
-from induce.models import onlstm as onlstm_module
-from induce.models.awd import dropconnect
-from induce.models.onlstm import ONLSTM, ONLSTMConfig
+from induce.config import load_config, model_config_path
+from induce.models.common.awd import dropconnect
+from induce.models.onlstm import model as onlstm_module
+from induce.models.onlstm.model import ONLSTM, ONLSTMConfig
 from induce.training.optim import Schedule, build_optimizer
 from induce.training.trainer import LMLoss
 
@@ -30,8 +30,7 @@ def make(seed: int = 0, **overrides) -> ONLSTM:
 
 
 def test_shipped_config_and_defaults_follow_the_released_code():
-    root = CONFIG_DIR
-    raw = yaml.safe_load((root / "onlstm.yaml").read_text())
+    raw = yaml.safe_load(model_config_path("onlstm").read_text())
     for cfg in (ONLSTMConfig(**raw["model"]), ONLSTMConfig()):
         assert cfg.ar_target == "raw" and cfg.dropconnect_scale == "eval"
     assert load_config("onlstm").optim.asgd_restart_epoch == 500
@@ -265,8 +264,7 @@ def test_paper_size_parameter_count_is_the_released_codes():
 def test_shipped_config_has_two_biases_and_old_checkpoints_have_one():
     from induce.models.configs import resolve_config, stored_config
 
-    root = CONFIG_DIR
-    assert ONLSTMConfig(**yaml.safe_load((root / "onlstm.yaml").read_text())["model"]).gate_biases == "two"
+    assert ONLSTMConfig(**yaml.safe_load(model_config_path("onlstm").read_text())["model"]).gate_biases == "two"
     assert ONLSTMConfig().gate_biases == "two"
     written = resolve_config(load_config("onlstm")).to_dict()
     old = {**written, "model": {k: v for k, v in written["model"].items() if k != "gate_biases"}}

@@ -3,15 +3,16 @@
 by hand-written loops, not by the implementation's own formulas."""
 from __future__ import annotations
 
+import inspect
 import json
 import math
 
 import pytest
 import torch
 
-from induce.config import CONFIG_DIR, ConfigError, load_config
+from induce.config import ConfigError, load_config, model_config_path
 from induce.models.configs import resolve_config
-from induce.models.palm import RELEASED_DEFAULTS, SCORER_MARK, PaLM, PaLMConfig, SpanAttention
+from induce.models.palm.model import RELEASED_DEFAULTS, SCORER_MARK, PaLM, PaLMConfig, SpanAttention
 from induce.models.registry import get_model_class
 from induce.training import checkpoint
 from induce.training import optim as optim_module
@@ -55,7 +56,7 @@ def test_configs_use_the_released_variant_and_schedule():
         o = cfg.optim
         assert (o.optimizer, o.lr, o.asgd, o.nonmono, o.clip) == ("sgd", 30.0, "nonmono", 15, 0.25)
         assert (o.scorer_optimizer, o.scorer_lr, o.scorer_clip) == ("adam", 1e-3, 1.0)
-    paper = resolve_config(load_config(config_file=CONFIG_DIR / "palm-paper.yaml"))
+    paper = resolve_config(load_config(config_file=model_config_path("palm").parent / "palm-paper.yaml"))
     assert paper.model["variant"] == "paper" and paper.model["hidden_size"] == 1020
     assert (paper.optim.optimizer, paper.optim.asgd, paper.optim.scorer_optimizer) == ("adam", "epoch", "shared")
     # the scorer's own Adam needs a model that has a span scorer: a config error naming the key
@@ -312,7 +313,6 @@ def test_scorer_parameters_are_marked():
                       "span_attention.span_gate.weight", "span_attention.span_gate.bias",
                       "span_attention.query.weight", "span_attention.query.bias",
                       "span_attention.w_span", "span_attention.v"}
-    assert SCORER_MARK == optim_module.SCORER_MARK
     model.to(torch.float64)  # the mark lives on the parameter objects, which .to keeps
     assert sum(getattr(p, SCORER_MARK, False) for p in model.parameters()) == len(marked)
 
@@ -320,7 +320,7 @@ def test_scorer_parameters_are_marked():
 def test_released_schedule_splits_lm_sgd_and_scorer_adam():
     model = make("released")
     cfg = released_optim()
-    opt = build_optimizer(model.parameters(), cfg)
+    opt = build_optimizer(model.parameters(), cfg, groups=model.param_groups(cfg))
     assert isinstance(opt, ScorerSplitOptimizer)
     sgd, adam = opt.optimizers
     assert isinstance(sgd, torch.optim.SGD) and isinstance(adam, torch.optim.Adam)
@@ -342,9 +342,14 @@ def test_released_schedule_splits_lm_sgd_and_scorer_adam():
     lm_params = [p for p in model.parameters() if id(p) not in scorer]
     scorer_params = [p for p in model.parameters() if id(p) in scorer]
     assert norm(lm_params) == pytest.approx(0.25) and norm(scorer_params) == pytest.approx(1.0)
-    # a model without a span scorer is a clear error
-    with pytest.raises(ValueError, match="no span scorer"):
-        build_optimizer(TinyLSTM(11).parameters(), cfg)
+    # the split is PaLM's own (its param_groups hook): the optimiser names no family, and a model with the
+    # default hook gets the plain optimiser (the config check refuses optim.scorer_optimizer=adam for it)
+    assert not any(name in inspect.getsource(optim_module).lower() for name in ("scorer_mark", "scorer_lr"))
+    (group,) = get_model_class("onlstm").param_groups(TinyLSTM(11), cfg)
+    assert group.adam_lr is None and len(group.params) == len(list(TinyLSTM(11).parameters()))
+    plain = build_optimizer(model.parameters(), cfg.model_copy(update={"scorer_optimizer": "shared"}),
+                            groups=model.param_groups(cfg.model_copy(update={"scorer_optimizer": "shared"})))
+    assert isinstance(plain, torch.optim.SGD)
 
 
 def test_released_schedule_switches_on_nonmono_15_to_one_asgd_over_everything():
@@ -355,7 +360,7 @@ def test_released_schedule_switches_on_nonmono_15_to_one_asgd_over_everything():
     assert not any(schedule.after_evaluation(e, loss) for e, loss in enumerate(losses, 1))
     assert schedule.after_evaluation(17, losses[0] + 0.05)
     assert schedule.base_lr == 30
-    opt = build_optimizer(model.parameters(), cfg, asgd=True)
+    opt = build_optimizer(model.parameters(), cfg, asgd=True, groups=model.param_groups(cfg))
     (asgd,) = opt.optimizers
     assert isinstance(asgd, torch.optim.ASGD) and asgd.param_groups[0]["lr"] == 30
     assert len(asgd.param_groups[0]["params"]) == len(list(model.parameters()))
@@ -387,13 +392,13 @@ def test_split_optimizer_state_round_trips_through_the_checkpoint_format(asgd):
             opt.step()
 
     a, b = make("released", **NO_DROPOUT), make("released", **NO_DROPOUT)
-    opt_a = build_optimizer(a.parameters(), cfg, asgd=asgd)
+    opt_a = build_optimizer(a.parameters(), cfg, asgd=asgd, groups=a.param_groups(cfg))
     steps(a, opt_a, 2)
     tensors, meta = checkpoint.split_optimizer_state(opt_a.state_dict())
     tensors = {k: v.clone() for k, v in tensors.items()}  # as read from a file: not a's own state tensors
     meta = json.loads(json.dumps(meta))
     b.load_state_dict(a.state_dict())
-    opt_b = build_optimizer(b.parameters(), cfg, asgd=asgd)
+    opt_b = build_optimizer(b.parameters(), cfg, asgd=asgd, groups=b.param_groups(cfg))
     opt_b.load_state_dict(checkpoint.join_optimizer_state(tensors, meta))
     steps(a, opt_a, 1)
     steps(b, opt_b, 1)

@@ -10,10 +10,10 @@ import math
 import pytest
 import torch
 
-from induce.models.awd import WeightDropLSTM
-from induce.models.init import block_orthogonal_, xavier_uniform_
-from induce.models.palm import PaLMConfig, SpanAttention
-from induce.models.palm_attention import released_backward_layout
+from induce.models.common.awd import WeightDropLSTM
+from induce.models.common.init import block_orthogonal_, xavier_uniform_
+from induce.models.palm.attention import released_backward_layout
+from induce.models.palm.model import PaLMConfig, SpanAttention
 from induce.models.registry import get_model_class
 
 pytestmark = pytest.mark.usefixtures("one_thread")

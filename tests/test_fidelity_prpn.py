@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from induce.config import CONFIG_DIR
-from induce.models import prpn as prpn_module
-from induce.models import prpn_reading
-from induce.models.prpn import PRPN, PRPNConfig, ReadingLayer, drop, step_masks
+from induce.config import model_config_path
+from induce.models.prpn import model as prpn_module
+from induce.models.prpn import reading as prpn_reading
+from induce.models.prpn.model import PRPN, PRPNConfig, ReadingLayer, drop, step_masks
 
 VOCAB = 23
 TINY = dict(emb_size=12, hidden_size=16, n_slots=3, n_lookback=2)
@@ -134,7 +134,7 @@ def test_predict_network_matches_a_transcription_of_the_original():
 
 
 def test_shipped_config_and_defaults_follow_the_released_code():
-    raw = yaml.safe_load((CONFIG_DIR / "prpn.yaml").read_text())["model"]
+    raw = yaml.safe_load((model_config_path("prpn")).read_text())["model"]
     for cfg in (PRPNConfig(**raw), PRPNConfig()):
         assert cfg.dropout_masks == "per_step" and cfg.key_dropout == 0.5 and cfg.wdrop == 0.0
         assert cfg.init_range == 0.01
@@ -325,7 +325,7 @@ def test_module_defaults_shipped_and_stored():
     from induce.config import load_config
     from induce.models.configs import resolve_config, stored_config
 
-    raw = yaml.safe_load((CONFIG_DIR / "prpn.yaml").read_text())["model"]
+    raw = yaml.safe_load((model_config_path("prpn")).read_text())["model"]
     assert PRPNConfig(**raw).module_defaults == "torch-0.3" and PRPNConfig().module_defaults == "torch-0.3"
     written = resolve_config(load_config("prpn")).to_dict()
     old = {**written, "model": {k: v for k, v in written["model"].items() if k != "module_defaults"}}

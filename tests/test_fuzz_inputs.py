@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from induce.cli.main import app
-from induce.evaluation import EvalConvention, prepare_gold
+from induce.evaluation import induce_convention, prepare_gold
 
 from helpers import train_tiny_run
 
@@ -147,9 +147,9 @@ def test_eval_fuzzed_gold_with_a_baseline(fuzz_dir, data, max_length):
     elif trees:
         # A readable gold file may still have nothing to evaluate: then the message says so, or says that its tags
         # are not the Penn Treebank's (what the word-tag filter drops).
-        convention = EvalConvention(max_length=max_length)
+        convention = induce_convention(max_length=max_length)
         try:
-            lengths = [len(prepare_gold(tree, convention).words) for tree in trees]
+            lengths = [len(prepare_gold(tree).kept_words(convention)) for tree in trees]
         except Exception:  # a tree the evaluator refuses: the error is the message checked above
             lengths = None
         if lengths is not None and not any(2 <= n <= (max_length or n) for n in lengths):

@@ -1,7 +1,7 @@
 """The project's habits, checked: test modules share helpers through ``tests/helpers.py`` (or fixtures in
 ``conftest.py``), never by importing another test module; ``ruff check`` (``[tool.ruff]`` in
 pyproject.toml) passes over :data:`CHECKED` (paths from the repository root). Function length is checked by
-``test_layout.py``; no issue number in the package (history lives in git and bench/RESULTS.md).
+``test_layout.py``; no issue number in the package (history lives in git; figures in bench/results/).
 """
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ ISSUE_NUMBER = re.compile(r"\bissues? ?#?\d+", re.IGNORECASE)
 
 
 def test_the_package_names_no_issue_number():
-    """Docstrings and comments say what the code does and why; history lives in git and bench/RESULTS.md
+    """Docstrings and comments say what the code does and why; history lives in git, figures in bench/results/
     (where a decision came from a measurement, the code names the figure's section there)."""
     assert ISSUE_NUMBER.search("as measured in issue 18") and ISSUE_NUMBER.search("Issues 4 and 5")
     assert not ISSUE_NUMBER.search("tissue 3") and not ISSUE_NUMBER.search("an issue with 3 words")

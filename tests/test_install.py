@@ -49,7 +49,7 @@ def _run(command: list, cwd: Path, env: dict) -> str:
 
 
 def _local_configs() -> dict:
-    shipped = [name for name in list_models() if get_model_class(name).__module__.startswith("induce.")]
+    shipped = [name for name in list_models() if get_model_class(name).__module__.startswith("induce.models.")]
     configs = {name: load_config(name).to_dict() for name in shipped}
     for profile in list_profiles():
         loaded = load_profile(profile)
@@ -70,7 +70,8 @@ def test_a_wheel_installed_in_a_fresh_venv_gives_the_same_configs(tmp_path):
           "-w", str(wheels), str(source)], tmp_path, env)
     (wheel,) = wheels.glob("induce-*.whl")
     packed = set(zipfile.ZipFile(wheel).namelist())
-    assert "induce/configs/default.yaml" in packed and "induce/configs/toy/profile.yaml" in packed
+    assert "induce/configs/toy/profile.yaml" in packed
+    assert "induce/models/palm/palm-rb.yaml" in packed and "induce/models/pcfg/cpcfg.yaml" in packed
 
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], tmp_path, env)

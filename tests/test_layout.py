@@ -2,12 +2,12 @@
 induce.cli, included), only the agreed modules at the root of ``induce``, and no long function without a reason.
 
 The layers are stated once, in the docstring of ``induce/__init__.py`` (lowest first); every module belongs to
-the layer of its top-level package (``induce.models.pcfg``: ``models``; ``induce.config``: ``config``; the
+the layer of its top-level package (``induce.models.pcfg.model``: ``models``; ``induce.config``: ``config``; the
 package ``induce`` itself: ``induce``). A module may use modules of its own layer and of lower ones.
 
 References are read from the source (``ast``): every import, those inside functions included (a circle hidden
 behind a function-level import is still a circle), and every string literal that names a module of induce,
-``"induce.trees.decoders:peel_decoder"`` or ``"induce.models.onlstm"`` (imported on first use, so no import
+``"induce.trees.decoders:peel_decoder"`` or ``"induce.models.onlstm.model"`` (imported on first use, so no import
 statement shows it).
 """
 from __future__ import annotations
@@ -145,7 +145,7 @@ def layer_order(init: Path = ROOT / "induce" / "__init__.py") -> list[set[str]]:
 
 
 def layer_of(module: str) -> str:
-    """``induce.models.pcfg`` -> ``models``; ``induce.config`` -> ``config``; ``induce`` -> ``induce``."""
+    """``induce.models.pcfg.model`` -> ``models``; ``induce.config`` -> ``config``; ``induce`` -> ``induce``."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else parts[0]
 

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from induce.config import CONFIG_DIR
-from induce.models.awd import RecurrentProjection, WeightDropLSTM, _onednn_packing_available
+from induce.config import model_config_path
+from induce.models.common.awd import RecurrentProjection, WeightDropLSTM, _onednn_packing_available
 from induce.models.registry import get_model_class, list_models
 from induce.trees.decoders import gold_span_targets, parse_batch, peel_tree
 from induce.trees.kinds import DISTANCE, NO_PARSER, SPAN
@@ -316,8 +316,8 @@ def test_onlstm_layer_matches_the_equations():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_shipped_config_model_section_is_valid(name):
-    """induce/configs/<name>.yaml names the model and its model section validates with the model's Config."""
-    path = CONFIG_DIR / f"{name}.yaml"
+    """induce/models/<family>/<name>.yaml names the model and its model section validates with the model's Config."""
+    path = model_config_path(name)
     raw = yaml.safe_load(path.read_text())
     assert raw["model_name"] == name
     get_model_class(name).Config(**raw["model"])

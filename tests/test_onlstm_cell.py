@@ -17,7 +17,7 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 
 import induce.kernels as K  # noqa: E402
-from induce.models.onlstm import ONLSTMLayer  # noqa: E402
+from induce.models.onlstm.model import ONLSTMLayer  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -23,8 +23,8 @@ from induce.config import load_config
 from induce.data.corpus import Vocab
 from induce.inference.loading import LoadedRun
 from induce.inference.show import sentence_structure, structure_table
+from induce.models.common.grammar import sample_sentence
 from induce.models.configs import model_config
-from induce.models.pcfg import sample_sentence
 from induce.models.registry import get_model_class
 from induce.report.figures import plot_structure
 from induce.training import load_checkpoint
@@ -78,7 +78,7 @@ def test_tnpcfg_initialises_as_the_released_class_and_xavier_is_the_option():
     (compound-pcfg's ``train.py``) draws both from U(+-sqrt(6 / (fan_in + fan_out)))."""
     cls = get_model_class("tnpcfg")
     sizes = dict(nt_states=20, t_states=30, rank=40, state_dim=64)
-    assert load_config("tnpcfg").model["init"] == "torch"  # induce/configs/tnpcfg.yaml
+    assert load_config("tnpcfg").model["init"] == "torch"  # induce/models/tnpcfg/tnpcfg.yaml
     torch.manual_seed(0)
     default = cls(50, cls.Config(**sizes))
     torch.manual_seed(0)
@@ -399,7 +399,7 @@ def refusal(result) -> str:
 def test_the_declared_step_tensors_are_the_rule_tensors_the_step_holds(monkeypatch, name, z_dim):
     """The inside pass returns the rules' gradient at ``[B, NT, S, S]`` (a grammar per sentence or one
     expanded over the batch); the compound PCFG's rule log-probabilities are that size too, one per sentence."""
-    import induce.models.pcfg as pcfg
+    import induce.models.pcfg.model as pcfg
 
     cls = get_model_class(name)
     sizes = {**TINY["cpcfg"], "z_dim": z_dim} if z_dim else TINY["npcfg"]

@@ -14,7 +14,7 @@ from torch import nn
 from induce.kernels import inside, inside_lowrank
 from induce.kernels.pcfg import native
 from induce.kernels.pcfg.emissions import emission_scores
-from induce.models.pcfg import gaussian_kl
+from induce.models.common.grammar import gaussian_kl
 from induce.models.registry import get_model_class
 
 pytestmark = pytest.mark.usefixtures("one_thread")

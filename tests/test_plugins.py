@@ -20,9 +20,10 @@ PLUGINS = {
     "raises": ("import os\nraise RuntimeError('the plugin is broken')\n", r"RuntimeError: the plugin is broken \("
                r".*plug_raises\.py line 2\)"),
     "syntax": ("def broken(:\n    pass\n", r"syntax error: .*plug_syntax\.py line 1\)"),
-    "taken": ("from induce.models.registry import register\nfrom induce.models.prpn import PRPN\n\n\n"
+    "taken": ("from induce.models.registry import register\nfrom induce.models.prpn.model import PRPN\n\n\n"
               "@register\nclass Mine(PRPN):\n    name = 'prpn'\n",
-              r"model name 'prpn' of plug_taken\.Mine is taken by induce\.models\.prpn\.PRPN.*plug_taken\.py line"),
+              r"model name 'prpn' of plug_taken\.Mine is taken by induce\.models\.prpn\.model\.PRPN"
+              r".*plug_taken\.py line"),
 }
 
 

@@ -1,4 +1,4 @@
-"""Every command example of the README and of the `--help` texts is accepted as written.
+"""Every command example of the README, of the docs/ pages and of the `--help` texts is accepted as written.
 
 Each example is parsed by the CLI's own argument parser (the Typer app with every command's work
 replaced by a no-op), so that a renamed option or command breaks this test; the cheap ones are also
@@ -33,21 +33,36 @@ def _expand(command: str) -> list[str]:
     return [" ".join(shlex.quote(w) for w in combo) for combo in itertools.product(*choices)]
 
 
-def readme_examples() -> list[str]:
-    """``induce ...`` and ``make ...`` commands in README code blocks and inline code."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    found = []
+#: The pages whose examples are checked: the README and the documentation site.
+PAGES = ("README.md", *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "docs").glob("*.md")))
+
+
+def page_examples(page: str) -> list[str]:
+    """``induce ...`` and ``make ...`` commands in one page's code blocks and inline code.
+
+    A line ending in ``\\`` continues on the next; ``echo ... | induce parse -`` gives its ``induce`` part."""
+    text = (ROOT / page).read_text(encoding="utf-8")
+    found, lines = [], []
     in_fence = False
     for line in text.splitlines():
         if line.startswith("```"):
             in_fence = not in_fence
             continue
         if in_fence or line.startswith("    "):
-            command = line.split("#")[0].strip()
+            lines.append(line)
+    joined = "\n".join(lines).replace("\\\n", " ")
+    for line in joined.splitlines():
+        for part in line.split("#")[0].split(" | "):
+            command = part.strip()
             if command.startswith(("induce ", "make ")) or command in ("induce", "make"):
                 found.append(command)
     found += [span for span in re.findall(r"`([^`\n]+)`", text) if span.startswith(("induce ", "make "))]
     return sorted({expanded for command in found for expanded in _expand(command)})
+
+
+def readme_examples() -> list[str]:
+    """The examples of the README and of every docs/ page."""
+    return sorted({example for page in PAGES for example in page_examples(page)})
 
 
 def help_examples() -> list[str]:
@@ -111,8 +126,12 @@ def make_commands(example: str) -> list[str]:
 
 
 def test_examples_were_found():
-    readme, helps = readme_examples(), help_examples()
-    assert "make reproduce" in readme and "induce eval --checkpoint RUN --lm" in readme
+    readme, helps = page_examples("README.md"), help_examples()
+    assert "make reproduce" in readme and "make test" in readme
+    assert any(example.startswith("induce train --model onlstm --max-steps") for example in readme), readme
+    assert "induce parse --checkpoint runs/onlstm-quick -" in readme
+    docs = page_examples("docs/training.md") + page_examples("docs/evaluation.md")
+    assert "induce eval --checkpoint RUN --lm" in docs and "induce parse corpus.txt --format pretty" in docs
     assert "induce eval --baseline right --wsj40" in helps and "induce parse corpus.txt" in helps
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from induce.models.relevancy import FullMemory, RelevancyMemory, gather_relevant, relevant_indices
-from induce.models.relmem import MODELS
+from induce.models.common.relevancy import FullMemory, RelevancyMemory, gather_relevant, relevant_indices
+from induce.models.relmem.model import MODELS
 
 D = 4
 torch.set_num_threads(1)  # tiny tensors: more threads only add contention on shared CI cores

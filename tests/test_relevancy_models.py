@@ -13,14 +13,14 @@ from rich.console import Console
 from induce.config import ConfigError, load_config
 from induce.errors import InduceError
 from induce.kernels import span_representations
-from induce.models import palm_attention as palm_module  # where SpanAttention calls relevant_indices
-from induce.models import prpn as prpn_module
-from induce.models import prpn_reading
+from induce.models.common.relevancy import RelevancyMemory, relevant_indices
 from induce.models.configs import resolve_config
-from induce.models.palm_attention import SpanAttention, relevant_span_representations, relevant_span_starts
-from induce.models.prpn import ReadingLayer, fresh_relevant_state
+from induce.models.palm import attention as palm_module  # where SpanAttention calls relevant_indices
+from induce.models.palm.attention import SpanAttention, relevant_span_representations, relevant_span_starts
+from induce.models.prpn import model as prpn_module
+from induce.models.prpn import reading as prpn_reading
+from induce.models.prpn.model import ReadingLayer, fresh_relevant_state
 from induce.models.registry import get_model_class, list_models
-from induce.models.relevancy import RelevancyMemory, relevant_indices
 from induce.training.trainer import detach_state
 
 from helpers import make_corpus
@@ -54,7 +54,7 @@ def test_lm_only_models_are_registered_with_configs():
     for name in LM_ONLY:
         assert name in listed
         assert not get_model_class(name).parser_kind.parses
-        config = load_config(name)  # induce/configs/<name>.yaml over induce/configs/default.yaml
+        config = load_config(name)  # induce/models/relmem/<name>.yaml over the typed defaults
         assert config.model_name == name and config.train.select_by == "valid_ppl"
         assert config.optim.optimizer == "adam" and config.train.alpha == config.train.beta == 0.0
 

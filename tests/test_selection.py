@@ -107,7 +107,7 @@ def test_a_compound_pcfg_selected_with_z_at_its_mean_still_reports_its_bound():
 
 
 def test_the_small_profiles_select_the_compound_pcfg_with_z_at_its_mean_and_the_paper_config_samples():
-    """The decision of bench/RESULTS.md (*Model selection of the neural PCFGs*): on the small profiles' data the
+    """The decision of bench/results/models.md (*Model selection of the neural PCFGs*): on the small profiles' data the
     sampled bound chose epoch 1 while z at its mean chose the dev F1 peak; the paper config stays as released."""
     from induce.reproduce import build_run_config, load_profile
 

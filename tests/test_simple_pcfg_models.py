@@ -15,7 +15,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import induce.models.simple_pcfg as simple
+import induce.models.simple_pcfg.model as simple
 from induce.cli.main import app
 from induce.config import load_config
 from induce.data.corpus import Vocab

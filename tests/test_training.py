@@ -330,7 +330,7 @@ def test_missing_corpus_is_a_clear_error(tmp_path):
 
 def test_dev_f1_is_logged_and_selects_the_best_checkpoint(tmp_path, corpus):
     from induce.data.corpus import PreparedCorpus
-    from induce.evaluation import EvalConvention, evaluate
+    from induce.evaluation import induce_convention, score
     from induce.inference.loading import load_run
     from induce.inference.predict import predict_trees
 
@@ -348,7 +348,7 @@ def test_dev_f1_is_logged_and_selects_the_best_checkpoint(tmp_path, corpus):
     pairs = [(t.leaves(), g) for t, g in zip(prepared.nopunct_trees("valid"), prepared.gold_trees("valid"))
              if 2 <= len(t.leaves()) <= 40]
     trees = predict_trees(load_run(tmp_path / "f1"), [w for w, _ in pairs])
-    result = evaluate(trees, [g for _, g in pairs], EvalConvention())
+    result = score([g for _, g in pairs], trees, induce_convention())
     assert math.isclose(result.sentence_f1, best["dev_f1"], abs_tol=1e-9)
 
 

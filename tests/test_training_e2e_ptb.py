@@ -28,7 +28,7 @@ def nltk_sample_dir() -> Path:
 def test_train_parse_evaluate_on_the_nltk_sample(tmp_path, monkeypatch):
     from induce.data.corpus import PreparedCorpus
     from induce.data.preprocess import nltk_sample_split_files, preprocess_tree_files
-    from induce.evaluation import EvalConvention, evaluate
+    from induce.evaluation import induce_convention, score
     from induce.inference.predict import predict_trees
 
     files = nltk_sample_split_files(nltk_sample_dir())
@@ -54,7 +54,7 @@ def test_train_parse_evaluate_on_the_nltk_sample(tmp_path, monkeypatch):
         sentences = [tree.leaves() for tree in gold]
         trees = predict_trees(tmp_path / "runs" / "mini", sentences)
         assert [t.leaves() for t in trees] == sentences
-        scores = evaluate(trees, gold, EvalConvention())
+        scores = score(gold, trees, induce_convention())
         assert scores.n_sentences > 0 and 0.0 <= scores.sentence_f1 <= 100.0
 
         (tmp_path / "raw.txt").write_text("\n".join(" ".join(s) for s in sentences) + "\n", encoding="utf-8")

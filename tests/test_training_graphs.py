@@ -155,7 +155,7 @@ def test_the_flag_is_auto_by_default_and_validated():
 
 
 def test_auto_is_on_exactly_where_the_step_is_captured():
-    from induce.models.onlstm import ONLSTM
+    from induce.models.onlstm.model import ONLSTM
 
     model = ONLSTM(10, ONLSTM.Config(emb_size=8, hidden_size=8, chunk_size=4))
     cpu, cuda = torch.device("cpu"), torch.device("cuda")  # only types are read: no GPU needed
@@ -167,7 +167,7 @@ def test_auto_is_on_exactly_where_the_step_is_captured():
 
 
 def test_capture_plan_says_why_not():
-    from induce.models.onlstm import ONLSTM
+    from induce.models.onlstm.model import ONLSTM
 
     model = ONLSTM(10, ONLSTM.Config(emb_size=8, hidden_size=8, chunk_size=4))
     capture, reason = capture_plan(model, torch.device("cpu"), distributed=False)

@@ -132,7 +132,7 @@ def test_resume_is_exact_with_dropout_and_variable_bptt(tmp_path, corpus, model)
 
 def test_first_forward_leaves_the_global_rng_alone():
     """The one-time oneDNN probe must use its own generator (it runs inside the first forward)."""
-    from induce.models import awd
+    from induce.models.common import awd
 
     awd._onednn_packing_available.cache_clear()
     before = torch.get_rng_state()

@@ -22,7 +22,7 @@ from induce.data import keyaki
 from induce.data.corpus import PreparedCorpus
 from induce.data.preprocess import preprocess_keyaki, preprocess_tree_files
 from induce.errors import InduceError, InputError
-from induce.evaluation import EvalConvention, prepare_gold
+from induce.evaluation import DEFAULT, prepare_gold
 from induce.trees.brackets import read_trees, tree_to_line
 from induce.trees.treebanks import KTB, KTB_2020, PTB, get_profile, is_null_word, keyaki_tree, li_normalize_word
 
@@ -53,11 +53,11 @@ def test_punctuation_goes_by_tag_before_the_collapse():
     tree = nltk.Tree.fromstring("( (IP-MAT (NP-SBJ (PRO 私)) (NP (PU 「)) (VB 行く) (PU 。)) (ID 1_x;JP))")
     assert tree_to_line(keyaki_tree(tree, keep_punct=False)) == "(IP (NP 私) (VB 行く))"
     assert keyaki_tree(tree, keep_punct=True).leaves() == ["私", "「", "行く", "。"]
-    sentence = prepare_gold(tree, EvalConvention(treebank="ktb"))
-    assert sentence.words == ["私", "行く"] and sentence.all_words == ["私", "「", "行く", "。"]
+    sentence = prepare_gold(tree, "ktb")
+    assert sentence.kept_words(DEFAULT) == ["私", "行く"] and sentence.words == ["私", "「", "行く", "。"]
     assert sentence.treebank == "ktb"
     # Under the PTB's word tags a Keyaki tree would keep only its VB: the profile is what makes it work.
-    assert prepare_gold(tree, EvalConvention()).words == ["行く"]
+    assert prepare_gold(tree).kept_words(DEFAULT) == ["行く"]
 
 
 def test_ktb_drops_a_sentence_whose_removals_reach_the_root_as_li_et_al_s_script_does():
@@ -81,8 +81,8 @@ def test_ktb_2020_keeps_empty_elements_as_words_and_quot_as_a_word_as_the_paper_
     paper = keyaki_tree(tree, keep_punct=False, profile=KTB_2020)
     assert tree_to_line(paper) == "(IP (NP *pro*) (NP (QUOT 「) (N 本) (QUOT 」)) (VB 読む))"
     assert KTB_2020.gold_tree(tree).leaves() == ["*pro*", "「", "本", "」", "読む", "。"]
-    assert prepare_gold(tree, EvalConvention(treebank="ktb-2020")).words == ["*pro*", "「", "本", "」", "読む"]
-    assert prepare_gold(tree, EvalConvention(treebank="ktb")).words == ["本", "読む"]
+    assert prepare_gold(tree, "ktb-2020").kept_words(DEFAULT) == ["*pro*", "「", "本", "」", "読む"]
+    assert prepare_gold(tree, "ktb").kept_words(DEFAULT) == ["本", "読む"]
     # a tree whose only word is an empty element keeps it under ktb-2020 and is dropped under ktb
     empty = nltk.Tree.fromstring("( (IP-MAT (NP-SBJ *speaker*) (PU 。)) (ID 3_x;JP))")
     assert keyaki_tree(empty, keep_punct=False) is None

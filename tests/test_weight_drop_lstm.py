@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from induce.models.awd import WeightDropLSTM
+from induce.models.common.awd import WeightDropLSTM
 from induce.models.registry import get_model_class
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -112,7 +112,7 @@ def test_recurrent_projection_gradcheck_with_undefined_gradients():
     """The per-step ``bias + h @ W`` with its deferred weight gradient (``_RecurrentAddmm``) against
     finite differences, including an undefined upstream gradient (gradcheck's check; the Function does
     not materialise zero gradients)."""
-    from induce.models.awd import RecurrentProjection
+    from induce.models.common.awd import RecurrentProjection
 
     gen = torch.Generator().manual_seed(0)
     bias, h, weight = (torch.randn(*shape, dtype=torch.float64, generator=gen).requires_grad_()

@@ -36,14 +36,15 @@ from pathlib import Path
 
 from induce.errors import InduceError, InputError
 
-from .hub import DEFAULT_CONVENTION, Source, ensemble_report, file_source, load_full_gold, run_source
+from .hub import DEFAULT_CONVENTION, ensemble_report
+from .sources import EVERY_TOKEN, Source, file_source, run_source
 
 #: Conventions scored when none is named: induce's default and Kim et al.'s script (they differ on trees
 #: whose root has a single child, such as S-DIORA's).
 DEFAULT_CONVENTIONS = (DEFAULT_CONVENTION, "kim2019")
 DEFAULT_PATTERN = "*.txt"
 FLAG_ABOVE = 1.0
-#: Figures ``--figure`` may name (every convention computes them; :func:`induce.evaluation.conventions.figures_of`).
+#: Figures ``--figure`` may name (every convention computes them; :func:`induce.evaluation.engine.figures_of`).
 FIGURES = ("corpus_f1", "sentence_f1", "corpus_precision", "corpus_recall", "sentence_precision", "sentence_recall")
 OUTPUT_FILES = ("leaderboard.md", "leaderboard.json", "leaderboard.png")
 
@@ -56,7 +57,7 @@ class Entry:
     run: str
     path: Path
     is_run: bool = False
-    scores: dict = field(default_factory=dict)  # convention -> ConventionResult
+    scores: dict = field(default_factory=dict)  # convention -> induce.evaluation.engine.Result
     source: Source | None = None
 
 
@@ -242,7 +243,9 @@ def build_leaderboard(sources: Sequence[Path] = (), gold=None, corpus=None, spli
     gold carries (default: what the prepared corpus recorded, else ptb)."""
     from induce.assess.run_eval import NoProgress
     from induce.evaluation import bootstrap
-    from induce.evaluation.conventions import get_convention, score_convention
+    from induce.evaluation.conventions import get_convention
+    from induce.evaluation.engine import score
+    from induce.evaluation.gold import load_gold
     from induce.evaluation.words import check_mode
 
     steps = steps or NoProgress()
@@ -262,17 +265,18 @@ def build_leaderboard(sources: Sequence[Path] = (), gold=None, corpus=None, spli
         where = ", ".join(map(str, sources)) or str(manifest)
         raise InduceError(f"no prediction file ({pattern}) or run folder found in {where}")
     _unique_labels(entries)
-    gold_set, golds = load_full_gold(gold, corpus, split, steps.bar("reading gold trees"), treebank)
+    gold_set = load_gold(gold, corpus, split, reading=steps.bar("reading gold trees"), treebank=treebank)
+    golds = gold_set.sentences
     for entry in entries:
-        entry.source = (run_source(entry.path, gold_set, batch_size, None, device, steps.bar(f"parsing with "
-                                                                                             f"{entry.path}"))
+        entry.source = (run_source(entry.path, golds, EVERY_TOKEN, batch_size, None, device,
+                                   steps.bar(f"parsing with {entry.path}"))
                         if entry.is_run else file_source(entry.path, golds, pred_format, steps.bar(f"reading "
                                                                                                   f"{entry.path}")))
     scoring = steps.bar("scoring")
     for done, entry in enumerate(entries):
         for convention in chosen:
-            entry.scores[convention.name] = score_convention(golds, entry.source.items or [], convention,
-                                                             locations=entry.source.locations, word_match=word_match)
+            entry.scores[convention.name] = score(golds, entry.source.items or [], convention,
+                                                  locations=entry.source.locations, word_match=word_match)
         scoring(done + 1, len(entries))
     models = list(dict.fromkeys(entry.model for entry in entries))
     board = {"gold": gold_set.label, "conventions": [_convention_info(c, keys[c.name]) for c in chosen],
@@ -311,12 +315,12 @@ def build_leaderboard(sources: Sequence[Path] = (), gold=None, corpus=None, spli
 
 def _ensemble(members: list, golds, weights, convention, key: str, word_match: str) -> float:
     """Figure ``key`` of the ensemble of ``members`` under ``convention`` (:func:`ensemble_report`)."""
-    from induce.evaluation.conventions import score_convention
+    from induce.evaluation.engine import score
     from induce.trees.nodes import from_index_tree
 
     trees, _ = ensemble_report(members, golds, weights, convention.name, word_match)
     items = [None if tree is None else (from_index_tree(tree), None) for tree in trees]
-    return score_convention(golds, items, convention).figures[key]
+    return score(golds, items, convention).figures[key]
 
 
 def _convention_info(convention, key: str) -> dict:

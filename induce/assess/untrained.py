@@ -2,14 +2,14 @@
 
 :func:`evaluate_untrained` builds ``inits`` fresh models of one kind (init ``k = 1 .. N`` with torch
 seed ``seed + k``; construction only, no training), lets each parse the gold sentences that the
-evaluation convention keeps, scores each parse with :func:`induce.evaluation.evaluate` and
+evaluation convention keeps, scores each parse with :func:`induce.evaluation.score` and
 summarises over the inits: mean and sample standard deviation of sentence F1, corpus F1, % left and
 % right splits. The splits are PaLM's (Table 4 and its footnote 16; :class:`induce.evaluation.
 BranchingStats`): among the splits of spans longer than 2 words, ``[i, j] -> [i, j-1] + (j)`` is a
 left split, ``[i, j] -> (i) + [i+1, j]`` a right one. ``induce eval --untrained`` and the untrained
 rows of ``induce reproduce`` both call it.
 
-* Model config (:func:`untrained_config`): ``induce/configs/<model>.yaml`` over ``default.yaml``,
+* Model config (:func:`untrained_config`): ``induce/models/<family>/<model>.yaml`` over the typed defaults,
   i.e. the papers' sizes, with ``model.*`` overrides, as ``induce train`` builds it.
 * Vocabulary (:func:`untrained_vocabulary`): an untrained model's embedding rows are random, so the
   vocabulary only decides which words share a row (``<unk>``). Given a prepared corpus, its
@@ -23,14 +23,15 @@ rows of ``induce reproduce`` both call it.
 """
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
 import torch
 
 from induce.errors import InduceError
-from induce.evaluation.metrics import EvalConvention, GoldSentence, evaluate, mean_std, require_sentences
+from induce.evaluation.conventions import DEFAULT, Convention
+from induce.evaluation.engine import mean_std, require_sentences, score
+from induce.evaluation.gold import Gold
 
 #: Figures kept per init; the first four are summarised (PaLM Table 4 reports the last two).
 INIT_FIGURES = ("sentence_f1", "corpus_f1", "left_split_pct", "right_split_pct", "other_binary_split_pct",
@@ -59,9 +60,11 @@ def untrained_config(model_name: str, overrides: Sequence[str] = ()):
     return resolve_config(load_config(model_name, overrides=list(overrides)))
 
 
-def untrained_vocabulary(gold: Sequence[GoldSentence], corpus_dir: Optional[Union[str, Path]] = None):
+def untrained_vocabulary(gold: Sequence[Gold], corpus_dir: Optional[Union[str, Path]] = None,
+                         convention: Convention = DEFAULT):
     """``(vocab, description)``: the prepared corpus's vocabulary when ``corpus_dir`` is given, else every
-    normalised word type of the gold sentences' kept words (``<eos>``, ``<unk>``, then by frequency)."""
+    normalised word type of the words ``convention`` keeps of the gold sentences (``<eos>``, ``<unk>``, then
+    by frequency)."""
     if corpus_dir is not None:
         from induce.data.corpus import PreparedCorpus
 
@@ -69,7 +72,8 @@ def untrained_vocabulary(gold: Sequence[GoldSentence], corpus_dir: Optional[Unio
         return vocab, f"the vocabulary of {corpus_dir} ({len(vocab):,} types)"
     from induce.data.mikolov import build_vocab, normalize_word
 
-    vocab = build_vocab(([normalize_word(word) for word in sentence.words] for sentence in gold), max_vocab=0)
+    vocab = build_vocab(([normalize_word(word) for word in sentence.kept_words(convention)] for sentence in gold),
+                        max_vocab=0)
     return vocab, f"the gold sentences' words ({len(vocab):,} types)"
 
 
@@ -90,9 +94,9 @@ def build_untrained(model_name: str, model_config: dict, vocab_size: int, seed: 
 def evaluate_untrained(
     model_name: str,
     model_config: dict,
-    gold: Sequence[GoldSentence],
+    gold: Sequence[Gold],
     vocab,
-    convention: EvalConvention = EvalConvention(),
+    convention: Convention = DEFAULT,
     inits: int = 5,
     seed: int = 0,
     batch_size: int = 64,
@@ -102,8 +106,8 @@ def evaluate_untrained(
 ) -> dict:
     """Score ``inits`` untrained ``model_name`` models (config ``model_config``, the model section) on ``gold``.
 
-    ``gold``: :func:`induce.evaluation.prepare_gold` of each tree under ``convention`` (whose length
-    filters choose the sentences). Init ``k`` (1-based) is drawn with torch seed ``seed + k``.
+    ``gold``: :func:`induce.evaluation.prepare_gold` of each tree (``convention``'s length filters choose the
+    sentences). Init ``k`` (1-based) is drawn with torch seed ``seed + k``.
     ``progress(done, inits)`` after each init. Returns a JSON-ready dict: ``per_init`` (``init``,
     ``seed`` and :data:`INIT_FIGURES` of each), ``summary`` (``{figure: {"mean", "std", "n"}}`` over the
     inits for :data:`SUMMARY_FIGURES`), ``max_one_direction_pct`` (the largest share of left or of right
@@ -115,10 +119,10 @@ def evaluate_untrained(
 
     if inits < 1:
         raise InduceError(f"inits {inits}: give at least one untrained model")
-    lengths = [len(sentence.words) for sentence in gold]
+    lengths = [sum(sentence.keep(convention)) for sentence in gold]
     if not any(n >= convention.min_length and not (convention.max_length and n > convention.max_length)
                for n in lengths):
-        require_sentences(evaluate([None] * len(gold), gold, convention))  # raises, saying which filter
+        require_sentences(score(gold, [None] * len(gold), convention))  # raises, saying which filter
     target = resolve_device(device)
     per_init, result = [], None
     for k in range(1, inits + 1):
@@ -127,7 +131,7 @@ def evaluate_untrained(
                            Path(f"untrained-{model_name}"))
         # as `induce eval --checkpoint`: the kept words, None for the sentences the length filter skips
         predictions = parse_gold(loaded, gold, convention, batch_size=batch_size, decoder=decoder, device=target)
-        result = evaluate(predictions, gold, convention)
+        result = score(gold, predictions, convention)
         figures = result.to_dict()
         per_init.append({"init": k, "seed": seed + k, **{name: figures[name] for name in INIT_FIGURES}})
         del model, loaded
@@ -141,7 +145,7 @@ def evaluate_untrained(
         "vocab_size": len(vocab),
         "n_sentences": result.n_sentences,
         "n_skipped": result.n_skipped,
-        "convention": {**asdict(convention), "description": convention.describe()},
+        "convention": convention.switches(),
         "per_init": per_init,
         "summary": summarise_inits(per_init),
         "max_one_direction_pct": max(max(row["left_split_pct"], row["right_split_pct"]) for row in per_init),

@@ -22,7 +22,7 @@ DEVICE_HELP = "auto (CUDA when available, else CPU), cpu, cuda or cuda:N."
 PROGRESS_HELP = "Progress bars on stderr (shown only when stderr is a terminal)."
 #: The same text as induce.config.DEFAULT_THREADS_TEXT (kept here: the help must not import the config module).
 THREADS_HELP = ("torch CPU threads (default 1: on a 2-core machine shared with other work one thread was measured "
-                "faster than two and than torch's default; bench/RESULTS.md, 'Threads').")
+                "faster than two and than torch's default; bench/results/training.md, 'Threads').")
 TREEBANK_HELP = ("Whose tags the gold trees carry (punctuation, empty elements, ID nodes: see induce preprocess "
                  "--help). Default: what the prepared corpus recorded, else ptb.")
 WORD_MATCH_HELP = ("How predicted words are compared with the gold's: normalized (default: the same word, or one of "

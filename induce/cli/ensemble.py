@@ -42,9 +42,10 @@ def ensemble_command(
     Sentences the convention leaves out (one word) get their only tree. Example:
     `induce ensemble results/runs/palm-seed1 results/runs/palm-seed2 results/runs/palm-seed3 -o palm.ens.txt`.
     """
-    from induce.assess.hub import check_distinct_sources, ensemble_report, load_full_gold, sources_of
-    from induce.assess.run_eval import _default_eval_corpus
+    from induce.assess.hub import ensemble_report
+    from induce.assess.sources import check_distinct_sources, default_eval_corpus, sources_of
     from induce.evaluation.ensemble import parse_weights
+    from induce.evaluation.gold import load_gold
     from induce.evaluation.words import check_mode
     from induce.files import check_not_input, check_output_file
     from induce.trees.brackets import write_trees
@@ -61,22 +62,21 @@ def ensemble_command(
     console = Console(stderr=True)
     default_gold = gold is None and corpus is None
     if default_gold:
-        corpus = _default_eval_corpus(None, data, console)
+        corpus = default_eval_corpus(None, data, console)
     with progress_steps(console, progress) as steps:
-        gold_set, golds = load_full_gold(gold, corpus, split, steps.bar("reading gold trees"), treebank)
+        gold_set = load_gold(gold, corpus, split, reading=steps.bar("reading gold trees"), treebank=treebank)
+        golds = gold_set.sentences
         with default_gold_hint(default_gold, lambda: gold_set.label):
-            members = sources_of(sources, golds, gold_set, pred_format, batch_size, None, device, steps)
+            members = sources_of(sources, golds, pred_format, batch_size, None, device, steps)
         trees, report = ensemble_report(members, golds, parsed, convention, word_match)
     for note in (note for member in members for note in member.notes):
         console.print(note, highlight=False, soft_wrap=True)
-    from induce.evaluation.conventions import get_convention, token_filter
+    from induce.evaluation.conventions import get_convention
 
-    tokens = get_convention(convention).tokens
+    chosen = get_convention(convention)
     lines = []
     for tree, full in zip(trees, golds):
-        keep = token_filter(tokens, full.treebank) if full is not None else None
-        words = [w for w, t in zip(full.words, full.tags) if keep(t)] if full is not None else []
-        words = words or (full.words if full is not None else ["-NONE-"])
+        words = full.kept_words(chosen) or full.words or ["-NONE-"]
         lines.append(to_nltk(tree, words) if tree is not None else _flat(words))
     write_trees(output, lines)
     report.update({"output": str(output), "gold": gold_set.label})

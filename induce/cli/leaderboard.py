@@ -60,7 +60,7 @@ def leaderboard_command(
     --pattern test.txt`.
     """
     from induce.assess.leaderboard import build_leaderboard, write_leaderboard
-    from induce.assess.run_eval import _default_eval_corpus
+    from induce.assess.sources import default_eval_corpus
     from induce.errors import InduceError
     sources = list(sources or [])
     if not sources and manifest is None:
@@ -68,7 +68,7 @@ def leaderboard_command(
     console = Console(stderr=True)
     default_gold = gold is None and corpus is None
     if default_gold:
-        corpus = _default_eval_corpus(None, data, console)
+        corpus = default_eval_corpus(None, data, console)
     with _locked_output(out, console), progress_steps(console, progress) as steps, \
             default_gold_hint(default_gold, lambda: f"{corpus}/{split}"):
         board = build_leaderboard(sources, gold=gold, corpus=corpus, split=split, conventions=conventions,

@@ -22,6 +22,7 @@ from induce.models.plugins import load_plugins_for_help
 COMMAND_MODULES = (
     "induce.cli.preprocess",
     "induce.cli.evaluate",
+    "induce.cli.compare",
     "induce.cli.ensemble",
     "induce.cli.leaderboard",
     "induce.cli.train",
@@ -31,6 +32,7 @@ COMMAND_MODULES = (
     "induce.cli.diagnose",
     "induce.cli.reproduce",
     "induce.cli.show",
+    "induce.cli.config",
 )
 
 app = typer.Typer(

@@ -10,15 +10,13 @@ def models_command() -> None:
     Controls (e.g. palm-rb, right-branching whatever it learns) are marked; the commands never pick
     one as their default run.
     """
-    from induce.models.registry import get_model_class, list_models
+    from induce.models.registry import model_classes
 
-    models = list_models()
+    models = model_classes()
     width = max((len(name) for name in models), default=0)
-    for name, description in models.items():
-        cls = get_model_class(name)
-        kind = cls.parser_kind.name
-        mark = " [control]" if getattr(cls, "control", False) else ""
-        typer.echo(f"{name:<{width}}  {kind:<8}  {description}{mark}")
+    for name, cls in models.items():
+        mark = " [control]" if cls.control else ""
+        typer.echo(f"{name:<{width}}  {cls.parser_kind.name:<8}  {cls.description}{mark}")
 
 
 def register(app: typer.Typer) -> None:

@@ -18,7 +18,8 @@ def train_command(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model name (see `induce models`)."),
     config: Optional[Path] = typer.Option(
         None, "--config", help="A YAML config of your own, layered over the model's shipped config: the keys it sets "
-        "change, the others keep the model's values (shipped default.yaml < <model>.yaml < this file < KEY=VALUE)."
+        "change, the others keep the model's values (typed defaults < shipped <model>.yaml < this file < KEY=VALUE; "
+        "`induce config` shows each key's layer)."
     ),
     out: Optional[Path] = typer.Option(None, "--out", help="Run folder (default: runs/<model>-<timestamp>)."),
     corpus: Optional[str] = typer.Option(

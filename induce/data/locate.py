@@ -201,7 +201,7 @@ def _prepare_found_treebank(
     if name is None and not custom_sections and (root is None or _from_nltk_path(data, root, corpora_dir)):
         # No data root named and no raw treebank in corpora/: a treebank corpus prepared there earlier
         # (by `make reproduce`, or with INDUCE_DATA set then) comes before NLTK's sample and the
-        # synthetic fallback, as the README's order says.
+        # synthetic fallback, in the order docs/data.md gives.
         prepared = find_prepared(corpora_dir, also_prepared_in)
         if prepared is not None:
             console.print(f"using the treebank corpus prepared in {prepared.path} ({prepared.source_kind}; another: "

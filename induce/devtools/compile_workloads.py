@@ -4,8 +4,8 @@
 kernel variant these launch (see :mod:`induce.devtools.launch_recorder` for how launches are
 recorded without a GPU):
 
-1. **Models.** Every shipped config: ``configs/*.yaml`` (each file also with every sibling model
-   that takes the same ``Config`` class, e.g. ``palm-paper.yaml`` as palm-s and palm-rb) and every
+1. **Models.** Every shipped config: the families' ``models/<family>/*.yaml`` (each file also with every
+   sibling model that takes the same ``Config`` class, e.g. ``palm-paper.yaml`` as palm-s and palm-rb) and every
    profile of ``configs/<profile>/``, distinct ones once. Per config: training steps in fp32 and
    under bf16 autocast (CPU autocast standing in for CUDA's: the models choose the dtypes the kernels
    see) at the longest segment length and then the shortest (1: an epoch's clipped last segment),
@@ -90,19 +90,19 @@ def drive_batch(batch_size: int) -> int:
 
 def shipped_configs(config_dir: Optional[Path] = None) -> list:
     """``(label, RunConfig)`` of every shipped config, distinct ones only (see the module docstring)."""
-    from induce.config import CONFIG_DIR, DEFAULT_CONFIG, deep_merge, read_yaml, validate_config
+    from induce.config import CONFIG_DIR, family_roots, read_yaml, validate_config
     from induce.models.configs import resolve_config
     from induce.models.registry import get_model_class, list_models
     from induce.reproduce.profiles import build_run_config, list_profiles, load_profile
 
     config_dir = Path(config_dir or CONFIG_DIR)
     found: list = []
-    base = read_yaml(config_dir / DEFAULT_CONFIG) if (config_dir / DEFAULT_CONFIG).is_file() else {}
     models = list(list_models())
-    for path in sorted(config_dir.glob("*.yaml")):
-        if path.name == DEFAULT_CONFIG:
-            continue
-        raw = deep_merge(base, read_yaml(path))
+    # the families' base configs (induce/models/<family>/*.yaml), in the order of their names
+    family_files = [path for root in family_roots() for family in root.iterdir() if (family / "__init__.py").is_file()
+                    for path in family.glob("*.yaml")]
+    for path in sorted(family_files, key=lambda path: path.name):
+        raw = read_yaml(path)
         config_cls = get_model_class(raw["model_name"]).Config
         siblings = [raw["model_name"]] + [m for m in models if m != raw["model_name"]
                                            and get_model_class(m).Config is config_cls]
@@ -157,7 +157,7 @@ def drive_config(label: str, cfg, recorder: Recorder, number: int = 0) -> None:
         for steps in _segment_lengths(cfg):
             tokens = torch.randint(VOCAB_SIZE, (batch, steps))
             gold = None
-            if getattr(cls, "supervised", False) and span_count:
+            if cls.supervised and span_count:
                 gold = torch.zeros(batch, steps, span_count)
                 gold[..., 0] = 1.0
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
@@ -178,7 +178,7 @@ def drive_config(label: str, cfg, recorder: Recorder, number: int = 0) -> None:
                 for rows in sorted({1, eval_batch}) if steps <= 42 else (1,):
                     tokens = torch.randint(VOCAB_SIZE, (rows, steps))
                     model.parse_structure(tokens, torch.full((rows,), steps))
-            if getattr(model, "parse_state_carry", False):
+            if model.parse_state_carry:
                 model.parse_stream([[1, 2, 3], [4] * 40], eos_id=0)
 
 
@@ -193,7 +193,7 @@ def drive_sentence_model(label: str, cfg, model, recorder: Recorder, number: int
     import torch
 
     longest = min(cfg.data.max_length or 40, DRIVEN_SENTENCE_LENGTH)
-    shortest = max(2, getattr(model, "shortest_sentence", 1))
+    shortest = max(2, model.shortest_sentence)
     # at most SENTENCE_DRIVE_BATCH sentences: a paper-size simple PCFG's CPU step at 16 sentences held 20 GB (its
     # per-sentence rule tensors), and its inside kernels are driven at every parent count by drive_inside_simple
     batch = min(drive_batch(cfg.data.batch_size), SENTENCE_DRIVE_BATCH)

@@ -36,7 +36,7 @@ which is what the launch-bound time scales with.
 :func:`as_on_cuda` makes a CPU count follow the choices PyTorch makes on CUDA where they change the
 number of operators: torch's optimisers take their ``foreach`` implementation (their CUDA default;
 on a CPU they default to a per-parameter loop), our recurrent products skip oneDNN's packed weights
-(CPU-only) and :class:`~induce.models.awd.WeightDropLSTM` puts its weights in one chunk (what it
+(CPU-only) and :class:`~induce.models.common.awd.WeightDropLSTM` puts its weights in one chunk (what it
 does for cuDNN). Counting the same step on a GPU with this module gives the device's own count.
 
 Not emulated (a CPU count differs from the device's by these): non-capturable Adam keeps its step
@@ -156,11 +156,11 @@ def count_launches(run_triton: bool = True) -> Iterator[LaunchCount]:
 def as_on_cuda() -> Iterator[None]:
     """Inside, a CPU step dispatches the operators it would on CUDA where PyTorch or this project
     choose by device: torch's optimisers take their ``foreach`` implementation (the CUDA default),
-    :class:`~induce.models.awd.RecurrentProjection` uses plain ``mm`` (no oneDNN packing) and
-    :class:`~induce.models.awd.WeightDropLSTM` passes its weights in one chunk (as for cuDNN)."""
+    :class:`~induce.models.common.awd.RecurrentProjection` uses plain ``mm`` (no oneDNN packing) and
+    :class:`~induce.models.common.awd.WeightDropLSTM` passes its weights in one chunk (as for cuDNN)."""
     from torch.optim import optimizer as torch_optimizer
 
-    from induce.models.awd import RecurrentProjection, WeightDropLSTM
+    from induce.models.common.awd import RecurrentProjection, WeightDropLSTM
 
     # torch decides an optimiser's default implementation from this list of device types (a private
     # name: where a torch version lacks it, the optimisers keep their CPU default)

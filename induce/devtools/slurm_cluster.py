@@ -11,8 +11,8 @@ clients (``sbatch``, ``squeue``, submitit) reach the cluster through ``SLURM_CON
 (:meth:`SlurmCluster.env`). :meth:`SlurmCluster.stop` cancels the jobs left, waits for them and stops the three
 daemons.
 
-``sudo python3 -m induce.devtools.slurm_cluster FOLDER`` starts one and keeps it until Ctrl-C (README,
-"On a SLURM cluster").
+``sudo python3 -m induce.devtools.slurm_cluster FOLDER`` starts one and keeps it until Ctrl-C
+(docs/slurm.md).
 """
 from __future__ import annotations
 

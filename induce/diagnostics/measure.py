@@ -27,7 +27,7 @@ from induce.report.figures import pyplot, save_figure
 def gradient_norms(model, task: str, delay: int, n: int = 32, seed: int = 0) -> dict:
     """``||dL/dh_t||`` (L2 over the hidden units, mean over ``n`` test examples) for every step.
 
-    ``model`` must support ``keep_step_states`` (the models of :mod:`induce.models.relmem`). ``h_t`` is
+    ``model`` must support ``keep_step_states`` (the models of :mod:`induce.models.relmem.model`). ``h_t`` is
     the recurrent cell's output (before the attention summary is added). Returns
     ``{"task", "T", "length", "t": [0..L-1], "grad_norm": [L floats], "loss"}``.
     """

@@ -192,7 +192,7 @@ def save_checkpoint(path: str | Path, model, meta: dict) -> tuple[Path, Path]:
 
 def model_class(name: str):
     """The model class registered as ``name`` (this package's models load without the others)."""
-    from induce.models.relmem import MODELS
+    from induce.models.relmem.model import MODELS
 
     if name in MODELS:
         return MODELS[name]

@@ -14,7 +14,8 @@ import nltk
 from induce.errors import InvalidValueError
 from induce.trees.nodes import Node, build_binary, from_index_tree, left_branching, right_branching
 
-from .metrics import EvalConvention, GoldSentence, prepare_gold
+from .conventions import DEFAULT, Convention
+from .gold import Gold, prepare_gold
 
 BASELINES = ("right", "left", "balanced", "random")
 
@@ -38,12 +39,14 @@ def baseline_tree(n_words: int, kind: str, rng: random.Random | None = None) -> 
 
 
 def baseline_predictions(
-    gold_trees: Sequence[nltk.Tree], kind: str, convention: EvalConvention = EvalConvention(), seed: int = 0
+    gold_trees: Sequence[nltk.Tree], kind: str, convention: Convention = DEFAULT, seed: int = 0
 ) -> list[Node]:
-    """One baseline tree per gold tree, over the words the convention keeps (for :func:`evaluate`)."""
+    """One baseline tree per gold tree (or :class:`~induce.evaluation.gold.Gold`), over the words the convention
+    keeps (for :func:`induce.evaluation.engine.score`); ``random`` draws one for every sentence, in order."""
     rng = random.Random(seed)
     out = []
     for tree in gold_trees:
-        n_words = len((tree if isinstance(tree, GoldSentence) else prepare_gold(tree, convention)).words)
+        gold = tree if isinstance(tree, Gold) else prepare_gold(tree, convention.treebank)
+        n_words = sum(gold.keep(convention))
         out.append(baseline_tree(max(n_words, 1), kind, rng))
     return out

@@ -128,13 +128,9 @@ def paired_bootstrap(sentences_a: Sequence, sentences_b: Sequence, key: str = "c
 
 
 def result_intervals(result, resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> dict:
-    """95% intervals of the corpus and sentence F1 of an :class:`~induce.evaluation.metrics.EvalResult`
+    """95% intervals of the corpus and sentence F1 of an :class:`~induce.evaluation.engine.Result`
     (what ``induce eval --json`` carries as ``ci``)."""
-    from .conventions import SentenceCounts
-
-    sentences = [SentenceCounts(s.index, s.length, s.n_match, s.n_pred, s.n_gold, s.precision, s.recall, s.f1)
-                 for s in result.sentences]
-    intervals = {key: confidence_interval(sentences, key, resamples=resamples, seed=seed)
+    intervals = {key: confidence_interval(result.sentences, key, resamples=resamples, seed=seed)
                  for key in ("corpus_f1", "sentence_f1")}
     return {**intervals, "resamples": resamples, "seed": seed, "interval": INTERVAL}
 

@@ -1,5 +1,7 @@
-"""The published evaluation conventions of unsupervised constituency parsing, by name, each equal to its
-authors' own scoring script (``induce eval --convention NAME``).
+"""The evaluation conventions: induce's own (``induce eval``, its switches ``--keep-punct``, ``--count-root``,
+``--multiset``, ``--max-length``: :func:`induce_convention`) and the published ones of unsupervised
+constituency parsing, by name, each equal to its authors' own scoring script (``induce eval --convention
+NAME``). All of them are scored by the one engine, :func:`induce.evaluation.engine.score`.
 
 Each :class:`Convention` is data: which tokens it keeps (by the gold POS tag), how it reshapes the gold
 and predicted trees, which spans it counts, which sentences it scores and how it averages. The originals
@@ -7,7 +9,7 @@ were read at these commits, and run on the test fixtures (``tests/data/conventio
 commands and their printed figures, which the tests reproduce to the printed digit):
 
 =================== ===============================================================================
-``induce``          the default of ``induce eval`` (:mod:`induce.evaluation.metrics`): Kim et al.'s rules, but every
+``induce``          the default of ``induce eval`` (:func:`induce_convention`): Kim et al.'s rules, but every
                     copy of the whole-sentence span dropped and no ``1e-8`` in sentence F1
 ``kim2019``         harvardnlp/compound-pcfg ``4af1eb0`` ``compare_trees.py`` (Kim et al. 2019)
 ``onlstm``          yikangshen/Ordered-Neurons ``46d63cd`` ``test_phrase_grammar.py``
@@ -22,21 +24,25 @@ commands and their printed figures, which the tests reproduce to the printed dig
 =================== ===============================================================================
 
 What they differ in (each rule with the file and lines of the original in the comments below; summarised in
-``bench/RESULTS.md``, "Evaluation conventions, agreement and ensembles"):
+``bench/results/evaluation.md``, "Evaluation conventions, agreement and ensembles"):
 
 * **tokens** — ``word_tags``: leaves whose gold POS is a word tag (:data:`induce.trees.ptb.WORD_TAGS`);
-  ``li_nopunct``: Li et al.'s PTB punctuation set removed (``$`` stays, ``SYM``/``LS`` go); ``li_punct``:
-  only ``-NONE- ID META LS LST`` removed;
+  ``all``: every token but traces (``--keep-punct``); ``li_nopunct``: Li et al.'s PTB punctuation set
+  removed (``$`` stays, ``SYM``/``LS`` go); ``li_punct``: only ``-NONE- ID META LS LST`` removed;
 * **spans** — ``kim``: every bracket of 2+ words, a unary chain counting its span once per node, then
   only the *outermost* bracket dropped, as a set (a gold tree whose root is a unary chain keeps the
   whole-sentence span once: it can never be matched); ``no_root``: the distinct spans of 2+ words but
-  the whole sentence; ``with_root``: the same with the whole sentence; ``li_multiset``: every bracket of
+  the whole sentence; ``with_root``: the same with the whole sentence (``--count-root``); ``multiset``
+  and ``multiset_root``: every bracket of 2+ words of both trees, duplicates (unary chains) counted, every
+  whole-sentence copy dropped or kept (``--multiset``; a prediction's projection is not unary-collapsed
+  there, so the chains it leaves count); ``li_multiset``: every bracket of
   2+ words, each whole-sentence copy dropped, duplicates counted (gold trees are unary-collapsed first,
   so only a prediction's duplicates count);
 * **sentences** — ``min_length`` / ``max_length`` on the gold length in the convention's tokens (Kim: no
   sentence of length 1; ON-LSTM, PRPN, PaLM, Li: they are kept and score 100);
 * **sentence F1** — ``epsilon``: Kim's/ON-LSTM's ``2pr / (p + r + 1e-8)`` with ``1e-8`` in ``p`` and ``r``
-  (an empty gold set: recall 1, precision 1 if the prediction is empty too); ``exact``: PaLM's (both
+  (an empty gold set: recall 1, precision 1 if the prediction is empty too); ``induce``: the same empty-set
+  rule without ``1e-8``; ``exact``: PaLM's (both
   empty: 1; no overlap: 0); ``li``: Li et al.'s (empty gold: 100 if the prediction is empty else 0);
 * **EVALB** (:mod:`induce.evaluation.evalb`) — the gold and predicted trees prepared as the script's
   driver does (``evalb_prep``): ``diora`` removes the word-tag filter's tokens from both trees without
@@ -48,23 +54,13 @@ training sections 00-24), the convention scores the gold the user gives and says
 """
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from induce.errors import InduceError, InputError, InvalidValueError
-from induce.trees.nodes import Node, constituents, fold, prune
-from induce.trees.ptb import WORD_TAGS, strip_function_tags
-from induce.trees.transforms import (
-    binarise,
-    collapse_unary,
-    leaf_tags,
-    relabel_brackets,
-    with_preterminals,
-)
+from induce.errors import InvalidValueError
+from induce.trees.ptb import WORD_TAGS
 
 from . import evalb
-from .words import DEFAULT_WORD_MATCH, WordCheck, words_match
 
 #: Li et al.'s removals: always, and with their ``ptb`` punctuation set (preprocess.py L86-89, L205-209).
 LI_ALWAYS = frozenset({"-NONE-", "ID", "META", "LS", "LST"})
@@ -72,10 +68,14 @@ LI_PUNCT = frozenset({",", ".", ":", "``", "''", "-LRB-", "-RRB-", "#", "LS", "L
 
 TOKEN_FILTERS: dict[str, Callable[[str | None], bool]] = {
     "word_tags": lambda tag: tag in WORD_TAGS,
+    "all": lambda tag: True,
     "li_nopunct": lambda tag: tag not in LI_ALWAYS and tag not in LI_PUNCT,
     "li_punct": lambda tag: tag not in LI_ALWAYS,
 }
 GOLD_VARIANTS = ("nary", "left", "right")
+#: Span rules whose whole-sentence span counts, and those that count duplicates.
+ROOT_SPANS = frozenset({"with_root", "multiset_root"})
+MULTISET_SPANS = frozenset({"multiset", "multiset_root", "li_multiset"})
 
 
 def token_filter(tokens: str, treebank: str = "ptb") -> Callable[[str | None], bool]:
@@ -83,31 +83,35 @@ def token_filter(tokens: str, treebank: str = "ptb") -> Callable[[str | None], b
     PTB, :data:`TOKEN_FILTERS`; for another treebank, ``word_tags`` keeps its words (its profile's
     punctuation removed) and ``li_nopunct`` removes Li et al.'s punctuation table for that treebank (their
     ``ktb`` table for the Keyaki Treebank)."""
-    if treebank == "ptb":
+    if treebank == "ptb" or tokens in ("all", "li_punct"):
         return TOKEN_FILTERS[tokens]
     from induce.trees.treebanks import get_profile
 
     profile = get_profile(treebank)
     if tokens == "word_tags":
         return profile.is_word
-    if tokens == "li_nopunct":
-        return lambda tag: tag not in LI_ALWAYS and tag not in profile.li_punct
-    return TOKEN_FILTERS[tokens]
+    return lambda tag: tag not in LI_ALWAYS and tag not in profile.li_punct
 
 
 @dataclass(frozen=True)
 class Figure:
-    """One number a script prints: ``key`` of :attr:`ConventionResult.figures`, its label, and the digits
-    the script prints it with (as a percentage)."""
+    """One number a script prints: ``key`` of :attr:`induce.evaluation.engine.Result.figures`, its label, and
+    the digits the script prints it with (as a percentage)."""
 
     key: str
     label: str
     digits: int = 2
 
 
+#: What induce's own conventions report first.
+INDUCE_FIGURES = (Figure("corpus_f1", "corpus F1"), Figure("sentence_f1", "sentence F1"))
+
+
 @dataclass(frozen=True)
 class Convention:
-    """One published convention (see the module docstring for each switch)."""
+    """One convention (see the module docstring for each switch). ``title`` empty: one of induce's own
+    (:func:`induce_convention`), described by its switches. ``treebank``: whose tags the gold carries
+    (None: the gold's own, as it was read)."""
 
     name: str
     title: str
@@ -122,18 +126,87 @@ class Convention:
     evalb: evalb.EvalbParams | None = None
     evalb_prep: str = ""
     notes: str = ""
+    treebank: str | None = None
 
     @property
     def binarisable(self) -> bool:
         """Gold trees can be binarised: the new nodes have no label, so not under labelled EVALB."""
         return not (self.evalb is not None and self.evalb.labelled)
 
-    def describe(self, treebank: str = "ptb") -> str:
-        """Title, source and limits; ``treebank`` names whose punctuation table Li et al.'s conventions use (the
-        title says ``ptb``, which :func:`token_filter` replaces by the gold treebank's own)."""
+    @property
+    def keep_punct(self) -> bool:
+        return self.tokens == "all"
+
+    @property
+    def count_root(self) -> bool:
+        return self.spans in ROOT_SPANS
+
+    @property
+    def multiset(self) -> bool:
+        return self.spans in MULTISET_SPANS
+
+    def limited(self, max_length: int | None) -> Convention:
+        """This convention with a further length limit (``--wsj10``, ``--max-length``): the smaller one."""
+        from dataclasses import replace
+
+        if max_length is None or (self.max_length is not None and self.max_length <= max_length):
+            return self
+        return replace(self, max_length=max_length)
+
+    def describe(self, treebank: str | None = None) -> str:
+        """What the convention does, in words; ``treebank`` (default: the convention's, else ``ptb``) names
+        whose punctuation it removes (Li et al.'s title says ``ptb``, which :func:`token_filter` replaces by
+        the gold treebank's own)."""
+        treebank = treebank or self.treebank or "ptb"
+        if not self.title:
+            return _describe_switches(self, treebank)
         limits = f"sentences of {self.min_length}" + (f"-{self.max_length}" if self.max_length else "+") + " tokens"
         title = self.title.replace("(ptb,", f"({treebank},") if treebank != "ptb" else self.title
         return f"{title} ({self.reference}); {limits}" + (f"; {self.notes}" if self.notes else "")
+
+    def switches(self) -> dict:
+        """The JSON shape of one of induce's own conventions (``induce eval --json``'s ``convention``): its
+        switches and :meth:`describe`."""
+        return {"keep_punct": self.keep_punct, "count_root": self.count_root, "multiset": self.multiset,
+                "min_length": self.min_length, "max_length": self.max_length, "treebank": self.treebank,
+                "description": self.describe()}
+
+
+def _describe_switches(convention: Convention, treebank: str) -> str:
+    if treebank == "ptb":
+        removal = "punctuation and traces removed by the word-tag filter (Kim et al. 2019)"
+    else:
+        from induce.trees.treebanks import get_profile
+
+        profile = get_profile(treebank)
+        removal = f"{profile.title}: punctuation ({' '.join(sorted(profile.punct_tags))}) removed"
+    max_length = convention.max_length
+    parts = [
+        "punctuation kept (traces removed)" if convention.keep_punct else removal,
+        f"sentences of length < {convention.min_length} skipped"
+        + (f", length <= {max_length} after removal" if max_length else ", all lengths"),
+        "length-1 spans not counted",
+        "whole-sentence span counted" if convention.count_root else "whole-sentence span not counted",
+        "spans counted as a multiset" if convention.multiset else "spans counted as sets",
+    ]
+    return "; ".join(parts)
+
+
+def induce_convention(keep_punct: bool = False, count_root: bool = False, multiset: bool = False,
+                      min_length: int = 2, max_length: int | None = None, treebank: str | None = None) -> Convention:
+    """induce's own convention with ``induce eval``'s switches (defaults: Kim et al. 2019's rules): punctuation
+    and traces removed by the word-tag filter (``keep_punct``: traces only), sentences shorter than
+    ``min_length`` or longer than ``max_length`` (after removal) skipped, length-1 spans not counted, the
+    whole-sentence span not counted (``count_root``: counted), spans as sets (``multiset``: duplicates
+    count); sentence F1 with Kim's empty-set rule; corpus F1 from the summed counts."""
+    spans = {(False, False): "no_root", (True, False): "with_root", (False, True): "multiset",
+             (True, True): "multiset_root"}[(bool(count_root), bool(multiset))]
+    return Convention("induce", "", "", "all" if keep_punct else "word_tags", INDUCE_FIGURES, spans=spans,
+                      min_length=min_length, max_length=max_length, sentence_f1="induce", treebank=treebank)
+
+
+#: The default convention of every command.
+DEFAULT = induce_convention()
 
 
 def _li(name: str, tokens: str, extra: str, **switches) -> Convention:
@@ -142,10 +215,7 @@ def _li(name: str, tokens: str, extra: str, **switches) -> Convention:
 
 
 CONVENTIONS: dict[str, Convention] = {c.name: c for c in (
-    Convention("induce", "induce's default (Kim et al.'s rules, every whole-sentence copy dropped)",
-               "induce.evaluation.metrics", "word_tags",
-               (Figure("corpus_f1", "corpus F1"), Figure("sentence_f1", "sentence F1")),
-               min_length=2, sentence_f1="induce"),
+    DEFAULT,
     Convention("kim2019", "Kim et al. 2019 compare_trees", "harvardnlp/compound-pcfg@4af1eb0 compare_trees.py",
                "word_tags", (Figure("corpus_f1", "corpus F1"), Figure("sentence_f1", "sentence F1")),
                spans="kim", min_length=2),
@@ -189,278 +259,3 @@ def get_convention(name: str, where: str = "--convention") -> Convention:
     if name not in CONVENTIONS:
         raise InvalidValueError(f"{where} {name}: unknown convention; choose one of {', '.join(CONVENTIONS)}")
     return CONVENTIONS[name]
-
-
-@dataclass
-class SentenceCounts:
-    """One scored sentence: gold index, length (in the convention's tokens), matched / predicted / gold
-    spans (brackets), and its precision, recall and F1 under the convention's sentence formula (0-1)."""
-
-    index: int
-    length: int
-    match: int
-    n_pred: int
-    n_gold: int
-    precision: float
-    recall: float
-    f1: float
-
-
-@dataclass
-class ConventionResult:
-    """A convention's figures (percent) on one gold variant, with the per-sentence counts they come from."""
-
-    convention: Convention
-    gold_variant: str
-    figures: dict
-    sentences: list = field(default_factory=list)
-    n_skipped: int = 0
-    n_errors: int = 0
-    words: dict | None = None  # how the predicted words matched the gold's (WordCheck.summary)
-    treebank: str = "ptb"  # the gold's (induce.trees.treebanks)
-
-    def to_dict(self) -> dict:
-        return {"convention": self.convention.name, "gold_variant": self.gold_variant,
-                "description": self.convention.describe(self.treebank), "figures": dict(self.figures),
-                "n_sentences": len(self.sentences), "n_skipped": self.n_skipped, "n_errors": self.n_errors,
-                "words": self.words}
-
-
-# ---- per-sentence span counting ---------------------------------------------------------------------
-
-
-def _spans(node: Node | None, rule: str, length: int) -> Counter:
-    """The counted spans of one tree under a span rule (see the module docstring)."""
-    if node is None:
-        return Counter()
-    listed = [(i, j) for _, i, j in constituents(node) if j - i >= 2]
-    if rule == "kim":
-        if node.length >= 2 and not node.is_word():
-            listed.remove((node.start, node.end))  # only the outermost bracket (compare_trees L121-122)
-        return Counter(set(listed))
-    if rule == "li_multiset":
-        return Counter(span for span in listed if span != (0, length))
-    spans = set(listed)
-    if rule == "no_root":
-        spans.discard((0, length))
-    elif rule != "with_root":
-        raise ValueError(f"unknown span rule {rule!r}")
-    return Counter(spans)
-
-
-def sentence_scores(match: int, n_pred: int, n_gold: int, formula: str) -> tuple[float, float, float]:
-    """``(precision, recall, F1)`` in 0-1 of one sentence under a script's formula (module docstring)."""
-    if formula == "epsilon":  # compare_trees L133-141, test_phrase_grammar L180-191
-        precision, recall = match / (n_pred + 1e-8), match / (n_gold + 1e-8)
-        if n_gold == 0:
-            recall = 1.0
-            precision = 1.0 if n_pred == 0 else precision
-        return precision, recall, 2 * precision * recall / (precision + recall + 1e-8)
-    if formula == "induce":  # induce.evaluation.metrics.sentence_prf: Kim's empty-set rule, no 1e-8
-        from .metrics import sentence_prf
-
-        return sentence_prf(match, n_pred, n_gold)
-    if formula == "exact":  # eval_parsing L194-204
-        if n_gold == 0 and n_pred == 0:
-            return 1.0, 1.0, 1.0
-        if match == 0:
-            return 0.0, 0.0, 0.0
-        precision, recall = match / n_pred, match / n_gold
-        return precision, recall, 2 * precision * recall / (precision + recall)
-    if formula == "li":  # evaluate.py L89-99
-        if n_gold == 0:
-            value = 1.0 if n_pred == 0 else 0.0
-            return value, value, value
-        if match == 0 or n_pred == 0:
-            return 0.0, 0.0, 0.0
-        precision, recall = match / n_pred, match / n_gold
-        return precision, recall, 2 * precision * recall / (precision + recall)
-    raise ValueError(f"unknown sentence formula {formula!r}")
-
-
-def corpus_scores(match: int, n_pred: int, n_gold: int, formula: str) -> tuple[float, float, float]:
-    """``(precision, recall, F1)`` in 0-1 of summed counts (``li``: Li et al.'s empty-set rule)."""
-    if formula == "li":
-        return sentence_scores(match, n_pred, n_gold, "li")
-    precision = match / n_pred if n_pred else 0.0
-    recall = match / n_gold if n_gold else 0.0
-    return precision, recall, (2 * precision * recall / (precision + recall) if precision + recall else 0.0)
-
-
-def figures_of(sentences: Sequence[SentenceCounts], convention: Convention) -> dict:
-    """Every figure (percent) of scored sentences: corpus precision / recall / F1 from the summed counts
-    (EVALB's percentages for EVALB conventions), and the means of the per-sentence figures."""
-    match = sum(s.match for s in sentences)
-    n_pred = sum(s.n_pred for s in sentences)
-    n_gold = sum(s.n_gold for s in sentences)
-    precision, recall, f1 = corpus_scores(match, n_pred, n_gold, convention.corpus_f1)
-    n = len(sentences)
-    return {
-        "corpus_precision": 100 * precision, "corpus_recall": 100 * recall, "corpus_f1": 100 * f1,
-        "sentence_precision": 100 * sum(s.precision for s in sentences) / n if n else 0.0,
-        "sentence_recall": 100 * sum(s.recall for s in sentences) / n if n else 0.0,
-        "sentence_f1": 100 * sum(s.f1 for s in sentences) / n if n else 0.0,
-    }
-
-
-# ---- preparing the two trees ------------------------------------------------------------------------
-
-
-@dataclass
-class FullGold:
-    """A gold tree over every non-trace token (raw labels, POS preterminals), and its words."""
-
-    tree: Node
-    words: list
-    treebank: str = "ptb"  # whose tags (induce.trees.treebanks)
-
-    @property
-    def tags(self) -> list:
-        return leaf_tags(self.tree)
-
-
-def full_gold(sentence) -> FullGold | None:
-    """:class:`FullGold` of a :class:`~induce.evaluation.metrics.GoldSentence` prepared with punctuation
-    kept (``EvalConvention(keep_punct=True)``); None for a tree of traces only."""
-    return None if sentence.tree is None else FullGold(sentence.tree, list(sentence.all_words),
-                                                       getattr(sentence, "treebank", "ptb"))
-
-
-def gold_view(gold: FullGold, convention: Convention, variant: str) -> tuple[Node | None, list]:
-    """The gold tree in the convention's tokens, reshaped as its script does, and the keep mask."""
-    keep_tag = token_filter(convention.tokens, gold.treebank)
-    keep = [keep_tag(tag) for tag in gold.tags]
-    node = prune(gold.tree, keep)
-    if node is None:
-        return None, keep
-    if convention.evalb_prep == "li":
-        node = collapse_unary(node, keep_root_child=True)
-    if variant != "nary":
-        node = binarise(node, variant)
-    return node, keep
-
-
-def prediction_fits(pred_words: Sequence[str], gold_tokens: Sequence[str]) -> bool:
-    """Whether a prediction's words are the gold sentence's tokens or some of them, in order
-    (:func:`induce.evaluation.words.words_match`, ``normalized``): whichever tokens a convention keeps, a
-    prediction of this sentence passes, and a prediction of another sentence (a line repeated or left out)
-    does not, but for sentences whose words are among each other's."""
-    tokens = iter(gold_tokens)
-    return all(any(words_match(word, token) for token in tokens) for word in pred_words)
-
-
-def align_prediction(pred: Node, pred_words: Sequence[str] | None, kept_words: Sequence[str],
-                     all_words: Sequence[str], keep: Sequence[bool], where=(None, None),
-                     words: WordCheck | None = None) -> tuple[Node, bool]:
-    """``(tree over the kept words, projected?)``: a prediction over the kept words is taken as it is; one
-    over every token has the others removed. Any other length is an :class:`InputError` naming the line;
-    the words are checked by ``words`` (a normalized :class:`~induce.evaluation.words.WordCheck` when None),
-    which refuses a word its mode does not accept, naming the line and both words."""
-    n_pred = pred.end - pred.start
-    if n_pred == len(kept_words):
-        aligned, compare_to, projected = pred, kept_words, False
-    elif n_pred == len(all_words):
-        aligned, compare_to, projected = prune(pred, keep), all_words, True
-    else:
-        raise InputError(
-            f"the predicted tree has {n_pred} leaves but the gold sentence has {len(kept_words)} words under this "
-            f"convention ({len(all_words)} tokens in all): {' '.join(all_words)[:200]}", *where)
-    if pred_words is not None:
-        (words if words is not None else WordCheck(DEFAULT_WORD_MATCH)).check(pred_words, compare_to, where)
-    return aligned, projected
-
-
-def _pred_view(aligned: Node, projected: bool, convention: Convention) -> Node:
-    """The prediction as the script sees it: a projection's unary nodes collapsed (a prediction made over
-    these words has none), except in DIORA's driver, which keeps them and relabels the tree."""
-    if convention.evalb_prep == "diora":
-        node = relabel_brackets(with_preterminals(aligned, "DT"), "S")
-        if not node.children or node.label == "DT":  # one word: the driver writes (S (DT w))
-            node = Node("S", node.start, node.end, [node])
-        return node
-    return collapse_unary(aligned) if projected else aligned
-
-
-def _diora_gold(node: Node) -> Node:
-    """Gold labels with function tags cut (the driver's input has them stripped)."""
-    return fold(node, lambda sub: sub.children, lambda sub, children: Node(
-        strip_function_tags(sub.label) if sub.label else sub.label, sub.start, sub.end, children))
-
-
-def score_sentence(index: int, gold: FullGold, pred: Node | None, pred_words, convention: Convention,
-                   variant: str = "nary", where=(None, None), baseline: Callable[[int], Node] | None = None,
-                   max_length: int | None = None, words: WordCheck | None = None):
-    """One sentence under ``convention``: a :class:`SentenceCounts`, ``"skipped"`` (length filter or no token
-    left) or ``"error"`` (an EVALB error sentence). ``baseline(n)`` builds the prediction over the kept
-    words instead of ``pred``; ``words`` checks and counts the predicted words (:func:`align_prediction`)."""
-    gold_node, keep = gold_view(gold, convention, variant)
-    length = sum(keep)
-    limit = min(x for x in (convention.max_length, max_length, 10**9) if x is not None)
-    if gold_node is None or length < convention.min_length or length > limit:
-        return "skipped"
-    kept_words = [w for w, k in zip(gold.words, keep) if k]
-    if baseline is not None:
-        aligned, projected = baseline(length), False
-    else:
-        aligned, projected = align_prediction(pred, pred_words, kept_words, gold.words, keep, where, words)
-    pred_node = _pred_view(aligned, projected, convention)
-    if convention.evalb is not None:
-        if convention.evalb_prep == "diora":
-            gold_node = _diora_gold(gold_node)
-        counts = evalb.evalb_sentence(gold_node, pred_node, convention.evalb)
-        if counts.status != evalb.VALID:
-            return "error" if counts.status == evalb.ERROR else "skipped"
-        match, n_pred, n_gold = counts.match, counts.n_pred, counts.n_gold
-    else:
-        gold_spans = _spans(gold_node, "no_root" if convention.spans == "li_multiset" else convention.spans, length)
-        pred_spans = _spans(pred_node, convention.spans, length)
-        match = sum((gold_spans & pred_spans).values())
-        n_pred, n_gold = sum(pred_spans.values()), sum(gold_spans.values())
-    precision, recall, f1 = sentence_scores(match, n_pred, n_gold, convention.sentence_f1)
-    return SentenceCounts(index, length, match, n_pred, n_gold, precision, recall, f1)
-
-
-def _flat(n_words: int) -> Node:
-    return Node("S", 0, n_words, [Node(None, k, k + 1) for k in range(n_words)])
-
-
-def score_convention(golds: Sequence[FullGold | None], predictions: Sequence, convention: Convention,
-                     variant: str = "nary", locations: Sequence | None = None,
-                     baseline: Callable[[int], Node] | None = None,
-                     max_length: int | None = None, word_match: str = DEFAULT_WORD_MATCH) -> ConventionResult:
-    """Score one prediction per gold sentence (``(Node, words or None)`` pairs, None for a sentence without a
-    prediction: a one-word sentence, which gets its only tree) under ``convention`` on the gold ``variant``
-    (``nary``, ``left``, ``right``).
-    ``max_length``: a further length limit (``--wsj10``), applied with the convention's own.
-    ``word_match``: how the predicted words are compared with the gold's (:mod:`induce.evaluation.words`);
-    the result's ``words`` counts what differed."""
-    if variant not in GOLD_VARIANTS:
-        raise InvalidValueError(f"--gold-variant {variant}: choose one of {', '.join(GOLD_VARIANTS)}")
-    if variant != "nary" and not convention.binarisable:
-        raise InduceError(f"--gold-variant {variant}: {convention.name} is labelled, and a binarised gold tree's new "
-                          "nodes have no treebank label; use nary")
-    if baseline is None and len(predictions) != len(golds):
-        extra = locations and len(predictions) > len(golds)
-        where = locations[min(len(predictions), len(golds))] if extra else (None, None)
-        raise InputError(f"{len(predictions)} predicted trees but {len(golds)} gold trees", *where)
-    scored, skipped, errors = [], 0, 0
-    words = WordCheck(word_match)
-    for index, gold in enumerate(golds):
-        if gold is None:
-            skipped += 1
-            continue
-        pred, pred_words = (None, None) if baseline is not None else (predictions[index] or (None, None))
-        where = tuple(locations[index]) if locations else (None, None)
-        # No prediction (a one-word sentence Kim's pred_tree files skip): its only tree, flat.
-        sentence_baseline = baseline or (_flat if pred is None else None)
-        outcome = score_sentence(index, gold, pred, pred_words, convention, variant, where, sentence_baseline,
-                                 max_length, words)
-        if outcome == "skipped":
-            skipped += 1
-        elif outcome == "error":
-            errors += 1
-        else:
-            scored.append(outcome)
-    treebank = next((gold.treebank for gold in golds if gold is not None), "ptb")
-    return ConventionResult(convention, variant, figures_of(scored, convention), scored, skipped, errors,
-                            words.summary() if words.sentences else None, treebank)

@@ -18,8 +18,7 @@ def seed_summary(tree_files: Sequence[Path], gold_trees: Sequence) -> dict:
     ensemble is :func:`induce.evaluation.ensemble.ensemble_tree` of the seeds' trees, equal weights."""
     import nltk
 
-    from induce.evaluation import EvalConvention, evaluate
-    from induce.evaluation.metrics import prepare_gold
+    from induce.evaluation import DEFAULT, prepare_gold, score
     from induce.trees.brackets import read_trees
     from induce.trees.nodes import from_nltk, prune, tagged_leaves, to_nltk
     from induce.trees.transforms import collapse_unary
@@ -27,13 +26,14 @@ def seed_summary(tree_files: Sequence[Path], gold_trees: Sequence) -> dict:
     from .agreement import agreement_matrix, mean_off_diagonal
     from .ensemble import ensemble_tree
 
-    golds = [prepare_gold(tree, EvalConvention()) for tree in gold_trees]
+    golds = [prepare_gold(tree) for tree in gold_trees]
 
     def on_kept_words(tree, gold) -> tuple:
         """``(node, words)`` of a tree over the words the default convention keeps (projected from every token)."""
         node, words = from_nltk(tree), [leaf for leaf, _, _ in tagged_leaves(tree)]
-        if len(words) != len(gold.words) and len(words) == len(gold.all_words):
-            node, words = collapse_unary(prune(node, gold.keep)), list(gold.words)
+        keep = gold.keep(DEFAULT)
+        if len(words) != sum(keep) and len(words) == len(gold.words):
+            node, words = collapse_unary(prune(node, keep)), gold.kept_words(DEFAULT)
         return node, words
 
     trees = [[item.tree for item in read_trees(path)] for path in tree_files]
@@ -45,9 +45,9 @@ def seed_summary(tree_files: Sequence[Path], gold_trees: Sequence) -> dict:
     for i, (_, words) in enumerate(projected[0]):
         members = [seed[i] for seed in nodes]
         ensemble.append(to_nltk(ensemble_tree(members), words) if len(words) >= 2 else nltk.Tree("S", words))
-    figures = [evaluate(seed, gold_trees) for seed in trees]
+    figures = [score(golds, seed) for seed in trees]
     seeds = [{"sentence_f1": r.sentence_f1, "corpus_f1": r.corpus_f1} for r in figures]
-    combined = evaluate(ensemble, gold_trees)
+    combined = score(golds, ensemble)
     return {
         "self_f1": mean_off_diagonal(matrix), "matrix": matrix, "seeds": seeds,
         "mean": {key: statistics.fmean(s[key] for s in seeds) for key in ("sentence_f1", "corpus_f1")},

@@ -6,7 +6,8 @@
   vocabulary on a device;
 * :mod:`.predict` — raw sentences -> trees whose leaves are the tokens as typed; trees as text;
 * :mod:`.language_model` — perplexity of a corpus split or of sentences; text generation;
-* :mod:`.scoring` — gold sentences read under a convention, parsed by a run, scored (``induce eval``);
+* :mod:`.scoring` — a run's trees of gold sentences under a convention (``induce eval``; scored by
+  :mod:`induce.evaluation`);
 * :mod:`.show` — one sentence's tree and the distances / span scores it was decoded from (``induce show``);
 * :mod:`.api` — the library's :class:`~induce.inference.api.Run` (``induce.load``), through the same functions.
 

@@ -19,7 +19,7 @@ token the text it covers; ``pretokenized=True``: at spaces, as ``induce parse --
 sentence given as a list of tokens is taken as it is.
 
 Every method calls what the command calls (:func:`induce.inference.predict.predict_trees`,
-:mod:`induce.inference.scoring`, :func:`induce.inference.language_model.lm_perplexity`), so the figures are the
+:func:`induce.evaluation.score`, :func:`induce.inference.language_model.lm_perplexity`), so the figures are the
 commands'.
 
 An argument of the wrong type or out of range (``induce.load(123)``, ``run.parse(..., batch_size=0)``) is an
@@ -167,17 +167,19 @@ class Run:
         the run was trained on. ``max_length`` (``--max-length``; 10 and 40 are ``--wsj10``/``--wsj40``),
         ``keep_punct``, ``count_root``, ``multiset``: the convention switches of ``induce eval``.
         """
-        from induce.evaluation import EvalConvention
-        from induce.inference.scoring import eval_corpus_of_run, load_gold, parse_gold, score
+        from induce.evaluation import induce_convention, load_gold, require_sentences, score
+        from induce.evaluation.engine import summary
+        from induce.inference.scoring import eval_corpus_of_run, parse_gold
 
-        convention = EvalConvention(keep_punct=keep_punct, count_root=count_root, multiset=multiset,
-                                    max_length=max_length)
+        convention = induce_convention(keep_punct=keep_punct, count_root=count_root, multiset=multiset,
+                                       max_length=max_length)
         if gold is None and corpus is None:
             corpus = eval_corpus_of_run(self._loaded).path
-        gold_set = load_gold(gold, corpus, split, convention)
+        gold_set = load_gold(gold, corpus, split)
         trees = parse_gold(self._loaded, gold_set.sentences, convention, batch_size=batch_size, decoder=decoder)
-        summary, _ = score(trees, gold_set, convention, f"run {self.path}", length_option="max_length")
-        return summary
+        result = score(gold_set.sentences, trees, convention)
+        require_sentences(result, "max_length")
+        return summary(result, f"run {self.path}", gold_set)
 
     @checked_arguments("perplexity")
     def perplexity(self, corpus: Optional[PathLike] = None, split: str = "valid") -> float:

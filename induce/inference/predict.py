@@ -168,7 +168,8 @@ def predict_trees(
     are cut into pieces of at most ``max_length`` words, parsed separately and joined
     right-branching (the parsers' cost grows with the length, quadratically for PaLM).
     ``decoder``: ``peel`` (default) or ``unbiased`` for distance models, ``span`` for PaLM.
-    Batches hold at most ``batch_size`` sentences of similar length. ``progress(done, total)``, when
+    Batches hold at most ``batch_size`` sentences of similar length, within :data:`TOKEN_BUDGET` /
+    :data:`SPAN_BUDGET` (:func:`induce.trees.decoders.length_batches`). ``progress(done, total)``, when
     given, is called after each batch (counts of sentence pieces).
     """
     from induce.trees.decoders import parse_batch
@@ -181,33 +182,19 @@ def predict_trees(
         content_words = [words[i] for i in content]
         for start in range(0, len(content_words), max_length):
             pieces.append((index, content_words[start : start + max_length]))
-    order = sorted(range(len(pieces)), key=lambda p: len(pieces[p][1]))
     quadratic = model.parser_kind.quadratic  # span tables: a sentence's structure grows with its length squared
-    carry = getattr(model, "parse_state_carry", False)
-    if carry:  # PaLM variant=released: the pieces in corpus order, one stream (PaLMBase.parse_stream)
-        order = list(range(len(pieces)))
-    piece_trees: list[Optional[nltk.Tree]] = [None] * len(pieces)
+
+    def cost(count: int, length: int) -> int:  # of a group of pieces (with their two end marks)
+        return count * ((length + 2) ** 2 if quadratic else length + 2)
+
     longest = max((len(words) for words in sentences), default=0)
     with _recursion_limit(4 * longest + 1000):
-        start = 0
-        while start < len(order):
-            # Grow the group while it fits the budget (lengths only increase along `order`).
-            end = start + 1
-            while end < len(order) and (carry or end - start < batch_size):
-                length = len(pieces[order[end]][1]) + 2
-                cost = (end + 1 - start) * (length * length if quadratic else length)
-                if not carry and cost > (SPAN_BUDGET if quadratic else TOKEN_BUDGET):
-                    break
-                end += 1
-            group = order[start:end]
-            words = [pieces[p][1] for p in group]
-            ids = [vocab.encode(normalize(w)) for w in words]
-            trees = parse_batch(model, ids, words=words, decoder=decoder, eos_id=vocab.eos_id, batch_size=len(group))
-            for p, tree in zip(group, trees):
-                piece_trees[p] = tree
-            start = end
-            if progress is not None:
-                progress(end, len(order))
+        # Sorted by length and grouped within the budget; a model that carries its state (PaLM variant=released)
+        # reads the pieces in corpus order, as one stream (parse_batch).
+        piece_trees = parse_batch(model, [vocab.encode(normalize(words)) for _, words in pieces],
+                                  words=[words for _, words in pieces], decoder=decoder, eos_id=vocab.eos_id,
+                                  batch_size=batch_size, cost=cost, budget=SPAN_BUDGET if quadratic else TOKEN_BUDGET,
+                                  progress=progress) if pieces else []
         by_sentence: dict[int, list[nltk.Tree]] = {}
         for (index, _), tree in zip(pieces, piece_trees):
             by_sentence.setdefault(index, []).append(tree)

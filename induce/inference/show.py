@@ -169,11 +169,13 @@ def dev_sentence(corpus_dir: Union[str, Path], index: int, split: str = "valid")
 def display_gold(gold: nltk.Tree) -> nltk.Tree:
     """The gold tree as the evaluation sees it: traces and punctuation removed (word-tag filter),
     function tags stripped, pre-terminals (POS tags) dropped so that it reads like an induced tree."""
-    from induce.evaluation import EvalConvention, prepare_gold
+    from induce.evaluation import DEFAULT, prepare_gold
+    from induce.evaluation.gold import gold_view
     from induce.trees.nodes import to_nltk
 
-    prepared = prepare_gold(gold, EvalConvention())
-    if prepared.tree is None:
+    prepared = prepare_gold(gold)
+    node, _ = gold_view(prepared, DEFAULT)
+    if node is None:
         return gold
 
     def strip(node):
@@ -183,16 +185,16 @@ def display_gold(gold: nltk.Tree) -> nltk.Tree:
             return node[0]
         return nltk.Tree(node.label(), [strip(child) for child in node])
 
-    tree = strip(to_nltk(prepared.tree, prepared.words))
+    tree = strip(to_nltk(node, prepared.kept_words(DEFAULT)))
     return tree if isinstance(tree, nltk.Tree) else nltk.Tree("S", [tree])
 
 
 def tree_f1(tree: nltk.Tree, gold: nltk.Tree) -> Optional[float]:
     """Sentence F1 (0-100) of ``tree`` against ``gold`` under the default convention (Kim et al.
     2019); None when the sentence is skipped (fewer than 2 words after punctuation removal)."""
-    from induce.evaluation import EvalConvention, evaluate
+    from induce.evaluation import score
 
-    result = evaluate([tree], [gold], EvalConvention())
+    result = score([gold], [tree])
     return result.sentence_f1 if result.n_sentences else None
 
 

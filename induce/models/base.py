@@ -12,7 +12,7 @@ The model class declares what the rest asks of it: its parser kind (:mod:`induce
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional, Sequence
+from typing import Any, ClassVar, NamedTuple, Optional, Sequence
 
 import pydantic
 import torch
@@ -93,11 +93,51 @@ class StepTensor:
         return count * self.entry_bytes
 
 
+@dataclass(frozen=True)
+class ParamGroup:
+    """A part of a model's parameters with its own optimiser settings (:meth:`LanguageModel.param_groups`).
+
+    ``params``: the parameters, in the model's order. ``adam_lr``: ``None`` trains them with the run's optimiser
+    (``optim.optimizer``, its lr following the schedule: per BPTT segment, plateaus); a number gives them an
+    Adam of their own at that fixed lr (``optim.wdecay``, torch's betas and eps). After the switch to averaged
+    SGD one ASGD trains every parameter of the model (in the model's order), whatever its group. ``clip``: the
+    group's own gradient-norm clipping before that switch, ``asgd_clip`` after it (``None``: not clipped)."""
+
+    params: tuple
+    adam_lr: Optional[float] = None
+    clip: Optional[float] = None
+    asgd_clip: Optional[float] = None
+
+
+class SentenceLosses(NamedTuple):
+    """What :meth:`LanguageModel.sentence_losses` returns, each ``[B]`` nats per sentence: ``train``, what the
+    gradient follows (it may be a surrogate, e.g. a score-function estimator whose value means nothing), and
+    ``reported``, the value logged, summed into the running loss and used for validation and selection (a
+    negative log-likelihood or its bound). Both are the same tensor unless the model says otherwise."""
+
+    train: torch.Tensor
+    reported: torch.Tensor
+
+
 class LanguageModel(nn.Module):
-    """Base class. Subclasses set ``name``, ``description``, ``parser_kind``, ``objective`` and ``Config``."""
+    """Base class. Subclasses set ``name``, ``description``, ``parser_kind``, ``objective`` and ``Config``.
+
+    **Traits.** What the rest of induce asks of a family beyond its methods is declared here as class
+    attributes with their defaults (a family overrides the ones that differ; a property where a trait
+    depends on the config), and read as plain attributes: the trainer, the parsers, the reproduction and
+    the report never probe a model for an attribute it may lack."""
 
     name: ClassVar[str]
     description: ClassVar[str]
+    #: How reports and tables name the model (``PaLM-U``, ``C-PCFG``); ``None``: its :attr:`name`.
+    display_name: ClassVar[Optional[str]] = None
+    #: The published figures the report quotes beside the model's, with their sources, by the report's table:
+    #: ``"table3"`` (PaLM's Table 3, WSJ-40 F1: ``{"value", "source"}``, optional ``"note"``), ``"table4"``
+    #: (PaLM's Table 4, % left / right splits: ``{"left", "right", "source"}``), ``"table4_untrained"`` (the
+    #: same of untrained models: ``{"left", "left_std", "right", "right_std", "n_models", "source"}``), ``"lm"``
+    #: (test perplexity on Mikolov's PTB text: ``{"value", "source"}``), ``"pcfg"`` (WSJ-test sentence F1, all
+    #: lengths, Kim et al.'s convention: ``{"value", "source"}``, optional ``"std"``). Empty: none is quoted.
+    published: ClassVar[dict[str, dict]] = {}
     #: What ``parse_structure`` returns and which decoders read it (:mod:`induce.trees.kinds`):
     #: ``DISTANCE`` (ON-LSTM, PRPN), ``SPAN`` (PaLM), ``NO_PARSER`` (a language model only) or a family's own.
     parser_kind: ClassVar[ParserKind] = NO_PARSER
@@ -119,6 +159,21 @@ class LanguageModel(nn.Module):
     #: The keys of :attr:`Config` that set the number of parameters, named (with the largest values that fit)
     #: when the parameters alone do not fit the memory.
     size_keys: ClassVar[tuple[str, ...]] = ("emb_size", "hidden_size")
+    #: Whether ``forward`` adds a loss on gold spans (``gold_spans``, e.g. PaLM-S): its stream objective reads
+    #: the training trees, and the reproduction trains it only beside an unsupervised model it can be read with.
+    supervised: ClassVar[bool] = False
+    #: Whether its trees are right-branching whatever it learns (PaLM-RB): not evaluated untrained, and a
+    #: :attr:`control`.
+    fixed_right_branching: ClassVar[bool] = False
+    #: Whether it has a span scorer whose parameters can take an Adam of their own
+    #: (``optim.scorer_optimizer: adam``, read by its :meth:`param_groups`); the config check refuses that key
+    #: for the others.
+    has_span_scorer: ClassVar[bool] = False
+    #: Whether its parser reads a corpus as one stream, carrying the recurrent state from one sentence to the
+    #: next (PaLM as released); False: every sentence from a fresh state.
+    parse_state_carry: ClassVar[bool] = False
+    #: Whether ``train.cuda_graphs`` may capture its training step (False: the step syncs with the host).
+    graph_capturable: ClassVar[bool] = True
 
     def init_state(self, batch_size: int, device: torch.device | str = "cpu") -> Any:
         """A fresh recurrent state for ``batch_size`` sequences."""
@@ -146,11 +201,27 @@ class LanguageModel(nn.Module):
         ``lengths [B]`` -> ``[B]`` the loss of each sentence in nats (a negative log-likelihood or its bound)."""
         raise NotImplementedError
 
+    def sentence_losses(self, tokens: torch.Tensor, lengths: torch.Tensor) -> SentenceLosses:
+        """:data:`SENTENCE_LEVEL` models: ``tokens [B, T]``, ``lengths [B]`` -> :class:`SentenceLosses`, the training
+        loss ``[B]`` (what the gradient follows) and the reported loss ``[B]`` (what is logged and selects the
+        checkpoint). By default both are :meth:`sentence_loss`; a model trained on a surrogate (a score-function
+        estimator, a relaxed objective) overrides this to return its surrogate and its bound."""
+        loss = self.sentence_loss(tokens, lengths)
+        return SentenceLosses(loss, loss)
+
     def perplexity_loss(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """The loss of each sentence ``[B]`` that a reported perplexity reads (``induce eval --lm``): by default
-        :meth:`sentence_loss`; a model whose validation loss is chosen for model selection (e.g. a latent variable
-        at its mean) returns its bound here, whatever that choice."""
-        return self.sentence_loss(tokens, lengths)
+        the reported loss of :meth:`sentence_losses` (:meth:`sentence_loss` unless the model says otherwise); a
+        model whose validation loss is chosen for model selection (e.g. a latent variable at its mean) returns
+        its bound here, whatever that choice."""
+        return self.sentence_losses(tokens, lengths).reported
+
+    def param_groups(self, optim_config) -> list[ParamGroup]:
+        """The model's parameters as the optimiser trains them (``optim_config``: the run's
+        :class:`induce.config.OptimConfig`): a list of :class:`ParamGroup`. The default, one group of every
+        parameter under the run's optimiser and its clipping, is the plain optimiser; a family whose parameters
+        take different optimisers (PaLM's span scorer under ``optim.scorer_optimizer: adam``) overrides this."""
+        return [ParamGroup(tuple(self.parameters()), clip=optim_config.clip, asgd_clip=optim_config.clip)]
 
     def step_tensors(self, batch_size: int, length: int) -> list[StepTensor]:
         """The largest tensors a training step on ``batch_size`` sentences of up to ``length`` words holds at

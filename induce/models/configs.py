@@ -14,21 +14,32 @@ from typing import Any, Optional
 
 import pydantic
 
-from induce.config import ConfigError, RunConfig, format_validation_error, validate_config
+from induce.config import (
+    MODELS_PREFIX,
+    ConfigError,
+    RunConfig,
+    format_validation_error,
+    model_config_path,
+    validate_config,
+)
 
 from .base import ModelConfig
-from .registry import get_model_class
+from .registry import family_folder, get_model_class
 
 
 def resolve_config(config: RunConfig) -> RunConfig:
     """``config`` with its ``model`` section validated by ``model_name``'s ``Config`` and filled in with its
     defaults (a new object when anything changed); a :class:`~induce.config.ConfigError` for an unknown model,
-    a bad model key, or a ``train.select_by`` / ``optim.scorer_optimizer`` the model cannot have."""
+    a bad model key, a family's model whose base config is missing (:func:`missing_base_config`), or a
+    ``train.select_by`` / ``optim.scorer_optimizer`` the model cannot have."""
     origins = config.origins
     try:
         cls = get_model_class(config.model_name)
     except KeyError as err:
         raise ConfigError(f"{origins.of('model_name')}: model_name: {err.args[0]}") from None
+    missing = missing_base_config(cls)
+    if missing:
+        raise ConfigError(missing)
     try:
         resolved = cls.Config(**config.model).model_dump(mode="json")
     except pydantic.ValidationError as err:
@@ -38,12 +49,23 @@ def resolve_config(config: RunConfig) -> RunConfig:
     problem = selection_problem(cls, config.train.select_by)
     if problem:
         raise ConfigError(f"{origins.of('train.select_by')}: {problem}")
-    if config.optim.scorer_optimizer == "adam" and not getattr(cls, "has_span_scorer", False):
+    if config.optim.scorer_optimizer == "adam" and not cls.has_span_scorer:
         raise ConfigError(f"{origins.of('optim.scorer_optimizer')}: optim.scorer_optimizer: adam needs a model with "
                           f"a span scorer (PaLM); {cls.name!r} has none; use optim.scorer_optimizer=shared")
     if resolved == config.model:
         return config
     return config.model_copy(update={"model": resolved})
+
+
+def missing_base_config(model_cls) -> Optional[str]:
+    """Why ``model_cls`` cannot be configured (``None`` when it can): a model of a family folder whose base config
+    ``<model>.yaml`` is not found (an incomplete install, where the YAML files did not ship) would train with its
+    class defaults in silence. A plugin's model has no base config and is not checked."""
+    folder = family_folder(model_cls)
+    if folder is None or model_config_path(model_cls.name) is not None:
+        return None
+    return (f"{MODELS_PREFIX}{folder.name}/{model_cls.name}.yaml: this shipped config is missing from the installed "
+            "induce package (an incomplete install); reinstall induce (pip install .)")
 
 
 def selection_problem(model_cls, select_by: Any) -> Optional[str]:

@@ -106,13 +106,15 @@ def _branching(results: dict, folder: Path, out: Path, place=Path) -> dict:
 def _examples(results: dict, folder: Path, out: Path, repro, place=Path) -> dict:
     """The example sentences: each model's tree next to the gold tree (``results["examples"]`` gets the
     text trees and F1), and per model its span attention or distances over all the examples."""
+    from induce.evaluation import DEFAULT
     from induce.inference.loading import load_run
     from induce.inference.predict import format_tree
     from induce.inference.show import display_gold, sentence_structure, tree_f1
     from induce.report import figures
 
     gold_trees, prepared_gold = repro._gold()
-    indices = choose_examples([sentence.words for sentence in prepared_gold], repro.profile.example_sentences)
+    indices = choose_examples([sentence.kept_words(DEFAULT) for sentence in prepared_gold],
+                              repro.profile.example_sentences)
     loaded = {}
     for model in results["models_order"]:
         seed = next(iter(results["models"][model]["seeds"]), None)
@@ -124,7 +126,7 @@ def _examples(results: dict, folder: Path, out: Path, repro, place=Path) -> dict
     made, examples = {}, []
     structures: dict = {model: [] for model in loaded}
     for number, index in enumerate(indices, start=1):
-        words = prepared_gold[index].words
+        words = prepared_gold[index].kept_words(DEFAULT)
         gold_tree = display_gold(gold_trees[index])
         entry = {"index": index, "words": words, "gold": format_tree(gold_tree), "trees": {}, "f1": {}}
         panels = []

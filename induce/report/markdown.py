@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 from induce.evaluation.baselines import BASELINES
-from induce.evaluation.metrics import REPORTED_LABELS
+from induce.evaluation.engine import REPORTED_LABELS
 from induce.report.findings import all_findings, join_words
 from induce.report.names import WSJ_SOURCES, display, split_label
 from induce.report.published import PUBLISHED
@@ -402,7 +402,7 @@ def _convention(*, results, profile, models, **_) -> list[str]:
         f"PaLM's evaluation counts the whole-sentence span (WSJ40: {conv.get('palm_wsj40', '')}); ON-LSTM's scores "
         f"one-word sentences, each with F1 = 1 (WSJ10: {conv.get('onlstm_wsj10', '')}). Both are computed on the "
         "same trees as our default figures (`induce eval --count-root`; one-word sentences: "
-        "`EvalConvention(min_length=1)`, which `induce eval` has no flag for).")
+        "`induce_convention(min_length=1)`, which `induce eval` has no flag for).")
     add("* **Perplexity**: the language model on the LM text of the evaluation split (Mikolov-style: lower-cased, "
         "numbers as `N`, punctuation removed, `<unk>` outside the vocabulary), read as one stream in batches with the "
         "state carried over (`induce eval --lm`), the best checkpoint (ASGD averages when in the ASGD phase). "

@@ -1,17 +1,26 @@
 """Display names of the models and baselines (``prpn`` -> ``PRPN``) and of the splits (``valid`` of the WSJ
 files -> ``dev (WSJ 22)``), shared by the report, its findings, its figures and the summary table of ``induce
-reproduce`` (a leaf: it imports nothing of induce)."""
+reproduce``. A model's display name is its family's declaration
+(:attr:`induce.models.base.LanguageModel.display_name`), looked up in the registry when first asked for; the
+baselines' are here."""
 from __future__ import annotations
 
 from typing import Optional
 
-NAMES = {"prpn": "PRPN", "onlstm": "ON-LSTM", "palm": "PaLM-U", "palm-s": "PaLM-S", "palm-rb": "PaLM-RB",
-         "npcfg": "N-PCFG", "cpcfg": "C-PCFG", "tnpcfg": "TN-PCFG", "snpcfg": "SN-PCFG", "scpcfg": "SC-PCFG",
-         "right": "right-branching", "left": "left-branching", "balanced": "balanced", "random": "random trees"}
+#: The baselines' display names (trees that no model learns).
+BASELINE_NAMES = {"right": "right-branching", "left": "left-branching", "balanced": "balanced",
+                  "random": "random trees"}
 
 
 def display(name: str) -> str:
-    return NAMES.get(name, name)
+    """How the report names model or baseline ``name``: the model's ``display_name`` (its name when it declares
+    none), a baseline's name from :data:`BASELINE_NAMES`, else ``name`` itself (a model no longer registered)."""
+    if name in BASELINE_NAMES:
+        return BASELINE_NAMES[name]
+    from induce.models.registry import model_classes
+
+    cls = model_classes().get(name)
+    return (cls.display_name or name) if cls is not None else name
 
 
 #: Corpus sources whose splits are the WSJ sections (valid 22, test 23): the published figures' test split.

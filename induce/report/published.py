@@ -1,27 +1,30 @@
-"""The published figures the report quotes, from the text of the PaLM paper (:data:`PUBLISHED`, each
-with its table); ``tests/test_reproduce.py`` checks them against that text when the developers' copy of it
-is present. Beside them, the neural PCFGs' WSJ-test sentence F1 (:data:`PUBLISHED` ``["pcfg"]``) as the issue
-that added those models quotes Kim, Dyer & Rush (2019) and Yang, Zhao & Tu (2021) (those papers' texts are
-not among the developers' copies). Nothing else is quoted: where a paper's table is not in the texts (PaLM's
-Table 1 perplexities, ON-LSTM's and Kim et al.'s WSJ10 F1 and label recall) the report says so.
+"""The published figures the report quotes (:data:`PUBLISHED`, each with its table and source).
+
+A model's figures are its family's declaration (:attr:`induce.models.base.LanguageModel.published`: the
+PaLM paper's Tables 3 and 4 for PaLM and PRPN, the LM perplexities of ON-LSTM and PRPN, the neural PCFGs'
+WSJ-test sentence F1 as the issue that added those models quotes Kim, Dyer & Rush (2019) and Yang, Zhao & Tu
+(2021)); :func:`published_figures` gathers them from the registry into the tables below, which hold what is
+not a model's: each table's source and the rows of baselines (right-branching, DIORA, the gold trees).
+``tests/test_reproduce.py`` checks the PaLM paper's figures against its text when the developers' copy of it
+is present. Nothing else is quoted: where a paper's table is not in the texts (PaLM's Table 1 perplexities,
+ON-LSTM's and Kim et al.'s WSJ10 F1 and label recall) the report says so.
 """
 from __future__ import annotations
+
+import copy
 
 PAPER_FILE = "palm-peng-schwartz-smith-2019.txt"
 PALM = "Peng, Schwartz and Smith (2019), PaLM"
 
-#: Published figures, from the text of the PaLM paper (``palm-peng-schwartz-smith-2019.txt``).
-PUBLISHED = {
+#: The tables without the models' rows: sources, notes and the baselines' rows (from the PaLM paper's text).
+TABLES = {
     "table3": {
         "source": f"{PALM}, Table 3: unlabeled unsupervised parsing F1 on WSJ-40 (test, punctuation removed)",
-        "rows": {"right": 40.7, "prpn": 52.4, "palm": 42.0, "DIORA": 60.6},
-        "notes": {"prpn": "taken by PaLM from Drozdov et al. (2019)", "DIORA": "trained on AllNLI; not part of this "
-                                                                               "toolkit"},
+        "rows": {"right": 40.7, "DIORA": 60.6},
+        "notes": {"DIORA": "trained on AllNLI; not part of this toolkit"},
     },
     "table4": {
         "source": f"{PALM}, Table 4: % left / right splits on the WSJ-40 test set",
-        "random": {"left": 39.3, "left_std": 10.5, "right": 41.2, "right_std": 8.8, "n_models": 25, "model": "palm"},
-        "palm": {"left": 1.1, "right": 85.6},
         "gold": {"left": 6.5, "right": 52.7},
     },
     "table1": {
@@ -34,26 +37,45 @@ PUBLISHED = {
         "missing": "ON-LSTM's (Shen et al. 2019) and Kim et al.'s (2019) WSJ10 / full-test F1 and per-label recall are "
                    "not quoted in this report",
     },
+    "lm": {
+        "rows": {},
+        "note": "test perplexities on Mikolov's PTB text (`ptb.test.txt`, his 10k vocabulary), quoted from the "
+                "papers' LM tables.",
+    },
+    "pcfg": {
+        "rows": {},
+        "note": "WSJ test (section 23) sentence F1 over all lengths, Kim et al.'s convention",
+    },
 }
 
-#: Published LM perplexities on Mikolov's PTB text, as the issue that asked for them quotes them; the
-#: paper texts available here do not hold these tables (the report says so).
-PUBLISHED["lm"] = {
-    "rows": {
-        "onlstm": {"value": 56.17, "source": "Shen et al. 2019, ON-LSTM, Table 1, PTB test"},
-        "prpn": {"value": 61.98, "source": "Shen et al. 2018, PRPN, Table 2, PTB test"},
-    },
-    "note": "test perplexities on Mikolov's PTB text (`ptb.test.txt`, his 10k vocabulary), quoted from the papers' "
-            "LM tables.",
-}
 
-#: The neural PCFGs' published WSJ test (section 23) sentence F1, all lengths, in Kim et al.'s convention (the
-#: report's default one), as quoted by the issue that added the models.
-PUBLISHED["pcfg"] = {
-    "rows": {
-        "npcfg": {"value": 50.8, "source": "Kim, Dyer & Rush 2019, Table 1"},
-        "cpcfg": {"value": 55.2, "source": "Kim, Dyer & Rush 2019, Table 1"},
-        "tnpcfg": {"value": 57.7, "std": 4.2, "source": "Yang, Zhao & Tu 2021"},
-    },
-    "note": "WSJ test (section 23) sentence F1 over all lengths, Kim et al.'s convention",
-}
+def _add(tables: dict, model: str, table: str, entry: dict) -> None:
+    """Put model ``model``'s declared ``entry`` for ``table`` into ``tables`` as the report reads it."""
+    if table == "table3":
+        tables["table3"]["rows"][model] = entry["value"]
+        if "note" in entry:
+            tables["table3"]["notes"][model] = entry["note"]
+    elif table == "table4":
+        tables["table4"][model] = {"left": entry["left"], "right": entry["right"]}
+    elif table == "table4_untrained":
+        tables["table4"]["random"] = {**{k: v for k, v in entry.items() if k != "source"}, "model": model}
+    else:  # "lm", "pcfg": the row keeps its source
+        tables[table]["rows"][model] = dict(entry)
+
+
+def published_figures() -> dict:
+    """The published figures: :data:`TABLES` with every registered model's declared figures in their tables."""
+    from induce.models.registry import model_classes
+
+    tables = copy.deepcopy(TABLES)
+    for name, cls in model_classes().items():
+        for table, entry in cls.published.items():
+            _add(tables, name, table, entry)
+    return tables
+
+
+def __getattr__(name: str):
+    # PUBLISHED is gathered from the registry when first read, not when the report's modules are imported.
+    if name == "PUBLISHED":
+        return published_figures()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

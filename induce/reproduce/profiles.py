@@ -1,6 +1,7 @@
 """Profiles of ``induce reproduce``: ``induce/configs/<profile>/profile.yaml`` (:class:`Profile`, shipped
-in the package) or a folder of one's own, and the run configs they build (``default.yaml`` <
-``<model>.yaml``, both shipped, < ``<profile>/<model>.yaml`` < the profile's overrides < the pipeline's).
+in the package) or a folder of one's own, and the run configs they build (the typed defaults < the shipped
+``<model>.yaml`` < ``<profile>/<model>.yaml`` < the profile's overrides < the pipeline's:
+:func:`build_run_config`, with :func:`induce.config.layer_config`).
 
 ``auto`` (the default of ``induce reproduce`` and ``make reproduce``) is ``gpu`` when torch sees a
 CUDA device, else ``cpu`` (:func:`resolve_profile_name`).
@@ -24,19 +25,16 @@ import pydantic
 
 from induce.config import (
     CONFIG_DIR,
-    DEFAULT_CONFIG,
-    SHIPPED_PREFIX,
+    OVERRIDE,
     ConfigError,
+    Layer,
     RunConfig,
-    apply_flags,
-    apply_overrides,
     config_source,
     deep_merge,
-    model_layer,
+    layer_config,
     parse_duration,
-    read_shipped,
     read_yaml,
-    validate_config,
+    shipped_layers,
 )
 from induce.errors import InduceError
 
@@ -327,27 +325,56 @@ def load_profile(name_or_path: Union[str, Path], config_dir: Path = CONFIG_DIR) 
     return profile
 
 
+def profile_layers(profile: Profile, model: str) -> list[Layer]:
+    """The layers ``profile`` puts over ``model``'s shipped config: its ``<model>.yaml`` files (those of the profiles
+    it extends first, then its own: :meth:`Profile.model_files`), then its ``overrides`` (named by the
+    ``profile.yaml`` that gives them)."""
+    layers = [Layer("file", config_source(path), read_yaml(path)) for path in profile.model_files(model)]
+    if profile.overrides:
+        layers.append(Layer("overrides", _overrides_source(profile), list(profile.overrides)))
+    return layers
+
+
+def _overrides_source(profile: Profile) -> str:
+    """How the profile's ``overrides`` are named: by the ``profile.yaml`` that gives them (its own, else the nearest
+    base's that has some)."""
+    folders = [*([profile.folder] if profile.folder is not None else []), *reversed(profile.base_folders)]
+    for folder in folders:
+        raw = read_yaml(folder / PROFILE_FILE)
+        if isinstance(raw, dict) and "overrides" in raw:
+            return f"{config_source(folder / PROFILE_FILE)} overrides:"
+    return f"profile {profile.name or '(unnamed)'} overrides:"
+
+
+def run_values_layers(profile: Profile, model: str) -> list[Layer]:
+    """The values each run of ``model`` gets from ``profile`` itself, one layer each, named by the profile's key:
+    the first of its ``seeds``, its ``device``, its ``threads``, its ``steps_per_model`` / ``time_per_model`` for
+    the model, as ``induce reproduce`` gives them without options of its own (``data.corpus``, the pipeline's
+    prepared folder, is not among them)."""
+    from induce.config import DEFAULT_THREADS
+
+    name = f"profile {profile.name or '(unnamed)'}"
+    values = [("seeds", "train.seed", profile.seeds[0] if profile.seeds else None),
+              ("device", "train.device", profile.device),
+              ("threads", "train.threads", profile.threads or DEFAULT_THREADS),
+              ("steps_per_model", "train.max_steps", profile.step_budget(model)),
+              ("time_per_model", "train.time_budget", profile.time_budget(model))]
+    return [Layer("values", f"{name}: {setting}", {key: value}) for setting, key, value in values if value is not None]
+
+
+#: How the values a program gives :func:`build_run_config` (the reproduction's corpus, seed, budgets) are named.
+PROGRAM_VALUES = "induce reproduce"
+
+
 def build_run_config(profile: Profile, model: str, overrides: list[str],
                      values: Optional[dict[str, Any]] = None) -> RunConfig:
-    """``default.yaml`` < ``<model>.yaml`` (both shipped: an error when missing) < the profile's ``<model>.yaml``
-    files (where it changes the model: those of the profiles it extends, then its own) < ``profile.overrides`` <
-    ``overrides`` (``key=value`` text) < ``values`` (``{"data.corpus": path}``: typed, never re-read as YAML, so
-    that a folder named ``2024`` or ``runs #1`` stays that folder)."""
-    layers = [(read_shipped(DEFAULT_CONFIG), SHIPPED_PREFIX + DEFAULT_CONFIG), model_layer(model)]
-    layers += [(read_yaml(path), config_source(path)) for path in profile.model_files(model)]
-    raw: dict = {}
-    sources = []
-    for loaded, source in layers:
-        if source is not None:
-            raw = deep_merge(raw, loaded)
-            sources.append(source)
-    if raw.get("model_name", model) != model:
-        raise ConfigError(f"{sources[-1]}: model_name is {raw['model_name']!r}, expected {model!r}")
-    raw["model_name"] = model
-    raw = apply_overrides(raw, list(profile.overrides) + list(overrides))
-    if values:
-        raw = apply_flags(raw, values)
+    """:func:`induce.config.layer_config` of ``<model>.yaml`` (shipped: an error when missing) < the profile's
+    layers (:func:`profile_layers`: its ``<model>.yaml`` files, then ``profile.overrides``) < ``overrides``
+    (``key=value`` text) < ``values`` (``{"data.corpus": path}``: typed, never re-read as YAML, so that a folder
+    named ``2024`` or ``runs #1`` stays that folder); the model section resolved by the model's ``Config``."""
     from induce.models.configs import resolve_config
 
-    return resolve_config(validate_config(raw, source=" + ".join(sources + ["profile overrides"])))
-
+    layers = [*shipped_layers(model), *profile_layers(profile, model),
+              Layer("model", f"profile {profile.name or '(unnamed)'}: {model}", model),
+              Layer("overrides", OVERRIDE, list(overrides)), Layer("values", PROGRAM_VALUES, dict(values or {}))]
+    return resolve_config(layer_config(layers))

@@ -18,10 +18,11 @@ import re
 from pathlib import Path
 
 from induce.config import config_source, deep_merge, read_yaml
-from induce.evaluation.metrics import mean_std
+from induce.evaluation.engine import mean_std
 from induce.files import now
 
-#: name -> EvalConvention keyword arguments; the first three are our default convention.
+#: name -> :func:`~induce.evaluation.conventions.induce_convention` keyword arguments; the first three are our
+#: default convention.
 SCORE_SETS = {
     "all": {},
     "wsj10": {"max_length": 10},
@@ -42,10 +43,10 @@ def read_json(path: Path) -> dict:
 
 
 def convention(name: str):
-    """The :class:`~induce.evaluation.EvalConvention` of a score set."""
-    from induce.evaluation import EvalConvention
+    """The :class:`~induce.evaluation.Convention` of a score set."""
+    from induce.evaluation import induce_convention
 
-    return EvalConvention(**SCORE_SETS[name])
+    return induce_convention(**SCORE_SETS[name])
 
 
 def machine_info(device: str) -> dict:
@@ -267,7 +268,7 @@ def model_traits(model: str, config=None) -> dict:
     cls = get_model_class(model)
     sentence_level = cls.objective is not STREAM_LM
     cap = length_cap(config, config.train.epochs) if sentence_level and config is not None else None
-    return {"control": bool(getattr(cls, "control", False)), "supervised": bool(getattr(cls, "supervised", False)),
+    return {"control": bool(cls.control), "supervised": bool(cls.supervised),
             "parser_kind": cls.parser_kind.name, "sentence_level": sentence_level, "train_max_length": cap}
 
 
@@ -373,8 +374,8 @@ def run_summary(run_dir: Path, model) -> dict:
         "last_dev_f1": last.get("dev_f1") if last else None,
         "peak_dev_f1": max((h["dev_f1"] for h in evaluations if _finite(h.get("dev_f1"))), default=None),
         "monitor_valid_ppl": chosen.get("valid_ppl") if chosen else None,
-        "perplexity_bound": bool(getattr(model, "perplexity_is_bound", False)),
-        "validation_loss": getattr(model, "validation_loss_text", "validation perplexity"),
+        "perplexity_bound": bool(model.perplexity_is_bound),
+        "validation_loss": model.validation_loss_text,
     }
     if status.get("clock_stopped"):
         summary.update(clock_stopped=True, note=status.get("note"))

@@ -279,17 +279,18 @@ class PipelineSteps:
         split = split or self.final_split
         cache = self.__dict__.setdefault("_gold_cache", {})
         if split not in cache:
-            from induce.evaluation import EvalConvention, prepare_gold
+            from induce.evaluation import prepare_gold
 
             gold = self.eval_corpus.gold_trees(split)
-            cache[split] = (gold, [prepare_gold(tree, EvalConvention()) for tree in gold])
+            cache[split] = (gold, [prepare_gold(tree) for tree in gold])
         return cache[split]
 
     def _score(self, predictions: list, gold: list) -> dict:
-        """Every score set of :data:`SCORE_SETS` (our convention and each paper's)."""
-        from induce.evaluation import evaluate
+        """Every score set of :data:`SCORE_SETS` (our convention and each paper's); ``gold``: the
+        :class:`~induce.evaluation.Gold` of each sentence."""
+        from induce.evaluation import score
 
-        return {name: evaluate(predictions, gold, convention(name)).to_dict() for name in SCORE_SETS}
+        return {name: score(gold, predictions, convention(name)).to_dict() for name in SCORE_SETS}
 
     def _corpus_key(self, split: Optional[str] = None) -> dict:
         corpus = self.eval_corpus
@@ -372,18 +373,18 @@ class PipelineSteps:
 
     def _evaluate_split(self, loaded, model: str, seed: int, split: str, key: dict, path: Path) -> str:
         """One split's evaluation of a loaded run into ``path``; returns the step's detail."""
-        from induce.evaluation import EvalConvention, evaluate
+        from induce.evaluation import DEFAULT, score
         from induce.inference.language_model import lm_perplexity, sentences_perplexity
         from induce.inference.predict import format_tree, with_punctuation
         from induce.inference.scoring import parse_gold
 
         started = time.monotonic()
-        gold, prepared = self._gold(split)
+        _, prepared = self._gold(split)
         # The default convention's sentences (two words or more: the word-tag-filtered words the LM was
         # trained on); one-word sentences are scored only where they count (ON-LSTM's convention).
-        predictions = parse_gold(loaded, prepared, EvalConvention(), batch_size=self.profile.eval_batch_size,
+        predictions = parse_gold(loaded, prepared, DEFAULT, batch_size=self.profile.eval_batch_size,
                                  device=self.eval_device, one_word_trees=True)
-        scores = self._score(predictions, gold)
+        scores = self._score(predictions, prepared)
         parse_seconds = time.monotonic() - started
         ppl = lm_perplexity(loaded, self.eval_corpus.path, split, device=self.eval_device)
         mikolov_ppl = None
@@ -395,7 +396,7 @@ class PipelineSteps:
 
         # Over every token (punctuation attached as `induce parse` attaches it), so that each convention of
         # `induce eval --convention` finds its own tokens there; the default one projects them away again.
-        trees_text = "".join(format_tree(with_punctuation(sentence.all_words, sentence.keep, tree)) + "\n"
+        trees_text = "".join(format_tree(with_punctuation(sentence.words, sentence.keep(DEFAULT), tree)) + "\n"
                              for tree, sentence in zip(predictions, prepared))
         payload = {"key": key, "model": model, "seed": seed, "split": split, "perplexity": ppl,
                    "mikolov_perplexity": mikolov_ppl, "scores": scores,
@@ -404,8 +405,8 @@ class PipelineSteps:
         if split == self.final_split and self.profile.random_init_seeds:
             # The untrained models' sentences: their figures and these compare like with like.
             chosen = self.init_sentence_indices(split)
-            payload["init_sentences"] = {"n_sentences": len(chosen), **evaluate(
-                [predictions[i] for i in chosen], [gold[i] for i in chosen], convention("wsj40")).to_dict()}
+            payload["init_sentences"] = {"n_sentences": len(chosen), **score(
+                [prepared[i] for i in chosen], [predictions[i] for i in chosen], convention("wsj40")).to_dict()}
         with output_set() as outputs:  # the trees and the JSON that names them: both or neither
             outputs.write(trees_path, trees_text)
             write_json(path, payload, outputs)
@@ -416,7 +417,7 @@ class PipelineSteps:
 
     def baseline(self, kind: str) -> tuple[str, str]:
         """The trivial baseline ``kind`` on every evaluated split."""
-        from induce.evaluation import EvalConvention, baseline_predictions
+        from induce.evaluation import DEFAULT, baseline_predictions
 
         ran, details = False, []
         for split in sorted(self.eval_splits, key=lambda s: s != self.final_split):
@@ -425,9 +426,9 @@ class PipelineSteps:
             if read_json(path).get("key") == key:
                 details.append(f"{split}: {path}")
                 continue
-            gold, _ = self._gold(split)
-            predictions = baseline_predictions(gold, kind, EvalConvention(), seed=0)
-            scores = self._score(predictions, gold)
+            _, prepared = self._gold(split)
+            predictions = baseline_predictions(prepared, kind, DEFAULT, seed=0)
+            scores = self._score(predictions, prepared)
             write_json(path, {"key": key, "baseline": kind, "split": split, "scores": scores})
             details.append(f"{split}: F1 all {scores['all']['sentence_f1']:.1f} / WSJ40 "
                            f"{scores['wsj40']['sentence_f1']:.1f}")
@@ -443,12 +444,12 @@ class PipelineSteps:
         models = self.profile.models
         for name in models:
             cls = get_model_class(name)
-            if getattr(cls, "fixed_right_branching", False):
+            if cls.fixed_right_branching:
                 continue
-            if getattr(cls, "supervised", False):
+            if cls.supervised:
                 twins = [other for other in models if other != name
-                         and not getattr(get_model_class(other), "supervised", False)
-                         and not getattr(get_model_class(other), "fixed_right_branching", False)
+                         and not get_model_class(other).supervised
+                         and not get_model_class(other).fixed_right_branching
                          and get_model_class(other).parser_kind == cls.parser_kind
                          and self.model_sections[other] == self.model_sections[name]]
                 if twins:
@@ -459,8 +460,10 @@ class PipelineSteps:
     def init_sentence_indices(self, split: str) -> list[int]:
         """The sentences the untrained models parse: the first ``random_init_sentences`` (all when null)
         sentences of 2-40 words (after punctuation removal) of ``split``, as indices into its gold trees."""
+        from induce.evaluation import DEFAULT
+
         _, prepared = self._gold(split)
-        chosen = [i for i, sentence in enumerate(prepared) if 2 <= len(sentence.words) <= 40]
+        chosen = [i for i, sentence in enumerate(prepared) if 2 <= sum(sentence.keep(DEFAULT)) <= 40]
         return chosen[: self.profile.random_init_sentences]
 
     def random_init(self, model: str) -> tuple[str, str]:
@@ -469,7 +472,7 @@ class PipelineSteps:
         sentences of the split: :func:`induce.assess.untrained.evaluate_untrained`, as ``induce eval
         --untrained``. Writes ``OUT/eval/init-<model>.<split>.json``."""
         from induce.assess.untrained import evaluate_untrained
-        from induce.evaluation import EvalConvention, prepare_gold
+        from induce.evaluation import induce_convention
 
         config = self.configs[model][self.profile.seeds[0]]
         vocab = self.train_corpus.vocab
@@ -479,10 +482,10 @@ class PipelineSteps:
                "sentences": limit, "vocab_size": len(vocab)}
         if read_json(path).get("key") == key:
             return "skipped", str(path)
-        gold, _ = self._gold()
+        _, prepared = self._gold()
         chosen = self.init_sentence_indices(self.final_split)
-        convention = EvalConvention(max_length=40)
-        result = evaluate_untrained(model, config.model, [prepare_gold(gold[i], convention) for i in chosen], vocab,
+        convention = induce_convention(max_length=40)
+        result = evaluate_untrained(model, config.model, [prepared[i] for i in chosen], vocab,
                                     convention, inits=inits, seed=0, batch_size=self.profile.eval_batch_size,
                                     device=self.eval_device)
         write_json(path, {"key": key, "split": self.final_split, **result})

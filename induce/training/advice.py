@@ -47,41 +47,41 @@ def format_duration(seconds: float) -> str:
     return f"{seconds / 86400:.0f} days"
 
 
-def _flatten(prefix: str, value, out: list[str]) -> None:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _flatten(f"{prefix}.{key}" if prefix else str(key), item, out)
-    else:
-        out.append(shlex.quote(f"{prefix}={value if isinstance(value, str) else json.dumps(value)}"))  # None as null
-
-
 #: The clock budget of a CPU-sized command for a model that the CPU profile gives no step budget.
 FALLBACK_TIME_BUDGET = "6m"
 
 
 def cpu_sized_command(model_name: str, config_dir: Optional[Path] = None) -> Optional[str]:
-    """``induce train --model NAME key=value ... --max-steps N`` from ``configs/cpu/`` (the profile's step
-    budget for the model; where it has none, its clock budget or :data:`FALLBACK_TIME_BUDGET` as
-    ``--time-budget T``; None when the CPU profile has no config for this model)."""
-    from induce.config import CONFIG_DIR, load_yaml
+    """``induce train --model NAME key=value ... --max-steps N``: every key that ``configs/cpu/<model>.yaml`` sets
+    over the model's shipped config (:func:`induce.config.layer_config`), with the value a run gets from it, in
+    the file's order; then the profile's step budget for the model (where it has none, its clock budget or
+    :data:`FALLBACK_TIME_BUDGET` as ``--time-budget T``). None when the CPU profile has no config for this model."""
+    from induce.config import CONFIG_DIR, Layer, layer_config, leaf_sources, read_yaml, shipped_layers
 
     folder = Path(config_dir or CONFIG_DIR) / "cpu"
     path = folder / f"{model_name}.yaml"
     if not path.is_file():
         return None
-    raw = load_yaml(path.read_text(encoding="utf-8")) or {}
-    raw.pop("model_name", None)
-    overrides: list[str] = []
-    _flatten("", raw, overrides)
+    source = str(path)
+    config = layer_config([*shipped_layers(model_name), Layer("file", source, read_yaml(path)),
+                           Layer("model", f"--model {model_name}", model_name)])
+    values = {key: value for key, value, _ in leaf_sources(config)}
+    overrides = [shlex.quote(f"{key}={_text(values[key])}") for key in config.origins.keys_from(source)
+                 if key in values]
     command = f"induce train --model {model_name} " + " ".join(overrides)
     profile = folder / "profile.yaml"
-    settings = (load_yaml(profile.read_text(encoding="utf-8")) or {}) if profile.is_file() else {}
+    settings = read_yaml(profile) if profile.is_file() else {}
     steps, clock = settings.get("steps_per_model"), settings.get("time_per_model")
     steps, clock = (value.get(model_name) if isinstance(value, dict) else value for value in (steps, clock))
     if steps:
         return command + f" --max-steps {steps}"
     # no step budget for this model in the profile: a clock budget (the run then says it was stopped by the clock)
     return command + f" --time-budget {clock or FALLBACK_TIME_BUDGET}"
+
+
+def _text(value) -> str:
+    """A value as ``key=value`` text that ``induce train`` reads back as it (None as null)."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def size_message(model_name: str, n_params: int, tokens_per_epoch: int, device: str) -> str:

@@ -49,7 +49,7 @@ def raw_step_tokens_per_s(config: RunConfig, vocab_size: int, seconds: float = 1
     optimisation = Optimisation(model, config.optim, device, config.train.amp)
     batch, steps = config.data.batch_size, config.data.bptt
     gold = None
-    if getattr(model, "supervised", False):
+    if model.supervised:
         gold = torch.zeros(batch, steps, config.model["max_span_length"], device=device)
         gold[:, :, 1] = 1.0
     state = model.init_state(batch, device)

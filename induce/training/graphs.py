@@ -179,15 +179,18 @@ def prepare_optimizer(optimizer, device: torch.device) -> None:
                         state[key] = value.to(param.device, torch.float32 if key == "step" else value.dtype)
 
 
-def graphs_enabled(setting: Union[bool, str], model: nn.Module, device: torch.device, distributed: bool) -> bool:
+def graphs_enabled(setting: Union[bool, str], model: Union[nn.Module, type], device: torch.device,
+                   distributed: bool) -> bool:
     """``train.cuda_graphs`` resolved: ``True`` / ``False`` as given; ``"auto"``: on exactly where the
-    step would be captured (:func:`capture_plan`), so that elsewhere the plain eager step runs."""
+    step would be captured (:func:`capture_plan`), so that elsewhere the plain eager step runs. ``model``: the
+    model or its class (the decision needs only the class: a run decides before it builds the model)."""
     if setting == "auto":
         return capture_plan(model, device, distributed)[0]
     return bool(setting)
 
 
-def capture_plan(model: nn.Module, device: torch.device, distributed: bool) -> tuple[bool, Optional[str]]:
+def capture_plan(model: Union[nn.Module, type], device: torch.device,
+                 distributed: bool) -> tuple[bool, Optional[str]]:
     """Whether steps are captured, and if not, why (one line for the log; None when captured).
 
     Off CUDA the static-buffer step runs eagerly (the CPU tests' path); under DDP and for a model
@@ -197,8 +200,9 @@ def capture_plan(model: nn.Module, device: torch.device, distributed: bool) -> t
                        f"eagerly (same results as without the flag, no speed-up)")
     if distributed:
         return False, "train.cuda_graphs: not captured under torchrun (DistributedDataParallel); steps run eagerly"
-    if not getattr(type(model), "graph_capturable", True):
-        name = getattr(model, "name", type(model).__name__)
+    cls = model if isinstance(model, type) else type(model)
+    if not cls.graph_capturable:
+        name = cls.name
         return False, (f"train.cuda_graphs: model {name!r} has host syncs in its step (graph_capturable = False); "
                        f"steps run eagerly")
     return True, None

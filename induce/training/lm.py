@@ -89,7 +89,7 @@ def resolve_corpus(spec: Optional[str], corpora_dir: Path = Path("corpora"), con
 
 
 def dev_parse_metrics(model, words: list[list[str]], ids: list[list[int]], gold_trees: list, eos_id: int) -> dict:
-    """Parse the dev sentences and score them with :func:`induce.evaluation.evaluate` (Kim et al.'s
+    """Parse the dev sentences and score them with :func:`induce.evaluation.score` (Kim et al.'s
     convention: no punctuation, trivial spans not counted, sentence-level F1 in 0-100).
 
     ``words`` (original words without punctuation), ``ids`` (their LM ids) and ``gold_trees``
@@ -97,15 +97,16 @@ def dev_parse_metrics(model, words: list[list[str]], ids: list[list[int]], gold_
     ``dev_f1_wsj10``, ``dev_f1_wsj40``, ``dev_corpus_f1`` and the predicted trees' left/right split
     percentages (``dev_left_split_pct``, ``dev_right_split_pct``); ``{}`` without sentences.
     """
-    from induce.evaluation import EvalConvention, evaluate
+    from induce.evaluation import induce_convention, prepare_gold, score
     from induce.trees.decoders import parse_batch
 
     if not ids:
         return {}
     predicted = parse_batch(model, ids, words=words, eos_id=eos_id, batch_size=64)
     metrics: dict = {}
+    golds = [prepare_gold(tree) for tree in gold_trees]
     for name, limit in (("", None), *DEV_LENGTHS.items()):
-        summary = evaluate(predicted, gold_trees, EvalConvention(max_length=limit)).to_dict()
+        summary = score(golds, predicted, induce_convention(max_length=limit)).to_dict()
         if not summary["n_sentences"]:
             continue
         metrics[f"dev_f1_{name}" if name else "dev_f1"] = summary["sentence_f1"]

@@ -23,7 +23,9 @@ objective reads and advances and the trainer checkpoints; state an objective nee
   rescaled by segment length, CUDA graphs where enabled; validation: cross-entropy over the streams.
 * :class:`SentenceLevel` — whole sentences, for models whose loss is per sentence (a PCFG's negative ELBO).
   The model implements ``sentence_loss(tokens [B, T], lengths [B]) -> [B]`` (nats per sentence, words only,
-  right-padded with id 0); a step minimises the mean over the batch's sentences (as harvardnlp/compound-pcfg's
+  right-padded with id 0), or, when its gradient follows a surrogate, ``sentence_losses`` (the surrogate and
+  the reported bound: the running loss, validation and selection read the bound); a step minimises the mean
+  over the batch's sentences (as harvardnlp/compound-pcfg's
   ``train.py`` does). Batches hold ``data.batch_size`` sentences of similar length (sorted by length, then
   cut), their order shuffled each epoch; a length curriculum keeps the sentences of at most
   ``data.curriculum_start + (epoch - 1) * data.curriculum_step`` words (never above ``data.max_length``). No
@@ -258,7 +260,7 @@ class StreamLM(Objective):
         valid_stream = batching.stream_ids(data.corpus.lm_sentences("valid"), data.vocab)
         self.valid_data = fits.batch_rows(valid_stream, cfg.data.eval_batch_size, "data.eval_batch_size", "valid")
         self.train_gold: Optional[torch.Tensor] = None
-        if getattr(type(data.model), "supervised", False):
+        if type(data.model).supervised:
             self.train_gold = gold_span_rows(data, train_stream.numel())
         fits.check_step_fits(LMLoss(self.model, cfg.train.alpha, cfg.train.beta), self.model, cfg, data.device,
                              self.train_data.size(0), self.train_data.size(1),
@@ -323,10 +325,11 @@ class StreamLM(Objective):
 
 class SentenceLoss(nn.Module):
     """``forward(tokens [B, T], lengths [B], share=None) -> (loss, summed per-sentence loss)``: the sum of the
-    model's ``sentence_loss`` over the rows divided by ``share`` (what DDP wraps; default ``B``: the mean),
-    and the sum (detached) for the running loss. Under DDP ``share`` is the whole batch's sentence count over
-    the number of processes, so that DDP's average of the processes' gradients is the gradient of the whole
-    batch's mean, however unevenly the batch splits."""
+    model's training loss per sentence (:meth:`~induce.models.base.LanguageModel.sentence_losses`' ``train``, which
+    may be a surrogate) over the rows divided by ``share`` (what DDP wraps and the gradient follows; default ``B``:
+    the mean), and the sum of its reported loss (``reported``, detached) for the running loss. Under DDP ``share``
+    is the whole batch's sentence count over the number of processes, so that DDP's average of the processes'
+    gradients is the gradient of the whole batch's mean, however unevenly the batch splits."""
 
     def __init__(self, model: nn.Module):
         super().__init__()
@@ -334,8 +337,16 @@ class SentenceLoss(nn.Module):
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor,
                 share: Optional[float] = None) -> tuple[torch.Tensor, torch.Tensor]:
-        per_sentence = self.model.sentence_loss(tokens, lengths).float()
-        return per_sentence.sum() / (share if share is not None else per_sentence.shape[0]), per_sentence.detach().sum()
+        train, reported = self.model.sentence_losses(tokens, lengths)
+        per_sentence = train.float()
+        shown = per_sentence if reported is train else reported.float()
+        return per_sentence.sum() / (share if share is not None else per_sentence.shape[0]), shown.detach().sum()
+
+
+def reported_loss(model: nn.Module) -> Callable:
+    """``loss(tokens [B, T], lengths [B]) -> [B]``: ``model``'s reported loss per sentence (the value logged and
+    selected by, not the surrogate a step may follow)."""
+    return lambda tokens, lengths: model.sentence_losses(tokens, lengths).reported
 
 
 def sentence_tensors(sentences: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -445,15 +456,16 @@ class SentenceLevel(Objective):
         (:func:`length_cap`; all when there is no cap, or no valid sentence within it). A run trained on sentences
         of at most 20 words is selected on sentences of at most 20 words: over every length, the longer sentences
         (most of the tokens) would weigh a distribution it never trains on. (compound-pcfg validates on every
-        length, with a cap of 40 words that leaves few out; ``bench/RESULTS.md``'s fidelity table.)"""
+        length, with a cap of 40 words that leaves few out; ``bench/results/decisions.md``'s fidelity table.)"""
         cap = length_cap(self.config, self.config.train.epochs)
         within = [s for s in self.valid_sentences if cap is None or len(s) <= cap]
         return within or self.valid_sentences  # none that short (a tiny corpus): every length, as before
 
     def validate(self) -> float:
-        """The model's ``sentence_loss`` in eval mode (what selects the checkpoint) per token of
-        :meth:`validation_sentences`."""
-        return self.mean_loss(self.model, self.model.sentence_loss, self.validation_sentences(),
+        """The model's reported loss (:meth:`~induce.models.base.LanguageModel.sentence_losses`' ``reported``:
+        its ``sentence_loss`` unless it trains on a surrogate) in eval mode, what selects the checkpoint, per
+        token of :meth:`validation_sentences`."""
+        return self.mean_loss(self.model, reported_loss(self.model), self.validation_sentences(),
                               self.config.data.eval_batch_size, self.device)
 
     @staticmethod

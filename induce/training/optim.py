@@ -14,10 +14,14 @@
   original checks it only inside its ASGD branch). The original also has a non-monotone stop after
   the restart, but its ASGD branch never appends to that history (``best_val_loss``), so the stop
   can never fire: training runs to ``--epochs``; here too (``train.epochs``).
-* ``scorer_optimizer: adam`` — PaLM's released ``main.py``: the span scorer's parameters (marked by
-  the model) get their own Adam (``scorer_lr``, own clip ``scorer_clip``, lr not scaled per segment)
-  next to ``optimizer`` for the rest; after the ASGD switch one ASGD takes all parameters and only
-  the LM's are clipped (:class:`ScorerSplitOptimizer`, :func:`clip_gradients`).
+* Parameter groups: a model declares how its parameters are trained
+  (:meth:`induce.models.base.LanguageModel.param_groups`, a list of
+  :class:`~induce.models.base.ParamGroup`). One group under the run's optimiser (the default) is the
+  plain torch optimiser; several (PaLM's span scorer in its own Adam under ``optim.scorer_optimizer:
+  adam``) make a :class:`ScorerSplitOptimizer`: one torch optimiser per group, each group clipped on its
+  own, the lr schedule setting the run-optimiser groups' lr only; after the ASGD switch one ASGD takes all
+  parameters and each group is clipped at its ``asgd_clip`` (:func:`clip_gradients`). This module names no
+  family: what a group is, and which config keys set it, is the model's.
 * ``plateau_factor``: the base lr is multiplied by it after ``plateau_patience`` + 1 evaluations
   without a new best validation loss (PRPN's ReduceLROnPlateau, threshold 0).
 
@@ -27,22 +31,25 @@ take proportionally smaller steps.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 import torch
 
 from induce.config import OptimConfig
+from induce.models.base import ParamGroup
 
 
 def build_optimizer(
-    params: Iterable[torch.nn.Parameter], config: OptimConfig, asgd: bool = False
+    params: Iterable[torch.nn.Parameter], config: OptimConfig, asgd: bool = False,
+    groups: Optional[Sequence[ParamGroup]] = None,
 ) -> torch.optim.Optimizer:
-    """The optimiser of the current phase: ``config.optimizer`` before the switch, ASGD after it.
-
-    With ``config.scorer_optimizer == "adam"`` a :class:`ScorerSplitOptimizer` (see there)."""
+    """The optimiser of the current phase over ``params`` (the model's parameters, in its order):
+    ``config.optimizer`` before the switch, ASGD after it. ``groups`` (the model's
+    :meth:`~induce.models.base.LanguageModel.param_groups`; ``None``: one group of ``params``): more than one, or
+    one with an Adam of its own, make a :class:`ScorerSplitOptimizer` (see there)."""
     params = list(params)
-    if config.scorer_optimizer == "adam":
-        return _scorer_split_optimizer(params, config, asgd)
+    if groups is not None and (len(groups) > 1 or any(group.adam_lr is not None for group in groups)):
+        return _split_optimizer(params, list(groups), config, asgd)
     if asgd:
         lr = config.asgd_lr if config.asgd_lr is not None else config.lr
         # capturable keeps step/eta/mu on the GPU: without it every step reads them back per parameter.
@@ -80,7 +87,7 @@ class Schedule:
 
     def step_lr(self, optimizer: torch.optim.Optimizer, scale: float = 1.0) -> None:
         """Set the lr of the next step: ``base_lr * scale`` (scale = segment length / bptt). A
-        :class:`ScorerSplitOptimizer`'s scorer Adam keeps its own fixed lr."""
+        :class:`ScorerSplitOptimizer`'s groups with an Adam of their own keep their fixed lr."""
         for group in getattr(optimizer, "scheduled_param_groups", optimizer.param_groups):
             group["lr"] = self.base_lr * scale
 
@@ -152,14 +159,13 @@ def averaged_parameters(model: torch.nn.Module, optimizer: torch.optim.Optimizer
                 param.copy_(original)
 
 
-# --- The released PaLM schedule: the span scorer's own Adam -----------------------------------------
-
-#: Attribute (True) that a model sets on its span scorer's parameters (:data:`induce.models.palm.SCORER_MARK`).
-SCORER_MARK = "induce_span_scorer"
+# --- Several optimisers over a model's parameter groups ------------------------------------------------
 
 
 class ScorerSplitOptimizer:
-    """Several torch optimisers over disjoint parameter lists, stepped together, with per-part clipping.
+    """Several torch optimisers over disjoint parameter lists, stepped together, with per-part clipping (the
+    optimiser of a model with several :class:`~induce.models.base.ParamGroup`; its name, which checkpoints store
+    as ``optimizer_kind``, is that of the first such split, PaLM's span scorer).
 
     ``parts``: ``(optimizer, scheduled)``; the lr schedule (:meth:`Schedule.step_lr`) sets the lr of
     the ``scheduled`` parts only. ``clip_parts``: ``(params, max_norm or None)``; :func:`clip_gradients`
@@ -213,7 +219,8 @@ class ScorerSplitOptimizer:
             count = sum(len(group["params"]) for group in opt.param_groups)
             own_groups = groups[first_group : first_group + len(opt.param_groups)]
             if len(own_groups) != len(opt.param_groups):
-                raise ValueError("optimiser state does not match the scorer/LM split (different number of groups)")
+                raise ValueError("optimiser state does not match the split into parameter groups "
+                                 "(different number of groups)")
             part = {
                 "state": {int(i) - offset: v for i, v in state_dict["state"].items()
                           if offset <= int(i) < offset + count},
@@ -224,28 +231,26 @@ class ScorerSplitOptimizer:
             first_group += len(opt.param_groups)
 
 
-def _scorer_split_optimizer(params: list[torch.nn.Parameter], config: OptimConfig, asgd: bool) -> ScorerSplitOptimizer:
-    """``optim.scorer_optimizer: adam`` — the released PaLM ``main.py``:
+def _split_optimizer(params: list[torch.nn.Parameter], groups: list[ParamGroup], config: OptimConfig,
+                     asgd: bool) -> ScorerSplitOptimizer:
+    """The optimiser of a model's parameter groups (:class:`~induce.models.base.ParamGroup`):
 
-    * before the switch: ``config.optimizer`` (SGD, lr 30 in ``train.sh``) over the LM parameters,
-      clipped at ``config.clip``, its lr scaled per segment; the span scorer's parameters in their own
-      ``Adam(lr=scorer_lr, weight_decay=wdecay)`` (torch's default betas and eps), clipped on their own
-      at ``scorer_clip``, lr not scaled;
-    * after the switch (``main.py`` builds ``ASGD(model.parameters())`` and stops stepping the scorer's
-      Adam): one ASGD over all parameters, the scorer included; only the LM parameters are clipped.
+    * before the switch: a group under the run's optimiser gets ``config.optimizer`` over its parameters, its lr
+      scheduled (scaled per segment, plateaus); a group with ``adam_lr`` its own ``Adam(lr=adam_lr,
+      weight_decay=wdecay)`` (torch's default betas and eps), lr not scheduled; each group clipped at its ``clip``;
+    * after the switch: one ASGD over ``params`` (every parameter, in the model's order), each group clipped at its
+      ``asgd_clip``.
     """
-    scorer = [p for p in params if getattr(p, SCORER_MARK, False)]
-    lm = [p for p in params if not getattr(p, SCORER_MARK, False)]
-    if not scorer:
-        raise ValueError("optim.scorer_optimizer=adam: this model has no span scorer (only the PaLM models have one); "
-                         "use optim.scorer_optimizer=shared")
     if asgd:
-        plain = config.model_copy(update={"scorer_optimizer": "shared"})
-        return ScorerSplitOptimizer([(build_optimizer(params, plain, asgd=True), True)], [(lm, config.clip)])
-    lm_opt = build_optimizer(lm, config.model_copy(update={"scorer_optimizer": "shared"}))
-    scorer_opt = torch.optim.Adam(scorer, lr=config.scorer_lr, weight_decay=config.wdecay)
-    return ScorerSplitOptimizer([(lm_opt, True), (scorer_opt, False)],
-                                [(lm, config.clip), (scorer, config.scorer_clip)])
+        return ScorerSplitOptimizer([(build_optimizer(params, config, asgd=True), True)],
+                                    [(list(group.params), group.asgd_clip) for group in groups])
+    parts = []
+    for group in groups:
+        if group.adam_lr is None:
+            parts.append((build_optimizer(group.params, config), True))
+        else:
+            parts.append((torch.optim.Adam(list(group.params), lr=group.adam_lr, weight_decay=config.wdecay), False))
+    return ScorerSplitOptimizer(parts, [(list(group.params), group.clip) for group in groups])
 
 
 def clip_gradients(optimizer, params: list[torch.nn.Parameter], clip: Optional[float]) -> None:
@@ -292,7 +297,8 @@ class Optimisation:
 
         self.model, self.config = model, config
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = build_optimizer(model.parameters(), config)
+        self.groups = model.param_groups(config)
+        self.optimizer = build_optimizer(model.parameters(), config, groups=self.groups)
         self.device_type = device.type
         self.precision = resolve_precision(amp, device.type)
         self.bf16 = self.precision.bf16
@@ -300,7 +306,7 @@ class Optimisation:
     def switch_to_asgd(self) -> None:
         """The switch to averaged SGD (or its restart): a fresh ASGD over the model's parameters, its
         running average starting from their current values (:meth:`Schedule.after_evaluation` says when)."""
-        self.optimizer = build_optimizer(self.model.parameters(), self.config, asgd=True)
+        self.optimizer = build_optimizer(self.model.parameters(), self.config, asgd=True, groups=self.groups)
 
     def step(self, forward: Callable[[], tuple]) -> tuple:
         """One optimiser step on the loss ``forward()[0]``; returns ``forward()``'s outputs."""

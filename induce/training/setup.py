@@ -1,4 +1,5 @@
-"""Building a run before its first step, in one pass (:func:`build_run`): the corpus and vocabulary, the
+"""Building a run before its first step, in one pass (:func:`build_run`): the values the config leaves to the
+run filled in (:func:`fill_in_runtime`: threads, the default corpus, the BPTT bucket), the corpus and vocabulary, the
 model, the model's training objective (:mod:`induce.training.objectives`: its data, e.g. training rows
 sharded per process and PaLM-S's gold spans, and its loss module, DDP-wrapped under torchrun), dev sentences
 for the per-epoch F1, the graph-captured steps, the optimiser and the loop state (restored from ``last``
@@ -14,7 +15,7 @@ import torch
 from rich.console import Console
 from torch import nn
 
-from induce.config import RunConfig
+from induce.config import RunConfig, use_threads
 from induce.errors import InduceError
 from induce.models.configs import model_config
 
@@ -43,11 +44,12 @@ def build_run(config: RunConfig, ctx: DistContext, *, corpora_dir: Path, console
     set_backend(config.train.kernels)
     if config.data.batch_size % ctx.world_size:
         raise InduceError(f"data.batch_size={config.data.batch_size} is not divisible by {ctx.world_size} processes")
-    config, corpus = open_corpus(config, ctx, corpora_dir, console)
+    model_cls = get_model_class(config.model_name)
+    config, corpus, graphs = fill_in_runtime(config, ctx, model_cls, corpora_dir=corpora_dir, console=console,
+                                             announce=log if resume is None else None)
     if resume is not None and resume[1].get("vocab", {}).get("itos") != corpus.vocab.itos:
         raise CheckpointError(f"{run_dir}: the corpus vocabulary changed since the checkpoint was written")
     vocab = corpus.vocab
-    model_cls = get_model_class(config.model_name)
     if "valid" not in corpus.splits:
         raise InduceError(f"{corpus.path}: the corpus has no valid split (needed for model selection)")
 
@@ -58,12 +60,6 @@ def build_run(config: RunConfig, ctx: DistContext, *, corpora_dir: Path, console
         # Same initial weights everywhere (seeded above); different dropout masks per process.
         torch.manual_seed(config.train.seed + 1_000_003 * ctx.rank)
     objective_type = objective_class(model_cls.objective)
-    graphs = False
-    if objective_type.uses_graphs:
-        from .graphs import graphs_enabled
-
-        graphs = graphs_enabled(config.train.cuda_graphs, model, ctx.device, ctx.distributed)
-        config = with_bptt_bucket(config, graphs, announce=log if resume is None else None)
     objective = objective_type(RunData(config, corpus, vocab, model, ctx.device, ctx))
     dev = dev_set(config, corpus, vocab, model_cls, log)
     check_selection(config, model_cls, dev)
@@ -90,6 +86,34 @@ def build_run(config: RunConfig, ctx: DistContext, *, corpora_dir: Path, console
         if note is not None:
             log(f"[yellow]note:[/] {note}")
     return parts
+
+
+def fill_in_runtime(config: RunConfig, ctx: DistContext, model_cls: type, *, corpora_dir: Path, console: Console,
+                    announce: Optional[Callable[[str], None]] = None) -> tuple[RunConfig, PreparedCorpus, bool]:
+    """``(config, corpus, graphs)``: the run's config with every value it leaves to the run filled in from this
+    machine and the data, the corpus opened, and whether the training step is graph-captured. Called once, before
+    the model is built; the config it returns is what the run's ``config.yaml`` records (and a resumed run keeps):
+
+    * ``train.threads`` (null: :data:`~induce.config.DEFAULT_THREADS`): the count now in force
+      (:func:`~induce.config.use_threads`, which sets it);
+    * ``data.corpus`` (null: the default corpus, prepared on first use): its folder (:func:`open_corpus`);
+    * ``data.bptt_bucket`` (null: automatic), for an objective with graph-captured steps: from
+      ``train.cuda_graphs`` on this device (:func:`~induce.training.graphs.graphs_enabled`, which needs only the
+      model's class) and the segment lengths (:func:`with_bptt_bucket`; ``announce`` says once which).
+
+    ``train.device``, ``train.kernels`` and ``train.cuda_graphs`` stay as given (``auto`` is decided again where
+    the run continues, on that machine)."""
+    threads = use_threads(config.train.threads)
+    if config.train.threads != threads:
+        config = config.model_copy(update={"train": config.train.model_copy(update={"threads": threads})})
+    config, corpus = open_corpus(config, ctx, corpora_dir, console)
+    graphs = False
+    if objective_class(model_cls.objective).uses_graphs:
+        from .graphs import graphs_enabled
+
+        graphs = graphs_enabled(config.train.cuda_graphs, model_cls, ctx.device, ctx.distributed)
+        config = with_bptt_bucket(config, graphs, announce=announce)
+    return config, corpus, graphs
 
 
 def open_corpus(config: RunConfig, ctx: DistContext, corpora_dir: Path,

@@ -85,7 +85,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from induce.config import RunConfig, load_config_file, save_config, use_threads
+from induce.config import RunConfig, load_config_file, save_config
 from induce.errors import InduceError
 from induce.models.configs import resolve_config, stored_run_config
 
@@ -245,7 +245,7 @@ class Trainer:
             updates = {k: getattr(config.train, k) for k in RESUME_UPDATABLE}
             config = stored.model_copy(update={"train": stored.train.model_copy(update=updates)})
         #: The run's config: as given (or stored, when resuming), its model section checked and stored with every
-        #: field, until :meth:`run` resolves the rest (corpus, BPTT bucket, threads).
+        #: field, until :meth:`run` fills in the rest (:func:`~induce.training.setup.fill_in_runtime`).
         self.config = resolve_config(config)
         #: The budget a resumed run had already reached and been evaluated at (None: it has steps to go).
         self.done_already: Optional[str] = None
@@ -781,7 +781,7 @@ class Trainer:
         result = TrainResult(self.run_dir, epochs_done, stop_reason, loop.best_valid_ppl,
                              loop.best_metric if loop.best_metric is not None else math.nan, list(loop.history),
                              counters["steps"], counters["tokens"], counters["train_cpu_seconds"],
-                             getattr(self.parts.model, "validation_loss_text", "validation perplexity"))
+                             self.parts.model.validation_loss_text)
         if stop_reason == "interrupted":
             raise TrainingInterrupted(result, loop.epoch, loop.batch)
         return result
@@ -815,11 +815,7 @@ class Trainer:
         ranks_agree = False
         threads_before = torch.get_num_threads()
         try:
-            threads = use_threads(self.config.train.threads)  # the run's config records the count used
-            if self.config.train.threads != threads:
-                self.config = self.config.model_copy(
-                    update={"train": self.config.train.model_copy(update={"threads": threads})})
-            self._setup()
+            self._setup()  # fills in the values left to the run (setup.fill_in_runtime: threads, corpus, bucket)
             # From here Ctrl-C means "stop after this batch" (during setup it stops at once).
             previous_handlers = self._install_signal_handlers()
             self._open_folder()

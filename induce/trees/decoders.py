@@ -35,7 +35,8 @@ words by :func:`~induce.trees.nodes.to_nltk`.
 """
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence
+import math
+from typing import Callable, Iterable, Optional, Sequence
 
 import nltk
 import numpy as np
@@ -148,6 +149,27 @@ def _pad(sentences: Sequence[Sequence[int]], eos_id: Optional[int]) -> tuple[tor
     return tokens, torch.as_tensor(lengths), offset
 
 
+def length_batches(lengths: Sequence[int], batch_size: int, carry: bool = False,
+                   cost: Optional[Callable[[int, int], float]] = None, budget: float = math.inf) -> list[list[int]]:
+    """Groups of sentence indices to parse together: sorted by length (ties in input order), each grown while it
+    holds fewer than ``batch_size`` sentences and ``cost(count, longest length)`` of the grown group stays within
+    ``budget`` (a group holds one sentence at least). ``carry``: one group of every sentence in input order (a
+    model that carries its state from one sentence to the next reads them as one stream)."""
+    if carry:
+        return [list(range(len(lengths)))] if len(lengths) else []
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    groups, start = [], 0
+    while start < len(order):
+        end = start + 1  # grow the group while it fits (lengths only increase along `order`)
+        while end < len(order) and end - start < batch_size:
+            if cost is not None and cost(end + 1 - start, lengths[order[end]]) > budget:
+                break
+            end += 1
+        groups.append(order[start:end])
+        start = end
+    return groups
+
+
 @torch.no_grad()
 def parse_batch(
     model,
@@ -156,6 +178,9 @@ def parse_batch(
     decoder: Optional[str] = None,
     eos_id: Optional[int] = None,
     batch_size: int = 64,
+    cost: Optional[Callable[[int, int], float]] = None,
+    budget: float = math.inf,
+    progress: Optional[Callable[[int, int], None]] = None,
 ) -> list[nltk.Tree]:
     """Parse many sentences with ``model`` (eval mode, each sentence from a fresh state; a model with
     ``parse_state_carry`` true reads them as one stream in the given order instead).
@@ -166,7 +191,8 @@ def parse_batch(
     ``<eos> words <eos>`` — the context it has in the LM stream (the previous sentence's end mark
     before it, its own after it); a kind that ``needs_eos`` (PaLM) must have it, since the scores of the
     spans ending at the last word are computed when the model reads the next token. Sentences are sorted by length
-    and run ``batch_size`` at a time; the trees come back in input order.
+    and run in groups of :func:`length_batches` (``batch_size`` at most, within ``budget`` of ``cost(sentences,
+    longest length)`` when given); the trees come back in input order. ``progress(done, total)`` after each group.
     """
     kind = model.parser_kind
     if not kind.parses:
@@ -186,23 +212,29 @@ def parse_batch(
     model.eval()
     device = next(model.parameters()).device
     trees: list[Optional[nltk.Tree]] = [None] * len(sentences)
-    order = sorted(range(len(sentences)), key=lambda b: len(sentences[b]))
+    carry = model.parse_state_carry
+    groups = length_batches([len(s) for s in sentences], batch_size, carry, cost, budget)
+    done = 0
     try:
-        if getattr(model, "parse_state_carry", False):
-            # PaLM variant=released: one stream in input order, LSTM state carried (PaLMBase.parse_stream).
-            for b, table in enumerate(model.parse_stream(sentences, eos_id)):
-                trees[b] = to_nltk(chosen(table.float().cpu().numpy(), len(sentences[b])), words[b])
-            return trees  # type: ignore[return-value]
-        for start in range(0, len(order), batch_size):
-            chunk = order[start : start + batch_size]
-            tokens, lengths, offset = _pad([sentences[b] for b in chunk], eos_id)
-            structure = model.parse_structure(tokens.to(device), lengths.to(device))
-            values = structure[kind.structure_key].float().cpu().numpy()
-            for row, b in enumerate(chunk):
+        for group in groups:
+            if carry:
+                # PaLM variant=released: one stream in input order, LSTM state carried (PaLMBase.parse_stream).
+                rows = ((b, table.float().cpu().numpy()) for b, table in zip(group, model.parse_stream(
+                    [sentences[b] for b in group], eos_id)))
+                offset = None  # each table is the sentence's own
+            else:
+                tokens, lengths, offset = _pad([sentences[b] for b in group], eos_id)
+                structure = model.parse_structure(tokens.to(device), lengths.to(device))
+                values = structure[kind.structure_key].float().cpu().numpy()
+                rows = ((b, values[row]) for row, b in enumerate(group))
+            for b, row in rows:
                 n = len(sentences[b])
                 # word w_i sits at input position i + offset: dropping the first offset rows gives the
                 # word-level rows (distances: the one before w_i; span scores: [j, k] = words [j-k, j]).
-                trees[b] = to_nltk(chosen(values[row, offset : offset + n], n), words[b])
+                trees[b] = to_nltk(chosen(row if offset is None else row[offset : offset + n], n), words[b])
+            done += len(group)
+            if progress is not None:
+                progress(done, len(sentences))
     finally:
         model.train(was_training)
     return trees  # type: ignore[return-value]

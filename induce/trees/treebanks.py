@@ -26,7 +26,7 @@ whether unary chains are collapsed, and how the data is split. It is recorded in
   tree kept as it is then (:func:`_remove_in_order`; 4 trees of Keyaki 1.1, such as an ``LST`` of brackets,
   which the later script drops); everything else as ``ktb``. Commits of 2021 (``bddaf5a``, ``7290779``,
   ``afa5176``) changed all three; which preparation the paper's tables used is the paper's to say
-  (bench/RESULTS.md, "The Keyaki Treebank end to end").
+  (bench/results/reproduction.md, "The Keyaki Treebank end to end").
 
 Another treebank (CTB, SPMRL, Negra, ...) becomes a profile here with a fixture test written from its
 documented format; none is guessed.

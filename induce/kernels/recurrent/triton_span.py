@@ -451,7 +451,7 @@ def _span_dw_kernel(
 # much as speed: compiled for sm_90 (python3 -m induce.devtools.compile_check), the tiles below spill
 # nothing but dW's ~60 B per thread in fp32, where the larger backward tiles of the H100 sweep at
 # paper size (gradient 128 x 64, dW 64 x 128, the MLP backward's A block of 128; bench/gpu_notes.md,
-# v3) spill 0.8-1.1 KB per thread (gradient, dW) and ~100 B (MLP backward) (bench/RESULTS.md, "H100
+# v3) spill 0.8-1.1 KB per thread (gradient, dW) and ~100 B (MLP backward) (bench/results/gpu.md, "H100
 # compile check"). How the two compare in speed is unmeasured: bench/gpu_notes.md ("v4") times both.
 _MLP_R, _MLP_BA, _MLP_BD, _MLP_WARPS = 64, 128, 16, 8
 _MLP_BWD_BA = 64  # the backward's dh tile [R, BA] on top of the forward's registers
