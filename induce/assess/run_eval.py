@@ -296,7 +296,7 @@ def _perplexity(run_dir: Optional[Path], gold: GoldChoice, device: str, console)
     # each sentence read alone (no context from the ones before it), one-word sentences left out.
     return EvalOutcome("perplexity", {
         "perplexity": ppl, "split": gold.split, "corpus": str(corpus), "run": str(run_dir),
-        "bound": bool(getattr(loaded.model, "perplexity_is_bound", False)),
+        "bound": bool(loaded.model.perplexity_is_bound),
         "whole_sentences": loaded.model.objective is not STREAM_LM})
 
 

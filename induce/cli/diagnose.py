@@ -38,11 +38,27 @@ def _config(hidden_size: Optional[int], attention_size: Optional[int], nu: Optio
     return {k: v for k, v in pairs.items() if v is not None}
 
 
+def compact_json(payload) -> str:
+    """``payload`` (a mapping of records) as JSON whose two outer levels are indented and whose values are
+    written on one line each (lists of numbers included)."""
+    if not isinstance(payload, dict):
+        return json.dumps(payload) + "\n"
+
+    def record(value) -> str:
+        if not isinstance(value, dict) or not value:
+            return json.dumps(value)
+        return "{\n" + ",\n".join(f"    {json.dumps(k)}: {json.dumps(v)}" for k, v in value.items()) + "\n  }"
+
+    return "{\n" + ",\n".join(f"  {json.dumps(k)}: {record(v)}" for k, v in payload.items()) + "\n}\n"
+
+
 def _write_json(path: Path, payload, outputs=None) -> Path:
-    """``payload`` as JSON at ``path``, or into ``outputs`` (an :class:`induce.files.OutputSet`) when given."""
+    """``payload`` as JSON at ``path``, or into ``outputs`` (an :class:`induce.files.OutputSet`) when given: one
+    line per measured model (and per key of a model's record), its series on that line, so a file of long series
+    stays a few dozen lines to read and diff."""
     from induce.files import write_output
 
-    text = json.dumps(payload, indent=2)
+    text = compact_json(payload)
     return write_output(path, text) if outputs is None else outputs.write(path, text)
 
 
