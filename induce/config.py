@@ -837,10 +837,12 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
-def save_config(config: RunConfig, path: Union[str, Path]) -> Path:
+def save_config(config: RunConfig, path: Union[str, Path], notes: Sequence[str] = ()) -> Path:
     """Write the resolved config as YAML (what :func:`load_config_file` reads back identically) with the
-    output writer (:func:`induce.files.write_output`)."""
-    return write_output(path, dump_yaml(config.to_dict()))
+    output writer (:func:`induce.files.write_output`). ``notes``: lines written first as YAML comments, what the
+    run resolved that is not a config value (the precision it trains in and the matrix unit that runs it)."""
+    header = "".join(f"# {line}\n" for note in notes for line in str(note).splitlines())
+    return write_output(path, header + dump_yaml(config.to_dict()))
 
 
 def load_config_file(path: Union[str, Path]) -> RunConfig:

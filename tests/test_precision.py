@@ -86,6 +86,30 @@ def test_a_run_trains_in_bf16_when_forced_and_in_float32_when_forced_off(tmp_pat
     on_out, on_status, on_loss = _train(tmp_path, "on", True, "1", monkeypatch)
     assert "precision: bf16 autocast" in on_out and on_status["precision"]["dtype"] == "bf16"
     assert on_loss != fp32_loss and abs(on_loss - fp32_loss) < 0.05 * abs(fp32_loss)
+    # config.yaml says which precision ran (a comment: the file still reads back as the run's config)
+    from induce.config import load_config_file
+
+    on_config = (tmp_path / "on" / "config.yaml").read_text()
+    assert on_config.startswith("# precision: bf16") and "train.amp=true" in on_config.splitlines()[0]
+    assert (tmp_path / "off" / "config.yaml").read_text().startswith("# precision: float32 (")
+    assert load_config_file(tmp_path / "on" / "config.yaml").train.amp is True
+
+
+def test_the_report_names_the_precision_and_the_matrix_unit():
+    """The report's setup table: the machine line names the bf16 unit; a precision row says what the runs
+    trained in, one phrase when they agree, per model otherwise, nothing where no run recorded it."""
+    from induce.report.markdown import precision_text
+
+    def runs(*precisions):
+        return {"seeds": {str(i): {"run": {"precision": p}} for i, p in enumerate(precisions, 1)}}
+
+    fp32 = {"dtype": "float32", "unit": None, "reason": "train.amp=false"}
+    amx = {"dtype": "bf16", "unit": "AMX", "reason": "bf16 autocast on AMX (train.amp=true)"}
+    assert precision_text({"prpn": runs(fp32, fp32), "cpcfg": runs(fp32)}, ["prpn", "cpcfg"]).startswith(
+        "float32 for every run")
+    mixed = precision_text({"prpn": runs(amx), "cpcfg": runs(fp32)}, ["prpn", "cpcfg"])
+    assert "bf16 on AMX" in mixed and "float32" in mixed and "PRPN" in mixed
+    assert precision_text({"prpn": runs(None)}, ["prpn"]) == ""
 
 
 def _dense_inputs(batch=3, length=7, nt=5, pt=4, seed=0):

@@ -70,6 +70,10 @@ def test_pipeline_writes_the_report_tables_and_figures(pipeline):
         for key in ("sentence_f1_all", "sentence_f1_wsj10", "sentence_f1_wsj40", "recall_NP"):
             assert 0.0 <= summary[key]["mean"] <= 100.0
         assert results["models"][model]["seeds"]["1"]["history"], "per-epoch metrics for the curves"
+        # the precision each run trained in (the toy profile leaves train.amp off: float32) and the machine's unit
+        assert results["models"][model]["seeds"]["1"]["run"]["precision"]["dtype"] == "float32"
+    assert "bf16_unit" in results["machine"]
+    assert "precision | float32 for every run" in (out / "REPORT.md").read_text()
     # PaLM-RB parses right-branching: its trees equal the right-branching baseline
     rb, right = results["models"]["palm-rb"]["summary"], results["baselines"]["right"]["scores"]["wsj40"]
     assert rb["right_split_pct_wsj40"]["mean"] == 100.0

@@ -215,6 +215,24 @@ def _preamble(*, results, profile, where, models, per_model, eval_corpus, budget
     return lines
 
 
+def precision_text(per_model: dict, models) -> str:
+    """What the runs trained in, from each run's recorded precision (``""`` where no run recorded one): one
+    phrase when every run agrees (``float32 for every run``), else per model."""
+    found: dict[str, set] = {}
+    for m in models:
+        for data in per_model.get(m, {}).get("seeds", {}).values():
+            precision = (data.get("run") or {}).get("precision") or {}
+            if precision.get("dtype"):
+                unit = f" on {precision['unit']}" if precision.get("unit") else ""
+                found.setdefault(m, set()).add(f"{precision['dtype']}{unit}")
+    if not found:
+        return ""
+    kinds = set().union(*found.values())
+    if len(kinds) == 1 and len(found) == len(list(models)):
+        return f"{next(iter(kinds))} for every run (`train.amp`; each run's `status.json` and `config.yaml`)"
+    return "; ".join(f"{display(m)}: {', '.join(sorted(v))}" for m, v in found.items())
+
+
 def _setup(*, results, profile, split, where, models, per_model, eval_corpus, train_corpus, budget, budgets, seeds,
            eval_counts, **_) -> list[str]:
     """``## Setup``: profile, data, budget, machine; the models' sizes."""
@@ -254,7 +272,7 @@ def _setup(*, results, profile, split, where, models, per_model, eval_corpus, tr
                             "selection*"],
         ["evaluation", f"{where}: `{eval_corpus['path']}` {split}, {count_text(eval_counts.get('trees'))} trees; "
                        f"LM text {text_size(eval_counts)}"],
-        ["configs", "`induce/configs/<model>.yaml`"
+        ["configs", "`induce/models/<family>/<model>.yaml`"
          + (f" < `{results.get('profile_folder')}/<model>.yaml`" if profile else "")
          + " < profile overrides: " + (", ".join(f"`{o}`" for o in profile.get("overrides", [])) or "none")],
         ["profile's model changes", "; ".join(
@@ -265,7 +283,10 @@ def _setup(*, results, profile, split, where, models, per_model, eval_corpus, tr
                     + f", {machine.get('cpu_count', '?')} cores, torch "
                     f"{machine.get('torch', '?')} "
                     f"(torch threads: {machine.get('torch_threads', '?')}), device {machine.get('device', '?')}"
-                    + (f" ({machine['gpu']})" if machine.get("gpu") else "") + f"; {machine.get('platform', '')}"],
+                    + (f" ({machine['gpu']})" if machine.get("gpu") else "")
+                    + (f"; bf16 matrix unit: {machine['bf16_unit'] or 'none'}" if "bf16_unit" in machine else "")
+                    + f"; {machine.get('platform', '')}"],
+        *([["precision", precision_text(per_model, models)]] if precision_text(per_model, models) else []),
         ["wall time", wall_text(results)],
     ]
     lines += markdown_table(["", ""], setup_rows, ["---", "---"])

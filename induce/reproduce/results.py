@@ -52,6 +52,8 @@ def convention(name: str):
 def machine_info(device: str) -> dict:
     import torch
 
+    from induce.training.precision import cpu_bf16_unit
+
     cpu = platform.processor() or ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -66,6 +68,8 @@ def machine_info(device: str) -> dict:
         # the vector instructions torch's CPU kernels use (AVX2, AVX512, ...): another set rounds some sums
         # differently, so bit-for-bit equal figures need the same one
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        # the bf16 matrix unit (AMX, AVX512-BF16, ...) that train.amp=true uses on this CPU; None without one
+        "bf16_unit": cpu_bf16_unit(),
     }
     if device.startswith("cuda") and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(torch.device(device))
@@ -376,6 +380,8 @@ def run_summary(run_dir: Path, model) -> dict:
         "monitor_valid_ppl": chosen.get("valid_ppl") if chosen else None,
         "perplexity_bound": bool(model.perplexity_is_bound),
         "validation_loss": model.validation_loss_text,
+        # what the run trained in (train.amp resolved on its machine: dtype, matrix unit, reason)
+        "precision": status.get("precision"),
     }
     if status.get("clock_stopped"):
         summary.update(clock_stopped=True, note=status.get("note"))

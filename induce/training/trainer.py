@@ -741,11 +741,14 @@ class Trainer:
         if not ctx.is_main:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, self.run_dir / CONFIG_FILE)
+        precision = self.parts.optimisation.precision
+        save_config(cfg, self.run_dir / CONFIG_FILE, notes=[f"precision: {precision.dtype}"
+                                                            + (f" on {precision.unit}" if precision.unit else "")
+                                                            + f" ({precision.reason})"])
         self._write_metrics_file()
         status = {"started_at": now()} if not self.resume else {"resumed_at": now()}
-        self._write_status("running", world_size=ctx.world_size, pid=os.getpid(),
-                           precision=self.parts.optimisation.precision.as_dict(), **status)
+        self._write_status("running", world_size=ctx.world_size, pid=os.getpid(), precision=precision.as_dict(),
+                           **status)
         if cfg.train.tensorboard:
             self.tensorboard = TensorBoardLog(self.run_dir, self.parts.loop.steps_total if self.resume else None)
 
