@@ -53,7 +53,7 @@ def run_once(profile: str, model: str, corpus: str, amp: bool, warmup: int, step
     from induce.training import train
     from induce.training.run_folder import read_status
 
-    config = build_run_config(load_profile(profile), model, [], {
+    config = build_run_config(load_profile(profile), model, list(OVERRIDES), {
         "data.corpus": corpus, "train.seed": 1, "train.device": "cpu", "train.threads": 1, "train.amp": amp,
         "train.max_steps": warmup + steps, "train.dev_f1": False, "train.checkpoint_every": None,
         "train.eval_every": None})
@@ -63,6 +63,8 @@ def run_once(profile: str, model: str, corpus: str, amp: bool, warmup: int, step
         return read_status(run).get("precision", {})
 
 
+#: ``--set KEY=VALUE`` overrides over every run's profile config (e.g. ``data.batch_size=64``).
+OVERRIDES: list[str] = []
 MATRIX_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addmv", "aten::mv")
 FUSED_RNN_OPS = ("aten::mkldnn_rnn_layer", "aten::mkldnn_rnn_layer_backward")
 CAST_OPS = ("aten::copy_",)
@@ -130,7 +132,10 @@ def main() -> None:
                         help="also profile one pass per precision: matrix-product share and % of the GEMM peak")
     parser.add_argument("--timing-from", type=Path,
                         help="with --ops: take the timing rows from this earlier --json file instead of timing again")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override for every run (repeatable), e.g. data.batch_size=64")
     args = parser.parse_args()
+    OVERRIDES[:] = args.set
     import torch
 
     from induce.training.precision import cpu_bf16_unit, resolve_precision
@@ -193,7 +198,8 @@ def timing_rows(args, unit, processor) -> list:
                 if amp:
                     precision = reported
             ratios.append(got[False] / got[True])
-        row = {"model": model, "profile": args.profile, "fp32_cpu_s_per_step": statistics.median(times[False]),
+        row = {"model": model, "profile": args.profile, "overrides": list(args.set),
+               "fp32_cpu_s_per_step": statistics.median(times[False]),
                "bf16_cpu_s_per_step": statistics.median(times[True]), "ratio_median": statistics.median(ratios),
                "ratio_min": min(ratios), "ratio_max": max(ratios), "rounds": args.rounds, "steps": args.steps,
                "precision": precision, "unit": unit, "processor": processor}
