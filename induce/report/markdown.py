@@ -248,6 +248,7 @@ def _setup(*, results, profile, split, where, models, per_model, eval_corpus, tr
         train_text += (f" (the first {subset['train_sentences']:,} training sentences of `{subset.get('of')}`, "
                        "its vocabulary)")
     monitor = train_splits.get("valid", {})
+    precision = precision_text(per_model, models)
     setup_rows = [
         ["profile", f"`{profile['name']}` ({results.get('profile_folder')}): {profile.get('description', '')}"],
         ["models", ", ".join(display(m) for m in models)],
@@ -286,7 +287,7 @@ def _setup(*, results, profile, split, where, models, per_model, eval_corpus, tr
                     + (f" ({machine['gpu']})" if machine.get("gpu") else "")
                     + (f"; bf16 matrix unit: {machine['bf16_unit'] or 'none'}" if "bf16_unit" in machine else "")
                     + f"; {machine.get('platform', '')}"],
-        *([["precision", precision_text(per_model, models)]] if precision_text(per_model, models) else []),
+        *([["precision", precision]] if precision else []),
         ["wall time", wall_text(results)],
     ]
     lines += markdown_table(["", ""], setup_rows, ["---", "---"])
