@@ -8,9 +8,9 @@ step, ASGD's averages in the ASGD phase) with the training CPU seconds spent so 
 ``OUT/snaps.jsonl``. It stops once ``--cpu-minutes`` of training CPU are spent (or at ``train.max_steps``); the
 same command continues a stopped run exactly (``induce train --resume``), with a larger ``--cpu-minutes`` to go on.
 ``eval`` scores, for each CPU-minute mark, the first copy at or after it (``induce eval --json`` on the
-``--corpus`` / ``--split`` given, ``--max-length`` for WSJ40) into ``OUT/curve.jsonl`` (one ``eval`` of the same
-scores at a time per OUT: ``OUT/eval-KEY.lock``; ``train`` holds its run's ``train.lock``); ``table`` prints the
-curves as Markdown.
+``--corpus`` / ``--split`` given, ``--max-length`` for WSJ40; ``--steps`` for the copies at given steps instead)
+into ``OUT/curve.jsonl`` (one ``eval`` of the same scores at a time per OUT: ``OUT/eval-KEY.lock``; ``train`` holds
+its run's ``train.lock``); ``table`` prints the curves as Markdown.
 
     OMP_NUM_THREADS=1 python bench/learning_curve.py train --out CURVE --profile cpu --model prpn \\
         --corpus CORPORA/ptb-wsj-train2500-valid400 --every 79 --cpu-minutes 60
@@ -60,6 +60,13 @@ def pick_snapshots(snaps: list[dict], marks: list[float], last: bool = True) -> 
     if last and ordered and all(ordered[-1] is not c for _, c in chosen):
         chosen.append((round(ordered[-1]["train_cpu_seconds"] / 60, 2), ordered[-1]))
     return chosen
+
+
+def pick_steps(snaps: list[dict], steps: list[int]) -> list[tuple[None, dict]]:
+    """``(None, snapshot)`` for each step asked for that has a copy: the comparison of two runs at the same steps
+    (bf16 beside float32, whose CPU-minutes differ); a step with no copy is left out."""
+    by_step = {s["step"]: s for s in snaps}
+    return [(None, by_step[step]) for step in steps if step in by_step]
 
 
 def cmd_train(args: argparse.Namespace, overrides: list[str]) -> None:
@@ -135,7 +142,10 @@ def score_marks(args: argparse.Namespace) -> None:
     key = {"corpus": str(args.corpus), "split": args.split, "max_length": args.max_length}
     done = {row["name"] for row in read_jsonl(curve) if all(row.get(k) == v for k, v in key.items())}
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    for mark, snap in pick_snapshots(read_jsonl(out / "snaps.jsonl"), marks, last=not args.marks_only):
+    snaps = read_jsonl(out / "snaps.jsonl")
+    chosen = (pick_steps(snaps, [int(s) for s in args.steps.split(",")]) if getattr(args, "steps", None)
+              else pick_snapshots(snaps, marks, last=not args.marks_only))
+    for mark, snap in chosen:
         if snap["name"] in done:
             continue
         folder = out / "snaps" / snap["name"]
@@ -186,6 +196,8 @@ def main() -> None:
     ev.add_argument("--max-length", type=int, default=None)
     ev.add_argument("--marks", default=DEFAULT_MARKS, help="CPU-minutes, comma-separated")
     ev.add_argument("--marks-only", action="store_true", help="not the last copy too (a run still going)")
+    ev.add_argument("--steps", default=None, help="the copies at these optimiser steps, comma-separated, instead of "
+                    "--marks (two runs compared step for step)")
     ta = sub.add_parser("table", help="Markdown tables of the scored curves")
     ta.add_argument("outs", nargs="+")
     args, rest = parser.parse_known_args()

@@ -52,6 +52,12 @@ def model_tensors(path: Path) -> dict:
     return {k: v for k, v in load_file(str(path)).items() if k.startswith("model.")}
 
 
+
+def test_steps_pick_the_copies_at_exactly_those_steps_whatever_their_cpu_minutes(curve):
+    snaps = [{"step": 10, "train_cpu_seconds": 30}, {"step": 20, "train_cpu_seconds": 70},
+             {"step": 30, "train_cpu_seconds": 200}]
+    assert [(m, s["step"]) for m, s in curve.pick_steps(snaps, [30, 15, 10])] == [(None, 30), (None, 10)]
+
 def test_copies_hold_the_run_s_weights_and_do_not_change_the_run(curve, tmp_path):
     from induce.reproduce.profiles import build_run_config, load_profile
     from induce.training import train

@@ -313,7 +313,7 @@ class FolderFamily(LanguageModel):
     name: ClassVar[str] = "test-folder"
     description: ClassVar[str] = "test-only family defined in a folder of its own"
     display_name: ClassVar[str] = "Folder-LM"
-    published: ClassVar[dict] = {"pcfg": {"value": 12.5, "source": "a test"}}
+    published: ClassVar[dict] = {"all_lengths": {"value": 12.5, "source": "a test"}}
     parser_kind = DISTANCE
     objective = SENTENCE_LEVEL
     Config = FolderConfig
@@ -363,7 +363,7 @@ corpus, run, text, gold = sys.argv[1:5]
 runner = CliRunner()
 out = {"models": runner.invoke(app, ["models"]).output,
        "emb_size": load_config("test-folder").model["emb_size"],
-       "display": display("test-folder"), "published": PUBLISHED["pcfg"]["rows"].get("test-folder")}
+       "display": display("test-folder"), "published": PUBLISHED["all_lengths"]["rows"].get("test-folder")}
 common = json.loads(sys.argv[5])
 trained = runner.invoke(app, ["train", "--model", "test-folder", "--out", run, "--no-progress", *common,
                               f"data.corpus={corpus}", "train.max_steps=2", "train.epochs=1"])

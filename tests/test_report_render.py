@@ -165,7 +165,7 @@ def test_the_pcfgs_stand_beside_their_published_figures_with_their_bound_and_len
     """Each grammar's all-length F1 beside the published one (source, convention, split); its perplexity, where
     a bound, marked as one, and its training length cap said wherever it stands beside the LSTMs'."""
     text = render(variants()["pcfg"])
-    assert "## Neural PCFGs against the published figures" in text
+    assert "## Sentence F1 over all lengths against the published figures" in text
     assert "| C-PCFG | 26.9 | 55.2 | Kim, Dyer & Rush 2019, Table 1 |" in text
     assert "| N-PCFG | 26.9 | 50.8 | Kim, Dyer & Rush 2019, Table 1 |" in text
     assert "**Ours are dev figures (dev (WSJ 22)), not test figures**" in text
@@ -178,6 +178,22 @@ def test_the_pcfgs_stand_beside_their_published_figures_with_their_bound_and_len
     on_test = render(dict(variants()["pcfg"], split="test"))
     assert "Ours are test figures, on the same split as the published ones" in on_test
 
+
+
+def test_the_seed_papers_findings_stand_beside_ours():
+    """ON-LSTM and PRPN against right-branching, here and in their papers (all lengths, with the sources), and
+    PaLM-S's perplexity against PaLM-U's beside the paper's finding that supervision lowers it."""
+    results = copy.deepcopy(variants()["test"])
+    results["models"]["palm-s"]["summary"]["perplexity"] = {"mean": 95.0, "n": 1, "std": None}
+    results["models"]["palm"]["summary"]["perplexity"] = {"mean": 100.0, "n": 1, "std": None}
+    text = render(results)
+    assert "| right-branching (baseline) | 38.3 | 39.5 | Kim, Dyer & Rush 2019, Table 1 | — | — |" in text
+    assert ("* ON-LSTM: 19.9 against right-branching's 38.3 here (-18.4); published 47.7 against 39.5 (+8.2, "
+            "Shen et al. 2019, ON-LSTM, Table 2).") in text
+    assert "* PRPN: 26.9 against right-branching's 38.3 here (-11.4); published 37.4 against 39.5 (-2.1," in text
+    assert ("**Supervision and perplexity**: PaLM-S 95.0 against PaLM-U 100.0 on this text (-5.00% relative: "
+            "lower); the paper: \"PaLM-S further reduces the perplexity by 1.6-3.4% (relative)\"") in text
+    assert "against PaLM-RB" not in text  # a control is not the unsupervised twin
 
 def test_on_a_test_split_every_section_names_it_and_the_dev_figures_stand_beside():
     text = render(variants()["test"])

@@ -506,6 +506,9 @@ def test_published_figures_are_the_paper_texts():
     assert numbers == [t4["random"]["left"], t4["random"]["left_std"], t4["random"]["right"], t4["random"]["right_std"],
                        t4["palm"]["left"], t4["palm"]["right"], t4["gold"]["left"], t4["gold"]["right"]]
     assert "25 differently randomly initialized PaLM models" in text
+    # the supervision finding is the paper's sentence (in the second extraction of its text)
+    second = (_papers_dir() / PAPER_FILE.replace(".txt", ".second-extraction.txt")).read_text(encoding="utf-8")
+    assert PUBLISHED["table1"]["supervision"] in second
     # Table 1's values are not in the text: the report must not quote any
     assert PUBLISHED["table1"]["rows"] == {}
 

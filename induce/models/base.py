@@ -135,8 +135,9 @@ class LanguageModel(nn.Module):
     #: ``"table3"`` (PaLM's Table 3, WSJ-40 F1: ``{"value", "source"}``, optional ``"note"``), ``"table4"``
     #: (PaLM's Table 4, % left / right splits: ``{"left", "right", "source"}``), ``"table4_untrained"`` (the
     #: same of untrained models: ``{"left", "left_std", "right", "right_std", "n_models", "source"}``), ``"lm"``
-    #: (test perplexity on Mikolov's PTB text: ``{"value", "source"}``), ``"pcfg"`` (WSJ-test sentence F1, all
-    #: lengths, Kim et al.'s convention: ``{"value", "source"}``, optional ``"std"``). Empty: none is quoted.
+    #: (test perplexity on Mikolov's PTB text: ``{"value", "source"}``), ``"all_lengths"`` (WSJ-test sentence F1,
+    #: all lengths, Kim et al.'s convention: ``{"value", "source"}``, optional ``"std"`` and ``"note"``). Empty: none
+    #: is quoted.
     published: ClassVar[dict[str, dict]] = {}
     #: What ``parse_structure`` returns and which decoders read it (:mod:`induce.trees.kinds`):
     #: ``DISTANCE`` (ON-LSTM, PRPN), ``SPAN`` (PaLM), ``NO_PARSER`` (a language model only) or a family's own.

@@ -484,7 +484,41 @@ def _language_modelling(*, results, where, models, per_model, **_) -> list[str]:
     add("")
     add(f"Published column: {pub_lm['note']} PaLM: {PUBLISHED['table1']['missing']}.")
     add("")
+    for sentence in supervision_sentences(per_model, models):
+        add(sentence)
+        add("")
     return lines
+
+
+def supervision_sentences(per_model: dict, models: list) -> list[str]:
+    """For each supervised model (PaLM-S) beside its family's unsupervised model (PaLM-U): the two perplexities
+    on this report's text and the relative change, beside the paper's finding that supervision lowers it."""
+    from induce.models.registry import family_of, model_classes
+
+    classes = model_classes()
+
+    def family(m):
+        return family_of(classes[m]) if m in classes else None
+
+    out = []
+    for sup in models:
+        if not (per_model[sup].get("traits") or {}).get("supervised") or family(sup) is None:
+            continue
+        twins = [m for m in models if m != sup and family(m) == family(sup)
+                 and not (per_model[m].get("traits") or {}).get("supervised")
+                 and not (per_model[m].get("traits") or {}).get("control")]
+        ppl_sup = _stat_mean(per_model[sup]["summary"].get("perplexity"))
+        for twin in twins:
+            ppl = _stat_mean(per_model[twin]["summary"].get("perplexity"))
+            if not (isinstance(ppl, (int, float)) and isinstance(ppl_sup, (int, float)) and ppl > 0):
+                continue
+            change = 100 * (ppl_sup - ppl) / ppl
+            verdict = "lower" if change < 0 else "higher" if change > 0 else "equal"
+            paper = PUBLISHED["table1"]
+            out.append(f"**Supervision and perplexity**: {display(sup)} {ppl_sup:.1f} against {display(twin)} "
+                       f"{ppl:.1f} on this text ({change:+.2f}% relative: {verdict}); the paper: "
+                       f"\"{paper['supervision']}\" ({paper['supervision_source']}).")
+    return out
 
 
 def perplexity_bounds(per_model: dict, models: list) -> list:
@@ -646,22 +680,34 @@ def _wsj10_and_labels(*, where, models, per_model, baselines, **_) -> list[str]:
 
 
 def grammar_models(per_model: dict, models: list) -> list:
-    """The report's grammars (parser kind ``grammar``) and the models with a published PCFG figure."""
-    return [m for m in models if (per_model[m].get("traits") or {}).get("parser_kind") == "grammar"
-            or m in PUBLISHED["pcfg"]["rows"]]
+    """The report's grammars (parser kind ``grammar``): the models of the learning-curves figure."""
+    return [m for m in models if (per_model[m].get("traits") or {}).get("parser_kind") == "grammar"]
 
 
-def _pcfgs(*, results, split, where, models, per_model, monitor, **_) -> list[str]:
-    """``## Neural PCFGs against the published figures``: each grammar's all-length sentence F1 beside the
-    published one (source, convention, split), the checkpoint it comes from, and its learning curve."""
-    chosen = grammar_models(per_model, models)
-    if not chosen:
-        return []
-    several = len(results.get("seeds") or []) > 1
+def all_lengths_models(per_model: dict, models: list) -> list:
+    """The models set beside a published all-length sentence F1: the grammars and every model that declares one."""
+    grammars = grammar_models(per_model, models)
+    return [m for m in models if m in grammars or m in PUBLISHED["all_lengths"]["rows"]]
+
+
+def _stat_mean(stat):
+    """A summary's figure: the mean of a ``{"mean", "std", "n"}`` statistic, or the plain value."""
+    return stat.get("mean") if isinstance(stat, dict) else stat
+
+
+def _published_text(pub: Optional[dict]) -> str:
+    return (f"{pub['value']:.1f}" + (f" ± {pub['std']:.1f}" if "std" in pub else "")) if pub else "—"
+
+
+def _all_lengths_rows(per_model: dict, chosen: list, baselines: dict, several: bool) -> list:
+    """Rows of the all-lengths table: right-branching first (ours beside the published one), then each run."""
     rows = []
+    right, right_pub = baselines.get("right"), PUBLISHED["all_lengths"]["baselines"]["right"]
+    if right:
+        rows.append(["right-branching (baseline)", _f1_text(right["scores"]["all"]["sentence_f1"]),
+                     _published_text(right_pub), right_pub["source"], "—", "—"])
     for m in chosen:
-        pub = PUBLISHED["pcfg"]["rows"].get(m)
-        published = (f"{pub['value']:.1f}" + (f" ± {pub['std']:.1f}" if "std" in pub else "")) if pub else "—"
+        pub = PUBLISHED["all_lengths"]["rows"].get(m)
         cap = (per_model[m].get("traits") or {}).get("train_max_length")
         for seed, data in (per_model[m].get("seeds") or {}).items() or [(None, {})]:
             run = data.get("run") or {}
@@ -669,17 +715,52 @@ def _pcfgs(*, results, split, where, models, per_model, monitor, **_) -> list[st
             trained = [f"{run['steps']:,} steps" if isinstance(run.get("steps"), int) else None,
                        f"{cpu / 60:.1f} CPU-min" if isinstance(cpu, (int, float)) else None,
                        f"sentences of at most {cap} words" if cap else None]
+            source = (pub["source"] + (f" ({pub['note']})" if pub.get("note") else "")) if pub else "—"
             rows.append([display(m) + (f" (seed {seed})" if several and seed else ""),
-                         _f1_text(((data.get("scores") or {}).get("all") or {}).get("sentence_f1")), published,
-                         pub["source"] if pub else "—", checkpoint_text(run),
-                         ", ".join(t for t in trained if t) or "—"])
-    lines = ["## Neural PCFGs against the published figures", ""]
+                         _f1_text(((data.get("scores") or {}).get("all") or {}).get("sentence_f1")
+                                  if data.get("scores") or several
+                                  else _stat_mean(per_model[m]["summary"].get("sentence_f1_all"))),
+                         _published_text(pub), source, checkpoint_text(run), ", ".join(t for t in trained if t) or "—"])
+    return rows
+
+
+def against_right_branching(per_model: dict, chosen: list, baselines: dict) -> list[str]:
+    """One sentence per model with a published figure: its F1 against right-branching here and in its paper
+    (the seed papers' finding is a margin over right-branching, which ours can be read against)."""
+    right = ((baselines.get("right") or {}).get("scores") or {}).get("all", {}).get("sentence_f1")
+    right_pub = PUBLISHED["all_lengths"]["baselines"]["right"]["value"]
+    out = []
+    for m in chosen:
+        pub = PUBLISHED["all_lengths"]["rows"].get(m)
+        ours = _stat_mean((per_model[m].get("summary") or {}).get("sentence_f1_all"))
+        if pub is None or not isinstance(ours, (int, float)) or not isinstance(right, (int, float)):
+            continue
+        out.append(f"* {display(m)}: {ours:.1f} against right-branching's {right:.1f} here "
+                   f"({ours - right:+.1f}); published {pub['value']:.1f} against {right_pub:.1f} "
+                   f"({pub['value'] - right_pub:+.1f}, {pub['source']}).")
+    return out
+
+
+def _all_lengths(*, results, split, where, models, per_model, monitor, baselines, **_) -> list[str]:
+    """``## Sentence F1 over all lengths against the published figures``: right-branching and each model with a
+    published all-length figure (ON-LSTM, PRPN, the grammars) beside it (source, convention, split), the
+    checkpoint it comes from, each model's margin over right-branching beside its paper's, and the grammars'
+    learning curve."""
+    chosen = all_lengths_models(per_model, models)
+    if not chosen:
+        return []
+    rows = _all_lengths_rows(per_model, chosen, baselines, len(results.get("seeds") or []) > 1)
+    lines = ["## Sentence F1 over all lengths against the published figures", ""]
     lines += markdown_table(["model", f"sentence F1, all lengths (ours, {where})",
                              "published (WSJ test, all lengths)", "source", "checkpoint evaluated", "training"],
                             rows, ["---", "---:", "---:", "---", "---", "---"])
     lines.append("")
-    convention = (f"Convention: {PUBLISHED['pcfg']['note']}, which is this report's default (sentence-level F1 over "
-                  "all lengths, punctuation removed, one-word sentences skipped, trivial spans not counted).")
+    margins = against_right_branching(per_model, chosen, baselines)
+    if margins:
+        lines += ["**Against right-branching**, here and in each paper (the seed papers' finding is the margin; "
+                  "the mean of seeds where there are several):", "", *margins, ""]
+    convention = (f"Convention: {PUBLISHED['all_lengths']['note']}, which is this report's default (sentence-level "
+                  "F1 over all lengths, punctuation removed, one-word sentences skipped, trivial spans not counted).")
     source = results["corpus"]["eval"]
     if split == "test" and (source.get("source_kind") or source.get("kind")) in WSJ_SOURCES:
         lines.append(f"{convention} Ours are test figures, on the same split as the published ones; the model sizes "
@@ -692,18 +773,22 @@ def _pcfgs(*, results, split, where, models, per_model, monitor, **_) -> list[st
         lines.append(f"{convention} **Ours are dev figures ({where}), not test figures**: the published ones are on "
                      "WSJ section 23, which this data does not hold.")
     lines.append("")
+    return lines + _learning_curves_text(results, monitor, grammar_models(per_model, models))
+
+
+def _learning_curves_text(results: dict, monitor: dict, grammars: list) -> list[str]:
     figure = (results.get("figures") or {}).get("learning_curves")
-    if figure:
-        counts = sorted({(monitor.get("models") or {}).get(m, {}).get("dev_f1_sentences") for m in chosen} - {None})
-        lines += [f"![learning curves]({figure})", "",
-                  "Learning curves: dev F1 at each evaluation during training (`metrics.jsonl`: every epoch's end and, "
-                  "with `train.eval_every`, between them) against optimiser steps and against training CPU-minutes "
-                  "(`train_cpu_seconds`; a run that did not record CPU time is drawn against its wall-clock training "
-                  "minutes, and its legend says so). Dev F1 here is on the monitor sentences ("
-                  + (f"the first {'/'.join(f'{c:,}' for c in counts)} of 2-40 words" if counts else "2-40 words")
-                  + f" of `{monitor.get('corpus', '?')}` valid), a dev set: not the test figure, and not the whole "
-                  "dev split the table scores.", ""]
-    return lines
+    if not figure or not grammars:
+        return []
+    counts = sorted({(monitor.get("models") or {}).get(m, {}).get("dev_f1_sentences") for m in grammars} - {None})
+    return [f"![learning curves]({figure})", "",
+            "Learning curves of the grammars: dev F1 at each evaluation during training (`metrics.jsonl`: every "
+            "epoch's end and, with `train.eval_every`, between them) against optimiser steps and against training "
+            "CPU-minutes (`train_cpu_seconds`; a run that did not record CPU time is drawn against its wall-clock "
+            "training minutes, and its legend says so). Dev F1 here is on the monitor sentences ("
+            + (f"the first {'/'.join(f'{c:,}' for c in counts)} of 2-40 words" if counts else "2-40 words")
+            + f" of `{monitor.get('corpus', '?')}` valid), a dev set: not the test figure, and not the whole "
+            "dev split the table scores.", ""]
 
 
 def _figures(*, results, monitor, **_) -> list[str]:
@@ -817,7 +902,7 @@ SECTIONS = (
     _parsing_wsj40,
     _branching,
     _wsj10_and_labels,
-    _pcfgs,
+    _all_lengths,
     seeds_section,
     _figures,
     _steps_and_files,

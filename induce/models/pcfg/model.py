@@ -156,7 +156,7 @@ class CompoundPCFG(LanguageModel):
     name: ClassVar[str] = "cpcfg"
     description: ClassVar[str] = "compound PCFG (Kim, Dyer & Rush 2019): a neural PCFG with a sentence-level z"
     display_name: ClassVar[str] = "C-PCFG"
-    published: ClassVar[dict] = {"pcfg": {"value": 55.2, "source": "Kim, Dyer & Rush 2019, Table 1"}}
+    published: ClassVar[dict] = {"all_lengths": {"value": 55.2, "source": "Kim, Dyer & Rush 2019, Table 1"}}
     parser_kind = GRAMMAR
     objective = SENTENCE_LEVEL
     Config = PCFGConfig
@@ -276,5 +276,5 @@ class NPCFG(CompoundPCFG):
     name: ClassVar[str] = "npcfg"
     description: ClassVar[str] = "neural PCFG (Kim, Dyer & Rush 2019): rule probabilities from symbol embeddings"
     display_name: ClassVar[str] = "N-PCFG"
-    published: ClassVar[dict] = {"pcfg": {"value": 50.8, "source": "Kim, Dyer & Rush 2019, Table 1"}}
+    published: ClassVar[dict] = {"all_lengths": {"value": 50.8, "source": "Kim, Dyer & Rush 2019, Table 1"}}
     Config = NPCFGConfig

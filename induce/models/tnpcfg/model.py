@@ -80,7 +80,7 @@ class TNPCFG(LanguageModel):
     name: ClassVar[str] = "tnpcfg"
     description: ClassVar[str] = "TN-PCFG (Yang, Zhao & Tu 2021): a neural PCFG with low-rank binary rules"
     display_name: ClassVar[str] = "TN-PCFG"
-    published: ClassVar[dict] = {"pcfg": {"value": 57.7, "std": 4.2, "source": "Yang, Zhao & Tu 2021"}}
+    published: ClassVar[dict] = {"all_lengths": {"value": 57.7, "std": 4.2, "source": "Yang, Zhao & Tu 2021"}}
     parser_kind = GRAMMAR
     objective = SENTENCE_LEVEL
     Config = TNPCFGConfig
