@@ -78,13 +78,17 @@ def test_a_profile_puts_its_layers_between_the_model_and_the_users():
     assert by_key["model.hidden_size"] == {"value": 256, "origin": "induce/configs/cpu/palm.yaml"}
     assert by_key["train.log_interval"] == {
         "value": 5, "origin": "induce/configs/cpu/profile.yaml overrides: train.log_interval=5"}
-    assert by_key["train.max_steps"] == {"value": 920, "origin": "profile cpu: steps_per_model"}
+    from induce.reproduce.profiles import load_profile
+
+    steps = {name: load_profile(name).steps_per_model["palm"] for name in ("cpu", "cpu-long")}
+    assert by_key["train.max_steps"] == {"value": steps["cpu"], "origin": "profile cpu: steps_per_model"}
     assert by_key["train.seed"] == {"value": 1, "origin": "profile cpu: seeds"}
     assert by_key["train.device"] == {"value": "cpu", "origin": "profile cpu: device"}
     # an extending profile: the base's model file, its overrides, its own budget
     long = origins("--model", "palm", "--profile", "cpu-long")
     assert long["model.hidden_size"]["origin"] == "induce/configs/cpu/palm.yaml"
-    assert long["train.max_steps"] == {"value": 7320, "origin": "profile cpu-long: steps_per_model"}
+    assert long["train.max_steps"] == {"value": steps["cpu-long"], "origin": "profile cpu-long: steps_per_model"}
+    assert steps["cpu-long"] != steps["cpu"]
     # the user's file and overrides win over the profile
     mine = origins("--model", "palm", "--profile", "cpu", "--config", str(CONFIG_DIR / "toy" / "palm.yaml"),
                    "train.max_steps=3")
