@@ -95,6 +95,18 @@ def test_a_run_trains_in_bf16_when_forced_and_in_float32_when_forced_off(tmp_pat
     assert load_config_file(tmp_path / "on" / "config.yaml").train.amp is True
 
 
+
+def test_the_same_bf16_command_gives_the_same_figures_bit_for_bit(tmp_path, monkeypatch):
+    """bf16 changes the figures against float32, not between two runs of the same command on one processor:
+    the loss and every saved weight of two forced-bf16 runs are equal bit for bit."""
+    from safetensors.torch import load_file
+
+    _, _, first_loss = _train(tmp_path, "first", True, "1", monkeypatch)
+    _, _, second_loss = _train(tmp_path, "second", True, "1", monkeypatch)
+    assert first_loss == second_loss
+    first, second = (load_file(str(next((tmp_path / n).glob("last*.safetensors")))) for n in ("first", "second"))
+    assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+
 def test_the_report_names_the_precision_and_the_matrix_unit():
     """The report's setup table: the machine line names the bf16 unit; a precision row says what the runs
     trained in, one phrase when they agree, per model otherwise, nothing where no run recorded it."""
