@@ -7,10 +7,11 @@ step, ASGD's averages in the ASGD phase) with the training CPU seconds spent so 
 ``train_cpu_seconds``: the training steps only, evaluations and checkpoint writes left out) in
 ``OUT/snaps.jsonl``. It stops once ``--cpu-minutes`` of training CPU are spent (or at ``train.max_steps``); the
 same command continues a stopped run exactly (``induce train --resume``), with a larger ``--cpu-minutes`` to go on.
-``eval`` scores, for each CPU-minute mark, the first copy at or after it (``induce eval --json`` on the
-``--corpus`` / ``--split`` given, ``--max-length`` for WSJ40; ``--steps`` for the copies at given steps instead)
-into ``OUT/curve.jsonl`` (one ``eval`` of the same scores at a time per OUT: ``OUT/eval-KEY.lock``; ``train`` holds
-its run's ``train.lock``); ``table`` prints the curves as Markdown.
+``eval`` scores, for each CPU-minute mark, the first copy at or after it (``induce eval --json`` on the ``--corpus``
+/ ``--split`` given, ``--max-length`` for WSJ40; ``--steps`` for the copies at given steps instead; with the run's
+last monitor-set validation perplexity at or before the copy) into ``OUT/curve.jsonl`` (one ``eval`` of the same
+scores at a time per OUT: ``OUT/eval-KEY.lock``; ``train`` holds its run's ``train.lock``); ``table`` prints the
+curves as Markdown.
 
     OMP_NUM_THREADS=1 python bench/learning_curve.py train --out CURVE --profile cpu --model prpn \\
         --corpus CORPORA/ptb-wsj-train2500-valid400 --every 79 --cpu-minutes 60
@@ -162,9 +163,20 @@ def score_marks(args: argparse.Namespace) -> None:
                "train_cpu_minutes": round(snap["train_cpu_seconds"] / 60, 3), **key,
                "sentences": scores["n_sentences"], "sentence_f1": scores["sentence_f1"],
                "corpus_f1": scores["corpus_f1"], "left_split_pct": scores["left_split_pct"],
-               "right_split_pct": scores["right_split_pct"]}
+               "right_split_pct": scores["right_split_pct"], **last_validation(out, snap["step"])}
         append_jsonl(curve, row)
         print(json.dumps(row), flush=True)
+
+
+def last_validation(out: Path, step: int) -> dict:
+    """The run's last validation perplexity on its monitor set at or before ``step`` (``OUT/run/metrics.jsonl``: the
+    trainer's evaluation at each epoch's end) and the step it was taken at; empty before the first one."""
+    rows = [r for r in read_jsonl(out / "run" / "metrics.jsonl")
+            if isinstance(r.get("valid_ppl"), (int, float)) and isinstance(r.get("steps"), int) and r["steps"] <= step]
+    if not rows:
+        return {}
+    last = max(rows, key=lambda r: r["steps"])
+    return {"valid_ppl": last["valid_ppl"], "valid_ppl_step": last["steps"]}
 
 
 def cmd_table(args: argparse.Namespace) -> None:

@@ -58,6 +58,16 @@ def test_steps_pick_the_copies_at_exactly_those_steps_whatever_their_cpu_minutes
              {"step": 30, "train_cpu_seconds": 200}]
     assert [(m, s["step"]) for m, s in curve.pick_steps(snaps, [30, 15, 10])] == [(None, 30), (None, 10)]
 
+
+def test_each_scored_copy_carries_the_last_validation_perplexity_before_it(curve, tmp_path):
+    (tmp_path / "run").mkdir()
+    rows = [{"epoch": 1, "steps": 10, "valid_ppl": 300.0}, {"epoch": 2, "steps": 20, "valid_ppl": 200.0},
+            {"epoch": 2, "steps": 25, "train_loss": 5.0}]  # a row without a validation
+    (tmp_path / "run" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert curve.last_validation(tmp_path, 9) == {}
+    assert curve.last_validation(tmp_path, 19) == {"valid_ppl": 300.0, "valid_ppl_step": 10}
+    assert curve.last_validation(tmp_path, 30) == {"valid_ppl": 200.0, "valid_ppl_step": 20}
+
 def test_copies_hold_the_run_s_weights_and_do_not_change_the_run(curve, tmp_path):
     from induce.reproduce.profiles import build_run_config, load_profile
     from induce.training import train
