@@ -37,7 +37,7 @@ test-triton: install
 # write $(OUT)/REPORT.md and $(OUT)/results.json (`induce reproduce`).
 # PROFILE=auto (default: gpu when torch sees a CUDA device, else cpu) | gpu (paper-size models, ~25 min of one
 # H100) | cpu (small models and paper-size grammars, 75-90 min on 2 idle CPU cores) | cpu-long (cpu over four seeds, the
-# PRPN and PaLM models trained longer: ~13-14 h, estimated) | paper (the papers' recipes: days of GPU time, in chunks of
+# PRPN and PaLM models trained longer: ~12-13 h, estimated) | paper (the papers' recipes: days of GPU time, in chunks of
 # CHUNK=3h per invocation; run it again until it exits 0 -- status 75 means "not finished, run again") | toy;
 # SEEDS=1,2,3, JOBS=N runs at once (default: the profile's). Re-running continues where an interrupted run stopped.
 # EXECUTOR=slurm: each run a job of a SLURM cluster (docs/slurm.md).

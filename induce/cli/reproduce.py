@@ -28,7 +28,7 @@ def reproduce_command(
     profile: str = typer.Option(
         "auto", "--profile", "-p", help="auto (default: gpu when torch sees a CUDA device, else cpu), gpu (paper-size "
         "models, about 25 minutes of one H100), cpu (small models and paper-size grammars, 75-90 minutes on 2 idle "
-        "CPU cores), cpu-long (cpu over four seeds, PRPN and the PaLM models trained longer: about 13-14 hours), "
+        "CPU cores), cpu-long (cpu over four seeds, PRPN and the PaLM models trained longer: about 12-13 hours), "
         "paper (the papers' recipes, days of GPU time, in resumable chunks), toy (seconds per model), or a folder "
         "with a profile.yaml."
     ),
