@@ -451,7 +451,7 @@ def test_a_profile_extends_another_key_by_key_and_layer_by_layer(tmp_path):
         load_profile(longer)
 
 
-def test_the_long_cpu_profile_is_the_cpu_profile_with_more_seeds_and_longer_palm_runs():
+def test_the_long_cpu_profile_is_the_cpu_profile_with_more_seeds_and_longer_prpn_and_palm_runs():
     from induce.reproduce import build_run_config
 
     cpu, long = load_profile("cpu"), load_profile("cpu-long")
@@ -459,9 +459,9 @@ def test_the_long_cpu_profile_is_the_cpu_profile_with_more_seeds_and_longer_palm
     for model in cpu.models:
         assert build_run_config(long, model, []).model == build_run_config(cpu, model, []).model
         assert long.cpu_minutes[model] > 0
-        palm_family = model.startswith("palm")
-        assert (long.step_budget(model) > cpu.step_budget(model)) == palm_family
-        assert (long.step_budget(model) == cpu.step_budget(model)) != palm_family
+        longer = model.startswith("palm") or model == "prpn"  # ON-LSTM peaks early; the grammars have levelled
+        assert (long.step_budget(model) > cpu.step_budget(model)) == longer
+        assert (long.step_budget(model) == cpu.step_budget(model)) != longer
 
 
 def test_subset_corpus_keeps_the_vocabulary_and_is_reused(tmp_path):
