@@ -42,7 +42,8 @@ DIRECTION_MIN_PCT = 40.0
 DIRECTION_RATIO = 2.0
 
 
-def _mean(stat) -> Optional[float]:
+def stat_mean(stat) -> Optional[float]:
+    """A summary's figure: the mean of a ``{"mean", "std", "n"}`` statistic or the plain value; None unless finite."""
     if isinstance(stat, dict):
         stat = stat.get("mean")
     if isinstance(stat, (int, float)) and math.isfinite(stat):
@@ -88,7 +89,8 @@ def headline(results: dict, subset: str = "wsj40") -> list[str]:
     gold trees (``traits.supervised``) and those with a diverged seed are named apart, never as the best parser.
     Reads ``models_order``, ``models[m].summary.sentence_f1_<subset>``, ``.traits``, ``.diverged_seeds``,
     ``baselines``, ``split``, ``corpus``."""
-    scored = [(m, _mean(results["models"][m]["summary"].get(f"sentence_f1_{subset}"))) for m in results["models_order"]]
+    scored = [(m, stat_mean(results["models"][m]["summary"].get(f"sentence_f1_{subset}")))
+              for m in results["models_order"]]
     scored = [(m, f1) for m, f1 in scored if f1 is not None]
     def diverged(model):
         return bool(results["models"][model].get("diverged_seeds"))
@@ -135,7 +137,7 @@ def below_baselines(results: dict, subset: str = "wsj40") -> list[str]:
     gold = (results.get("gold") or {}).get("wsj40")
     for model in results["models_order"]:
         summary = results["models"][model]["summary"]
-        f1 = _mean(summary.get(f"sentence_f1_{subset}"))
+        f1 = stat_mean(summary.get(f"sentence_f1_{subset}"))
         if f1 is None:
             continue
         below = []
@@ -144,8 +146,8 @@ def below_baselines(results: dict, subset: str = "wsj40") -> list[str]:
             if base is not None and f1 < base - BELOW_MARGIN:
                 below.append(f"{display(kind)} ({base:.1f})")
         init = (results.get("random_init") or {}).get(model)
-        init_f1 = _mean(init.get("sentence_f1")) if init and subset == "wsj40" else None
-        same_f1 = _mean(summary.get("init_sentences_sentence_f1"))
+        init_f1 = stat_mean(init.get("sentence_f1")) if init and subset == "wsj40" else None
+        same_f1 = stat_mean(summary.get("init_sentences_sentence_f1"))
         below_init = init_f1 is not None and same_f1 is not None and same_f1 < init_f1 - BELOW_MARGIN
         if not below and not below_init:
             continue
@@ -158,7 +160,7 @@ def below_baselines(results: dict, subset: str = "wsj40") -> list[str]:
             sentence += ((" " if sentence else "") + f"**On the {init['n_sentences']:,} sentences its untrained "
                          f"initialisation parses, {display(model)} scores {same_f1:.1f} {label} F1, below that "
                          f"initialisation ({init_f1:.1f}, mean of {init['n_models']} inits).**")
-        left, right = _mean(summary.get("left_split_pct_wsj40")), _mean(summary.get("right_split_pct_wsj40"))
+        left, right = stat_mean(summary.get("left_split_pct_wsj40")), stat_mean(summary.get("right_split_pct_wsj40"))
         if left is not None and right is not None:
             ours = branching_direction(left, right)
             sentence += (f" Its trees make {left:.0f}% left and {right:.0f}% right splits (WSJ40): "

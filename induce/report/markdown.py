@@ -12,7 +12,7 @@ from typing import Optional
 
 from induce.evaluation.baselines import BASELINES
 from induce.evaluation.engine import REPORTED_LABELS
-from induce.report.findings import all_findings, join_words
+from induce.report.findings import all_findings, join_words, stat_mean
 from induce.report.names import WSJ_SOURCES, display, split_label
 from induce.report.published import PUBLISHED
 from induce.report.seeds import seeds_section
@@ -507,9 +507,9 @@ def supervision_sentences(per_model: dict, models: list) -> list[str]:
         twins = [m for m in models if m != sup and family(m) == family(sup)
                  and not (per_model[m].get("traits") or {}).get("supervised")
                  and not (per_model[m].get("traits") or {}).get("control")]
-        ppl_sup = _stat_mean(per_model[sup]["summary"].get("perplexity"))
+        ppl_sup = stat_mean(per_model[sup]["summary"].get("perplexity"))
         for twin in twins:
-            ppl = _stat_mean(per_model[twin]["summary"].get("perplexity"))
+            ppl = stat_mean(per_model[twin]["summary"].get("perplexity"))
             if not (isinstance(ppl, (int, float)) and isinstance(ppl_sup, (int, float)) and ppl > 0):
                 continue
             change = 100 * (ppl_sup - ppl) / ppl
@@ -690,11 +690,6 @@ def all_lengths_models(per_model: dict, models: list) -> list:
     return [m for m in models if m in grammars or m in PUBLISHED["all_lengths"]["rows"]]
 
 
-def _stat_mean(stat):
-    """A summary's figure: the mean of a ``{"mean", "std", "n"}`` statistic, or the plain value."""
-    return stat.get("mean") if isinstance(stat, dict) else stat
-
-
 def _published_text(pub: Optional[dict]) -> str:
     return (f"{pub['value']:.1f}" + (f" ± {pub['std']:.1f}" if "std" in pub else "")) if pub else "—"
 
@@ -719,7 +714,7 @@ def _all_lengths_rows(per_model: dict, chosen: list, baselines: dict, several: b
             rows.append([display(m) + (f" (seed {seed})" if several and seed else ""),
                          _f1_text(((data.get("scores") or {}).get("all") or {}).get("sentence_f1")
                                   if data.get("scores") or several
-                                  else _stat_mean(per_model[m]["summary"].get("sentence_f1_all"))),
+                                  else stat_mean(per_model[m]["summary"].get("sentence_f1_all"))),
                          _published_text(pub), source, checkpoint_text(run), ", ".join(t for t in trained if t) or "—"])
     return rows
 
@@ -732,7 +727,7 @@ def against_right_branching(per_model: dict, chosen: list, baselines: dict) -> l
     out = []
     for m in chosen:
         pub = PUBLISHED["all_lengths"]["rows"].get(m)
-        ours = _stat_mean((per_model[m].get("summary") or {}).get("sentence_f1_all"))
+        ours = stat_mean((per_model[m].get("summary") or {}).get("sentence_f1_all"))
         if pub is None or not isinstance(ours, (int, float)) or not isinstance(right, (int, float)):
             continue
         out.append(f"* {display(m)}: {ours:.1f} against right-branching's {right:.1f} here "
