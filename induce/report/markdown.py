@@ -510,7 +510,7 @@ def supervision_sentences(per_model: dict, models: list) -> list[str]:
         ppl_sup = stat_mean(per_model[sup]["summary"].get("perplexity"))
         for twin in twins:
             ppl = stat_mean(per_model[twin]["summary"].get("perplexity"))
-            if not (isinstance(ppl, (int, float)) and isinstance(ppl_sup, (int, float)) and ppl > 0):
+            if ppl is None or ppl_sup is None or ppl <= 0:
                 continue
             change = 100 * (ppl_sup - ppl) / ppl
             verdict = "lower" if change < 0 else "higher" if change > 0 else "equal"
@@ -722,13 +722,13 @@ def _all_lengths_rows(per_model: dict, chosen: list, baselines: dict, several: b
 def against_right_branching(per_model: dict, chosen: list, baselines: dict) -> list[str]:
     """One sentence per model with a published figure: its F1 against right-branching here and in its paper
     (the seed papers' finding is a margin over right-branching, which ours can be read against)."""
-    right = ((baselines.get("right") or {}).get("scores") or {}).get("all", {}).get("sentence_f1")
+    right = stat_mean(((baselines.get("right") or {}).get("scores") or {}).get("all", {}).get("sentence_f1"))
     right_pub = PUBLISHED["all_lengths"]["baselines"]["right"]["value"]
     out = []
     for m in chosen:
         pub = PUBLISHED["all_lengths"]["rows"].get(m)
         ours = stat_mean((per_model[m].get("summary") or {}).get("sentence_f1_all"))
-        if pub is None or not isinstance(ours, (int, float)) or not isinstance(right, (int, float)):
+        if pub is None or ours is None or right is None:
             continue
         out.append(f"* {display(m)}: {ours:.1f} against right-branching's {right:.1f} here "
                    f"({ours - right:+.1f}); published {pub['value']:.1f} against {right_pub:.1f} "
